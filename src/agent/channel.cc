@@ -1,0 +1,129 @@
+#include "agent/channel.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+namespace cohort::agent {
+
+Result<void> Channel::send(const Message& message) {
+  std::string line = message.dump();
+  line += '\n';
+  std::string_view data = line;
+  while (!data.empty()) {
+    ssize_t n = ::send(fd_.get(), data.data(), data.size(), MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) {
+        pollfd p{fd_.get(), POLLOUT, 0};
+        if (::poll(&p, 1, 5000) <= 0) return fail(Code::kUnavailable, "control channel stalled");
+        continue;
+      }
+      return failErrno("control channel send");
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return {};
+}
+
+Result<std::vector<Message>> Channel::receive() {
+  std::vector<Message> out;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::recv(fd_.get(), buf, sizeof buf, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) break;
+      closed_ = true;
+      break;
+    }
+    if (n == 0) {
+      closed_ = true;
+      break;
+    }
+    buffer_.append(buf, static_cast<size_t>(n));
+    if (buffer_.size() > (64u << 20)) return fail(Code::kInvalidArgument, "message too large");
+  }
+  size_t start = 0;
+  for (size_t nl; (nl = buffer_.find('\n', start)) != std::string::npos; start = nl + 1) {
+    auto message = Message::parse(buffer_.begin() + static_cast<long>(start),
+                                  buffer_.begin() + static_cast<long>(nl), nullptr, false);
+    if (message.is_discarded() || !message.is_object()) {
+      return fail(Code::kInvalidArgument, "control channel: a message is not a JSON object");
+    }
+    out.push_back(std::move(message));
+  }
+  buffer_.erase(0, start);
+  return out;
+}
+
+Result<std::pair<UniqueFd, int>> listenTcp(const std::string& addr) {
+  UniqueFd sock(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!sock.valid()) return failErrno("socket");
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  if (::inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1) {
+    return fail(Code::kInvalidArgument, "'" + addr + "' is not an IPv4 address");
+  }
+  if (::bind(sock.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) < 0) {
+    return failErrno("bind control channel on " + addr);
+  }
+  if (::listen(sock.get(), 1024) < 0) return failErrno("listen");
+  socklen_t len = sizeof sa;
+  ::getsockname(sock.get(), reinterpret_cast<sockaddr*>(&sa), &len);
+  int port = ntohs(sa.sin_port);
+  return std::make_pair(std::move(sock), port);
+}
+
+Result<UniqueFd> connectTcp(const std::string& addr, int port, Millis timeout) {
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  if (::inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1) {
+    return fail(Code::kInvalidArgument, "'" + addr + "' is not an IPv4 address");
+  }
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (int delay_ms = 5;; delay_ms = std::min(delay_ms * 2, 500)) {
+    UniqueFd sock(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!sock.valid()) return failErrno("socket");
+    if (::connect(sock.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0) {
+      int one = 1;
+      ::setsockopt(sock.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      COHORT_TRY(setNonBlocking(sock.get()));
+      return sock;
+    }
+    int err = errno;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return failErrno("connect to the coordinator at " + addr + ":" + std::to_string(port), err);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+  }
+}
+
+Result<std::string> makeSecret() {
+  unsigned char bytes[16];
+  if (::getrandom(bytes, sizeof bytes, 0) != sizeof bytes) return failErrno("getrandom");
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : bytes) {
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+  return out;
+}
+
+bool secretsEqual(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace cohort::agent

@@ -1,0 +1,56 @@
+// Channel: the control channel between a job's coordinator and its node agents. Messages are
+// JSON objects, one per line, over TCP; the first message an agent sends carries the per-job
+// secret, and the coordinator drops connections that do not know it. Reads are non-blocking and
+// fed by the owner's event loop; writes are small and complete before returning.
+// Not thread-safe: one owner, the loop thread.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "util/fd.h"
+#include "util/result.h"
+#include "util/text.h"
+
+namespace cohort::agent {
+
+using Message = nlohmann::json;
+
+class Channel {
+ public:
+  explicit Channel(UniqueFd fd) : fd_(std::move(fd)) {}
+
+  int fd() const { return fd_.get(); }
+
+  // Sends one message. Errors: kUnavailable when the peer has gone.
+  Result<void> send(const Message& message);
+
+  // Reads what is available and returns the complete messages. An empty optional-like result
+  // with `closed()` true means the peer closed the connection. Errors: kInvalidArgument for a
+  // line that is not JSON, kUnavailable for a read error.
+  Result<std::vector<Message>> receive();
+  bool closed() const { return closed_; }
+
+ private:
+  UniqueFd fd_;
+  std::string buffer_;
+  bool closed_ = false;
+};
+
+// Listens on `addr`, port 0. Returns the socket and the port chosen.
+Result<std::pair<UniqueFd, int>> listenTcp(const std::string& addr);
+
+// Connects to `addr:port`, retrying until `timeout` passes (the coordinator may still be
+// starting). Errors: kUnavailable.
+Result<UniqueFd> connectTcp(const std::string& addr, int port, Millis timeout);
+
+// A random 32-character hex secret from the kernel's generator.
+Result<std::string> makeSecret();
+
+// Compares without leaking, through timing, how much of the secret matched.
+bool secretsEqual(const std::string& a, const std::string& b);
+
+}  // namespace cohort::agent

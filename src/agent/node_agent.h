@@ -1,0 +1,30 @@
+// The node agent (`cohort exec`): one per node of a job. It dials the job's coordinator, receives
+// its node's part of the plan, and on "start" spawns its ranks, pumps their output, watches them
+// (one event loop over pidfds, a signalfd, a timerfd, the ranks' pipes and the control channel)
+// and reports every exit with its time and last log lines. On "stop" it sends SIGTERM to every
+// rank's process group and SIGKILL after the grace period. It is a child subreaper: processes
+// that escape with setsid come back to it and are killed when the attempt ends, so no process of
+// the job survives. If the coordinator disappears, or the agent gets SIGTERM, it stops its ranks
+// and exits. Single-threaded except for the console writer.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "util/result.h"
+
+namespace cohort::agent {
+
+struct AgentOptions {
+  std::string coordinator_addr = "127.0.0.1";
+  int coordinator_port = 0;
+  int node = 0;
+  std::string secret;
+};
+
+// Runs the agent until the coordinator says "exit" or is gone. Returns the agent's exit code (0
+// when it was told to exit, 1 when it lost the coordinator). Errors: kUnavailable when the
+// coordinator cannot be reached, kIo for setup failures.
+Result<int> runNodeAgent(const AgentOptions& options);
+
+}  // namespace cohort::agent

@@ -1,0 +1,158 @@
+#include "agent/rank_output.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace cohort::agent {
+
+namespace {
+constexpr size_t kTailBytes = 8192;
+// Longer lines are cut into pieces of this size on the console, so that a prefixed line always
+// fits in one atomic pipe write (PIPE_BUF) and agents sharing a console never interleave.
+constexpr size_t kMaxLine = PIPE_BUF - 256;
+}  // namespace
+
+Console::Console(int fd, size_t max_pending)
+    : fd_(fd), max_pending_(max_pending), atomic_limit_(0), thread_() {
+  // Several agents may share one console. Writes to a regular file or a terminal are atomic
+  // whatever their size; writes to a pipe or socket only up to PIPE_BUF: cut at line ends there.
+  struct stat st{};
+  if (::fstat(fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) {
+    atomic_limit_ = PIPE_BUF;
+  }
+  thread_ = std::thread([this] { loop(); });
+}
+
+Console::~Console() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  thread_.join();
+}
+
+void Console::write(std::string text) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pending_.size() + text.size() > max_pending_) {
+      dropped_lines_ += static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
+      return;
+    }
+    if (dropped_lines_) {
+      pending_ += "[cohort] " + std::to_string(dropped_lines_) +
+                  " lines were not shown here because the console was slow; the rank log "
+                  "files have them\n";
+      dropped_lines_ = 0;
+    }
+    if (pending_.empty()) {
+      pending_ = std::move(text);
+    } else {
+      pending_ += text;
+    }
+  }
+  cv_.notify_one();
+}
+
+void Console::loop() {
+  std::string batch;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stop_ || !pending_.empty(); });
+      if (pending_.empty() && stop_) return;
+      batch.swap(pending_);
+    }
+    // A closed console only loses the echo, never the logs.
+    std::string_view rest = batch;
+    while (!rest.empty()) {
+      size_t n = rest.size();
+      if (atomic_limit_ && n > atomic_limit_) {
+        size_t nl = rest.rfind('\n', atomic_limit_ - 1);
+        n = nl == std::string_view::npos ? atomic_limit_ : nl + 1;
+      }
+      if (!writeAll(fd_, rest.substr(0, n))) break;
+      rest.remove_prefix(n);
+    }
+    batch.clear();
+  }
+}
+
+Result<RankOutput> RankOutput::open(const std::string& log_file, std::string prefix,
+                                    Console* console) {
+  RankOutput out;
+  out.log_.reset(::open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  if (!out.log_.valid()) return failErrno("open log file '" + log_file + "'");
+  out.prefix_ = std::move(prefix);
+  out.console_ = console;
+  return out;
+}
+
+void RankOutput::consume(const char* data, size_t size) {
+  (void)writeAll(log_.get(), std::string_view(data, size));
+  tail_.append(data, size);
+  if (tail_.size() > 2 * kTailBytes) tail_.erase(0, tail_.size() - kTailBytes);
+  if (console_) emitLines(data, size);
+}
+
+void RankOutput::emitLines(const char* data, size_t size) {
+  std::string out;
+  auto emit = [&](std::string_view line) {  // in pieces of at most kMaxLine, each prefixed
+    do {
+      std::string_view piece = line.substr(0, kMaxLine);
+      out += prefix_;
+      out.append(piece);
+      out += '\n';
+      line.remove_prefix(piece.size());
+    } while (!line.empty());
+  };
+  const char* end = data + size;
+  const char* line = data;
+  for (const char* nl; (nl = static_cast<const char*>(std::memchr(line, '\n', end - line)));
+       line = nl + 1) {
+    if (partial_.empty()) {
+      emit(std::string_view(line, nl - line));
+    } else {
+      partial_.append(line, nl);
+      emit(partial_);
+      partial_.clear();
+    }
+  }
+  partial_.append(line, end);
+  if (partial_.size() >= kMaxLine) {
+    std::string_view whole(partial_);
+    size_t keep = partial_.size() % kMaxLine;
+    emit(whole.substr(0, partial_.size() - keep));
+    partial_.erase(0, partial_.size() - keep);
+  }
+  if (!out.empty()) console_->write(std::move(out));
+}
+
+void RankOutput::finish() {
+  if (console_ && !partial_.empty()) {
+    console_->write(prefix_ + partial_ + "\n");
+    partial_.clear();
+  }
+}
+
+std::vector<std::string> RankOutput::tail(size_t max_lines) const {
+  std::vector<std::string> lines;
+  size_t end = tail_.size();
+  if (end && tail_[end - 1] == '\n') --end;
+  while (lines.size() < max_lines && end > 0) {
+    size_t start = tail_.rfind('\n', end - 1);
+    start = start == std::string::npos ? 0 : start + 1;
+    lines.push_back(tail_.substr(start, end - start));
+    if (start == 0) break;
+    end = start - 1;
+  }
+  std::reverse(lines.begin(), lines.end());
+  return lines;
+}
+
+}  // namespace cohort::agent

@@ -1,0 +1,114 @@
+#include "agent/rank_output.h"
+
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+
+#include "util/fd.h"
+
+namespace cohort::agent {
+namespace {
+
+struct Pipe {
+  int read_end, write_end;
+  Pipe() {
+    int fds[2];
+    EXPECT_EQ(::pipe(fds), 0);
+    read_end = fds[0];
+    write_end = fds[1];
+  }
+  std::string drain() {
+    ::close(write_end);
+    std::string out;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(read_end, buf, sizeof buf)) > 0;) out.append(buf, n);
+    ::close(read_end);
+    return out;
+  }
+};
+
+std::string tempFile() {
+  char tmpl[] = "/tmp/cohort-log-XXXXXX";
+  int fd = ::mkstemp(tmpl);
+  ::close(fd);
+  return tmpl;
+}
+
+TEST(RankOutput, PrefixesWholeLinesAcrossChunks) {
+  Pipe pipe;
+  std::string log = tempFile();
+  {
+    Console console(pipe.write_end);
+    auto out = RankOutput::open(log, "[w/0 node0] ", &console);
+    ASSERT_TRUE(out);
+    out->consume("hel", 3);
+    out->consume("lo\nwor", 6);
+    out->consume("ld\npartial", 10);
+    out->finish();
+  }
+  EXPECT_EQ(pipe.drain(), "[w/0 node0] hello\n[w/0 node0] world\n[w/0 node0] partial\n");
+  EXPECT_EQ(*readFile(log), "hello\nworld\npartial");
+}
+
+TEST(RankOutput, LongLinesAreCutIntoPrefixedPiecesThatFitOnePipeWrite) {
+  Pipe pipe;
+  std::string long_line(10000, 'x');
+  {
+    Console console(pipe.write_end);
+    auto out = RankOutput::open(tempFile(), "[w/0 node0] ", &console);
+    ASSERT_TRUE(out);
+    std::string text = long_line + "\nshort\n";
+    out->consume(text.data(), text.size());
+  }
+  std::string shown = pipe.drain();
+  size_t pieces = 0;
+  size_t xs = 0;
+  for (size_t start = 0, nl; (nl = shown.find('\n', start)) != std::string::npos; start = nl + 1) {
+    std::string line = shown.substr(start, nl - start);
+    ASSERT_EQ(line.rfind("[w/0 node0] ", 0), 0u) << line.substr(0, 40);
+    EXPECT_LE(line.size() + 1, static_cast<size_t>(PIPE_BUF));
+    xs += std::count(line.begin(), line.end(), 'x');
+    ++pieces;
+  }
+  EXPECT_EQ(xs, long_line.size());
+  EXPECT_EQ(pieces, 4u);  // three pieces of the long line, then "short"
+}
+
+TEST(RankOutput, TailKeepsLastLines) {
+  auto out = RankOutput::open(tempFile(), "", nullptr);
+  ASSERT_TRUE(out);
+  std::string text;
+  for (int i = 0; i < 100; ++i) text += "line " + std::to_string(i) + "\n";
+  out->consume(text.data(), text.size());
+  auto tail = out->tail(3);
+  EXPECT_EQ(tail, (std::vector<std::string>{"line 97", "line 98", "line 99"}));
+}
+
+TEST(Console, DropsWhenFullInsteadOfBlocking) {
+  Pipe pipe;  // nobody reads while the lines are written: the pipe fills up
+  std::string all;
+  {
+    Console console(pipe.write_end, 1024);
+    for (int i = 0; i < 100000; ++i) console.write("a line that nobody reads yet\n");
+    // Reaching here at all is the point: write() never blocked on the full pipe.
+    // Now read, so the console can write the note about what it dropped.
+    ASSERT_TRUE(setNonBlocking(pipe.read_end));
+    char buf[65536];
+    for (int i = 0; i < 200 && all.find("lines were not shown") == std::string::npos; ++i) {
+      pollfd p{pipe.read_end, POLLIN, 0};
+      ::poll(&p, 1, 10);
+      ssize_t n = ::read(pipe.read_end, buf, sizeof buf);
+      if (n > 0) all.append(buf, n);
+      console.write("one more line\n");
+    }
+  }
+  all += pipe.drain();
+  EXPECT_NE(all.find("lines were not shown here"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cohort::agent

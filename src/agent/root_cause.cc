@@ -1,0 +1,106 @@
+#include "agent/root_cause.h"
+
+#include <signal.h>
+#include <string.h>
+
+#include <algorithm>
+
+namespace cohort::agent {
+
+std::string RankExit::label() const {
+  return role + "/" + std::to_string(role_rank) + " (rank " + std::to_string(rank) +
+         ") on node " + std::to_string(node);
+}
+
+std::string RankExit::describe() const {
+  if (signal) {
+    const char* name = sigabbrev_np(signal);
+    return std::string("was killed by SIG") + (name ? name : std::to_string(signal).c_str());
+  }
+  return "exited with code " + std::to_string(code);
+}
+
+std::optional<RankExit> firstFailure(const std::vector<RankExit>& exits) {
+  std::optional<RankExit> first;
+  for (const RankExit& e : exits) {
+    if (!e.failed() || e.by_cohort) continue;
+    if (!first || e.time_ns < first->time_ns) first = e;
+  }
+  return first;
+}
+
+std::string hintFor(const RankExit& exit) {
+  auto seen = [&](const char* needle) {
+    for (const std::string& line : exit.tail) {
+      if (line.find(needle) != std::string::npos) return true;
+    }
+    return false;
+  };
+  if (seen("CUDA out of memory") || seen("CUDA error: out of memory")) {
+    return "the GPU ran out of memory: lower the batch size per rank, or use fewer ranks per GPU";
+  }
+  if (seen("Address already in use") || seen("EADDRINUSE")) {
+    return "a port was already taken: cohort leases MASTER_PORT for you, so do not hard-code a "
+           "port (use the MASTER_PORT variable); another program may hold the one you chose";
+  }
+  if (seen("NCCL") && (seen("Watchdog") || seen("timeout") || seen("Timeout"))) {
+    return "a collective timed out: one rank stopped participating (it crashed, hung, or runs "
+           "different code); look at the ranks that failed or hung before this one";
+  }
+  if (seen("connect() timed out") || seen("Socket Timeout") || seen("rendezvous") ||
+      seen("Rendezvous") || seen("Connection refused") || seen("Connection reset by peer")) {
+    return "a rank could not reach its peers: check that every rank calls init_process_group "
+           "with the same MASTER_ADDR/MASTER_PORT and that no rank exited early";
+  }
+  if (seen("ModuleNotFoundError") || seen("ImportError")) {
+    return "a Python module is missing for the interpreter the job runs: install it for that "
+           "interpreter (check the command's python and its PATH)";
+  }
+  if (exit.code == 127) {
+    return "the command could not be started: check the program name, the PATH and the workdir";
+  }
+  if (seen("No such file or directory") || seen("FileNotFoundError")) {
+    return "a file was not found: relative paths are resolved from the job's workdir";
+  }
+  if (exit.signal == SIGKILL || seen("MemoryError") || seen("Out of memory") ||
+      seen("out of memory")) {
+    return exit.signal == SIGKILL && !seen("MemoryError")
+               ? "SIGKILL that cohort did not send usually means the kernel's out-of-memory "
+                 "killer: check `dmesg` and the job's memory use"
+               : "the process ran out of memory: use smaller batches or fewer ranks per node";
+  }
+  if (exit.signal == SIGSEGV || exit.signal == SIGBUS || exit.signal == SIGABRT) {
+    return "the process crashed in native code: run this rank alone to reproduce, or look for a "
+           "core dump";
+  }
+  return "";
+}
+
+std::string formatRootCause(const RankExit& root, const std::vector<RankExit>& exits) {
+  std::string out = "root cause: " + root.label() + " " + root.describe() +
+                    " (the first failure" +
+                    (root.attempt ? ", attempt " + std::to_string(root.attempt + 1) : "") + ")\n";
+  if (!root.tail.empty()) {
+    out += "  last lines of " + (root.log_file.empty() ? "its output" : root.log_file) + ":\n";
+    for (const std::string& line : root.tail) out += "    | " + line + "\n";
+  }
+  std::string hint = hintFor(root);
+  if (!hint.empty()) out += "  hint: " + hint + "\n";
+  int after = 0;
+  int stopped = 0;
+  for (const RankExit& e : exits) {
+    if (e.attempt != root.attempt || e.rank == root.rank) continue;
+    if (e.by_cohort) {
+      ++stopped;
+    } else if (e.failed()) {
+      ++after;
+    }
+  }
+  if (after) {
+    out += "  " + std::to_string(after) + " other rank(s) failed after it (consequences)\n";
+  }
+  if (stopped) out += "  " + std::to_string(stopped) + " rank(s) were stopped by cohort\n";
+  return out;
+}
+
+}  // namespace cohort::agent

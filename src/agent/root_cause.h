@@ -1,0 +1,42 @@
+// Root cause: from every rank exit of a failed attempt, the first failure in time across all
+// nodes, with a hint for failures that have a known cause. Ranks that cohort stopped are
+// consequences, never causes. Pure functions, thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cohort::agent {
+
+struct RankExit {
+  int attempt = 0;
+  std::string role;
+  int role_rank = 0;
+  int rank = 0;
+  int node = 0;
+  int code = 0;
+  int signal = 0;
+  bool by_cohort = false;  // cohort signalled it (stopping the job) before it exited
+  int64_t time_ns = 0;
+  std::vector<std::string> tail;
+  std::string log_file;
+
+  bool failed() const { return code != 0 || signal != 0; }
+  int shellCode() const { return signal ? 128 + signal : code; }
+  std::string label() const;     // "worker/3 on node 1"
+  std::string describe() const;  // "exited with code 1" / "was killed by SIGKILL"
+};
+
+// The first failure in time that cohort did not cause, if any.
+std::optional<RankExit> firstFailure(const std::vector<RankExit>& exits);
+
+// A hint for a known failure, judged from the exit and its last log lines; empty when none.
+std::string hintFor(const RankExit& exit);
+
+// The report printed when a job fails: the root cause, its last lines, the hint, and how many
+// other ranks failed after it or were stopped by cohort.
+std::string formatRootCause(const RankExit& root, const std::vector<RankExit>& exits);
+
+}  // namespace cohort::agent

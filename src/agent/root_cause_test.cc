@@ -1,0 +1,75 @@
+#include "agent/root_cause.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+namespace cohort::agent {
+namespace {
+
+RankExit exitOf(int rank, int code, int64_t t, bool by_cohort = false, int sig = 0) {
+  RankExit e;
+  e.role = "worker";
+  e.role_rank = rank;
+  e.rank = rank;
+  e.node = rank / 2;
+  e.code = code;
+  e.signal = sig;
+  e.time_ns = t;
+  e.by_cohort = by_cohort;
+  return e;
+}
+
+TEST(FirstFailure, IsEarliestInTimeNotInArrival) {
+  std::vector<RankExit> exits = {exitOf(1, 1, 300), exitOf(3, 2, 100), exitOf(2, 0, 50)};
+  auto first = firstFailure(exits);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->rank, 3);
+}
+
+TEST(FirstFailure, RanksCohortStoppedAreNeverTheCause) {
+  std::vector<RankExit> exits = {exitOf(0, 0, 10, true, SIGTERM), exitOf(1, 143, 20, true),
+                                 exitOf(2, 1, 30)};
+  EXPECT_EQ(firstFailure(exits)->rank, 2);
+}
+
+TEST(FirstFailure, NoneWhenAllSucceeded) {
+  EXPECT_FALSE(firstFailure({exitOf(0, 0, 1), exitOf(1, 0, 2)}));
+}
+
+TEST(HintFor, KnownFailures) {
+  RankExit e = exitOf(0, 1, 1);
+  e.tail = {"RuntimeError: Address already in use"};
+  EXPECT_NE(hintFor(e).find("port"), std::string::npos);
+  e.tail = {"RuntimeError: connect() timed out. Original timeout was 1800000 ms."};
+  EXPECT_NE(hintFor(e).find("could not reach its peers"), std::string::npos);
+  e.tail = {"ModuleNotFoundError: No module named 'torchvision'"};
+  EXPECT_NE(hintFor(e).find("module is missing"), std::string::npos);
+  e.tail = {"torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate"};
+  EXPECT_NE(hintFor(e).find("GPU ran out of memory"), std::string::npos);
+  e.tail = {};
+  e.signal = SIGKILL;
+  EXPECT_NE(hintFor(e).find("out-of-memory killer"), std::string::npos);
+}
+
+TEST(HintFor, NoHintForAnOrdinaryError) {
+  RankExit e = exitOf(0, 3, 1);
+  e.tail = {"ValueError: bad shape"};
+  EXPECT_EQ(hintFor(e), "");
+}
+
+TEST(FormatRootCause, NamesRankLinesAndConsequences) {
+  RankExit root = exitOf(3, 1, 100);
+  root.tail = {"Traceback (most recent call last):", "ValueError: bad shape"};
+  root.log_file = "/j/logs/worker-3.log";
+  std::vector<RankExit> exits = {root, exitOf(0, 0, 200, true, SIGTERM),
+                                 exitOf(1, 0, 200, true, SIGTERM), exitOf(2, 1, 150)};
+  std::string report = formatRootCause(root, exits);
+  EXPECT_NE(report.find("worker/3 (rank 3) on node 1 exited with code 1"), std::string::npos)
+      << report;
+  EXPECT_NE(report.find("| ValueError: bad shape"), std::string::npos) << report;
+  EXPECT_NE(report.find("1 other rank(s) failed after it"), std::string::npos) << report;
+  EXPECT_NE(report.find("2 rank(s) were stopped by cohort"), std::string::npos) << report;
+}
+
+}  // namespace
+}  // namespace cohort::agent

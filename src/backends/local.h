@@ -1,0 +1,31 @@
+// The local backend: every simulated node's agent is a `cohort exec` process forked on this
+// machine, in its own process group, told to stop (SIGTERM) if the coordinator dies. Used by
+// `cohort run`. Single-threaded: call from the coordinator's thread.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "agent/coordinator.h"
+#include "proc/spawn.h"
+
+namespace cohort::backends {
+
+class LocalLauncher : public agent::AgentLauncher {
+ public:
+  // `cohort_exe` is the cohort binary the agents run.
+  explicit LocalLauncher(std::string cohort_exe) : exe_(std::move(cohort_exe)) {}
+
+  Result<void> launch(int node, const std::string& addr, int port,
+                      const std::string& secret) override;
+  void reap(Millis deadline) override;
+
+ private:
+  std::string exe_;
+  std::vector<proc::Child> agents_;
+};
+
+// The path of the running executable (/proc/self/exe).
+std::string selfExecutable();
+
+}  // namespace cohort::backends

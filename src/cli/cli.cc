@@ -1,0 +1,271 @@
+#include "cli/cli.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "agent/coordinator.h"
+#include "agent/node_agent.h"
+#include "backends/local.h"
+#include "cli/job_options.h"
+#include "plan/port_lease.h"
+#include "util/fd.h"
+#include "util/text.h"
+
+#ifndef COHORT_VERSION
+#define COHORT_VERSION "0.1.0"
+#endif
+
+namespace cohort::cli {
+
+namespace {
+
+constexpr int kExitUsage = 2;
+
+const char* kMainHelp = R"(cohort: run distributed training jobs, on this machine or a cluster
+
+Usage:
+  cohort run [flags] [-f job.yaml] [-- command...]   run a job here, nodes simulated locally
+  cohort plan [flags] [-f job.yaml] [-- command...]  show what each rank would get; start nothing
+  cohort exec --coordinator ADDR:PORT --node N       a node agent (started by cohort itself)
+  cohort version                                     print the version
+  cohort help [command]                              help for a command
+
+Examples:
+  cohort run --nodes 2 --nproc-per-node 2 --framework pytorch -- python3 train.py
+  cohort run -f examples/pytorch/ddp.yaml
+  cohort plan -f examples/pytorch/ddp.yaml --json
+
+Exit codes: 0 the job succeeded; 2 bad usage or a bad job (nothing was started); 124 max_runtime
+exceeded; 128+N stopped by signal N; otherwise the exit code of the rank that failed first
+(128+N if it was killed by signal N); 1 when cohort itself could not run the job.
+)";
+
+std::string runHelp() {
+  return std::string(R"(cohort run: run a job on this machine; each node is simulated by a node agent process
+
+Usage: cohort run [flags] [-f job.yaml] [-- command...]
+
+Every rank gets cohort's variables (COHORT_RANK, COHORT_WORLD_SIZE, ...) and, with
+--framework pytorch, the variables torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+MASTER_PORT (a free port leased for this job), ...), so torchrun scripts run unchanged.
+When one rank fails, every rank is stopped and the first failure is reported with its last
+log lines. The job directory (<data-root>/jobs/<id>/) holds logs/<role>-<rank>.log, output/,
+plan.json, events.jsonl and result.json.
+
+)") + jobFlagsHelp() + R"(
+Output:
+  --log-ranks LIST         ranks echoed on the console: all (default), none, 0, 0,2-3
+                           (every rank's full output is always in its log file)
+  -q, --quiet              no progress lines from cohort on stderr
+
+Ctrl-C stops the job gracefully (SIGTERM, then SIGKILL after the grace period); press it
+again to kill at once.
+)";
+}
+
+std::string planHelp() {
+  return std::string(R"(cohort plan: print what `cohort run` would start, without starting anything
+
+Usage: cohort plan [flags] [-f job.yaml] [--json] [-- command...]
+
+Shows each rank's identity, argv and the variables cohort sets, and the files it writes.
+MASTER_PORT shows as "auto": a free port is leased when the job starts.
+
+)") + jobFlagsHelp() + R"(
+Output:
+  --json                   the plan as JSON
+)";
+}
+
+const char* kExecHelp = R"(cohort exec: the node agent (started by cohort run, or by srun on a cluster)
+
+Usage: cohort exec --coordinator ADDR:PORT --node N
+
+Reads the job secret from COHORT_JOB_SECRET, dials the coordinator, runs this node's ranks.
+)";
+
+int reportError(const Error& e) {
+  std::fprintf(stderr, "cohort: error: %s\n", e.message.c_str());
+  return e.code == Code::kInvalidArgument || e.code == Code::kNotFound ? kExitUsage : 1;
+}
+
+Result<void> makeJobDirs(const std::string& job_dir) {
+  std::string path;
+  for (const std::string& part : split(job_dir, '/')) {
+    if (part.empty()) continue;
+    path += "/" + part;
+    if (::mkdir(path.c_str(), 0755) < 0 && errno != EEXIST) {
+      return failErrno("create '" + path + "'");
+    }
+  }
+  for (const char* sub : {"work", "output", "logs"}) {
+    std::string dir = job_dir + "/" + sub;
+    if (::mkdir(dir.c_str(), 0755) < 0) return failErrno("create '" + dir + "'");
+  }
+  return {};
+}
+
+int cmdPlan(int argc, char** argv) {
+  auto options = parseJobOptions(argc, argv, 2);
+  if (!options) return reportError(options.error());
+  auto job = prepareJob(*options);
+  if (!job) return reportError(job.error());
+  auto plan = plan::makePlan(job->spec, job->context);
+  if (!plan) return reportError(plan.error());
+  std::string out = options->json ? plan::toJson(*plan) : plan::toText(*plan);
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
+int cmdRun(int argc, char** argv) {
+  auto options = parseJobOptions(argc, argv, 2);
+  if (!options) return reportError(options.error());
+  auto job = prepareJob(*options);
+  if (!job) return reportError(job.error());
+  auto lease = plan::PortLease::acquire(job->context.master_addr, plan::defaultLeaseDir());
+  if (!lease) return reportError(lease.error());
+  job->context.master_port = lease->port();
+  auto plan = plan::makePlan(job->spec, job->context);
+  if (!plan) return reportError(plan.error());
+
+  if (auto made = makeJobDirs(plan->job_dir); !made) return reportError(made.error());
+  if (auto w = writeFileAtomic(plan->job_dir + "/plan.json", plan::toJson(*plan)); !w) {
+    return reportError(w.error());
+  }
+  for (const plan::GeneratedFile& f : plan->files) {
+    if (auto w = writeFileAtomic(f.path, f.content); !w) return reportError(w.error());
+  }
+  const bool progress = !options->quiet;
+  if (progress) {
+    int nodes = static_cast<int>(plan->nodes.size());
+    std::fprintf(stderr, "cohort: job %s: %d node(s), %d rank(s), master port %d\n",
+                 plan->job_id.c_str(), nodes, plan->world_size, lease->port());
+    std::fprintf(stderr, "cohort: job directory %s\n", plan->job_dir.c_str());
+  }
+  std::fflush(stdout);
+  backends::LocalLauncher launcher(backends::selfExecutable());
+  agent::CoordinatorOptions copts;
+  copts.progress = progress;
+  auto outcome = agent::runCoordinator(*plan, launcher, copts);
+  if (!outcome) return reportError(outcome.error());
+  if (outcome->state == agent::JobState::kSucceeded) {
+    if (progress) {
+      std::fprintf(stderr, "cohort: job %s succeeded; outputs in %s/output\n",
+                   plan->job_id.c_str(), plan->job_dir.c_str());
+    }
+  } else {
+    std::fprintf(stderr, "cohort: job %s %s: %s (exit code %d)\n", plan->job_id.c_str(),
+                 agent::jobStateName(outcome->state), outcome->reason.c_str(),
+                 outcome->exit_code);
+    if (outcome->root_cause) {
+      std::string report = agent::formatRootCause(*outcome->root_cause, outcome->exits);
+      std::fprintf(stderr, "%s", report.c_str());
+    }
+    std::fprintf(stderr, "cohort: logs in %s/logs\n", plan->job_dir.c_str());
+  }
+  return outcome->exit_code;
+}
+
+int cmdExec(int argc, char** argv) {
+  agent::AgentOptions options;
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kExecHelp, stdout);
+      return 0;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "cohort exec: %s needs a value\n", arg.c_str());
+      return kExitUsage;
+    }
+    std::string value = argv[++i];
+    if (arg == "--coordinator") {
+      auto colon = value.rfind(':');
+      auto port = colon == std::string::npos ? Result<int>(0) : parseInt(value.substr(colon + 1));
+      if (colon == std::string::npos || !port) {
+        std::fprintf(stderr, "cohort exec: --coordinator: expected ADDR:PORT, got '%s'\n",
+                     value.c_str());
+        return kExitUsage;
+      }
+      options.coordinator_addr = value.substr(0, colon);
+      options.coordinator_port = *port;
+    } else if (arg == "--node") {
+      auto node = parseInt(value);
+      if (!node || *node < 0) {
+        std::fprintf(stderr, "cohort exec: --node: expected a node index, got '%s'\n",
+                     value.c_str());
+        return kExitUsage;
+      }
+      options.node = *node;
+    } else {
+      std::fprintf(stderr, "cohort exec: unknown flag '%s'\n", arg.c_str());
+      return kExitUsage;
+    }
+  }
+  const char* secret = std::getenv("COHORT_JOB_SECRET");
+  if (!secret || !*secret || options.coordinator_port == 0) {
+    std::fprintf(stderr, "cohort exec: needs --coordinator ADDR:PORT and COHORT_JOB_SECRET; "
+                         "it is started by cohort itself\n");
+    return kExitUsage;
+  }
+  options.secret = secret;
+  auto result = agent::runNodeAgent(options);
+  if (!result) {
+    std::fprintf(stderr, "cohort exec: node %d: %s\n", options.node,
+                 result.error().message.c_str());
+    return 1;
+  }
+  return *result;
+}
+
+bool wantsHelp(int argc, char** argv) {
+  for (int i = 2; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--") == 0) return false;
+    if (std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--help") == 0) return true;
+  }
+  return false;
+}
+
+int help(const std::string& topic) {
+  if (topic == "run") {
+    std::fputs(runHelp().c_str(), stdout);
+  } else if (topic == "plan") {
+    std::fputs(planHelp().c_str(), stdout);
+  } else if (topic == "exec") {
+    std::fputs(kExecHelp, stdout);
+  } else {
+    std::fputs(kMainHelp, stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fputs(kMainHelp, stderr);
+    return kExitUsage;
+  }
+  std::string command = argv[1];
+  if (command == "-h" || command == "--help" || command == "help") {
+    return help(argc > 2 ? argv[2] : "");
+  }
+  if (command == "version" || command == "--version") {
+    std::printf("cohort %s\n", COHORT_VERSION);
+    return 0;
+  }
+  if (command == "run" || command == "plan" || command == "exec") {
+    if (command != "exec" && wantsHelp(argc, argv)) return help(command);
+    if (command == "run") return cmdRun(argc, argv);
+    if (command == "plan") return cmdPlan(argc, argv);
+    return cmdExec(argc, argv);
+  }
+  std::fprintf(stderr, "cohort: unknown command '%s' (see cohort --help)\n", command.c_str());
+  return kExitUsage;
+}
+
+}  // namespace cohort::cli

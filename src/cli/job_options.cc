@@ -1,0 +1,289 @@
+#include "cli/job_options.h"
+
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <ctime>
+
+#include "proc/spawn.h"
+#include "util/fd.h"
+#include "util/text.h"
+
+namespace cohort::cli {
+
+namespace {
+
+std::string currentDir() {
+  char buf[4096];
+  return ::getcwd(buf, sizeof buf) ? buf : ".";
+}
+
+std::string absolute(const std::string& path, const std::string& base) {
+  if (!path.empty() && path[0] == '/') return path;
+  if (path.empty() || path == ".") return base;
+  return base + "/" + path;
+}
+
+std::string dirName(const std::string& path) {
+  auto slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+bool isDirectory(const std::string& path) {
+  struct stat st{};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+Result<void> splitKeyValue(const std::string& flag, const std::string& text, spec::KeyValues& out) {
+  auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    return fail(Code::kInvalidArgument, flag + ": expected KEY=VALUE, got '" + text + "'");
+  }
+  std::string key = text.substr(0, eq);
+  for (auto& kv : out) {
+    if (kv.first == key) {
+      kv.second = text.substr(eq + 1);
+      return {};
+    }
+  }
+  out.emplace_back(key, text.substr(eq + 1));
+  return {};
+}
+
+// A job name from the command: "python3 ddp.py" -> "ddp".
+std::string nameFromCommand(const std::vector<std::string>& command) {
+  std::string word = command.empty() ? "job" : command[0];
+  for (size_t i = 1; i < command.size(); ++i) {
+    if (command[i][0] != '-' && command[i].find('.') != std::string::npos &&
+        command[i].find('=') == std::string::npos) {
+      word = command[i];
+      break;
+    }
+  }
+  word = word.substr(word.rfind('/') + 1);
+  word = word.substr(0, word.find('.'));
+  std::string name;
+  for (char c : word) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_';
+    name += ok ? c : '-';
+  }
+  return name.empty() ? "job" : name;
+}
+
+std::string newJobId(const std::string& name) {
+  time_t now = ::time(nullptr);
+  tm local{};
+  ::localtime_r(&now, &local);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &local);
+  unsigned char r[2] = {0, 0};
+  (void)::getrandom(r, sizeof r, 0);
+  char suffix[8];
+  std::snprintf(suffix, sizeof suffix, "%02x%02x", r[0], r[1]);
+  return name + "-" + stamp + "-" + suffix;
+}
+
+}  // namespace
+
+std::string jobFlagsHelp() {
+  return R"(Job:
+  -f, --file FILE          job file (YAML or JSON); flags below override its fields
+  --name NAME              job name (default: from the file or the script's name)
+  --framework NAME         pytorch (default: also sets torchrun's variables) | generic
+  --nodes N                nodes of a single-role job (simulated on this machine)
+  --nproc-per-node N       processes per node
+  --workdir DIR            where ranks run (default: the job file's directory, or here)
+  --env KEY=VALUE          set a variable for every rank (repeatable)
+  --hp KEY=VALUE           hyperparameter, appended to the command as --KEY=VALUE (repeatable)
+  --max-restarts N         restart the whole gang up to N times after a failure (default 0)
+  --grace-period DUR       SIGTERM -> SIGKILL delay when stopping ranks (default 30s)
+  --max-runtime DUR        stop the job after this long (e.g. 2h); exit code 124
+  --success ROLE[,ROLE]    key roles: the job succeeds when all their ranks exit 0
+  --data-root DIR          where job directories go (default $COHORT_DATA_ROOT or ~/.cohort)
+  -- COMMAND...            the command every rank runs
+)";
+}
+
+Result<JobOptions> parseJobOptions(int argc, char** argv, int first) {
+  JobOptions o;
+  for (int i = first; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--") {
+      for (++i; i < argc; ++i) o.command.emplace_back(argv[i]);
+      break;
+    }
+    std::string value;
+    bool inline_value = false;
+    if (startsWith(arg, "--") && arg.find('=') != std::string::npos) {
+      value = arg.substr(arg.find('=') + 1);
+      arg = arg.substr(0, arg.find('='));
+      inline_value = true;
+    }
+    auto next = [&]() -> Result<std::string> {
+      if (inline_value) return value;
+      if (i + 1 >= argc) return fail(Code::kInvalidArgument, arg + ": needs a value");
+      return std::string(argv[++i]);
+    };
+    auto number = [&](int min) -> Result<int> {
+      COHORT_ASSIGN(std::string text, next());
+      auto n = parseInt(text);
+      if (!n || *n < min) {
+        return fail(Code::kInvalidArgument, arg + ": expected an integer >= " +
+                                                std::to_string(min) + ", got '" + text + "'");
+      }
+      return *n;
+    };
+    if (arg == "-f" || arg == "--file") {
+      COHORT_ASSIGN(o.file, next());
+    } else if (arg == "--name") {
+      COHORT_ASSIGN(o.name, next());
+    } else if (arg == "--framework") {
+      COHORT_ASSIGN(o.framework, next());
+    } else if (arg == "--nodes") {
+      COHORT_ASSIGN(o.nodes, number(1));
+    } else if (arg == "--nproc-per-node" || arg == "--nproc_per_node") {
+      COHORT_ASSIGN(o.procs_per_node, number(1));
+    } else if (arg == "--workdir") {
+      COHORT_ASSIGN(o.workdir, next());
+    } else if (arg == "--env") {
+      COHORT_ASSIGN(std::string kv, next());
+      o.env.push_back(kv);
+    } else if (arg == "--hp") {
+      COHORT_ASSIGN(std::string kv, next());
+      o.hyperparameters.push_back(kv);
+    } else if (arg == "--max-restarts") {
+      COHORT_ASSIGN(o.max_restarts, number(0));
+    } else if (arg == "--grace-period") {
+      COHORT_ASSIGN(o.grace_period, next());
+    } else if (arg == "--max-runtime") {
+      COHORT_ASSIGN(o.max_runtime, next());
+    } else if (arg == "--success") {
+      COHORT_ASSIGN(o.success, next());
+    } else if (arg == "--data-root") {
+      COHORT_ASSIGN(o.data_root, next());
+    } else if (arg == "--log-ranks") {
+      COHORT_ASSIGN(o.log_ranks, next());
+    } else if (arg == "--json") {
+      o.json = true;
+    } else if (arg == "-q" || arg == "--quiet") {
+      o.quiet = true;
+    } else if (!startsWith(arg, "-")) {
+      // The command without "--": everything from here on.
+      for (; i < argc; ++i) o.command.emplace_back(argv[i]);
+      break;
+    } else {
+      return fail(Code::kInvalidArgument, "unknown flag '" + arg + "' (see --help)");
+    }
+  }
+  return o;
+}
+
+Result<PreparedJob> prepareJob(const JobOptions& o) {
+  PreparedJob job;
+  spec::JobSpec& s = job.spec;
+  const std::string cwd = currentDir();
+  if (!o.file.empty()) {
+    auto text = readFile(o.file);
+    if (!text) return fail(Code::kInvalidArgument, "job file: " + text.error().message);
+    COHORT_ASSIGN(s, spec::parseJobFile(*text, o.file));
+    s.base_dir = dirName(absolute(o.file, cwd));
+  } else {
+    s = spec::defaultSpec();
+    s.base_dir = cwd;
+  }
+  if (!o.command.empty()) s.command = o.command;
+  if (!o.name.empty()) {
+    s.name = o.name;
+  } else if (s.name.empty()) {
+    s.name = nameFromCommand(s.command);
+  }
+  if (!o.framework.empty()) {
+    if (o.framework == "pytorch") {
+      s.framework = spec::Framework::kPyTorch;
+    } else if (o.framework == "generic") {
+      s.framework = spec::Framework::kGeneric;
+    } else {
+      return fail(Code::kInvalidArgument,
+                  "--framework: '" + o.framework + "' is not supported (pytorch, generic)");
+    }
+  }
+  if (o.nodes || o.procs_per_node) {
+    if (s.roles.size() != 1) {
+      return fail(Code::kInvalidArgument,
+                  "--nodes/--nproc-per-node apply to single-role jobs; this job has " +
+                      std::to_string(s.roles.size()) + " roles: set them in the job file");
+    }
+    if (o.nodes) s.roles[0].nodes = o.nodes;
+    if (o.procs_per_node) s.roles[0].procs_per_node = o.procs_per_node;
+  }
+  if (!o.workdir.empty()) {
+    s.workdir = o.workdir;
+    s.base_dir = cwd;
+  }
+  for (const auto& kv : o.env) COHORT_TRY(splitKeyValue("--env", kv, s.env));
+  for (const auto& kv : o.hyperparameters) COHORT_TRY(splitKeyValue("--hp", kv, s.hyperparameters));
+  if (o.max_restarts >= 0) s.policy.max_restarts = o.max_restarts;
+  if (!o.grace_period.empty()) {
+    auto d = parseDuration(o.grace_period);
+    if (!d) return withContext(d.error(), "--grace-period");
+    s.policy.grace_period = *d;
+  }
+  if (!o.max_runtime.empty()) {
+    auto d = parseDuration(o.max_runtime);
+    if (!d) return withContext(d.error(), "--max-runtime");
+    s.policy.max_runtime = *d;
+  }
+  if (!o.success.empty()) s.policy.success = split(o.success, ',');
+  COHORT_TRY(spec::validate(s));
+
+  // The file system: refuse now what would fail at start.
+  std::string workdir = absolute(s.workdir, s.base_dir);
+  if (!isDirectory(workdir)) {
+    return fail(Code::kInvalidArgument,
+                "workdir: '" + workdir + "' is not a directory" +
+                    (s.workdir.empty() || s.workdir[0] == '/'
+                         ? std::string()
+                         : " ('" + s.workdir + "' is relative to " +
+                               (o.file.empty() || !o.workdir.empty() ? "the current directory"
+                                                                     : "the job file's directory") +
+                               ")"));
+  }
+  std::string path = std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin";
+  for (const auto& [k, v] : s.env) {
+    if (k == "PATH") path = v;
+  }
+  auto program = proc::findProgram(s.command[0], path, workdir);
+  if (!program) return withContext(program.error(), "command");
+  std::string base = program->substr(program->rfind('/') + 1);
+  if (startsWith(base, "python") && s.command.size() > 1 && s.command[1][0] != '-') {
+    std::string script = absolute(s.command[1], workdir);
+    if (::access(script.c_str(), R_OK) != 0) {
+      return fail(Code::kInvalidArgument, "command: script '" + s.command[1] +
+                                              "' not found in the workdir '" + workdir + "'");
+    }
+  }
+
+  const char* env_root = std::getenv("COHORT_DATA_ROOT");
+  const char* home = std::getenv("HOME");
+  job.data_root = !o.data_root.empty() ? absolute(o.data_root, cwd)
+                  : env_root && *env_root ? std::string(env_root)
+                                          : std::string(home ? home : "/tmp") + "/.cohort";
+  plan::PlanContext& ctx = job.context;
+  ctx.job_id = newJobId(s.name);
+  ctx.job_dir = job.data_root + "/jobs/" + ctx.job_id;
+  ctx.workdir = workdir;
+  if (o.log_ranks == "none") {
+    ctx.console_ranks = {-1};  // no rank has that number: nothing is echoed
+  } else if (!o.log_ranks.empty()) {
+    auto ranks = parseRankList(o.log_ranks);
+    if (!ranks) return withContext(ranks.error(), "--log-ranks");
+    ctx.console_ranks = *ranks;
+  }
+  return job;
+}
+
+}  // namespace cohort::cli

@@ -1,0 +1,41 @@
+// The flags shared by `cohort run` and `cohort plan`: they read a job file and/or a command after
+// "--", apply the common fields given as flags, and resolve paths, producing a validated JobSpec
+// and a PlanContext. File-system checks (workdir, program, script) live here, so that a wrong
+// path is refused before anything starts.
+#pragma once
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "plan/plan.h"
+#include "spec/job_spec.h"
+#include "util/result.h"
+
+namespace cohort::cli {
+
+struct JobOptions {
+  std::string file;
+  std::string name, framework, workdir, grace_period, max_runtime, success, data_root, log_ranks;
+  int nodes = 0, procs_per_node = 0, max_restarts = -1;
+  std::vector<std::string> env, hyperparameters;  // KEY=VALUE
+  std::vector<std::string> command;               // after "--"
+  bool json = false, quiet = false;
+};
+
+// Parses flags for run/plan from argv[first..]. Errors: kInvalidArgument naming the flag.
+Result<JobOptions> parseJobOptions(int argc, char** argv, int first);
+
+struct PreparedJob {
+  spec::JobSpec spec;
+  plan::PlanContext context;
+  std::string data_root;
+};
+
+// Builds the spec (job file, then flags), validates it, resolves the workdir and checks that the
+// workdir and the program exist. Picks the job id and directory (not created yet).
+Result<PreparedJob> prepareJob(const JobOptions& options);
+
+std::string jobFlagsHelp();
+
+}  // namespace cohort::cli

@@ -1,0 +1,84 @@
+// Plan: the complete, concrete description of a job run, made from a JobSpec by a pure function.
+// It says for every node which ranks it runs and, for every rank, its identity, argv and the
+// environment variables cohort sets (the rank contract of DESIGN.md), plus the files cohort
+// writes (the generic rank table). No I/O here: what the planner needs from the machine (job id,
+// directories, master port, hosts) comes in PlanContext. Thread-safe.
+#pragma once
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "spec/job_spec.h"
+#include "util/result.h"
+
+namespace cohort::plan {
+
+using spec::KeyValues;
+
+struct RankPlan {
+  std::string role;
+  int role_rank = 0;        // index within the role
+  int role_world_size = 0;  // processes in the role
+  int rank = 0;             // global rank
+  int local_rank = 0;       // index on its node
+  int node = 0;             // global node index
+  std::vector<std::string> argv;
+  KeyValues env;  // what cohort sets on top of the inherited environment
+  std::string log_file;
+  bool key = false;      // a key role: its exits decide the job
+  bool console = true;   // its output is echoed on the merged console stream
+};
+
+struct NodePlan {
+  int node = 0;
+  std::string host;
+  std::vector<RankPlan> ranks;
+};
+
+struct GeneratedFile {
+  std::string path;
+  std::string content;
+};
+
+struct Plan {
+  std::string job_id;
+  std::string job_name;
+  std::string job_dir;
+  std::string workdir;
+  std::string framework;
+  int world_size = 0;
+  int max_restarts = 0;
+  int64_t grace_period_ms = 0;
+  int64_t max_runtime_ms = 0;  // 0: none
+  std::vector<NodePlan> nodes;
+  std::vector<GeneratedFile> files;
+};
+
+struct PlanContext {
+  std::string job_id;
+  std::string job_dir;  // absolute
+  std::string workdir;  // absolute
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  std::vector<std::string> hosts;  // one per node; missing entries default to master_addr
+  std::set<int> console_ranks;     // global ranks echoed on the console; empty: all
+};
+
+// Builds the plan. Errors: kInvalidArgument when the spec fails validation.
+Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx);
+
+// Names of the variables in the contract that change with each restart; the agent sets them.
+inline constexpr const char* kRestartCountVars[] = {"COHORT_RESTART_COUNT",
+                                                    "TORCHELASTIC_RESTART_COUNT"};
+
+// JSON form of a plan and of one node's part (what `cohort plan --json` prints and what the
+// coordinator sends each agent).
+std::string toJson(const Plan& plan, int indent = 2);
+std::string nodeToJson(const NodePlan& node);
+Result<NodePlan> nodeFromJson(const std::string& json);
+
+// Human form for `cohort plan`: one block per rank with its variables, then the files.
+std::string toText(const Plan& plan);
+
+}  // namespace cohort::plan

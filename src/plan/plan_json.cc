@@ -1,0 +1,115 @@
+#include <nlohmann/json.hpp>
+
+#include "plan/plan.h"
+#include "util/text.h"
+
+namespace cohort::plan {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Json envJson(const KeyValues& env) {
+  Json out = Json::object();
+  for (const auto& [k, v] : env) out[k] = v;
+  return out;
+}
+
+Json nodeJson(const NodePlan& node) {
+  Json ranks = Json::array();
+  for (const RankPlan& r : node.ranks) {
+    ranks.push_back(Json{{"role", r.role},
+                     {"role_rank", r.role_rank},
+                     {"role_world_size", r.role_world_size},
+                     {"rank", r.rank},
+                     {"local_rank", r.local_rank},
+                     {"node", r.node},
+                     {"key", r.key},
+                     {"console", r.console},
+                     {"argv", r.argv},
+                     {"env", envJson(r.env)},
+                     {"log_file", r.log_file}});
+  }
+  return {{"node", node.node}, {"host", node.host}, {"ranks", ranks}};
+}
+
+}  // namespace
+
+std::string toJson(const Plan& plan, int indent) {
+  Json nodes = Json::array();
+  for (const NodePlan& node : plan.nodes) nodes.push_back(nodeJson(node));
+  Json files = Json::array();
+  for (const GeneratedFile& f : plan.files) {
+    files.push_back(Json{{"path", f.path}, {"content", f.content}});
+  }
+  Json out = {{"job_id", plan.job_id},
+                        {"job_name", plan.job_name},
+                        {"job_dir", plan.job_dir},
+                        {"workdir", plan.workdir},
+                        {"framework", plan.framework},
+                        {"world_size", plan.world_size},
+                        {"max_restarts", plan.max_restarts},
+                        {"grace_period_ms", plan.grace_period_ms},
+                        {"max_runtime_ms", plan.max_runtime_ms},
+                        {"nodes", nodes},
+                        {"files", files}};
+  return out.dump(indent) + "\n";
+}
+
+std::string nodeToJson(const NodePlan& node) { return nodeJson(node).dump(); }
+
+Result<NodePlan> nodeFromJson(const std::string& text) {
+  try {
+    auto j = Json::parse(text);
+    NodePlan node;
+    node.node = j.at("node").get<int>();
+    node.host = j.at("host").get<std::string>();
+    for (const auto& jr : j.at("ranks")) {
+      RankPlan r;
+      r.role = jr.at("role").get<std::string>();
+      r.role_rank = jr.at("role_rank").get<int>();
+      r.role_world_size = jr.at("role_world_size").get<int>();
+      r.rank = jr.at("rank").get<int>();
+      r.local_rank = jr.at("local_rank").get<int>();
+      r.node = jr.at("node").get<int>();
+      r.key = jr.at("key").get<bool>();
+      r.console = jr.at("console").get<bool>();
+      r.argv = jr.at("argv").get<std::vector<std::string>>();
+      for (const auto& [key, value] : jr.at("env").items()) {
+        r.env.emplace_back(key, value.get<std::string>());
+      }
+      r.log_file = jr.at("log_file").get<std::string>();
+      node.ranks.push_back(std::move(r));
+    }
+    return node;
+  } catch (const nlohmann::json::exception& e) {
+    return fail(Code::kInvalidArgument, std::string("node plan: ") + e.what());
+  }
+}
+
+std::string toText(const Plan& plan) {
+  std::string out;
+  out += "job " + plan.job_name + " (" + plan.job_id + "), framework " + plan.framework + ", " +
+         std::to_string(plan.nodes.size()) + " node(s), " + std::to_string(plan.world_size) +
+         " rank(s)\n";
+  out += "job dir " + plan.job_dir + "\nworkdir " + plan.workdir + "\n";
+  for (const NodePlan& node : plan.nodes) {
+    out += "\nnode " + std::to_string(node.node) + " (" + node.host + ")\n";
+    for (const RankPlan& r : node.ranks) {
+      std::vector<std::string> words;
+      for (const auto& a : r.argv) words.push_back(shellQuote(a));
+      out += "  " + r.role + "/" + std::to_string(r.role_rank) + "  rank " +
+             std::to_string(r.rank) + ", local rank " + std::to_string(r.local_rank) +
+             (r.key ? "" : ", not a key role") + "\n";
+      out += "    argv: " + join(words, " ") + "\n";
+      out += "    log:  " + r.log_file + "\n";
+      for (const auto& [k, v] : r.env) out += "    " + k + "=" + v + "\n";
+    }
+  }
+  for (const GeneratedFile& f : plan.files) {
+    out += "\nfile " + f.path + ":\n" + f.content;
+  }
+  return out;
+}
+
+}  // namespace cohort::plan

@@ -1,0 +1,52 @@
+#include "plan/port_lease.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+namespace cohort::plan {
+
+std::string defaultLeaseDir() {
+  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+  if (runtime && *runtime) return std::string(runtime) + "/cohort-ports";
+  return "/tmp/cohort-ports-" + std::to_string(::getuid());
+}
+
+Result<PortLease> PortLease::acquire(const std::string& addr, const std::string& lock_dir) {
+  if (::mkdir(lock_dir.c_str(), 0700) < 0 && errno != EEXIST) {
+    return failErrno("create port lease directory '" + lock_dir + "'");
+  }
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  if (::inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1) {
+    return fail(Code::kInvalidArgument, "master address '" + addr + "' is not an IPv4 address");
+  }
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    UniqueFd sock(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!sock.valid()) return failErrno("socket");
+    sa.sin_port = 0;
+    if (::bind(sock.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) < 0) {
+      return failErrno("bind a free port on " + addr);
+    }
+    socklen_t len = sizeof sa;
+    ::getsockname(sock.get(), reinterpret_cast<sockaddr*>(&sa), &len);
+    int port = ntohs(sa.sin_port);
+    std::string path = lock_dir + "/" + std::to_string(port);
+    UniqueFd lock(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+    if (!lock.valid()) return failErrno("open '" + path + "'");
+    if (::flock(lock.get(), LOCK_EX | LOCK_NB) < 0) continue;  // another job holds it
+    PortLease lease;
+    lease.port_ = port;
+    lease.lock_ = std::move(lock);
+    return lease;
+  }
+  return fail(Code::kUnavailable, "no free port on " + addr + " after 64 tries");
+}
+
+}  // namespace cohort::plan

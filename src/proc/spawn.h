@@ -1,0 +1,57 @@
+// Spawning and reaping processes the way the supervisor needs: argv and environment built before
+// fork, only async-signal-safe calls in the child, a pidfd for every child, exec failures
+// reported to the parent as an Error (not as a mysterious exit code 127).
+// Call spawn() only from the long-lived loop thread: PR_SET_PDEATHSIG follows the thread.
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "util/fd.h"
+#include "util/result.h"
+
+namespace cohort::proc {
+
+struct SpawnRequest {
+  std::vector<std::string> argv;
+  std::vector<std::string> env;  // "KEY=VALUE", the whole environment
+  std::string cwd;               // empty: inherit
+  int stdin_fd = -1;             // -1: /dev/null
+  int stdout_fd = -1;            // -1: inherit; otherwise also used for stderr
+  bool merge_stderr = true;      // send stderr to stdout_fd too
+  bool new_process_group = true;
+  int death_signal = SIGKILL;    // sent to the child when the spawning thread dies
+};
+
+struct Child {
+  pid_t pid = -1;
+  UniqueFd pidfd;  // readable when the child has exited
+};
+
+// Starts the process. Errors: kNotFound when the program is not found on PATH (of `env`) or in
+// `cwd`; kIo for other exec or fork failures, naming the program.
+Result<Child> spawn(const SpawnRequest& request);
+
+// How a process ended.
+struct ExitStatus {
+  int code = 0;    // exit code when it exited
+  int signal = 0;  // the signal that killed it, else 0
+  // 0 on success, the exit code, or 128 + signal (the shell's convention).
+  int shellCode() const { return signal ? 128 + signal : code; }
+  std::string describe() const;  // "exited with code 3", "killed by SIGKILL"
+};
+
+// Reaps a child whose pidfd became readable. Errors: kIo.
+Result<ExitStatus> reap(int pidfd);
+
+// Finds `program` as execvp would: a path with '/' is taken relative to `cwd`, a bare name is
+// looked up in `path`. Returns the absolute path, or kNotFound.
+Result<std::string> findProgram(const std::string& program, const std::string& path,
+                                const std::string& cwd);
+
+int openPidfd(pid_t pid);
+
+}  // namespace cohort::proc

@@ -1,0 +1,320 @@
+#include "spec/job_spec.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <functional>
+#include <set>
+
+namespace cohort::spec {
+
+const char* frameworkName(Framework f) {
+  switch (f) {
+    case Framework::kPyTorch: return "pytorch";
+    case Framework::kGeneric: return "generic";
+  }
+  return "generic";
+}
+
+JobSpec defaultSpec() {
+  JobSpec spec;
+  spec.roles.push_back(Role{"worker", 1, 1, {}});
+  return spec;
+}
+
+namespace {
+
+// Fields that DESIGN.md names but this version does not run yet: a clear refusal beats silently
+// ignoring them.
+const std::set<std::string> kNotYet = {"inputs", "outputs", "debug", "launcher", "mode",
+                                       "compat"};
+
+class Parser {
+ public:
+  explicit Parser(std::string file) : file_(std::move(file)) {}
+
+  tl::unexpected<Error> bad(const YAML::Node& node, const std::string& path,
+                            const std::string& what) const {
+    std::string where = file_;
+    if (node.Mark().line >= 0) where += ":" + std::to_string(node.Mark().line + 1);
+    return fail(Code::kInvalidArgument, where + ": " + path + ": " + what);
+  }
+
+  Result<std::string> scalar(const YAML::Node& node, const std::string& path) const {
+    if (!node.IsScalar()) return bad(node, path, "expected a string or number");
+    return node.Scalar();
+  }
+
+  Result<int> integer(const YAML::Node& node, const std::string& path, int min) const {
+    COHORT_ASSIGN(std::string text, scalar(node, path));
+    auto value = parseInt(text);
+    if (!value) return bad(node, path, "expected an integer, got '" + text + "'");
+    if (*value < min) {
+      return bad(node, path, "must be at least " + std::to_string(min) + ", got " + text);
+    }
+    return *value;
+  }
+
+  Result<Millis> duration(const YAML::Node& node, const std::string& path) const {
+    COHORT_ASSIGN(std::string text, scalar(node, path));
+    auto value = parseDuration(text);
+    if (!value) return bad(node, path, value.error().message);
+    return *value;
+  }
+
+  Result<std::vector<std::string>> stringList(const YAML::Node& node,
+                                              const std::string& path) const {
+    std::vector<std::string> out;
+    if (node.IsScalar()) {
+      // A plain string is split on spaces, as a shell would for simple commands.
+      for (auto& word : split(node.Scalar(), ' ')) {
+        if (!word.empty()) out.push_back(word);
+      }
+      return out;
+    }
+    if (!node.IsSequence()) return bad(node, path, "expected a list of strings");
+    for (size_t i = 0; i < node.size(); ++i) {
+      COHORT_ASSIGN(std::string item, scalar(node[i], path + "[" + std::to_string(i) + "]"));
+      out.push_back(item);
+    }
+    return out;
+  }
+
+  Result<KeyValues> keyValues(const YAML::Node& node, const std::string& path) const {
+    if (!node.IsMap()) return bad(node, path, "expected a mapping of names to values");
+    KeyValues out;
+    for (const auto& kv : node) {
+      std::string key = kv.first.Scalar();
+      COHORT_ASSIGN(std::string value, scalar(kv.second, path + "." + key));
+      out.emplace_back(key, value);
+    }
+    return out;
+  }
+
+  // Calls `field(key, value)` for each key of a mapping, refusing keys not in `known`.
+  Result<void> forEachField(
+      const YAML::Node& node, const std::string& path, const std::set<std::string>& known,
+      const std::function<Result<void>(const std::string&, const YAML::Node&)>& field) const {
+    if (!node.IsMap()) return bad(node, path.empty() ? "job" : path, "expected a mapping");
+    for (const auto& kv : node) {
+      std::string key = kv.first.Scalar();
+      std::string sub = path.empty() ? key : path + "." + key;
+      if (path.empty() && kNotYet.count(key)) {
+        return bad(kv.first, sub, "not supported by this version of cohort yet");
+      }
+      if (!known.count(key)) {
+        std::string list;
+        for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+        return bad(kv.first, sub, "unknown field (known here: " + list + ")");
+      }
+      COHORT_TRY(field(key, kv.second));
+    }
+    return {};
+  }
+
+  Result<Role> role(const std::string& name, const YAML::Node& node,
+                    const std::string& path) const {
+    Role role{name, 1, 1, {}};
+    if (node.IsNull()) return role;
+    COHORT_TRY(forEachField(
+        node, path, {"nodes", "procs_per_node", "resources"},
+        [&](const std::string& key, const YAML::Node& value) -> Result<void> {
+          if (key == "nodes") {
+            COHORT_ASSIGN(role.nodes, integer(value, path + ".nodes", 1));
+          } else if (key == "procs_per_node") {
+            COHORT_ASSIGN(role.procs_per_node, integer(value, path + ".procs_per_node", 1));
+          } else {
+            COHORT_ASSIGN(role.resources, resources(value, path + ".resources"));
+          }
+          return {};
+        }));
+    return role;
+  }
+
+  Result<Resources> resources(const YAML::Node& node, const std::string& path) const {
+    Resources res;
+    COHORT_TRY(forEachField(
+        node, path, {"gpus", "cpus", "memory"},
+        [&](const std::string& key, const YAML::Node& value) -> Result<void> {
+          std::string sub = path + "." + key;
+          if (key == "gpus") {
+            COHORT_ASSIGN(res.gpus, integer(value, sub, 0));
+          } else if (key == "cpus") {
+            COHORT_ASSIGN(std::string text, scalar(value, sub));
+            char* end = nullptr;
+            res.cpus = std::strtod(text.c_str(), &end);
+            if (text.empty() || *end != '\0' || res.cpus <= 0) {
+              return bad(value, sub, "expected a positive number of CPUs, got '" + text + "'");
+            }
+          } else {
+            COHORT_ASSIGN(std::string text, scalar(value, sub));
+            auto bytes = parseBytes(text);
+            if (!bytes) return bad(value, sub, bytes.error().message);
+            res.memory_bytes = *bytes;
+          }
+          return {};
+        }));
+    return res;
+  }
+
+  Result<Policy> policy(const YAML::Node& node, const std::string& path) const {
+    Policy policy;
+    COHORT_TRY(forEachField(
+        node, path, {"success", "max_restarts", "grace_period", "max_runtime"},
+        [&](const std::string& key, const YAML::Node& value) -> Result<void> {
+          std::string sub = path + "." + key;
+          if (key == "success") {
+            COHORT_ASSIGN(policy.success, stringList(value, sub));
+          } else if (key == "max_restarts") {
+            COHORT_ASSIGN(policy.max_restarts, integer(value, sub, 0));
+          } else if (key == "grace_period") {
+            COHORT_ASSIGN(policy.grace_period, duration(value, sub));
+          } else {
+            COHORT_ASSIGN(policy.max_runtime, duration(value, sub));
+          }
+          return {};
+        }));
+    return policy;
+  }
+
+  Result<JobSpec> job(const YAML::Node& root) const {
+    JobSpec spec = defaultSpec();
+    bool roles_given = false;
+    COHORT_TRY(forEachField(
+        root, "",
+        {"name", "framework", "workdir", "command", "hyperparameters", "env", "roles", "policy"},
+        [&](const std::string& key, const YAML::Node& value) -> Result<void> {
+          if (key == "name") {
+            COHORT_ASSIGN(spec.name, scalar(value, key));
+          } else if (key == "framework") {
+            COHORT_ASSIGN(std::string text, scalar(value, key));
+            if (text == "pytorch") {
+              spec.framework = Framework::kPyTorch;
+            } else if (text == "generic") {
+              spec.framework = Framework::kGeneric;
+            } else if (text == "mindspore" || text == "tensorflow" || text == "mpi") {
+              return bad(value, key, "'" + text + "' is not supported by this version of "
+                                                   "cohort yet (supported: pytorch, generic)");
+            } else {
+              return bad(value, key, "unknown framework '" + text +
+                                         "' (supported: pytorch, generic)");
+            }
+          } else if (key == "workdir") {
+            COHORT_ASSIGN(spec.workdir, scalar(value, key));
+          } else if (key == "command") {
+            COHORT_ASSIGN(spec.command, stringList(value, key));
+          } else if (key == "hyperparameters") {
+            COHORT_ASSIGN(spec.hyperparameters, keyValues(value, key));
+          } else if (key == "env") {
+            COHORT_ASSIGN(spec.env, keyValues(value, key));
+          } else if (key == "roles") {
+            if (!value.IsMap() || value.size() == 0) {
+              return bad(value, key, "expected a mapping of role names, e.g. worker: {nodes: 2}");
+            }
+            spec.roles.clear();
+            roles_given = true;
+            for (const auto& kv : value) {
+              std::string name = kv.first.Scalar();
+              COHORT_ASSIGN(Role r, role(name, kv.second, "roles." + name));
+              spec.roles.push_back(r);
+            }
+          } else {
+            COHORT_ASSIGN(spec.policy, policy(value, key));
+          }
+          return {};
+        }));
+    (void)roles_given;
+    return spec;
+  }
+
+ private:
+  std::string file_;
+};
+
+}  // namespace
+
+Result<JobSpec> parseJobFile(const std::string& text, const std::string& file_name) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return fail(Code::kInvalidArgument, file_name + ":" + std::to_string(e.mark.line + 1) +
+                                            ": not valid YAML: " + e.msg);
+  }
+  if (!root || root.IsNull()) {
+    return fail(Code::kInvalidArgument, file_name + ": the job file is empty");
+  }
+  try {
+    return Parser(file_name).job(root);
+  } catch (const YAML::Exception& e) {
+    return fail(Code::kInvalidArgument, file_name + ": " + e.what());
+  }
+}
+
+Result<void> validate(const JobSpec& spec) {
+  auto bad = [](const std::string& msg) { return fail(Code::kInvalidArgument, msg); };
+  if (spec.command.empty()) {
+    return bad("command: no command to run (give one after '--' or in the job file's 'command')");
+  }
+  if (spec.name.empty() || spec.name.size() > 63) {
+    return bad("name: must have 1 to 63 characters, got '" + spec.name + "'");
+  }
+  for (char c : spec.name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.';
+    if (!ok) {
+      return bad("name: '" + spec.name +
+                 "' may use only letters, digits, '-', '_' and '.' (it names directories)");
+    }
+  }
+  if (spec.roles.empty()) return bad("roles: at least one role is needed");
+  std::set<std::string> names;
+  for (const Role& role : spec.roles) {
+    std::string path = "roles." + role.name;
+    if (role.name.empty() || role.name.find_first_of("/ \t") != std::string::npos) {
+      return bad("roles: role name '" + role.name + "' must be a word without '/' or spaces");
+    }
+    if (!names.insert(role.name).second) return bad(path + ": role given twice");
+    if (role.nodes < 1) return bad(path + ".nodes: must be at least 1");
+    if (role.procs_per_node < 1) return bad(path + ".procs_per_node: must be at least 1");
+  }
+  for (const auto& key : spec.policy.success) {
+    if (!names.count(key)) {
+      return bad("policy.success: no role named '" + key + "' (roles: " +
+                 join(std::vector<std::string>(names.begin(), names.end()), ", ") + ")");
+    }
+  }
+  for (const auto& [key, value] : spec.env) {
+    if (key.empty() || key.find('=') != std::string::npos) {
+      return bad("env: '" + key + "' is not a valid variable name");
+    }
+    if (startsWith(key, "COHORT_")) {
+      return bad("env." + key + ": names starting with COHORT_ are set by cohort itself");
+    }
+  }
+  if (spec.policy.max_runtime && spec.policy.max_runtime->count() <= 0) {
+    return bad("policy.max_runtime: must be longer than 0");
+  }
+  return {};
+}
+
+std::vector<std::string> keyRoles(const JobSpec& spec) {
+  if (!spec.policy.success.empty()) return spec.policy.success;
+  std::vector<std::string> all;
+  for (const Role& role : spec.roles) all.push_back(role.name);
+  return all;
+}
+
+int totalNodes(const JobSpec& spec) {
+  int n = 0;
+  for (const Role& role : spec.roles) n += role.nodes;
+  return n;
+}
+
+int totalProcs(const JobSpec& spec) {
+  int n = 0;
+  for (const Role& role : spec.roles) n += role.nodes * role.procs_per_node;
+  return n;
+}
+
+}  // namespace cohort::spec

@@ -1,0 +1,130 @@
+#include "spec/job_spec.h"
+
+#include <gtest/gtest.h>
+
+namespace cohort::spec {
+namespace {
+
+std::string errorOf(const std::string& yaml) {
+  auto spec = parseJobFile(yaml, "job.yaml");
+  if (spec) {
+    auto valid = validate(*spec);
+    return valid ? "" : valid.error().message;
+  }
+  return spec.error().message;
+}
+
+TEST(ParseJobFile, ReadsTheDesignExample) {
+  auto spec = parseJobFile(R"(
+name: digits-ddp
+framework: pytorch
+workdir: examples/pytorch
+command: [python3, ddp_digits.py, --epochs, "5"]
+hyperparameters: {lr: 0.05}
+env: {OMP_NUM_THREADS: "1"}
+roles:
+  worker: {nodes: 2, procs_per_node: 2, resources: {gpus: 0, cpus: 1, memory: 2Gi}}
+policy:
+  success: [worker]
+  max_restarts: 2
+  grace_period: 30s
+  max_runtime: 2h
+)", "job.yaml");
+  ASSERT_TRUE(spec) << spec.error().message;
+  EXPECT_EQ(spec->name, "digits-ddp");
+  EXPECT_EQ(spec->framework, Framework::kPyTorch);
+  EXPECT_EQ(spec->command.size(), 4u);
+  ASSERT_EQ(spec->hyperparameters.size(), 1u);
+  EXPECT_EQ(spec->hyperparameters[0].second, "0.05");
+  ASSERT_EQ(spec->roles.size(), 1u);
+  EXPECT_EQ(spec->roles[0].nodes, 2);
+  EXPECT_EQ(spec->roles[0].procs_per_node, 2);
+  EXPECT_EQ(spec->roles[0].resources.memory_bytes, 2147483648LL);
+  EXPECT_EQ(spec->policy.max_restarts, 2);
+  EXPECT_EQ(spec->policy.grace_period.count(), 30000);
+  EXPECT_EQ(spec->policy.max_runtime->count(), 7200000);
+  EXPECT_TRUE(validate(*spec));
+}
+
+TEST(ParseJobFile, KeepsRoleOrder) {
+  auto spec = parseJobFile("name: x\ncommand: [a]\nroles:\n  ps: {}\n  worker: {nodes: 2}\n",
+                           "job.yaml");
+  ASSERT_TRUE(spec);
+  ASSERT_EQ(spec->roles.size(), 2u);
+  EXPECT_EQ(spec->roles[0].name, "ps");
+  EXPECT_EQ(spec->roles[1].name, "worker");
+  EXPECT_EQ(totalNodes(*spec), 3);
+}
+
+TEST(ParseJobFile, UnknownFieldNamesFieldAndLine) {
+  std::string msg = errorOf("name: x\ncommand: [a]\nnodse: 2\n");
+  EXPECT_NE(msg.find("job.yaml:3"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("nodse: unknown field"), std::string::npos) << msg;
+}
+
+TEST(ParseJobFile, UnknownNestedFieldHasFullPath) {
+  std::string msg = errorOf("name: x\ncommand: [a]\nroles:\n  worker: {nodes: 1, gpu: 2}\n");
+  EXPECT_NE(msg.find("roles.worker.gpu: unknown field"), std::string::npos) << msg;
+}
+
+TEST(ParseJobFile, WrongTypeIsNamed) {
+  std::string msg = errorOf("name: x\ncommand: [a]\nroles:\n  worker: {nodes: two}\n");
+  EXPECT_NE(msg.find("roles.worker.nodes: expected an integer, got 'two'"), std::string::npos)
+      << msg;
+}
+
+TEST(ParseJobFile, ZeroNodesIsRefused) {
+  std::string msg = errorOf("name: x\ncommand: [a]\nroles:\n  worker: {nodes: 0}\n");
+  EXPECT_NE(msg.find("roles.worker.nodes: must be at least 1, got 0"), std::string::npos) << msg;
+}
+
+TEST(ParseJobFile, BadDurationIsNamed) {
+  std::string msg = errorOf("name: x\ncommand: [a]\npolicy: {grace_period: soon}\n");
+  EXPECT_NE(msg.find("policy.grace_period: 'soon' is not a duration"), std::string::npos) << msg;
+}
+
+TEST(ParseJobFile, SyntaxErrorHasLine) {
+  std::string msg = errorOf("name: x\ncommand: [a\n");
+  EXPECT_NE(msg.find("not valid YAML"), std::string::npos) << msg;
+}
+
+TEST(ParseJobFile, UnsupportedFrameworkSaysWhatIsSupported) {
+  std::string msg = errorOf("name: x\ncommand: [a]\nframework: caffe\n");
+  EXPECT_NE(msg.find("supported: pytorch, generic"), std::string::npos) << msg;
+}
+
+TEST(ParseJobFile, FieldsOfLaterVersionsAreRefusedNotIgnored) {
+  std::string msg = errorOf("name: x\ncommand: [a]\ninputs: []\n");
+  EXPECT_NE(msg.find("inputs: not supported by this version"), std::string::npos) << msg;
+}
+
+TEST(Validate, NeedsACommand) {
+  std::string msg = errorOf("name: x\n");
+  EXPECT_NE(msg.find("command: no command"), std::string::npos) << msg;
+}
+
+TEST(Validate, KeyRoleMustExist) {
+  std::string msg = errorOf("name: x\ncommand: [a]\npolicy: {success: [chief]}\n");
+  EXPECT_NE(msg.find("policy.success: no role named 'chief'"), std::string::npos) << msg;
+}
+
+TEST(Validate, NameMustBeUsableAsADirectory) {
+  std::string msg = errorOf("name: ../etc\ncommand: [a]\n");
+  EXPECT_NE(msg.find("name:"), std::string::npos) << msg;
+}
+
+TEST(Validate, CohortVariablesAreReserved) {
+  std::string msg = errorOf("name: x\ncommand: [a]\nenv: {COHORT_RANK: '3'}\n");
+  EXPECT_NE(msg.find("env.COHORT_RANK"), std::string::npos) << msg;
+}
+
+TEST(KeyRoles, DefaultIsEveryRole) {
+  auto spec = parseJobFile("name: x\ncommand: [a]\nroles: {ps: {}, worker: {}}\n", "j");
+  ASSERT_TRUE(spec);
+  EXPECT_EQ(keyRoles(*spec), (std::vector<std::string>{"ps", "worker"}));
+  spec->policy.success = {"worker"};
+  EXPECT_EQ(keyRoles(*spec), (std::vector<std::string>{"worker"}));
+}
+
+}  // namespace
+}  // namespace cohort::spec

@@ -1,0 +1,88 @@
+#include "util/fd.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace cohort {
+
+UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
+  if (this != &other) reset(other.release());
+  return *this;
+}
+
+int UniqueFd::release() {
+  int fd = fd_;
+  fd_ = -1;
+  return fd;
+}
+
+void UniqueFd::reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+Result<void> setNonBlocking(int fd) {
+  int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) return failErrno("fcntl");
+  return {};
+}
+
+Result<void> writeAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) {
+        pollfd p{fd, POLLOUT, 0};
+        ::poll(&p, 1, 1000);
+        continue;
+      }
+      return failErrno("write");
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return {};
+}
+
+Result<std::string> readFile(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return failErrno("open '" + path + "'");
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return failErrno("read '" + path + "'");
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+Result<void> writeFileAtomic(const std::string& path, std::string_view content) {
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd.valid()) return failErrno("create '" + tmp + "'");
+  if (auto r = writeAll(fd.get(), content); !r) {
+    ::unlink(tmp.c_str());
+    return withContext(r.error(), "'" + tmp + "'");
+  }
+  if (::fsync(fd.get()) < 0 || ::close(fd.release()) < 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return failErrno("write '" + path + "'", err);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) < 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return failErrno("rename to '" + path + "'", err);
+  }
+  return {};
+}
+
+}  // namespace cohort

@@ -1,0 +1,41 @@
+// UniqueFd owns a file descriptor and closes it once; plus the few fd helpers the supervisor and
+// the control channel share. Not thread-safe; a UniqueFd belongs to one owner.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "util/result.h"
+
+namespace cohort {
+
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept;
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd() { reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release();
+  void reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+Result<void> setNonBlocking(int fd);
+
+// Writes all of `data`, retrying on EINTR and short writes (waiting on EAGAIN).
+Result<void> writeAll(int fd, std::string_view data);
+
+Result<std::string> readFile(const std::string& path);
+
+// Writes `content` to `path` through a temporary file and rename, so readers never see half.
+Result<void> writeFileAtomic(const std::string& path, std::string_view content);
+
+}  // namespace cohort

@@ -1,0 +1,185 @@
+#include "util/text.h"
+
+#include <charconv>
+#include <cstdio>
+#include <ctime>
+
+namespace cohort {
+
+namespace {
+
+// Reads a leading unsigned decimal (with optional fraction) from `text`.
+bool readNumber(std::string_view& text, double& value) {
+  size_t i = 0;
+  while (i < text.size() && ((text[i] >= '0' && text[i] <= '9') || text[i] == '.')) ++i;
+  if (i == 0) return false;
+  std::string digits(text.substr(0, i));
+  char* end = nullptr;
+  value = std::strtod(digits.c_str(), &end);
+  if (end != digits.c_str() + digits.size()) return false;
+  text.remove_prefix(i);
+  return true;
+}
+
+}  // namespace
+
+Result<Millis> parseDuration(std::string_view text) {
+  auto bad = [&] {
+    return fail(Code::kInvalidArgument,
+                "'" + std::string(text) + "' is not a duration (examples: 500ms, 30s, 15m, 2h, 1h30m)");
+  };
+  std::string_view rest = text;
+  if (rest.empty()) return bad();
+  double total_ms = 0;
+  bool bare = true;
+  while (!rest.empty()) {
+    double value = 0;
+    if (!readNumber(rest, value)) return bad();
+    size_t u = 0;
+    while (u < rest.size() && rest[u] >= 'a' && rest[u] <= 'z') ++u;
+    std::string_view unit = rest.substr(0, u);
+    rest.remove_prefix(u);
+    double scale = 0;
+    if (unit.empty()) {
+      if (!bare || !rest.empty()) return bad();
+      scale = 1000;
+    } else if (unit == "ms") {
+      scale = 1;
+    } else if (unit == "s") {
+      scale = 1000;
+    } else if (unit == "m") {
+      scale = 60e3;
+    } else if (unit == "h") {
+      scale = 3600e3;
+    } else if (unit == "d") {
+      scale = 86400e3;
+    } else {
+      return bad();
+    }
+    bare = false;
+    total_ms += value * scale;
+  }
+  return Millis(static_cast<int64_t>(total_ms + 0.5));
+}
+
+std::string formatDuration(Millis d) {
+  char buf[64];
+  int64_t ms = d.count();
+  if (ms < 60000) {
+    std::snprintf(buf, sizeof buf, "%.1fs", static_cast<double>(ms) / 1000);
+  } else if (ms < 3600000) {
+    std::snprintf(buf, sizeof buf, "%lldm%02llds", static_cast<long long>(ms / 60000),
+                  static_cast<long long>(ms / 1000 % 60));
+  } else {
+    std::snprintf(buf, sizeof buf, "%lldh%02lldm", static_cast<long long>(ms / 3600000),
+                  static_cast<long long>(ms / 60000 % 60));
+  }
+  return buf;
+}
+
+Result<int64_t> parseBytes(std::string_view text) {
+  auto bad = [&] {
+    return fail(Code::kInvalidArgument,
+                "'" + std::string(text) + "' is not a size (examples: 512Mi, 2Gi, 1G, 1000)");
+  };
+  std::string_view rest = text;
+  double value = 0;
+  if (!readNumber(rest, value)) return bad();
+  static const struct {
+    const char* unit;
+    double scale;
+  } kUnits[] = {{"", 1},         {"k", 1e3},          {"K", 1e3},          {"M", 1e6},
+                {"G", 1e9},      {"T", 1e12},         {"Ki", 1024.0},      {"Mi", 1048576.0},
+                {"Gi", 1073741824.0}, {"Ti", 1099511627776.0}};
+  for (const auto& u : kUnits) {
+    if (rest == u.unit) return static_cast<int64_t>(value * u.scale);
+  }
+  return bad();
+}
+
+Result<std::set<int>> parseRankList(std::string_view text) {
+  std::set<int> ranks;
+  if (text == "all" || text.empty()) return ranks;
+  for (const std::string& part : split(text, ',')) {
+    auto dash = part.find('-');
+    auto first = parseInt(part.substr(0, dash));
+    auto last = dash == std::string::npos ? first : parseInt(part.substr(dash + 1));
+    if (!first || !last || *first < 0 || *last < *first) {
+      return fail(Code::kInvalidArgument, "'" + std::string(text) +
+                                              "' is not a rank list (examples: all, 0, 0,2-3)");
+    }
+    for (int r = *first; r <= *last; ++r) ranks.insert(r);
+  }
+  return ranks;
+}
+
+Result<int> parseInt(std::string_view text) {
+  int value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || ptr != text.data() + text.size() || text.empty()) {
+    return fail(Code::kInvalidArgument, "'" + std::string(text) + "' is not an integer");
+  }
+  return value;
+}
+
+std::vector<std::string> split(std::string_view text, char sep) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (;;) {
+    size_t pos = text.find(sep, start);
+    parts.emplace_back(text.substr(start, pos - start));
+    if (pos == std::string_view::npos) break;
+    start = pos + 1;
+  }
+  return parts;
+}
+
+std::string join(const std::vector<std::string>& parts, std::string_view sep) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i) out += sep;
+    out += parts[i];
+  }
+  return out;
+}
+
+bool startsWith(std::string_view text, std::string_view prefix) {
+  return text.substr(0, prefix.size()) == prefix;
+}
+
+std::string shellQuote(std::string_view word) {
+  bool plain = !word.empty();
+  for (char c : word) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              std::string_view("-_./=:,+@%").find(c) != std::string_view::npos;
+    if (!ok) plain = false;
+  }
+  if (plain) return std::string(word);
+  std::string out = "'";
+  for (char c : word) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+int64_t nowUnixNanos() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+std::string isoTime(int64_t unix_nanos) {
+  time_t secs = static_cast<time_t>(unix_nanos / 1000000000);
+  tm utc{};
+  gmtime_r(&secs, &utc);
+  char buf[48];
+  size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &utc);
+  std::snprintf(buf + n, sizeof buf - n, ".%03dZ", static_cast<int>(unix_nanos / 1000000 % 1000));
+  return buf;
+}
+
+}  // namespace cohort

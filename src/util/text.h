@@ -1,0 +1,41 @@
+// Small parsing and formatting helpers for the words users type: durations ("30s", "1h30m"),
+// sizes ("2Gi"), rank lists ("0,2-3"), and times. Pure functions, thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "util/result.h"
+
+namespace cohort {
+
+using Millis = std::chrono::milliseconds;
+
+// "500ms", "30s", "15m", "2h", "1h30m", "1d"; a bare number means seconds.
+Result<Millis> parseDuration(std::string_view text);
+std::string formatDuration(Millis d);  // "1.5s", "2m03s", "2h00m"
+
+// "512Mi", "2Gi", "1G", "1000"; a bare number means bytes.
+Result<int64_t> parseBytes(std::string_view text);
+
+// "all" (empty set), "0", "0,2-3". Ranks must be >= 0.
+Result<std::set<int>> parseRankList(std::string_view text);
+
+Result<int> parseInt(std::string_view text);
+
+std::vector<std::string> split(std::string_view text, char sep);
+std::string join(const std::vector<std::string>& parts, std::string_view sep);
+bool startsWith(std::string_view text, std::string_view prefix);
+
+// Quotes a word for a POSIX shell only when it needs it.
+std::string shellQuote(std::string_view word);
+
+// Nanoseconds since the Unix epoch (CLOCK_REALTIME) and its ISO 8601 UTC form with millis.
+int64_t nowUnixNanos();
+std::string isoTime(int64_t unix_nanos);
+
+}  // namespace cohort

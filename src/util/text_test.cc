@@ -1,0 +1,52 @@
+#include "util/text.h"
+
+#include <gtest/gtest.h>
+
+namespace cohort {
+namespace {
+
+TEST(ParseDuration, AcceptsUnitsAndCombinations) {
+  EXPECT_EQ(parseDuration("500ms")->count(), 500);
+  EXPECT_EQ(parseDuration("30s")->count(), 30000);
+  EXPECT_EQ(parseDuration("15m")->count(), 900000);
+  EXPECT_EQ(parseDuration("2h")->count(), 7200000);
+  EXPECT_EQ(parseDuration("1h30m")->count(), 5400000);
+  EXPECT_EQ(parseDuration("1.5s")->count(), 1500);
+  EXPECT_EQ(parseDuration("10")->count(), 10000);
+}
+
+TEST(ParseDuration, RejectsNonsenseWithExamples) {
+  for (const char* bad : {"", "abc", "10x", "s", "1h2", "-5s"}) {
+    auto d = parseDuration(bad);
+    ASSERT_FALSE(d) << bad;
+    EXPECT_NE(d.error().message.find("examples"), std::string::npos);
+  }
+}
+
+TEST(ParseBytes, BinaryAndDecimalUnits) {
+  EXPECT_EQ(*parseBytes("2Gi"), 2147483648LL);
+  EXPECT_EQ(*parseBytes("512Mi"), 536870912LL);
+  EXPECT_EQ(*parseBytes("1G"), 1000000000LL);
+  EXPECT_EQ(*parseBytes("1000"), 1000);
+  EXPECT_FALSE(parseBytes("2 GB"));
+}
+
+TEST(ParseRankList, RangesAndAll) {
+  EXPECT_TRUE(parseRankList("all")->empty());
+  EXPECT_EQ(*parseRankList("0,2-4"), (std::set<int>{0, 2, 3, 4}));
+  EXPECT_FALSE(parseRankList("3-1"));
+  EXPECT_FALSE(parseRankList("x"));
+}
+
+TEST(ShellQuote, QuotesOnlyWhatNeedsIt) {
+  EXPECT_EQ(shellQuote("--lr=0.05"), "--lr=0.05");
+  EXPECT_EQ(shellQuote("a b"), "'a b'");
+  EXPECT_EQ(shellQuote("it's"), "'it'\\''s'");
+}
+
+TEST(IsoTime, FormatsUtcWithMillis) {
+  EXPECT_EQ(isoTime(1700000000123000000LL), "2023-11-14T22:13:20.123Z");
+}
+
+}  // namespace
+}  // namespace cohort

@@ -1,0 +1,159 @@
+#include "harness.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+extern char** environ;
+
+namespace cohort::testing {
+
+std::string testRank() { return COHORT_TEST_RANK_BIN; }
+std::string sourceDir() { return COHORT_SOURCE_DIR; }
+
+CohortProcess::CohortProcess(const std::vector<std::string>& args,
+                             const std::vector<std::string>& extra_env) {
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) < 0 || ::pipe2(err, O_CLOEXEC) < 0) std::abort();
+  std::vector<std::string> argv_s = {COHORT_BIN};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_s;
+  for (char** e = environ; *e; ++e) env_s.emplace_back(*e);
+  env_s.insert(env_s.end(), extra_env.begin(), extra_env.end());
+  std::vector<char*> envp;
+  for (auto& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    ::dup2(out[1], 1);
+    ::dup2(err[1], 2);
+    ::execve(argv[0], argv.data(), envp.data());
+    _exit(127);
+  }
+  ::close(out[1]);
+  ::close(err[1]);
+  out_ = out[0];
+  err_ = err[0];
+}
+
+CohortProcess::~CohortProcess() {
+  if (!done_) {
+    ::kill(pid_, SIGKILL);
+    wait(5s);
+  }
+}
+
+RunResult CohortProcess::wait(std::chrono::milliseconds deadline) {
+  RunResult result;
+  auto until = std::chrono::steady_clock::now() + deadline;
+  bool killed = false;
+  int open_fds = 2;
+  char buf[65536];
+  while (open_fds > 0) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    if (left.count() <= 0 && !killed) {
+      ::kill(pid_, SIGKILL);
+      killed = true;
+    }
+    pollfd fds[2] = {{out_, POLLIN, 0}, {err_, POLLIN, 0}};
+    ::poll(fds, 2, killed ? 1000 : static_cast<int>(std::max<int64_t>(left.count(), 1)));
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP))) continue;
+      ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+      if (n > 0) {
+        (i == 0 ? result.out : result.err).append(buf, n);
+      } else {
+        ::close(fds[i].fd);
+        (i == 0 ? out_ : err_) = -1;
+        --open_fds;
+      }
+    }
+    if (killed && std::chrono::steady_clock::now() > until + 5s) break;  // held open elsewhere
+  }
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  done_ = true;
+  if (killed) return result;
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+RunResult runCohort(const std::vector<std::string>& args, std::chrono::milliseconds deadline) {
+  return CohortProcess(args).wait(deadline);
+}
+
+std::string tempDir() {
+  char tmpl[] = "/tmp/cohort-test-XXXXXX";
+  if (!::mkdtemp(tmpl)) std::abort();
+  return tmpl;
+}
+
+std::string onlyJobDir(const std::string& data_root) {
+  std::string jobs = data_root + "/jobs";
+  DIR* dir = ::opendir(jobs.c_str());
+  if (!dir) return "";
+  std::string found;
+  while (dirent* e = ::readdir(dir)) {
+    if (e->d_name[0] != '.') found = jobs + "/" + e->d_name;
+  }
+  ::closedir(dir);
+  return found;
+}
+
+bool waitFor(const std::function<bool()>& condition, std::chrono::milliseconds deadline) {
+  auto until = std::chrono::steady_clock::now() + deadline;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+std::vector<pid_t> readPids(const std::string& path) {
+  std::vector<pid_t> pids;
+  std::ifstream in(path);
+  for (long pid; in >> pid;) pids.push_back(static_cast<pid_t>(pid));
+  return pids;
+}
+
+bool processGone(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return true;
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  auto close = text.rfind(')');
+  return close == std::string::npos || text.size() < close + 3 || text[close + 2] == 'Z';
+}
+
+std::string readText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+nlohmann::json readJson(const std::string& path) {
+  return nlohmann::json::parse(readText(path), nullptr, false);
+}
+
+std::vector<nlohmann::json> readJsonLines(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(readText(path));
+  for (std::string line; std::getline(in, line);) {
+    out.push_back(nlohmann::json::parse(line, nullptr, false));
+  }
+  return out;
+}
+
+}  // namespace cohort::testing

@@ -1,0 +1,66 @@
+// Helpers for tests that run the real `cohort` binary as a user would: start it with arguments,
+// collect its stdout, stderr and exit code under a deadline, find the job directory, and check
+// that processes are gone. No sleeps to synchronise: waitFor() polls a condition with a deadline.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace cohort::testing {
+
+using namespace std::chrono_literals;
+
+struct RunResult {
+  int exit_code = -1;  // -1: killed by the harness at its deadline
+  std::string out;
+  std::string err;
+};
+
+// A running `cohort` process with captured output.
+class CohortProcess {
+ public:
+  explicit CohortProcess(const std::vector<std::string>& args,
+                         const std::vector<std::string>& extra_env = {});
+  ~CohortProcess();
+  pid_t pid() const { return pid_; }
+  // Waits for it to end; kills it (and fails the result) after `deadline`.
+  RunResult wait(std::chrono::milliseconds deadline = 60s);
+
+ private:
+  pid_t pid_ = -1;
+  int out_ = -1;
+  int err_ = -1;
+  bool done_ = false;
+};
+
+RunResult runCohort(const std::vector<std::string>& args,
+                    std::chrono::milliseconds deadline = 60s);
+
+std::string testRank();   // path of cohort-test-rank
+std::string sourceDir();  // the project's source tree
+
+// A fresh directory under /tmp.
+std::string tempDir();
+
+// The only job directory under `data_root`/jobs ("" when there is none).
+std::string onlyJobDir(const std::string& data_root);
+
+bool waitFor(const std::function<bool()>& condition, std::chrono::milliseconds deadline);
+
+// Pids listed one per line in `path` (missing file: none).
+std::vector<pid_t> readPids(const std::string& path);
+
+// True when `pid` no longer runs (gone, or a zombie).
+bool processGone(pid_t pid);
+
+std::string readText(const std::string& path);
+nlohmann::json readJson(const std::string& path);
+std::vector<nlohmann::json> readJsonLines(const std::string& path);
+
+}  // namespace cohort::testing

@@ -1,0 +1,196 @@
+// Supervision semantics of DESIGN.md, driven through the real binary with cohort-test-rank
+// playing the ranks: fail-fast across nodes, key roles, restarts, grace escalation, max_runtime,
+// signals, and no process left behind after any ending.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <fstream>
+
+#include "harness.h"
+
+namespace cohort::testing {
+namespace {
+
+std::vector<nlohmann::json> rankExits(const std::string& job) {
+  std::vector<nlohmann::json> out;
+  for (const auto& e : readJsonLines(job + "/events.jsonl")) {
+    if (e["event"] == "rank_exit") out.push_back(e);
+  }
+  return out;
+}
+
+void expectAllGone(const std::vector<pid_t>& pids) {
+  for (pid_t pid : pids) {
+    EXPECT_TRUE(waitFor([&] { return processGone(pid); }, 5s)) << "process " << pid << " survived";
+  }
+}
+
+TEST(Supervision, FirstFailureStopsEveryRankOnEveryNode) {
+  std::string root = tempDir();
+  std::string pids = root + "/pids";
+  auto start = std::chrono::steady_clock::now();
+  auto r = runCohort({"run", "--data-root", root, "--nodes", "2", "--nproc-per-node", "2", "--",
+                      testRank(), "pidfile=" + pids, "echo=up", "rank3:sleep=0.2",
+                      "rank3:echo=about to fail", "rank3:exit=7", "sleep=60"});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s) << "the survivors were not stopped";
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  EXPECT_NE(r.err.find("root cause: worker/3 (rank 3) on node 1 exited with code 7"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("| about to fail"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("3 rank(s) were stopped by cohort"), std::string::npos) << r.err;
+  std::string job = onlyJobDir(root);
+  auto result = readJson(job + "/result.json");
+  EXPECT_EQ(result["state"], "failed");
+  EXPECT_EQ(result["root_cause"]["rank"], 3);
+  EXPECT_EQ(result["root_cause"]["node"], 1);
+  int stopped = 0;
+  for (const auto& e : rankExits(job)) {
+    if (e["rank"] != 3) {
+      EXPECT_TRUE(e["by_cohort"].get<bool>());
+      EXPECT_EQ(e["signal"], SIGTERM);
+      ++stopped;
+    }
+  }
+  EXPECT_EQ(stopped, 3);
+  expectAllGone(readPids(pids));
+}
+
+TEST(Supervision, KilledBySignalGivesShellStyleExitCode) {
+  std::string root = tempDir();
+  auto r = runCohort({"run", "--data-root", root, "--nodes", "2", "--", testRank(),
+                      "rank1:kill=9", "sleep=60"});
+  EXPECT_EQ(r.exit_code, 128 + 9) << r.err;
+  EXPECT_NE(r.err.find("was killed by SIGKILL"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("hint:"), std::string::npos) << r.err;
+}
+
+TEST(Supervision, KeyRoleSuccessStopsTheOtherRoles) {
+  std::string root = tempDir();
+  std::string dir = tempDir();
+  std::ofstream(dir + "/job.yaml") << "name: ps-worker\ncommand: [" << testRank()
+                                   << ", pidfile=" << root << "/pids, rank0:sleep=600, "
+                                   << "echo=worked]\n"
+                                   << "roles:\n  ps: {nodes: 1}\n  worker: {nodes: 2}\n"
+                                   << "policy: {success: [worker]}\n";
+  auto r = runCohort({"run", "--data-root", root, "-f", dir + "/job.yaml"}, 30s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::string job = onlyJobDir(root);
+  EXPECT_EQ(readJson(job + "/result.json")["state"], "succeeded");
+  for (const auto& e : rankExits(job)) {
+    if (e["role"] == "ps") {
+      EXPECT_TRUE(e["by_cohort"].get<bool>()) << "ps should have been stopped by cohort";
+    } else {
+      EXPECT_EQ(e["code"], 0);
+    }
+  }
+  expectAllGone(readPids(root + "/pids"));
+}
+
+TEST(Supervision, RestartsTheWholeGangWithTheRestartCount) {
+  std::string root = tempDir();
+  auto r = runCohort({"run", "--data-root", root, "--framework", "pytorch", "--nodes", "2",
+                      "--max-restarts", "2", "--", testRank(), "env", "attempt0:rank1:exit=3",
+                      "attempt0:sleep=60", "echo=done"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("restarting (1 of 2 restarts)"), std::string::npos) << r.err;
+  std::string job = onlyJobDir(root);
+  auto result = readJson(job + "/result.json");
+  EXPECT_EQ(result["attempts"], 2);
+  std::string log = readText(job + "/logs/worker-0.log");
+  EXPECT_NE(log.find("COHORT_RESTART_COUNT=0"), std::string::npos);
+  EXPECT_NE(log.find("COHORT_RESTART_COUNT=1"), std::string::npos);
+  EXPECT_NE(log.find("TORCHELASTIC_RESTART_COUNT=1"), std::string::npos);
+  int restarting = 0;
+  for (const auto& e : readJsonLines(job + "/events.jsonl")) {
+    if (e["event"] == "state" && e["state"] == "restarting") ++restarting;
+  }
+  EXPECT_EQ(restarting, 1);
+}
+
+TEST(Supervision, RestartBudgetIsGlobalAndRunsOut) {
+  std::string root = tempDir();
+  auto r = runCohort({"run", "--data-root", root, "--nodes", "2", "--max-restarts", "2", "--",
+                      testRank(), "rank1:exit=5", "sleep=60"});
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  auto result = readJson(onlyJobDir(root) + "/result.json");
+  EXPECT_EQ(result["attempts"], 3);
+  EXPECT_EQ(result["root_cause"]["attempt"], 2);
+}
+
+TEST(Supervision, RankIgnoringSigtermIsKilledAfterTheGracePeriod) {
+  std::string root = tempDir();
+  auto start = std::chrono::steady_clock::now();
+  auto r = runCohort({"run", "--data-root", root, "--nodes", "2", "--grace-period", "500ms",
+                      "--", testRank(), "ignore-term", "pidfile=" + root + "/pids",
+                      "rank1:sleep=0.1", "rank1:exit=1", "sleep=60"});
+  auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_LT(took, 15s);
+  bool killed = false;
+  for (const auto& e : rankExits(onlyJobDir(root))) {
+    if (e["rank"] == 0) killed = e["signal"] == SIGKILL;
+  }
+  EXPECT_TRUE(killed) << "rank 0 ignores SIGTERM and must end by SIGKILL";
+  expectAllGone(readPids(root + "/pids"));
+}
+
+TEST(Supervision, MaxRuntimeStopsTheJobWithExitCode124) {
+  std::string root = tempDir();
+  auto r = runCohort({"run", "--data-root", root, "--nodes", "2", "--max-runtime", "300ms",
+                      "--", testRank(), "sleep=60"});
+  EXPECT_EQ(r.exit_code, 124) << r.err;
+  EXPECT_NE(r.err.find("max_runtime"), std::string::npos) << r.err;
+}
+
+TEST(Supervision, SetsidGrandchildIsKilledWhenTheJobEnds) {
+  std::string root = tempDir();
+  std::string escaped = root + "/escaped";
+  auto r = runCohort({"run", "--data-root", root, "--nodes", "2", "--", testRank(),
+                      "setsid-child=" + escaped, "echo=done"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  auto pids = readPids(escaped);
+  EXPECT_EQ(pids.size(), 2u);
+  expectAllGone(pids);
+}
+
+TEST(Supervision, SigintStopsGracefullyAndExits130) {
+  std::string root = tempDir();
+  std::string pids = root + "/pids";
+  CohortProcess cohort({"run", "--data-root", root, "--nodes", "2", "--nproc-per-node", "2",
+                        "--", testRank(), "pidfile=" + pids, "setsid-child=" + root + "/escaped",
+                        "sleep=60"});
+  ASSERT_TRUE(waitFor([&] { return readPids(pids).size() == 4 &&
+                                   readPids(root + "/escaped").size() == 4; }, 20s));
+  ::kill(cohort.pid(), SIGINT);
+  auto r = cohort.wait(20s);
+  EXPECT_EQ(r.exit_code, 130) << r.err;
+  EXPECT_NE(r.err.find("SIGINT received"), std::string::npos) << r.err;
+  EXPECT_EQ(readJson(onlyJobDir(root) + "/result.json")["state"], "stopped");
+  expectAllGone(readPids(pids));
+  expectAllGone(readPids(root + "/escaped"));
+}
+
+TEST(Supervision, KillDashNineOfCohortLeavesNoProcess) {
+  std::string root = tempDir();
+  std::string pids = root + "/pids";
+  CohortProcess cohort({"run", "--data-root", root, "--nodes", "2", "--nproc-per-node", "2",
+                        "--", testRank(), "pidfile=" + pids, "setsid-child=" + root + "/escaped",
+                        "sleep=60"});
+  ASSERT_TRUE(waitFor([&] { return readPids(pids).size() == 4 &&
+                                   readPids(root + "/escaped").size() == 4; }, 20s));
+  ::kill(cohort.pid(), SIGKILL);
+  cohort.wait(20s);
+  expectAllGone(readPids(pids));
+  expectAllGone(readPids(root + "/escaped"));
+}
+
+TEST(Supervision, ExitCodeZeroOnlyWhenEveryKeyRankSucceeded) {
+  std::string root = tempDir();
+  auto r = runCohort({"run", "--data-root", root, "--nodes", "3", "--", testRank(),
+                      "rank2:exit=1"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+}
+
+}  // namespace
+}  // namespace cohort::testing

@@ -1,0 +1,133 @@
+// cohort-test-rank: plays a rank in multi-process tests. Its arguments are actions run in order;
+// an action prefixed "rankN:" runs only on global rank N (COHORT_RANK), "attemptN:" only on
+// restart attempt N (COHORT_RESTART_COUNT), "nodeN:" only on node N.
+//
+//   exit=N           exit with code N          sleep=S        sleep S seconds (fractions ok)
+//   ignore-term      ignore SIGTERM            kill=SIG       kill itself with signal SIG
+//   env              print the environment     echo=TEXT      print TEXT and a newline
+//   pidfile=PATH     append "<pid>\n" to PATH  setsid-child=PATH  fork a child that leaves the
+//   flood=BYTES      write BYTES of numbered lines as fast as possible   session (setsid), writes
+//   partial=TEXT     print TEXT without newline                          its pid to PATH, sleeps
+//   touch=PATH       create PATH
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <ctime>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+extern char** environ;
+
+namespace {
+
+int envInt(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : -1;
+}
+
+void appendLine(const std::string& path, const std::string& line) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd < 0) return;
+  std::string text = line + "\n";
+  ssize_t n = ::write(fd, text.data(), text.size());
+  (void)n;
+  ::close(fd);
+}
+
+void flood(long bytes) {
+  std::string buf;
+  long line = 0;
+  int rank = envInt("COHORT_RANK");
+  while (bytes > 0) {
+    buf.clear();
+    while (buf.size() < 65536 && bytes > 0) {
+      char text[128];
+      int n = std::snprintf(text, sizeof text, "rank %d line %ld %s\n", rank, line++,
+                            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789");
+      buf.append(text, static_cast<size_t>(n));
+      bytes -= n;
+    }
+    size_t off = 0;
+    while (off < buf.size()) {
+      ssize_t n = ::write(1, buf.data() + off, buf.size() - off);
+      if (n <= 0) std::exit(3);
+      off += static_cast<size_t>(n);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  for (int i = 1; i < argc; ++i) {
+    std::string action = argv[i];
+    bool skip = false;
+    for (const char* prefix : {"rank", "attempt", "node"}) {
+      size_t len = std::strlen(prefix);
+      if (action.compare(0, len, prefix) == 0 && action.size() > len &&
+          std::isdigit(static_cast<unsigned char>(action[len]))) {
+        size_t colon = action.find(':');
+        int want = std::atoi(action.c_str() + len);
+        const char* var = prefix[0] == 'r'   ? "COHORT_RANK"
+                          : prefix[0] == 'a' ? "COHORT_RESTART_COUNT"
+                                             : "COHORT_NODE_RANK";
+        skip = envInt(var) != want;
+        action = action.substr(colon + 1);
+      }
+    }
+    if (skip) continue;
+    std::string key = action.substr(0, action.find('='));
+    std::string value = action.find('=') == std::string::npos ? "" : action.substr(action.find('=') + 1);
+    if (key == "exit") {
+      std::fflush(stdout);
+      return std::atoi(value.c_str());
+    } else if (key == "sleep") {
+      double secs = std::atof(value.c_str());
+      timespec ts{static_cast<time_t>(secs), static_cast<long>((secs - static_cast<long>(secs)) * 1e9)};
+      while (nanosleep(&ts, &ts) < 0) {
+      }
+    } else if (key == "ignore-term") {
+      ::signal(SIGTERM, SIG_IGN);
+    } else if (key == "kill") {
+      std::fflush(stdout);
+      ::kill(::getpid(), std::atoi(value.c_str()));
+    } else if (key == "env") {
+      for (char** e = environ; *e; ++e) std::printf("%s\n", *e);
+    } else if (key == "echo") {
+      std::printf("%s\n", value.c_str());
+    } else if (key == "partial") {
+      std::printf("%s", value.c_str());
+      std::fflush(stdout);
+    } else if (key == "pidfile") {
+      appendLine(value, std::to_string(::getpid()));
+    } else if (key == "touch") {
+      appendLine(value, "");
+    } else if (key == "setsid-child") {
+      pid_t pid = ::fork();
+      if (pid == 0) {
+        ::setsid();
+        if (::fork() == 0) {
+          ::signal(SIGTERM, SIG_IGN);
+          appendLine(value, std::to_string(::getpid()));
+          for (;;) ::pause();
+        }
+        _exit(0);
+      }
+      int status = 0;
+      ::waitpid(pid, &status, 0);
+    } else if (key == "flood") {
+      flood(std::atol(value.c_str()));
+    } else {
+      std::fprintf(stderr, "cohort-test-rank: unknown action '%s'\n", action.c_str());
+      return 64;
+    }
+  }
+  return 0;
+}
