@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 namespace cohort::agent {
@@ -89,12 +90,18 @@ Result<RankOutput> RankOutput::open(const std::string& log_file, std::string pre
   out.log_.reset(::open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
   if (!out.log_.valid()) return failErrno("open log file '" + log_file + "'");
   out.prefix_ = std::move(prefix);
+  out.log_file_ = log_file;
   out.console_ = console;
   return out;
 }
 
 void RankOutput::consume(const char* data, size_t size) {
-  (void)writeAll(log_.get(), std::string_view(data, size));
+  if (auto written = writeAll(log_.get(), std::string_view(data, size)); !written && !log_failed_) {
+    // Say it once, loudly; the console echo and the root-cause tail still work.
+    log_failed_ = true;
+    std::fprintf(stderr, "cohort: writing %s: %s; this rank's log file is incomplete\n",
+                 log_file_.c_str(), written.error().message.c_str());
+  }
   tail_.append(data, size);
   if (tail_.size() > 2 * kTailBytes) tail_.erase(0, tail_.size() - kTailBytes);
   if (console_) emitLines(data, size);

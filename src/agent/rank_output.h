@@ -58,6 +58,8 @@ class RankOutput {
   void emitLines(const char* data, size_t size);
 
   UniqueFd log_;
+  std::string log_file_;
+  bool log_failed_ = false;
   std::string prefix_;
   Console* console_ = nullptr;
   std::string partial_;

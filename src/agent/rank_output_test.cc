@@ -78,6 +78,20 @@ TEST(RankOutput, LongLinesAreCutIntoPrefixedPiecesThatFitOnePipeWrite) {
   EXPECT_EQ(pieces, 4u);  // three pieces of the long line, then "short"
 }
 
+TEST(RankOutput, FullDiskIsReportedOnceAndTheTailSurvives) {
+  // /dev/full fails every write with ENOSPC, as a full disk does.
+  auto out = RankOutput::open("/dev/full", "", nullptr);
+  ASSERT_TRUE(out);
+  ::testing::internal::CaptureStderr();
+  out->consume("one\n", 4);
+  out->consume("two\n", 4);
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("writing /dev/full: write: No space left on device"), std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("writing", err.find("writing") + 1), std::string::npos) << "said twice";
+  EXPECT_EQ(out->tail(2), (std::vector<std::string>{"one", "two"}));
+}
+
 TEST(RankOutput, TailKeepsLastLines) {
   auto out = RankOutput::open(tempFile(), "", nullptr);
   ASSERT_TRUE(out);

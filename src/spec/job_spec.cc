@@ -26,8 +26,9 @@ namespace {
 
 // Fields that DESIGN.md names but this version does not run yet: a clear refusal beats silently
 // ignoring them.
-const std::set<std::string> kNotYet = {"inputs", "outputs", "debug", "launcher", "mode",
-                                       "compat"};
+const std::set<std::string> kNotYet = {"inputs",          "outputs",      "debug",
+                                       "launcher",        "mode",         "compat",
+                                       "policy.hang_timeout", "policy.startup_timeout"};
 
 class Parser {
  public:
@@ -99,7 +100,7 @@ class Parser {
     for (const auto& kv : node) {
       std::string key = kv.first.Scalar();
       std::string sub = path.empty() ? key : path + "." + key;
-      if (path.empty() && kNotYet.count(key)) {
+      if (kNotYet.count(sub)) {
         return bad(kv.first, sub, "not supported by this version of cohort yet");
       }
       if (!known.count(key)) {

@@ -96,6 +96,9 @@ TEST(ParseJobFile, UnsupportedFrameworkSaysWhatIsSupported) {
 TEST(ParseJobFile, FieldsOfLaterVersionsAreRefusedNotIgnored) {
   std::string msg = errorOf("name: x\ncommand: [a]\ninputs: []\n");
   EXPECT_NE(msg.find("inputs: not supported by this version"), std::string::npos) << msg;
+  msg = errorOf("name: x\ncommand: [a]\npolicy: {hang_timeout: 15m}\n");
+  EXPECT_NE(msg.find("policy.hang_timeout: not supported by this version"), std::string::npos)
+      << msg;
 }
 
 TEST(Validate, NeedsACommand) {

@@ -198,6 +198,8 @@ struct BadInput {
   std::string message;
 };
 
+void PrintTo(const BadInput& input, std::ostream* os) { *os << input.name; }
+
 class RunRejects : public ::testing::TestWithParam<BadInput> {};
 
 TEST_P(RunRejects, WithExitCode2AndNothingStarted) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <cstring>
 #include <fstream>
 
 #include "harness.h"
@@ -154,35 +155,69 @@ TEST(Supervision, SetsidGrandchildIsKilledWhenTheJobEnds) {
   expectAllGone(pids);
 }
 
-TEST(Supervision, SigintStopsGracefullyAndExits130) {
+// Four sleeping ranks on two nodes, each with a grandchild that escaped with setsid.
+struct SleepingJob {
+  std::string root = tempDir();
+  CohortProcess cohort{{"run", "--data-root", root, "--nodes", "2", "--nproc-per-node", "2", "--",
+                        testRank(), "pidfile=" + root + "/pids",
+                        "setsid-child=" + root + "/escaped", "sleep=60"}};
+
+  bool waitUntilRunning() {
+    return waitFor([&] { return readPids(root + "/pids").size() == 4 &&
+                                readPids(root + "/escaped").size() == 4; }, 20s);
+  }
+  void expectNothingLeft() {
+    expectAllGone(readPids(root + "/pids"));
+    expectAllGone(readPids(root + "/escaped"));
+  }
+};
+
+class StopSignal : public ::testing::TestWithParam<int> {};
+
+TEST_P(StopSignal, StopsGracefullyWithShellStyleExitCode) {
+  const int sig = GetParam();
+  SleepingJob job;
+  ASSERT_TRUE(job.waitUntilRunning());
+  ::kill(job.cohort.pid(), sig);
+  auto r = job.cohort.wait(20s);
+  EXPECT_EQ(r.exit_code, 128 + sig) << r.err;
+  EXPECT_NE(r.err.find(std::string("SIG") + sigabbrev_np(sig) + " received"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(readJson(onlyJobDir(job.root) + "/result.json")["state"], "stopped");
+  for (const auto& e : rankExits(onlyJobDir(job.root))) {
+    EXPECT_EQ(e["signal"], SIGTERM) << "ranks get SIGTERM first, whatever cohort received";
+  }
+  job.expectNothingLeft();
+}
+
+INSTANTIATE_TEST_SUITE_P(Signals, StopSignal, ::testing::Values(SIGINT, SIGTERM),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return std::string("SIG") + sigabbrev_np(info.param);
+                         });
+
+TEST(Supervision, SecondSignalKillsAtOnce) {
   std::string root = tempDir();
   std::string pids = root + "/pids";
-  CohortProcess cohort({"run", "--data-root", root, "--nodes", "2", "--nproc-per-node", "2",
-                        "--", testRank(), "pidfile=" + pids, "setsid-child=" + root + "/escaped",
-                        "sleep=60"});
-  ASSERT_TRUE(waitFor([&] { return readPids(pids).size() == 4 &&
-                                   readPids(root + "/escaped").size() == 4; }, 20s));
+  CohortProcess cohort({"run", "--data-root", root, "--nodes", "2", "--grace-period", "60s",
+                        "--", testRank(), "ignore-term", "pidfile=" + pids, "sleep=60"});
+  ASSERT_TRUE(waitFor([&] { return readPids(pids).size() == 2; }, 20s));
   ::kill(cohort.pid(), SIGINT);
-  auto r = cohort.wait(20s);
+  ASSERT_TRUE(waitFor([&] {
+    return readText(onlyJobDir(root) + "/events.jsonl").find("stopping") != std::string::npos;
+  }, 10s));
+  ::kill(cohort.pid(), SIGINT);
+  auto r = cohort.wait(20s);  // well before the 60 s grace period
   EXPECT_EQ(r.exit_code, 130) << r.err;
-  EXPECT_NE(r.err.find("SIGINT received"), std::string::npos) << r.err;
-  EXPECT_EQ(readJson(onlyJobDir(root) + "/result.json")["state"], "stopped");
+  EXPECT_NE(r.err.find("second signal"), std::string::npos) << r.err;
   expectAllGone(readPids(pids));
-  expectAllGone(readPids(root + "/escaped"));
 }
 
 TEST(Supervision, KillDashNineOfCohortLeavesNoProcess) {
-  std::string root = tempDir();
-  std::string pids = root + "/pids";
-  CohortProcess cohort({"run", "--data-root", root, "--nodes", "2", "--nproc-per-node", "2",
-                        "--", testRank(), "pidfile=" + pids, "setsid-child=" + root + "/escaped",
-                        "sleep=60"});
-  ASSERT_TRUE(waitFor([&] { return readPids(pids).size() == 4 &&
-                                   readPids(root + "/escaped").size() == 4; }, 20s));
-  ::kill(cohort.pid(), SIGKILL);
-  cohort.wait(20s);
-  expectAllGone(readPids(pids));
-  expectAllGone(readPids(root + "/escaped"));
+  SleepingJob job;
+  ASSERT_TRUE(job.waitUntilRunning());
+  ::kill(job.cohort.pid(), SIGKILL);
+  job.cohort.wait(20s);
+  job.expectNothingLeft();
 }
 
 TEST(Supervision, ExitCodeZeroOnlyWhenEveryKeyRankSucceeded) {
