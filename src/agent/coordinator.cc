@@ -160,6 +160,7 @@ class Coordinator {
     for (auto& [rank, info] : ranks_) info.exited = false;
     key_ok_ = 0;
     started_nodes_ = 0;
+    started_processes_ = 0;
     attempt_started_ = std::chrono::steady_clock::now();
     for (Agent& agent : agents_) {
       agent.idle = false;
@@ -193,12 +194,13 @@ class Coordinator {
     if (m.value("attempt", attempt_) != attempt_) return;
     if (type == "started") {
       agents_[node].started = true;
+      started_processes_ += m.value("count", 0);
       if (++started_nodes_ == static_cast<int>(agents_.size())) {
         double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                                     attempt_started_).count();
         char buf[160];
-        std::snprintf(buf, sizeof buf, "%d rank(s) started on %zu node(s) in %.3fs",
-                      plan_.world_size, agents_.size(), secs);
+        std::snprintf(buf, sizeof buf, "%d process(es) started on %zu node(s) in %.3fs",
+                      started_processes_, agents_.size(), secs);
         say(buf);
       }
     } else if (type == "exited") {
@@ -217,6 +219,7 @@ class Coordinator {
     it->second.exited = true;
     RankExit e;
     e.attempt = attempt_;
+    e.name = r.name;
     e.role = r.role;
     e.role_rank = r.role_rank;
     e.rank = rank;
@@ -230,6 +233,7 @@ class Coordinator {
     exits_.push_back(e);
     event({{"event", "rank_exit"},
            {"attempt", attempt_},
+           {"name", e.name},
            {"role", e.role},
            {"role_rank", e.role_rank},
            {"rank", e.rank},
@@ -374,7 +378,8 @@ class Coordinator {
                       {"duration_s", elapsed()}};
     if (out.root_cause) {
       const RankExit& rc = *out.root_cause;
-      record["root_cause"] = {{"role", rc.role},     {"role_rank", rc.role_rank},
+      record["root_cause"] = {{"name", rc.name},     {"role", rc.role},
+                              {"role_rank", rc.role_rank},
                               {"rank", rc.rank},     {"node", rc.node},
                               {"code", rc.code},     {"signal", rc.signal},
                               {"attempt", rc.attempt}, {"tail", rc.tail},
@@ -403,6 +408,7 @@ class Coordinator {
   std::chrono::steady_clock::time_point attempt_started_;
   int connected_ = 0;
   int started_nodes_ = 0;
+  int started_processes_ = 0;
   int key_total_ = 0;
   int key_ok_ = 0;
   int attempt_ = 0;

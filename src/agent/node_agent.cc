@@ -191,8 +191,7 @@ class Agent {
   Result<void> spawnRank(size_t index) {
     Rank& rank = ranks_[index];
     const plan::RankPlan& p = rank.plan;
-    std::string prefix = "[" + p.role + "/" + std::to_string(p.role_rank) + " node" +
-                         std::to_string(p.node) + "] ";
+    std::string prefix = "[" + p.name + " node" + std::to_string(p.node) + "] ";
     COHORT_ASSIGN(RankOutput output, RankOutput::open(p.log_file, prefix,
                                                       p.console ? &console_ : nullptr));
     rank.output = std::move(output);
@@ -209,7 +208,7 @@ class Agent {
     req.stdout_fd = write_end.get();
     auto child = proc::spawn(req);
     if (!child) {
-      return withContext(child.error(), "rank " + std::to_string(p.rank));
+      return withContext(child.error(), p.name);
     }
     rank.child = std::move(*child);
     rank.running = true;

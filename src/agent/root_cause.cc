@@ -8,8 +8,7 @@
 namespace cohort::agent {
 
 std::string RankExit::label() const {
-  return role + "/" + std::to_string(role_rank) + " (rank " + std::to_string(rank) +
-         ") on node " + std::to_string(node);
+  return name + " on node " + std::to_string(node);
 }
 
 std::string RankExit::describe() const {

@@ -12,6 +12,7 @@ namespace cohort::agent {
 
 struct RankExit {
   int attempt = 0;
+  std::string name;  // "worker/3"
   std::string role;
   int role_rank = 0;
   int rank = 0;

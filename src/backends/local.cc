@@ -5,6 +5,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include "util/text.h"
 
 extern char** environ;
 
@@ -15,6 +19,42 @@ std::string selfExecutable() {
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
   if (n <= 0) return "cohort";
   return std::string(buf, static_cast<size_t>(n));
+}
+
+std::vector<int> localGpus() {
+  std::vector<int> gpus;
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
+    for (const std::string& id : split(visible, ',')) {
+      if (auto n = parseInt(id); n && *n >= 0) gpus.push_back(*n);
+    }
+    return gpus;
+  }
+  FILE* smi = ::popen("nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null", "r");
+  if (!smi) return gpus;
+  char line[64];
+  while (std::fgets(line, sizeof line, smi)) {
+    std::string text(line);
+    while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+    if (auto n = parseInt(text)) gpus.push_back(*n);
+  }
+  if (::pclose(smi) != 0) gpus.clear();  // no driver, or no nvidia-smi
+  return gpus;
+}
+
+std::vector<std::string> localAscendAddresses() {
+  std::vector<std::string> ips;
+  auto text = readFile("/etc/hccn.conf");
+  if (!text) return ips;
+  for (const std::string& line : split(*text, '\n')) {
+    // address_3=192.98.92.131
+    if (!startsWith(line, "address_")) continue;
+    auto eq = line.find('=');
+    auto index = parseInt(line.substr(8, eq == std::string::npos ? 0 : eq - 8));
+    if (!index || *index < 0 || *index > 64) continue;
+    if (ips.size() <= static_cast<size_t>(*index)) ips.resize(*index + 1);
+    ips[*index] = line.substr(eq + 1);
+  }
+  return ips;
 }
 
 Result<void> LocalLauncher::launch(int node, const std::string& addr, int port,

@@ -28,4 +28,11 @@ class LocalLauncher : public agent::AgentLauncher {
 // The path of the running executable (/proc/self/exe).
 std::string selfExecutable();
 
+// The GPUs ranks may use on this machine: CUDA_VISIBLE_DEVICES when the user set it, else what
+// `nvidia-smi` lists; empty without GPUs.
+std::vector<int> localGpus();
+
+// Ascend NIC addresses by device index, from /etc/hccn.conf (address_<i>=<ip>); empty elsewhere.
+std::vector<std::string> localAscendAddresses();
+
 }  // namespace cohort::backends

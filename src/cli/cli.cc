@@ -94,14 +94,9 @@ int reportError(const Error& e) {
 }
 
 Result<void> makeJobDirs(const std::string& job_dir) {
-  std::string path;
-  for (const std::string& part : split(job_dir, '/')) {
-    if (part.empty()) continue;
-    path += "/" + part;
-    if (::mkdir(path.c_str(), 0755) < 0 && errno != EEXIST) {
-      return failErrno("create '" + path + "'");
-    }
-  }
+  COHORT_TRY(makeDirs(job_dir.substr(0, job_dir.rfind('/'))));
+  // The job's own directory must be new: jobs never share directories.
+  if (::mkdir(job_dir.c_str(), 0755) < 0) return failErrno("create '" + job_dir + "'");
   for (const char* sub : {"work", "output", "logs"}) {
     std::string dir = job_dir + "/" + sub;
     if (::mkdir(dir.c_str(), 0755) < 0) return failErrno("create '" + dir + "'");
@@ -126,9 +121,13 @@ int cmdRun(int argc, char** argv) {
   if (!options) return reportError(options.error());
   auto job = prepareJob(*options);
   if (!job) return reportError(job.error());
-  auto lease = plan::PortLease::acquire(job->context.master_addr, plan::defaultLeaseDir());
-  if (!lease) return reportError(lease.error());
-  job->context.master_port = lease->port();
+  std::vector<plan::PortLease> leases;  // held until cohort exits
+  for (int i = 0; i < plan::portsNeeded(job->spec); ++i) {
+    auto lease = plan::PortLease::acquire(job->context.master_addr, plan::defaultLeaseDir());
+    if (!lease) return reportError(lease.error());
+    job->context.ports.push_back(lease->port());
+    leases.push_back(std::move(*lease));
+  }
   auto plan = plan::makePlan(job->spec, job->context);
   if (!plan) return reportError(plan.error());
 
@@ -137,13 +136,16 @@ int cmdRun(int argc, char** argv) {
     return reportError(w.error());
   }
   for (const plan::GeneratedFile& f : plan->files) {
-    if (auto w = writeFileAtomic(f.path, f.content); !w) return reportError(w.error());
+    auto dir = makeDirs(f.path.substr(0, f.path.rfind('/')));
+    auto w = dir ? writeFileAtomic(f.path, f.content) : Result<void>(dir);
+    if (!w) return reportError(w.error());
   }
   const bool progress = !options->quiet;
   if (progress) {
     int nodes = static_cast<int>(plan->nodes.size());
-    std::fprintf(stderr, "cohort: job %s: %d node(s), %d rank(s), master port %d\n",
-                 plan->job_id.c_str(), nodes, plan->world_size, lease->port());
+    std::fprintf(stderr, "cohort: job %s: %s, %d node(s), %d rank(s), master port %d\n",
+                 plan->job_id.c_str(), plan->framework.c_str(), nodes, plan->world_size,
+                 job->context.ports[0]);
     std::fprintf(stderr, "cohort: job directory %s\n", plan->job_dir.c_str());
   }
   std::fflush(stdout);

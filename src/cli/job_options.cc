@@ -4,9 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <ctime>
 
+#include "backends/local.h"
 #include "proc/spawn.h"
 #include "util/fd.h"
 #include "util/text.h"
@@ -93,9 +95,16 @@ std::string jobFlagsHelp() {
   return R"(Job:
   -f, --file FILE          job file (YAML or JSON); flags below override its fields
   --name NAME              job name (default: from the file or the script's name)
-  --framework NAME         pytorch (default: also sets torchrun's variables) | generic
+  --framework NAME         pytorch (default) | mindspore | tensorflow | mpi | generic
+                           (generic sets only the COHORT_* variables)
+  --launcher NAME          direct (default): cohort starts every rank; torchrun: one torchrun
+                           per node; spawn: one process per node with --init_method --rank
+                           --world_size (mp.spawn); mpirun: one mpirun (default for mpi)
+  --mode NAME              MindSpore: dynamic_cluster (default) | rank_table (Ascend)
+  --compat NAME            modelarts (default): also set the managed service's MA_* and
+                           VC_* variables | none
   --nodes N                nodes of a single-role job (simulated on this machine)
-  --nproc-per-node N       processes per node
+  --nproc-per-node N|auto  processes per node (auto: one per GPU, 1 without GPUs)
   --workdir DIR            where ranks run (default: the job file's directory, or here)
   --env KEY=VALUE          set a variable for every rank (repeatable)
   --hp KEY=VALUE           hyperparameter, appended to the command as --KEY=VALUE (repeatable)
@@ -146,7 +155,19 @@ Result<JobOptions> parseJobOptions(int argc, char** argv, int first) {
     } else if (arg == "--nodes") {
       COHORT_ASSIGN(o.nodes, number(1));
     } else if (arg == "--nproc-per-node" || arg == "--nproc_per_node") {
-      COHORT_ASSIGN(o.procs_per_node, number(1));
+      if ((inline_value && value == "auto") ||
+          (!inline_value && i + 1 < argc && std::string(argv[i + 1]) == "auto")) {
+        if (!inline_value) ++i;
+        o.procs_per_node = spec::kAutoProcs;
+      } else {
+        COHORT_ASSIGN(o.procs_per_node, number(1));
+      }
+    } else if (arg == "--launcher") {
+      COHORT_ASSIGN(o.launcher, next());
+    } else if (arg == "--mode") {
+      COHORT_ASSIGN(o.mode, next());
+    } else if (arg == "--compat") {
+      COHORT_ASSIGN(o.compat, next());
     } else if (arg == "--workdir") {
       COHORT_ASSIGN(o.workdir, next());
     } else if (arg == "--env") {
@@ -202,14 +223,30 @@ Result<PreparedJob> prepareJob(const JobOptions& o) {
     s.name = nameFromCommand(s.command);
   }
   if (!o.framework.empty()) {
-    if (o.framework == "pytorch") {
-      s.framework = spec::Framework::kPyTorch;
-    } else if (o.framework == "generic") {
-      s.framework = spec::Framework::kGeneric;
-    } else {
+    auto f = spec::parseFramework(o.framework);
+    if (!f) return withContext(f.error(), "--framework");
+    s.framework = *f;
+    if (*f == spec::Framework::kMpi && o.launcher.empty()) s.launcher = spec::Launcher::kMpirun;
+  }
+  if (!o.launcher.empty()) {
+    auto l = spec::parseLauncher(o.launcher);
+    if (!l) return withContext(l.error(), "--launcher");
+    s.launcher = *l;
+  }
+  if (!o.mode.empty()) {
+    if (o.mode != "dynamic_cluster" && o.mode != "rank_table") {
       return fail(Code::kInvalidArgument,
-                  "--framework: '" + o.framework + "' is not supported (pytorch, generic)");
+                  "--mode: unknown mode '" + o.mode + "' (dynamic_cluster, rank_table)");
     }
+    s.mindspore_mode = o.mode == "rank_table" ? spec::MindSporeMode::kRankTable
+                                              : spec::MindSporeMode::kDynamicCluster;
+  }
+  if (!o.compat.empty()) {
+    if (o.compat != "modelarts" && o.compat != "none") {
+      return fail(Code::kInvalidArgument,
+                  "--compat: unknown compat '" + o.compat + "' (modelarts, none)");
+    }
+    s.compat_modelarts = o.compat == "modelarts";
   }
   if (o.nodes || o.procs_per_node) {
     if (s.roles.size() != 1) {
@@ -273,6 +310,15 @@ Result<PreparedJob> prepareJob(const JobOptions& o) {
                   : env_root && *env_root ? std::string(env_root)
                                           : std::string(home ? home : "/tmp") + "/.cohort";
   plan::PlanContext& ctx = job.context;
+  ctx.gpus = backends::localGpus();
+  ctx.device_ips = backends::localAscendAddresses();
+  ctx.as_root = ::geteuid() == 0;
+  for (spec::Role& role : s.roles) {
+    if (role.procs_per_node != spec::kAutoProcs) continue;
+    // One per device; simulated nodes share this machine's devices.
+    int per_node = static_cast<int>(ctx.gpus.size()) / spec::totalNodes(s);
+    role.procs_per_node = std::max(per_node, 1);
+  }
   ctx.job_id = newJobId(s.name);
   ctx.job_dir = job.data_root + "/jobs/" + ctx.job_id;
   ctx.workdir = workdir;

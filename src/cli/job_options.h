@@ -16,8 +16,9 @@ namespace cohort::cli {
 
 struct JobOptions {
   std::string file;
-  std::string name, framework, workdir, grace_period, max_runtime, success, data_root, log_ranks;
-  int nodes = 0, procs_per_node = 0, max_restarts = -1;
+  std::string name, framework, launcher, mode, compat, workdir, grace_period, max_runtime,
+      success, data_root, log_ranks;
+  int nodes = 0, procs_per_node = 0, max_restarts = -1;  // procs_per_node may be kAutoProcs
   std::vector<std::string> env, hyperparameters;  // KEY=VALUE
   std::vector<std::string> command;               // after "--"
   bool json = false, quiet = false;
@@ -33,7 +34,8 @@ struct PreparedJob {
 };
 
 // Builds the spec (job file, then flags), validates it, resolves the workdir and checks that the
-// workdir and the program exist. Picks the job id and directory (not created yet).
+// workdir and the program exist, looks at the machine's devices (resolving procs_per_node: auto)
+// and picks the job id and directory (not created yet). Ports are leased by the caller.
 Result<PreparedJob> prepareJob(const JobOptions& options);
 
 std::string jobFlagsHelp();

@@ -16,11 +16,14 @@ namespace cohort::plan {
 
 using spec::KeyValues;
 
+// One process cohort starts and supervises: a rank, or a launcher that starts ranks itself
+// (torchrun, mp.spawn, mpirun), or a helper process the framework needs (MindSpore's scheduler).
 struct RankPlan {
+  std::string name;         // "worker/3", "torchrun/node1", "scheduler/0": prefix and log name
   std::string role;
   int role_rank = 0;        // index within the role
   int role_world_size = 0;  // processes in the role
-  int rank = 0;             // global rank
+  int rank = 0;             // global rank; unique among the job's processes
   int local_rank = 0;       // index on its node
   int node = 0;             // global node index
   std::vector<std::string> argv;
@@ -60,10 +63,19 @@ struct PlanContext {
   std::string job_dir;  // absolute
   std::string workdir;  // absolute
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;
+  // Leased ports, portsNeeded() of them: [0] is the master port (rendezvous, MindSpore's
+  // scheduler), then one per TensorFlow task. Empty for a dry plan: shown as "auto".
+  std::vector<int> ports;
   std::vector<std::string> hosts;  // one per node; missing entries default to master_addr
   std::set<int> console_ranks;     // global ranks echoed on the console; empty: all
+  std::vector<int> gpus;           // device indices; each rank gets one in CUDA_VISIBLE_DEVICES
+  bool nodes_share_machine = true;  // simulated nodes: spread ranks over the machine's devices
+  bool as_root = false;             // mpirun needs --allow-run-as-root
+  std::vector<std::string> device_ips;  // Ascend NIC address per device (from /etc/hccn.conf)
 };
+
+// How many ports makePlan wants leased in PlanContext::ports.
+int portsNeeded(const spec::JobSpec& spec);
 
 // Builds the plan. Errors: kInvalidArgument when the spec fails validation.
 Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx);

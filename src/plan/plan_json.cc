@@ -18,7 +18,8 @@ Json envJson(const KeyValues& env) {
 Json nodeJson(const NodePlan& node) {
   Json ranks = Json::array();
   for (const RankPlan& r : node.ranks) {
-    ranks.push_back(Json{{"role", r.role},
+    ranks.push_back(Json{{"name", r.name},
+                         {"role", r.role},
                      {"role_rank", r.role_rank},
                      {"role_world_size", r.role_world_size},
                      {"rank", r.rank},
@@ -66,6 +67,7 @@ Result<NodePlan> nodeFromJson(const std::string& text) {
     node.host = j.at("host").get<std::string>();
     for (const auto& jr : j.at("ranks")) {
       RankPlan r;
+      r.name = jr.at("name").get<std::string>();
       r.role = jr.at("role").get<std::string>();
       r.role_rank = jr.at("role_rank").get<int>();
       r.role_world_size = jr.at("role_world_size").get<int>();
@@ -98,9 +100,8 @@ std::string toText(const Plan& plan) {
     for (const RankPlan& r : node.ranks) {
       std::vector<std::string> words;
       for (const auto& a : r.argv) words.push_back(shellQuote(a));
-      out += "  " + r.role + "/" + std::to_string(r.role_rank) + "  rank " +
-             std::to_string(r.rank) + ", local rank " + std::to_string(r.local_rank) +
-             (r.key ? "" : ", not a key role") + "\n";
+      out += "  " + r.name + "  (process " + std::to_string(r.rank) + ", local " +
+             std::to_string(r.local_rank) + (r.key ? "" : ", not a key role") + ")\n";
       out += "    argv: " + join(words, " ") + "\n";
       out += "    log:  " + r.log_file + "\n";
       for (const auto& [k, v] : r.env) out += "    " + k + "=" + v + "\n";

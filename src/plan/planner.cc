@@ -3,13 +3,12 @@
 #include <nlohmann/json.hpp>
 
 #include "plan/plan.h"
+#include "plan/wiring.h"
 #include "util/text.h"
 
 namespace cohort::plan {
 
-namespace {
-
-void set(KeyValues& env, const std::string& key, const std::string& value) {
+void setEnv(KeyValues& env, const std::string& key, const std::string& value) {
   for (auto& kv : env) {
     if (kv.first == key) {
       kv.second = value;
@@ -19,56 +18,99 @@ void set(KeyValues& env, const std::string& key, const std::string& value) {
   env.emplace_back(key, value);
 }
 
-bool has(const KeyValues& env, const std::string& key) {
-  for (const auto& kv : env) {
-    if (kv.first == key) return true;
-  }
-  return false;
+void unsetEnv(KeyValues& env, const std::string& key) {
+  env.erase(std::remove_if(env.begin(), env.end(), [&](const auto& kv) { return kv.first == key; }),
+            env.end());
 }
 
-// The variables torchrun gives each worker, so torchrun scripts run unchanged.
-void addPyTorch(KeyValues& env, const RankPlan& r, const Plan& plan, int num_nodes,
-                const std::string& addr, const std::string& port, int local_world) {
-  set(env, "MASTER_ADDR", addr);
-  set(env, "MASTER_PORT", port);
-  set(env, "RANK", std::to_string(r.rank));
-  set(env, "WORLD_SIZE", std::to_string(plan.world_size));
-  set(env, "LOCAL_RANK", std::to_string(r.local_rank));
-  set(env, "LOCAL_WORLD_SIZE", std::to_string(local_world));
-  set(env, "GROUP_RANK", std::to_string(r.node));
-  set(env, "GROUP_WORLD_SIZE", std::to_string(num_nodes));
-  set(env, "ROLE_NAME", r.role);
-  set(env, "ROLE_RANK", std::to_string(r.role_rank));
-  set(env, "ROLE_WORLD_SIZE", std::to_string(r.role_world_size));
-  set(env, "TORCHELASTIC_RESTART_COUNT", "0");
-  set(env, "TORCHELASTIC_MAX_RESTARTS", std::to_string(plan.max_restarts));
-  set(env, "TORCHELASTIC_RUN_ID", plan.job_id);
+bool hasEnv(const KeyValues& env, const std::string& key) {
+  return std::any_of(env.begin(), env.end(), [&](const auto& kv) { return kv.first == key; });
 }
+
+bool isPython(const std::vector<std::string>& argv) {
+  if (argv.empty()) return false;
+  std::string base = argv[0].substr(argv[0].rfind('/') + 1);
+  return startsWith(base, "python");
+}
+
+void Builder::onePerNode(const std::string& name,
+                         const std::function<void(NodePlan&, RankPlan&)>& make) {
+  for (NodePlan& node : plan.nodes) {
+    RankPlan launcher = node.ranks.front();
+    launcher.name = name + "/node" + std::to_string(node.node);
+    launcher.rank = node.node;
+    launcher.role_rank = node.node;
+    launcher.local_rank = 0;
+    launcher.log_file = ctx.job_dir + "/logs/" + name + "-node" + std::to_string(node.node) + ".log";
+    launcher.console = std::any_of(node.ranks.begin(), node.ranks.end(),
+                                   [](const RankPlan& r) { return r.console; });
+    // The launcher gives its ranks their identities; it has only the node's, and all of the
+    // node's devices.
+    for (const char* key : {"COHORT_RANK", "COHORT_LOCAL_RANK", "COHORT_ROLE_RANK"}) {
+      unsetEnv(launcher.env, key);
+    }
+    std::vector<std::string> devices;
+    for (const RankPlan& r : node.ranks) {
+      for (const auto& [k, v] : r.env) {
+        if (k == "CUDA_VISIBLE_DEVICES") devices.push_back(v);
+      }
+    }
+    if (!devices.empty()) setEnv(launcher.env, "CUDA_VISIBLE_DEVICES", join(devices, ","));
+    make(node, launcher);
+    node.ranks = {std::move(launcher)};
+  }
+}
+
+int portsNeeded(const spec::JobSpec& spec) {
+  int ports = 1;
+  if (spec.framework == spec::Framework::kTensorFlow) ports += spec::totalProcs(spec);
+  return ports;
+}
+
+namespace {
 
 std::string rankTable(const Plan& plan) {
   nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
   for (const NodePlan& node : plan.nodes) {
     for (const RankPlan& r : node.ranks) {
       ranks.push_back(nlohmann::ordered_json{{"rank", r.rank},
-                       {"role", r.role},
-                       {"role_rank", r.role_rank},
-                       {"node", r.node},
-                       {"host", node.host},
-                       {"local_rank", r.local_rank}});
+                                             {"role", r.role},
+                                             {"role_rank", r.role_rank},
+                                             {"node", r.node},
+                                             {"host", node.host},
+                                             {"local_rank", r.local_rank}});
     }
   }
   nlohmann::ordered_json table = {{"version", 1},
-                          {"job_id", plan.job_id},
-                          {"world_size", plan.world_size},
-                          {"num_nodes", plan.nodes.size()},
-                          {"ranks", ranks}};
+                                  {"job_id", plan.job_id},
+                                  {"world_size", plan.world_size},
+                                  {"num_nodes", plan.nodes.size()},
+                                  {"ranks", ranks}};
   return table.dump(2) + "\n";
+}
+
+// One device per rank: on simulated nodes the machine's devices are spread over every rank of
+// the job; on real nodes each node's ranks use that node's devices by local rank.
+void assignDevices(Builder& b) {
+  if (b.ctx.gpus.empty()) return;
+  int index = 0;
+  b.forEachRank([&](NodePlan&, RankPlan& r) {
+    int slot = b.ctx.nodes_share_machine ? index++ : r.local_rank;
+    int gpu = b.ctx.gpus[static_cast<size_t>(slot) % b.ctx.gpus.size()];
+    setEnv(r.env, "CUDA_VISIBLE_DEVICES", std::to_string(gpu));
+  });
 }
 
 }  // namespace
 
 Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
   COHORT_TRY(spec::validate(spec));
+  for (const spec::Role& role : spec.roles) {
+    if (role.procs_per_node == spec::kAutoProcs) {
+      return fail(Code::kInvalidArgument,
+                  "roles." + role.name + ".procs_per_node: 'auto' was not resolved");
+    }
+  }
   Plan plan;
   plan.job_id = ctx.job_id;
   plan.job_name = spec.name;
@@ -80,16 +122,13 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
   plan.grace_period_ms = spec.policy.grace_period.count();
   plan.max_runtime_ms = spec.policy.max_runtime ? spec.policy.max_runtime->count() : 0;
 
+  Builder b{spec, ctx, plan, {}};
   const int num_nodes = spec::totalNodes(spec);
   const std::vector<std::string> key_roles = spec::keyRoles(spec);
-  // A dry plan (`cohort plan`) has no port yet: one is leased when the job starts.
-  const std::string port = ctx.master_port ? std::to_string(ctx.master_port) : "auto";
   const std::string rank_table_path = ctx.job_dir + "/rank_table.json";
-  std::vector<std::string> hosts;
   for (int n = 0; n < num_nodes; ++n) {
-    hosts.push_back(n < static_cast<int>(ctx.hosts.size()) ? ctx.hosts[n] : ctx.master_addr);
+    b.hosts.push_back(n < static_cast<int>(ctx.hosts.size()) ? ctx.hosts[n] : ctx.master_addr);
   }
-
   std::vector<std::string> argv = spec.command;
   for (const auto& [key, value] : spec.hyperparameters) argv.push_back("--" + key + "=" + value);
 
@@ -97,14 +136,14 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
   int rank = 0;
   for (const spec::Role& role : spec.roles) {
     const int role_world = role.nodes * role.procs_per_node;
-    const bool key =
-        std::find(key_roles.begin(), key_roles.end(), role.name) != key_roles.end();
+    const bool key = std::find(key_roles.begin(), key_roles.end(), role.name) != key_roles.end();
     for (int n = 0; n < role.nodes; ++n, ++node_index) {
-      NodePlan node{node_index, hosts[node_index], {}};
+      NodePlan node{node_index, b.hosts[node_index], {}};
       for (int local = 0; local < role.procs_per_node; ++local, ++rank) {
         RankPlan r;
         r.role = role.name;
         r.role_rank = n * role.procs_per_node + local;
+        r.name = role.name + "/" + std::to_string(r.role_rank);
         r.role_world_size = role_world;
         r.rank = rank;
         r.local_rank = local;
@@ -115,37 +154,44 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
         r.log_file = ctx.job_dir + "/logs/" + role.name + "-" + std::to_string(r.role_rank) + ".log";
 
         KeyValues& env = r.env;
-        for (const auto& kv : spec.env) set(env, kv.first, kv.second);
-        if (role.procs_per_node > 1 && !has(spec.env, "OMP_NUM_THREADS")) {
-          set(env, "OMP_NUM_THREADS", "1");  // as torchrun does, so N ranks do not fight
+        for (const auto& kv : spec.env) setEnv(env, kv.first, kv.second);
+        if (role.procs_per_node > 1 && !hasEnv(spec.env, "OMP_NUM_THREADS")) {
+          setEnv(env, "OMP_NUM_THREADS", "1");  // as torchrun does, so N ranks do not fight
         }
-        set(env, "COHORT_JOB_ID", plan.job_id);
-        set(env, "COHORT_JOB_NAME", plan.job_name);
-        set(env, "COHORT_ROLE", role.name);
-        set(env, "COHORT_ROLE_RANK", std::to_string(r.role_rank));
-        set(env, "COHORT_ROLE_WORLD_SIZE", std::to_string(role_world));
-        set(env, "COHORT_RANK", std::to_string(rank));
-        set(env, "COHORT_WORLD_SIZE", std::to_string(plan.world_size));
-        set(env, "COHORT_LOCAL_RANK", std::to_string(local));
-        set(env, "COHORT_LOCAL_WORLD_SIZE", std::to_string(role.procs_per_node));
-        set(env, "COHORT_NODE_RANK", std::to_string(node_index));
-        set(env, "COHORT_NUM_NODES", std::to_string(num_nodes));
-        set(env, "COHORT_MASTER_ADDR", ctx.master_addr);
-        set(env, "COHORT_MASTER_PORT", port);
-        set(env, "COHORT_HOSTS", join(hosts, ","));
-        set(env, "COHORT_RANK_TABLE_FILE", rank_table_path);
-        set(env, "COHORT_OUTPUT_DIR", ctx.job_dir + "/output");
-        set(env, "COHORT_LOG_DIR", ctx.job_dir + "/logs");
-        set(env, "COHORT_RESTART_COUNT", "0");
-        if (spec.framework == spec::Framework::kPyTorch) {
-          addPyTorch(env, r, plan, num_nodes, ctx.master_addr, port, role.procs_per_node);
-        }
+        setEnv(env, "COHORT_JOB_ID", plan.job_id);
+        setEnv(env, "COHORT_JOB_NAME", plan.job_name);
+        setEnv(env, "COHORT_ROLE", role.name);
+        setEnv(env, "COHORT_ROLE_RANK", std::to_string(r.role_rank));
+        setEnv(env, "COHORT_ROLE_WORLD_SIZE", std::to_string(role_world));
+        setEnv(env, "COHORT_RANK", std::to_string(rank));
+        setEnv(env, "COHORT_WORLD_SIZE", std::to_string(plan.world_size));
+        setEnv(env, "COHORT_LOCAL_RANK", std::to_string(local));
+        setEnv(env, "COHORT_LOCAL_WORLD_SIZE", std::to_string(role.procs_per_node));
+        setEnv(env, "COHORT_NODE_RANK", std::to_string(node_index));
+        setEnv(env, "COHORT_NUM_NODES", std::to_string(num_nodes));
+        setEnv(env, "COHORT_MASTER_ADDR", ctx.master_addr);
+        setEnv(env, "COHORT_MASTER_PORT", b.port(0));
+        setEnv(env, "COHORT_HOSTS", join(b.hosts, ","));
+        setEnv(env, "COHORT_RANK_TABLE_FILE", rank_table_path);
+        setEnv(env, "COHORT_OUTPUT_DIR", ctx.job_dir + "/output");
+        setEnv(env, "COHORT_LOG_DIR", ctx.job_dir + "/logs");
+        setEnv(env, "COHORT_RESTART_COUNT", "0");
         node.ranks.push_back(std::move(r));
       }
       plan.nodes.push_back(std::move(node));
     }
   }
+  // The generic rank table describes the training ranks, before any launcher takes their place.
   plan.files.push_back({rank_table_path, rankTable(plan)});
+  if (spec.compat_modelarts) wireModelArts(b);
+  assignDevices(b);
+  switch (spec.framework) {
+    case spec::Framework::kPyTorch: wirePyTorch(b); break;
+    case spec::Framework::kMindSpore: wireMindSpore(b); break;
+    case spec::Framework::kTensorFlow: wireTensorFlow(b); break;
+    case spec::Framework::kMpi: wireMpi(b); break;
+    case spec::Framework::kGeneric: break;
+  }
   return plan;
 }
 

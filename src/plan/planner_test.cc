@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -29,7 +30,7 @@ PlanContext context() {
   ctx.job_id = "digits-ddp-1";
   ctx.job_dir = "/data/jobs/digits-ddp-1";
   ctx.workdir = "/src/examples/pytorch";
-  ctx.master_port = 41234;
+  ctx.ports = {41234};
   return ctx;
 }
 
@@ -74,6 +75,179 @@ policy: {success: [worker]}
 )"), context());
   ASSERT_TRUE(plan) << plan.error().message;
   expectGolden("plan_generic_ps_worker.json", toJson(*plan));
+}
+
+// Every framework's rendered plan, files included, against a golden file.
+struct GoldenCase {
+  std::string name;
+  std::string yaml;
+  std::vector<int> gpus;
+};
+
+void PrintTo(const GoldenCase& c, std::ostream* os) { *os << c.name; }
+
+class FrameworkGolden : public ::testing::TestWithParam<GoldenCase> {};
+
+TEST_P(FrameworkGolden, MatchesGolden) {
+  PlanContext ctx = context();
+  ctx.ports = {41234, 41235, 41236, 41237, 41238, 41239};
+  ctx.gpus = GetParam().gpus;
+  ctx.as_root = true;
+  auto plan = makePlan(parse(GetParam().yaml), ctx);
+  ASSERT_TRUE(plan) << plan.error().message;
+  expectGolden("plan_" + GetParam().name + ".json", toJson(*plan));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Frameworks, FrameworkGolden,
+    ::testing::Values(
+        GoldenCase{"torchrun_2x2", "name: t\ncommand: [python3, train.py]\nlauncher: torchrun\n"
+                                   "roles: {worker: {nodes: 2, procs_per_node: 2}}\n", {}},
+        GoldenCase{"spawn_2x2", "name: s\ncommand: [python3, boot.py]\nlauncher: spawn\n"
+                                "roles: {worker: {nodes: 2, procs_per_node: 2}}\n", {}},
+        GoldenCase{"mindspore_dynamic_2x2",
+                   "name: ms\nframework: mindspore\ncommand: [python3, train.py]\n"
+                   "roles: {worker: {nodes: 2, procs_per_node: 2}}\n", {}},
+        GoldenCase{"mindspore_rank_table_v1_2x8",
+                   "name: ms\nframework: mindspore\nmode: rank_table\ncompat: none\n"
+                   "command: [python3, train.py]\nroles: {worker: {nodes: 2, procs_per_node: 8}}\n",
+                   {}},
+        GoldenCase{"mindspore_rank_table_v01_1x2",
+                   "name: ms\nframework: mindspore\nmode: rank_table\nrank_table_version: '0.1'\n"
+                   "command: [python3, train.py]\nroles: {worker: {nodes: 1, procs_per_node: 2}}\n",
+                   {}},
+        GoldenCase{"tensorflow_ps",
+                   "name: tf\nframework: tensorflow\ncommand: [python3, ps.py]\n"
+                   "roles: {chief: {}, worker: {nodes: 2}, ps: {}}\n", {}},
+        GoldenCase{"tensorflow_multi_worker",
+                   "name: tf\nframework: tensorflow\ncompat: none\ncommand: [python3, mw.py]\n"
+                   "roles: {worker: {nodes: 2}}\n", {}},
+        GoldenCase{"mpi_mpirun_2x2",
+                   "name: m\nframework: mpi\ncompat: none\ncommand: [python3, hello.py]\n"
+                   "roles: {worker: {nodes: 2, procs_per_node: 2}}\n", {}},
+        GoldenCase{"pytorch_gpus_2x2",
+                   "name: g\ncompat: none\ncommand: [python3, train.py]\n"
+                   "roles: {worker: {nodes: 2, procs_per_node: 2}}\n", {0, 1, 2, 3}}),
+    [](const ::testing::TestParamInfo<GoldenCase>& info) { return info.param.name; });
+
+const RankPlan& onlyRank(const Plan& plan, const std::string& name) {
+  for (const NodePlan& node : plan.nodes) {
+    for (const RankPlan& r : node.ranks) {
+      if (r.name == name) return r;
+    }
+  }
+  ADD_FAILURE() << "no process " << name;
+  return plan.nodes[0].ranks[0];
+}
+
+TEST(Planner, TorchrunIsOnePerNodeWithC10dRendezvous) {
+  auto plan = makePlan(parse("name: t\ncommand: [python3, train.py, --x]\nlauncher: torchrun\n"
+                             "roles: {worker: {nodes: 2, procs_per_node: 3}}\n"), context());
+  ASSERT_TRUE(plan);
+  const RankPlan& node1 = onlyRank(*plan, "torchrun/node1");
+  EXPECT_EQ(plan->nodes[1].ranks.size(), 1u);
+  const std::vector<std::string>& a = node1.argv;
+  EXPECT_EQ(std::vector<std::string>(a.begin(), a.begin() + 3),
+            (std::vector<std::string>{"python3", "-m", "torch.distributed.run"}));
+  for (const char* flag : {"--nnodes=2", "--node_rank=1", "--nproc_per_node=3",
+                           "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:41234"}) {
+    EXPECT_NE(std::find(a.begin(), a.end(), flag), a.end()) << flag;
+  }
+  EXPECT_EQ(a.back(), "--x");
+  EXPECT_EQ(envOf(node1, "RANK"), "<unset>") << "torchrun sets the ranks' identities";
+  EXPECT_EQ(envOf(node1, "COHORT_NODE_RANK"), "1");
+}
+
+TEST(Planner, SpawnGetsTheManagedServiceBootArguments) {
+  auto plan = makePlan(parse("name: s\ncommand: [python3, boot.py]\nlauncher: spawn\n"
+                             "roles: {worker: {nodes: 3, procs_per_node: 2}}\n"), context());
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(onlyRank(*plan, "spawn/node2").argv,
+            (std::vector<std::string>{"python3", "boot.py", "--init_method",
+                                      "tcp://127.0.0.1:41234", "--rank", "2", "--world_size",
+                                      "3"}));
+}
+
+TEST(Planner, MindSporeAddsANonKeySchedulerRunningTheSameScript) {
+  auto plan = makePlan(parse("name: ms\nframework: mindspore\ncommand: [python3, train.py]\n"
+                             "roles: {worker: {nodes: 2, procs_per_node: 2}}\n"), context());
+  ASSERT_TRUE(plan);
+  const RankPlan& sched = onlyRank(*plan, "scheduler/0");
+  EXPECT_FALSE(sched.key);
+  EXPECT_EQ(sched.argv, plan->nodes[0].ranks[0].argv);
+  EXPECT_EQ(envOf(sched, "MS_ROLE"), "MS_SCHED");
+  EXPECT_EQ(envOf(sched, "MS_NODE_ID"), "<unset>");
+  const RankPlan& w3 = onlyRank(*plan, "worker/3");
+  EXPECT_EQ(envOf(w3, "MS_ROLE"), "MS_WORKER");
+  EXPECT_EQ(envOf(w3, "MS_WORKER_NUM"), "4");
+  EXPECT_EQ(envOf(w3, "MS_SCHED_PORT"), "41234");
+  EXPECT_EQ(plan->world_size, 4) << "the scheduler is not part of the training world";
+}
+
+TEST(Planner, TensorFlowTasksGetTfConfigAndTaskArguments) {
+  PlanContext ctx = context();
+  ctx.ports = {5000, 5001, 5002, 5003, 5004};
+  auto plan = makePlan(parse("name: tf\nframework: tensorflow\ncommand: [python3, ps.py]\n"
+                             "roles: {chief: {}, worker: {nodes: 2}, ps: {}}\n"), ctx);
+  ASSERT_TRUE(plan);
+  const RankPlan& w1 = onlyRank(*plan, "worker/1");
+  EXPECT_EQ(envOf(w1, "TF_CONFIG"),
+            R"({"cluster":{"chief":["127.0.0.1:5001"],"worker":["127.0.0.1:5002","127.0.0.1:5003"],)"
+            R"("ps":["127.0.0.1:5004"]},"task":{"type":"worker","index":1}})");
+  EXPECT_EQ(std::vector<std::string>(w1.argv.end() - 2, w1.argv.end()),
+            (std::vector<std::string>{"--task_name=worker", "--task_index=1"}));
+  EXPECT_TRUE(onlyRank(*plan, "chief/0").key);
+  EXPECT_FALSE(w1.key);
+  EXPECT_FALSE(onlyRank(*plan, "ps/0").key);
+}
+
+TEST(Planner, MpirunRunsOnceWithTheHostfile) {
+  auto plan = makePlan(parse("name: m\nframework: mpi\ncommand: [./hello]\n"
+                             "roles: {worker: {nodes: 2, procs_per_node: 2}}\n"), context());
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->nodes[0].ranks.size(), 1u);
+  EXPECT_TRUE(plan->nodes[1].ranks.empty());
+  const RankPlan& mpirun = onlyRank(*plan, "mpirun/0");
+  EXPECT_EQ(mpirun.argv[0], "mpirun");
+  EXPECT_EQ(mpirun.argv.back(), "./hello");
+  std::string hostfile;
+  for (const auto& f : plan->files) {
+    if (f.path == "/data/jobs/digits-ddp-1/hostfile") hostfile = f.content;
+  }
+  EXPECT_EQ(hostfile, "127.0.0.1 slots=4\n") << "simulated nodes share one host line";
+}
+
+TEST(Planner, ModelArtsVariablesAndHostFiles) {
+  auto plan = makePlan(parse("name: ma\ncommand: [sh, start.sh]\n"
+                             "env: {MA_NUM_GPUS: '2'}\n"
+                             "roles: {worker: {nodes: 3}}\n"), context());
+  ASSERT_TRUE(plan);
+  const RankPlan& w2 = onlyRank(*plan, "worker/2");
+  EXPECT_EQ(envOf(w2, "VC_TASK_INDEX"), "2");
+  EXPECT_EQ(envOf(w2, "VK_TASK_INDEX"), "2");
+  EXPECT_EQ(envOf(w2, "VC_WORKER_HOSTS"), "127.0.0.1,127.0.0.1,127.0.0.1");
+  EXPECT_EQ(envOf(w2, "VC_WORKER_NUM"), "3");
+  EXPECT_EQ(envOf(w2, "MA_NUM_HOSTS"), "3");
+  EXPECT_EQ(envOf(w2, "MA_TASK_NAME"), "worker");
+  EXPECT_EQ(envOf(w2, "MA_NUM_GPUS"), "2") << "the user's value wins";
+  bool host_file = false;
+  for (const auto& f : plan->files) {
+    host_file |= f.path == "/data/jobs/digits-ddp-1/volcano/worker.host" &&
+                 f.content == "127.0.0.1\n127.0.0.1\n127.0.0.1\n";
+  }
+  EXPECT_TRUE(host_file);
+}
+
+TEST(Planner, EachRankGetsItsOwnGpu) {
+  PlanContext ctx = context();
+  ctx.gpus = {4, 5, 6, 7};
+  auto plan = makePlan(parse(kDdp), ctx);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(envOf(onlyRank(*plan, "worker/0"), "CUDA_VISIBLE_DEVICES"), "4");
+  EXPECT_EQ(envOf(onlyRank(*plan, "worker/3"), "CUDA_VISIBLE_DEVICES"), "7");
+  ctx.nodes_share_machine = false;  // real nodes: by local rank
+  plan = makePlan(parse(kDdp), ctx);
+  EXPECT_EQ(envOf(onlyRank(*plan, "worker/3"), "CUDA_VISIBLE_DEVICES"), "5");
 }
 
 TEST(Planner, WorldSizeCountsProcessesNeverNodes) {

@@ -11,9 +11,39 @@ namespace cohort::spec {
 const char* frameworkName(Framework f) {
   switch (f) {
     case Framework::kPyTorch: return "pytorch";
+    case Framework::kMindSpore: return "mindspore";
+    case Framework::kTensorFlow: return "tensorflow";
+    case Framework::kMpi: return "mpi";
     case Framework::kGeneric: return "generic";
   }
   return "generic";
+}
+
+const char* launcherName(Launcher l) {
+  switch (l) {
+    case Launcher::kDirect: return "direct";
+    case Launcher::kTorchrun: return "torchrun";
+    case Launcher::kSpawn: return "spawn";
+    case Launcher::kMpirun: return "mpirun";
+  }
+  return "direct";
+}
+
+Result<Framework> parseFramework(const std::string& text) {
+  for (Framework f : {Framework::kPyTorch, Framework::kMindSpore, Framework::kTensorFlow,
+                      Framework::kMpi, Framework::kGeneric}) {
+    if (text == frameworkName(f)) return f;
+  }
+  return fail(Code::kInvalidArgument,
+              "unknown framework '" + text + "' (pytorch, mindspore, tensorflow, mpi, generic)");
+}
+
+Result<Launcher> parseLauncher(const std::string& text) {
+  for (Launcher l : {Launcher::kDirect, Launcher::kTorchrun, Launcher::kSpawn, Launcher::kMpirun}) {
+    if (text == launcherName(l)) return l;
+  }
+  return fail(Code::kInvalidArgument,
+              "unknown launcher '" + text + "' (direct, torchrun, spawn, mpirun)");
 }
 
 JobSpec defaultSpec() {
@@ -26,9 +56,8 @@ namespace {
 
 // Fields that DESIGN.md names but this version does not run yet: a clear refusal beats silently
 // ignoring them.
-const std::set<std::string> kNotYet = {"inputs",          "outputs",      "debug",
-                                       "launcher",        "mode",         "compat",
-                                       "policy.hang_timeout", "policy.startup_timeout"};
+const std::set<std::string> kNotYet = {"inputs", "outputs", "debug", "policy.hang_timeout",
+                                       "policy.startup_timeout"};
 
 class Parser {
  public:
@@ -123,7 +152,11 @@ class Parser {
           if (key == "nodes") {
             COHORT_ASSIGN(role.nodes, integer(value, path + ".nodes", 1));
           } else if (key == "procs_per_node") {
-            COHORT_ASSIGN(role.procs_per_node, integer(value, path + ".procs_per_node", 1));
+            if (value.IsScalar() && value.Scalar() == "auto") {
+              role.procs_per_node = kAutoProcs;
+            } else {
+              COHORT_ASSIGN(role.procs_per_node, integer(value, path + ".procs_per_node", 1));
+            }
           } else {
             COHORT_ASSIGN(role.resources, resources(value, path + ".resources"));
           }
@@ -180,26 +213,46 @@ class Parser {
 
   Result<JobSpec> job(const YAML::Node& root) const {
     JobSpec spec = defaultSpec();
-    bool roles_given = false;
+    bool launcher_given = false;
     COHORT_TRY(forEachField(
         root, "",
-        {"name", "framework", "workdir", "command", "hyperparameters", "env", "roles", "policy"},
+        {"name", "framework", "launcher", "mode", "rank_table_version", "compat", "workdir",
+         "command", "hyperparameters", "env", "roles", "policy"},
         [&](const std::string& key, const YAML::Node& value) -> Result<void> {
           if (key == "name") {
             COHORT_ASSIGN(spec.name, scalar(value, key));
           } else if (key == "framework") {
             COHORT_ASSIGN(std::string text, scalar(value, key));
-            if (text == "pytorch") {
-              spec.framework = Framework::kPyTorch;
-            } else if (text == "generic") {
-              spec.framework = Framework::kGeneric;
-            } else if (text == "mindspore" || text == "tensorflow" || text == "mpi") {
-              return bad(value, key, "'" + text + "' is not supported by this version of "
-                                                   "cohort yet (supported: pytorch, generic)");
+            auto f = parseFramework(text);
+            if (!f) return bad(value, key, f.error().message);
+            spec.framework = *f;
+            if (!launcher_given && *f == Framework::kMpi) spec.launcher = Launcher::kMpirun;
+          } else if (key == "launcher") {
+            COHORT_ASSIGN(std::string text, scalar(value, key));
+            auto l = parseLauncher(text);
+            if (!l) return bad(value, key, l.error().message);
+            spec.launcher = *l;
+            launcher_given = true;
+          } else if (key == "mode") {
+            COHORT_ASSIGN(std::string text, scalar(value, key));
+            if (text == "dynamic_cluster") {
+              spec.mindspore_mode = MindSporeMode::kDynamicCluster;
+            } else if (text == "rank_table") {
+              spec.mindspore_mode = MindSporeMode::kRankTable;
             } else {
-              return bad(value, key, "unknown framework '" + text +
-                                         "' (supported: pytorch, generic)");
+              return bad(value, key, "unknown mode '" + text + "' (dynamic_cluster, rank_table)");
             }
+          } else if (key == "rank_table_version") {
+            COHORT_ASSIGN(spec.rank_table_version, scalar(value, key));
+            if (spec.rank_table_version != "1.0" && spec.rank_table_version != "0.1") {
+              return bad(value, key, "must be \"1.0\" or \"0.1\"");
+            }
+          } else if (key == "compat") {
+            COHORT_ASSIGN(std::string text, scalar(value, key));
+            if (text != "modelarts" && text != "none") {
+              return bad(value, key, "unknown compat '" + text + "' (modelarts, none)");
+            }
+            spec.compat_modelarts = text == "modelarts";
           } else if (key == "workdir") {
             COHORT_ASSIGN(spec.workdir, scalar(value, key));
           } else if (key == "command") {
@@ -213,7 +266,6 @@ class Parser {
               return bad(value, key, "expected a mapping of role names, e.g. worker: {nodes: 2}");
             }
             spec.roles.clear();
-            roles_given = true;
             for (const auto& kv : value) {
               std::string name = kv.first.Scalar();
               COHORT_ASSIGN(Role r, role(name, kv.second, "roles." + name));
@@ -224,7 +276,6 @@ class Parser {
           }
           return {};
         }));
-    (void)roles_given;
     return spec;
   }
 
@@ -252,6 +303,57 @@ Result<JobSpec> parseJobFile(const std::string& text, const std::string& file_na
   }
 }
 
+namespace {
+
+Result<void> validateFramework(const JobSpec& spec) {
+  auto bad = [](const std::string& msg) { return fail(Code::kInvalidArgument, msg); };
+  const std::string launcher = launcherName(spec.launcher);
+  const bool torch_launcher =
+      spec.launcher == Launcher::kTorchrun || spec.launcher == Launcher::kSpawn;
+  if (torch_launcher && spec.framework != Framework::kPyTorch) {
+    return bad("launcher: '" + launcher + "' is for framework pytorch");
+  }
+  if (spec.launcher == Launcher::kMpirun && spec.framework != Framework::kMpi) {
+    return bad("launcher: 'mpirun' is for framework mpi");
+  }
+  if (torch_launcher && spec.roles.size() != 1) {
+    return bad("launcher: '" + launcher + "' runs one role; this job has " +
+               std::to_string(spec.roles.size()));
+  }
+  if (spec.framework == Framework::kTensorFlow) {
+    for (const Role& role : spec.roles) {
+      if (role.name != "chief" && role.name != "worker" && role.name != "ps" &&
+          role.name != "evaluator") {
+        return bad("roles." + role.name +
+                   ": TensorFlow roles are chief, worker, ps and evaluator");
+      }
+      if (role.name == "chief" || role.name == "evaluator") {
+        if (role.nodes * role.procs_per_node != 1) {
+          return bad("roles." + role.name + ": TensorFlow has exactly one " + role.name +
+                     " (nodes: 1, procs_per_node: 1)");
+        }
+      }
+    }
+  }
+  if (spec.framework == Framework::kMindSpore) {
+    if (spec.roles.size() != 1 || spec.roles[0].name != "worker") {
+      return bad("roles: a MindSpore job has one role, 'worker' (cohort adds the scheduler)");
+    }
+    const Role& worker = spec.roles[0];
+    if (spec.mindspore_mode == MindSporeMode::kRankTable && worker.nodes > 1 &&
+        worker.procs_per_node != 8) {
+      return bad("roles.worker.procs_per_node: a rank-table (Ascend) job on several machines "
+                 "needs 8 devices per machine, got " + std::to_string(worker.procs_per_node) +
+                 " (use nodes: 1, or procs_per_node: 8)");
+    }
+  } else if (spec.mindspore_mode == MindSporeMode::kRankTable) {
+    return bad("mode: 'rank_table' is for framework mindspore");
+  }
+  return {};
+}
+
+}  // namespace
+
 Result<void> validate(const JobSpec& spec) {
   auto bad = [](const std::string& msg) { return fail(Code::kInvalidArgument, msg); };
   if (spec.command.empty()) {
@@ -277,8 +379,11 @@ Result<void> validate(const JobSpec& spec) {
     }
     if (!names.insert(role.name).second) return bad(path + ": role given twice");
     if (role.nodes < 1) return bad(path + ".nodes: must be at least 1");
-    if (role.procs_per_node < 1) return bad(path + ".procs_per_node: must be at least 1");
+    if (role.procs_per_node < 1 && role.procs_per_node != kAutoProcs) {
+      return bad(path + ".procs_per_node: must be at least 1");
+    }
   }
+  COHORT_TRY(validateFramework(spec));
   for (const auto& key : spec.policy.success) {
     if (!names.count(key)) {
       return bad("policy.success: no role named '" + key + "' (roles: " +
@@ -301,6 +406,15 @@ Result<void> validate(const JobSpec& spec) {
 
 std::vector<std::string> keyRoles(const JobSpec& spec) {
   if (!spec.policy.success.empty()) return spec.policy.success;
+  if (spec.framework == Framework::kTensorFlow) {
+    // ParameterServerStrategy: only the chief finishes; the managed service's ps/worker jobs
+    // end with their workers. ps and evaluator never decide.
+    for (const char* key : {"chief", "worker"}) {
+      for (const Role& role : spec.roles) {
+        if (role.name == key) return {key};
+      }
+    }
+  }
   std::vector<std::string> all;
   for (const Role& role : spec.roles) all.push_back(role.name);
   return all;
@@ -314,7 +428,7 @@ int totalNodes(const JobSpec& spec) {
 
 int totalProcs(const JobSpec& spec) {
   int n = 0;
-  for (const Role& role : spec.roles) n += role.nodes * role.procs_per_node;
+  for (const Role& role : spec.roles) n += role.nodes * std::max(role.procs_per_node, 1);
   return n;
 }
 

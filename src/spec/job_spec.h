@@ -15,8 +15,20 @@
 
 namespace cohort::spec {
 
-enum class Framework { kPyTorch, kGeneric };
+enum class Framework { kPyTorch, kMindSpore, kTensorFlow, kMpi, kGeneric };
 const char* frameworkName(Framework f);
+
+// How ranks are started. direct: cohort starts every rank. torchrun: one torchrun per node.
+// spawn: one process per node gets --init_method/--rank/--world_size and forks its ranks
+// (mp.spawn). mpirun: one mpirun for the whole job.
+enum class Launcher { kDirect, kTorchrun, kSpawn, kMpirun };
+const char* launcherName(Launcher l);
+
+// MindSpore: dynamic cluster (a scheduler process plus workers; CPU, GPU, Ascend) or an HCCL
+// rank table (Ascend only).
+enum class MindSporeMode { kDynamicCluster, kRankTable };
+
+inline constexpr int kAutoProcs = -1;  // procs_per_node: auto (one per device)
 
 struct Resources {
   int gpus = 0;
@@ -27,7 +39,7 @@ struct Resources {
 struct Role {
   std::string name;
   int nodes = 1;
-  int procs_per_node = 1;
+  int procs_per_node = 1;  // or kAutoProcs until the CLI resolves it
   Resources resources;
 };
 
@@ -50,7 +62,14 @@ struct JobSpec {
   KeyValues env;
   std::vector<Role> roles;  // at least one; default one role "worker"
   Policy policy;
+  Launcher launcher = Launcher::kDirect;  // kMpirun by default for framework mpi
+  MindSporeMode mindspore_mode = MindSporeMode::kDynamicCluster;
+  std::string rank_table_version = "1.0";  // or "0.1"
+  bool compat_modelarts = true;  // set the managed service's MA_*/VC_* variables too
 };
+
+Result<Framework> parseFramework(const std::string& text);
+Result<Launcher> parseLauncher(const std::string& text);
 
 // Parses a job file's text. `file_name` only labels messages. Unknown fields, wrong types and
 // impossible values are kInvalidArgument errors naming the field path and line.
@@ -63,7 +82,8 @@ JobSpec defaultSpec();
 // key roles that exist. Returns the first problem as kInvalidArgument.
 Result<void> validate(const JobSpec& spec);
 
-// The key roles: policy.success, or every role when it is empty.
+// The key roles: policy.success or, when empty, the framework's default: TensorFlow's chief if
+// there is one, else its workers; every role otherwise.
 std::vector<std::string> keyRoles(const JobSpec& spec);
 
 int totalNodes(const JobSpec& spec);

@@ -90,7 +90,7 @@ TEST(ParseJobFile, SyntaxErrorHasLine) {
 
 TEST(ParseJobFile, UnsupportedFrameworkSaysWhatIsSupported) {
   std::string msg = errorOf("name: x\ncommand: [a]\nframework: caffe\n");
-  EXPECT_NE(msg.find("supported: pytorch, generic"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(pytorch, mindspore, tensorflow, mpi, generic)"), std::string::npos) << msg;
 }
 
 TEST(ParseJobFile, FieldsOfLaterVersionsAreRefusedNotIgnored) {
@@ -99,6 +99,52 @@ TEST(ParseJobFile, FieldsOfLaterVersionsAreRefusedNotIgnored) {
   msg = errorOf("name: x\ncommand: [a]\npolicy: {hang_timeout: 15m}\n");
   EXPECT_NE(msg.find("policy.hang_timeout: not supported by this version"), std::string::npos)
       << msg;
+}
+
+TEST(ParseJobFile, FrameworkOptions) {
+  auto spec = parseJobFile("name: x\ncommand: [a]\nframework: mindspore\nmode: rank_table\n"
+                           "rank_table_version: '0.1'\ncompat: none\n"
+                           "roles: {worker: {procs_per_node: auto}}\n", "j");
+  ASSERT_TRUE(spec) << spec.error().message;
+  EXPECT_EQ(spec->mindspore_mode, MindSporeMode::kRankTable);
+  EXPECT_EQ(spec->rank_table_version, "0.1");
+  EXPECT_FALSE(spec->compat_modelarts);
+  EXPECT_EQ(spec->roles[0].procs_per_node, kAutoProcs);
+  auto mpi = parseJobFile("name: x\ncommand: [a]\nframework: mpi\n", "j");
+  EXPECT_EQ(mpi->launcher, Launcher::kMpirun) << "mpi defaults to one mpirun";
+}
+
+TEST(Validate, LauncherMustFitTheFramework) {
+  EXPECT_NE(errorOf("name: x\ncommand: [a]\nframework: generic\nlauncher: torchrun\n")
+                .find("launcher: 'torchrun' is for framework pytorch"),
+            std::string::npos);
+  EXPECT_NE(errorOf("name: x\ncommand: [a]\nlauncher: mpirun\n")
+                .find("launcher: 'mpirun' is for framework mpi"),
+            std::string::npos);
+}
+
+TEST(Validate, AscendRankTableNeedsEightDevicesPerMachine) {
+  std::string msg = errorOf("name: x\ncommand: [a]\nframework: mindspore\nmode: rank_table\n"
+                            "roles: {worker: {nodes: 2, procs_per_node: 4}}\n");
+  EXPECT_NE(msg.find("needs 8 devices per machine, got 4"), std::string::npos) << msg;
+  EXPECT_EQ(errorOf("name: x\ncommand: [a]\nframework: mindspore\nmode: rank_table\n"
+                    "roles: {worker: {nodes: 2, procs_per_node: 8}}\n"), "");
+}
+
+TEST(Validate, TensorFlowRoleNames) {
+  std::string msg = errorOf("name: x\ncommand: [a]\nframework: tensorflow\n"
+                            "roles: {master: {}}\n");
+  EXPECT_NE(msg.find("TensorFlow roles are chief, worker, ps and evaluator"), std::string::npos)
+      << msg;
+}
+
+TEST(KeyRoles, TensorFlowChiefOrWorkersDecide) {
+  auto ps = parseJobFile("name: x\ncommand: [a]\nframework: tensorflow\n"
+                         "roles: {chief: {}, worker: {nodes: 2}, ps: {}}\n", "j");
+  EXPECT_EQ(keyRoles(*ps), (std::vector<std::string>{"chief"}));
+  auto pw = parseJobFile("name: x\ncommand: [a]\nframework: tensorflow\n"
+                         "roles: {ps: {}, worker: {nodes: 2}}\n", "j");
+  EXPECT_EQ(keyRoles(*pw), (std::vector<std::string>{"worker"}));
 }
 
 TEST(Validate, NeedsACommand) {

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -62,6 +63,20 @@ Result<std::string> readFile(const std::string& path) {
     out.append(buf, static_cast<size_t>(n));
   }
   return out;
+}
+
+Result<void> makeDirs(const std::string& path) {
+  std::string prefix;
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = path.find('/', pos + 1);
+    prefix = path.substr(0, pos);
+    if (prefix.empty()) continue;
+    if (::mkdir(prefix.c_str(), 0755) < 0 && errno != EEXIST) {
+      return failErrno("create '" + prefix + "'");
+    }
+  }
+  return {};
 }
 
 Result<void> writeFileAtomic(const std::string& path, std::string_view content) {

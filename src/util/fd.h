@@ -35,6 +35,9 @@ Result<void> writeAll(int fd, std::string_view data);
 
 Result<std::string> readFile(const std::string& path);
 
+// Creates `path` and its missing parents (mode 0755), like `mkdir -p`. Errors: kIo.
+Result<void> makeDirs(const std::string& path);
+
 // Writes `content` to `path` through a temporary file and rename, so readers never see half.
 Result<void> writeFileAtomic(const std::string& path, std::string_view content);
 

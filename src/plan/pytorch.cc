@@ -1,0 +1,91 @@
+// PyTorch: the variables torchrun gives its workers (launcher direct), or one torchrun per node
+// with a c10d rendezvous (launcher torchrun), or one process per node that forks its ranks with
+// mp.spawn and gets --init_method/--rank/--world_size (launcher spawn, the managed service's
+// preset-image convention).
+#include "plan/wiring.h"
+
+namespace cohort::plan {
+
+namespace {
+
+// Variables that describe one rank; a per-node launcher must not carry them to its children.
+const char* const kRankVars[] = {"RANK",          "LOCAL_RANK",      "WORLD_SIZE",
+                                 "GROUP_RANK",    "GROUP_WORLD_SIZE", "ROLE_RANK",
+                                 "ROLE_WORLD_SIZE", "ROLE_NAME",      "LOCAL_WORLD_SIZE"};
+
+void setRankVars(Builder& b, RankPlan& r) {
+  KeyValues& env = r.env;
+  setEnv(env, "MASTER_ADDR", b.ctx.master_addr);
+  setEnv(env, "MASTER_PORT", b.port(0));
+  setEnv(env, "RANK", std::to_string(r.rank));
+  setEnv(env, "WORLD_SIZE", std::to_string(b.plan.world_size));
+  setEnv(env, "LOCAL_RANK", std::to_string(r.local_rank));
+  setEnv(env, "LOCAL_WORLD_SIZE", std::to_string(b.spec.roles[0].procs_per_node));
+  setEnv(env, "GROUP_RANK", std::to_string(r.node));
+  setEnv(env, "GROUP_WORLD_SIZE", std::to_string(b.numNodes()));
+  setEnv(env, "ROLE_NAME", r.role);
+  setEnv(env, "ROLE_RANK", std::to_string(r.role_rank));
+  setEnv(env, "ROLE_WORLD_SIZE", std::to_string(r.role_world_size));
+  setEnv(env, "TORCHELASTIC_RESTART_COUNT", "0");
+  setEnv(env, "TORCHELASTIC_MAX_RESTARTS", std::to_string(b.plan.max_restarts));
+  setEnv(env, "TORCHELASTIC_RUN_ID", b.plan.job_id);
+}
+
+// For multi-role jobs LOCAL_WORLD_SIZE is the rank's own role's.
+void fixLocalWorld(Builder& b, RankPlan& r) {
+  for (const spec::Role& role : b.spec.roles) {
+    if (role.name == r.role) setEnv(r.env, "LOCAL_WORLD_SIZE", std::to_string(role.procs_per_node));
+  }
+}
+
+}  // namespace
+
+void wirePyTorch(Builder& b) {
+  b.forEachRank([&](NodePlan&, RankPlan& r) {
+    setRankVars(b, r);
+    fixLocalWorld(b, r);
+  });
+  const int procs = b.spec.roles[0].procs_per_node;
+  const std::string endpoint = b.ctx.master_addr + ":" + b.port(0);
+  if (b.spec.launcher == spec::Launcher::kTorchrun) {
+    b.onePerNode("torchrun", [&](NodePlan& node, RankPlan& r) {
+      for (const char* key : kRankVars) unsetEnv(r.env, key);
+      const std::vector<std::string>& cmd = r.argv;
+      std::vector<std::string> argv = {isPython(cmd) ? cmd[0] : "python3", "-m",
+                                       "torch.distributed.run"};
+      // Underscored flags: the spelling every torchrun release accepts.
+      for (const std::string& flag :
+           {"--nnodes=" + std::to_string(b.numNodes()),
+            "--node_rank=" + std::to_string(node.node),
+            "--nproc_per_node=" + std::to_string(procs), std::string("--rdzv_backend=c10d"),
+            "--rdzv_endpoint=" + endpoint, "--rdzv_id=" + b.plan.job_id,
+            std::string("--max_restarts=0"),  // cohort restarts the whole gang itself
+            std::string("--monitor_interval=0.1"),
+            // Explicit log flags: torch 1.13's defaults crash on Python 3.11.
+            std::string("--redirects=1"), std::string("--tee=1"),
+            "--log_dir=" + b.ctx.job_dir + "/logs/torchrun-node" + std::to_string(node.node)}) {
+        argv.push_back(flag);
+      }
+      if (isPython(cmd)) {
+        argv.insert(argv.end(), cmd.begin() + 1, cmd.end());
+      } else {
+        argv.push_back("--no_python");
+        argv.insert(argv.end(), cmd.begin(), cmd.end());
+      }
+      r.argv = std::move(argv);
+    });
+  } else if (b.spec.launcher == spec::Launcher::kSpawn) {
+    b.onePerNode("spawn", [&](NodePlan& node, RankPlan& r) {
+      for (const char* key : kRankVars) unsetEnv(r.env, key);
+      setEnv(r.env, "LOCAL_WORLD_SIZE", std::to_string(procs));  // how many to spawn
+      for (const std::string& arg :
+           {std::string("--init_method"), "tcp://" + endpoint, std::string("--rank"),
+            std::to_string(node.node), std::string("--world_size"),
+            std::to_string(b.numNodes())}) {
+        r.argv.push_back(arg);
+      }
+    });
+  }
+}
+
+}  // namespace cohort::plan

@@ -1,0 +1,26 @@
+// TensorFlow: TF_CONFIG for every task (chief, worker, ps, evaluator), each task listening on a
+// port of its own, and --task_name/--task_index appended as the managed service does.
+#include <nlohmann/json.hpp>
+
+#include "plan/wiring.h"
+
+namespace cohort::plan {
+
+void wireTensorFlow(Builder& b) {
+  nlohmann::ordered_json cluster = nlohmann::ordered_json::object();
+  for (const char* type : {"chief", "worker", "ps"}) {
+    b.forEachRank([&](NodePlan& node, RankPlan& r) {
+      if (r.role != type) return;
+      cluster[type].push_back(node.host + ":" + b.port(1 + static_cast<size_t>(r.rank)));
+    });
+  }
+  b.forEachRank([&](NodePlan&, RankPlan& r) {
+    nlohmann::ordered_json config = {
+        {"cluster", cluster}, {"task", {{"type", r.role}, {"index", r.role_rank}}}};
+    setEnv(r.env, "TF_CONFIG", config.dump());
+    r.argv.push_back("--task_name=" + r.role);
+    r.argv.push_back("--task_index=" + std::to_string(r.role_rank));
+  });
+}
+
+}  // namespace cohort::plan

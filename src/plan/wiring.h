@@ -1,0 +1,52 @@
+// Internal to the planner: the state shared by the core (roles x nodes x ranks, the COHORT_*
+// contract) and the per-framework wiring files (pytorch.cc, mindspore.cc, tensorflow.cc, mpi.cc,
+// modelarts.cc). Each wire* function edits the plan in place. Pure, like the planner.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "plan/plan.h"
+
+namespace cohort::plan {
+
+struct Builder {
+  const spec::JobSpec& spec;
+  const PlanContext& ctx;
+  Plan& plan;
+  std::vector<std::string> hosts;  // per node
+
+  // Port `i` of the leased ports, or "auto" in a dry plan.
+  std::string port(size_t i) const {
+    return i < ctx.ports.size() ? std::to_string(ctx.ports[i]) : "auto";
+  }
+  int numNodes() const { return static_cast<int>(plan.nodes.size()); }
+
+  // Calls `fn` on every process of the plan.
+  void forEachRank(const std::function<void(NodePlan&, RankPlan&)>& fn) {
+    for (NodePlan& node : plan.nodes) {
+      for (RankPlan& r : node.ranks) fn(node, r);
+    }
+  }
+
+  // Replaces each node's ranks with one process made from the node's first rank by `make`
+  // (torchrun, mp.spawn): the process keeps the node's identity, not one rank's.
+  void onePerNode(const std::string& name,
+                  const std::function<void(NodePlan&, RankPlan&)>& make);
+};
+
+void setEnv(KeyValues& env, const std::string& key, const std::string& value);
+void unsetEnv(KeyValues& env, const std::string& key);
+bool hasEnv(const KeyValues& env, const std::string& key);
+
+// True when argv[0] names a Python interpreter ("python3", "/usr/bin/python3.11").
+bool isPython(const std::vector<std::string>& argv);
+
+void wirePyTorch(Builder& b);
+void wireMindSpore(Builder& b);
+void wireTensorFlow(Builder& b);
+void wireMpi(Builder& b);
+void wireModelArts(Builder& b);
+
+}  // namespace cohort::plan

