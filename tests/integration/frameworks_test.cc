@@ -83,5 +83,62 @@ TEST(RealMpi, MpirunRunsOnceWithTheHostfile) {
   EXPECT_EQ(readText(onlyJobDir(root) + "/hostfile"), "127.0.0.1 slots=4\n");
 }
 
+// MindSpore and TensorFlow come from PyPI into the venv scripts/frameworks-venv makes.
+std::string frameworksPython() { return sourceDir() + "/build/venv-frameworks/bin/python"; }
+
+std::string haveModule(const std::string& module) {
+  return frameworksPython() + " -c 'import " + module + "'";
+}
+
+TEST(RealMindSpore, DynamicClusterTrainsDataParallelOnCpu) {
+  REQUIRE(haveModule("mindspore"), "MindSpore is not installed: run scripts/frameworks-venv");
+  std::string root = tempDir();
+  auto r = runCohort({"run", "--data-root", root, "-f",
+                      sourceDir() + "/examples/mindspore/train.yaml"},
+                     300s);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("[worker/0 node0] mindspore data-parallel ok"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rank 1/2 step 7"), std::string::npos) << r.out;
+  // The scheduler ran the same script on node 0, as a process of its own.
+  std::string job = onlyJobDir(root);
+  EXPECT_NE(readText(job + "/plan.json").find("\"MS_ROLE\": \"MS_SCHED\""), std::string::npos);
+  bool scheduler_ran = false;
+  for (const auto& e : readJsonLines(job + "/events.jsonl")) {
+    scheduler_ran |= e["event"] == "rank_exit" && e["name"] == "scheduler/0";
+  }
+  EXPECT_TRUE(scheduler_ran);
+}
+
+TEST(RealTensorFlow, ParameterServerJobEndsWithTheChiefAndStopsTheServers) {
+  REQUIRE(haveModule("tensorflow"), "TensorFlow is not installed: run scripts/frameworks-venv");
+  std::string root = tempDir();
+  auto r = runCohort({"run", "--data-root", root, "-f",
+                      sourceDir() + "/examples/tensorflow/ps.yaml"},
+                     300s);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("tensorflow ps ok"), std::string::npos) << r.out;
+  int stopped = 0;
+  for (const auto& e : readJsonLines(onlyJobDir(root) + "/events.jsonl")) {
+    if (e["event"] != "rank_exit") continue;
+    if (e["role"] == "chief") {
+      EXPECT_EQ(e["code"], 0);
+    } else {
+      EXPECT_TRUE(e["by_cohort"].get<bool>()) << e.dump();
+      ++stopped;
+    }
+  }
+  EXPECT_EQ(stopped, 3) << "2 workers and 1 ps serve forever and are stopped";
+}
+
+TEST(RealTensorFlow, MultiWorkerMirroredStrategyTrainsOnTwoWorkers) {
+  REQUIRE(haveModule("tensorflow"), "TensorFlow is not installed: run scripts/frameworks-venv");
+  std::string root = tempDir();
+  auto r = runCohort({"run", "--data-root", root, "-f",
+                      sourceDir() + "/examples/tensorflow/multi_worker.yaml"},
+                     300s);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("[worker/0 node0] tensorflow multi-worker ok"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace cohort::testing
