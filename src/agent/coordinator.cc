@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "agent/channel.h"
+#include "storage/copy.h"
 #include "proc/event_loop.h"
 
 namespace cohort::agent {
@@ -29,7 +30,9 @@ const char* jobStateName(JobState state) {
 namespace {
 
 // What ends the current attempt.
-enum class Ending { kNone, kSucceeded, kFailed, kStopped, kTimedOut, kLost };
+enum class Ending {
+  kNone, kSucceeded, kFailed, kStopped, kTimedOut, kLost, kStagingFailed, kOutputFailed
+};
 
 struct RankInfo {
   const plan::RankPlan* plan = nullptr;
@@ -82,6 +85,7 @@ class Coordinator {
     }
     COHORT_TRY(loop_.run());
     launcher_.reap(Millis(5000));
+    copyOutputs();
     return outcome();
   }
 
@@ -144,9 +148,10 @@ class Coordinator {
                                {"node", Message::parse(plan::nodeToJson(plan_.nodes[node]))}});
     for (size_t i = 1; i < messages->size(); ++i) handle(node, (*messages)[i]);
     if (++connected_ == static_cast<int>(agents_.size()) && ending_ == Ending::kNone) {
+      // Every node stages its inputs; ranks start only when all have (the start barrier).
       deadline_.disarm();
-      if (plan_.max_runtime_ms > 0) runtime_.arm(Millis(plan_.max_runtime_ms));
-      startAttempt();
+      event({{"event", "state"}, {"state", "staging"}});
+      broadcast({{"type", "stage"}});
     }
   }
 
@@ -203,11 +208,41 @@ class Coordinator {
                       started_processes_, agents_.size(), secs);
         say(buf);
       }
+    } else if (type == "staged") {
+      onStaged(node, m);
+    } else if (type == "stage_failed") {
+      std::string why = "staging on node " + std::to_string(node) + " failed: " +
+                        m.value("error", std::string("unknown error"));
+      event({{"event", "stage_failed"}, {"node", node}, {"error", m.value("error", "")}});
+      no_restart_ = true;
+      if (ending_ == Ending::kNone) {
+        say(why);
+        finish(Ending::kStagingFailed, why);
+      }
     } else if (type == "exited") {
       onRankExit(node, m);
     } else if (type == "idle") {
       agents_[node].idle = true;
       maybeAttemptOver();
+    }
+  }
+
+  void onStaged(int node, const Message& m) {
+    double seconds = m.value("seconds", 0.0);
+    int64_t files = m.value("files", int64_t{0});
+    int64_t bytes = m.value("bytes", int64_t{0});
+    event({{"event", "staged"}, {"node", node}, {"seconds", seconds}, {"files", files},
+           {"bytes", bytes}});
+    if (!plan_.nodes[node].inputs.empty()) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "node %d staged %lld file(s), %.1f MiB in %.2fs", node,
+                    static_cast<long long>(files), static_cast<double>(bytes) / (1 << 20),
+                    seconds);
+      say(buf);
+    }
+    if (++staged_nodes_ == static_cast<int>(agents_.size()) && ending_ == Ending::kNone) {
+      if (plan_.max_runtime_ms > 0) runtime_.arm(Millis(plan_.max_runtime_ms));
+      startAttempt();
     }
   }
 
@@ -331,6 +366,36 @@ class Coordinator {
                               " did not connect within " + formatDuration(options_.connect_timeout));
   }
 
+  // After the ranks: the job's results go where the job file says, verified. A copy that fails
+  // fails the job (the results are still in the job directory).
+  void copyOutputs() {
+    const bool succeeded = ending_ == Ending::kSucceeded || ending_ == Ending::kNone;
+    for (const plan::OutputPlan& out : plan_.outputs) {
+      if (!succeeded && !out.always) continue;
+      Message record = {{"source", out.source}, {"target", out.target}};
+      auto copied = storage::copyTree(out.source, out.target, storage::CopyOptions{});
+      if (copied) {
+        record["files"] = copied->files_copied + copied->files_skipped;
+        record["bytes"] = copied->bytes_copied;
+        char buf[64];
+        std::snprintf(buf, sizeof buf, " (%lld file(s), %.1f MiB)",
+                      static_cast<long long>(record["files"].get<int64_t>()),
+                      static_cast<double>(copied->bytes_copied) / (1 << 20));
+        say("output " + out.source + " -> " + out.target + buf);
+      } else {
+        record["error"] = copied.error().message;
+        std::string why = "copying output '" + out.source + "' failed: " + copied.error().message;
+        say(why);
+        if (succeeded) {
+          ending_ = Ending::kOutputFailed;
+          why_ = why;
+        }
+      }
+      event({{"event", "output"}, {"output", record}});
+      outputs_.push_back(record);
+    }
+  }
+
   std::vector<RankExit> exitsOf(int attempt) const {
     std::vector<RankExit> out;
     for (const RankExit& e : exits_) {
@@ -365,6 +430,8 @@ class Coordinator {
         out.exit_code = 124;
         break;
       case Ending::kLost:
+      case Ending::kStagingFailed:
+      case Ending::kOutputFailed:
         out.state = JobState::kFailed;
         out.exit_code = 1;
         break;
@@ -375,6 +442,7 @@ class Coordinator {
                       {"exit_code", out.exit_code},
                       {"reason", out.reason},
                       {"attempts", out.attempts},
+                      {"outputs", outputs_},
                       {"duration_s", elapsed()}};
     if (out.root_cause) {
       const RankExit& rc = *out.root_cause;
@@ -404,9 +472,11 @@ class Coordinator {
   UniqueFd listener_;
   UniqueFd events_;
   std::vector<RankExit> exits_;
+  Message outputs_ = Message::array();
   std::chrono::steady_clock::time_point started_;
   std::chrono::steady_clock::time_point attempt_started_;
   int connected_ = 0;
+  int staged_nodes_ = 0;
   int started_nodes_ = 0;
   int started_processes_ = 0;
   int key_total_ = 0;

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,9 +13,11 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <thread>
 
 #include "agent/channel.h"
 #include "agent/rank_output.h"
+#include "agent/staging.h"
 #include "plan/plan.h"
 #include "proc/event_loop.h"
 #include "proc/spawn.h"
@@ -69,6 +72,9 @@ class Agent {
         grace_(std::move(grace)),
         channel_(std::move(channel)),
         console_(STDOUT_FILENO) {}
+  ~Agent() {
+    if (staging_.joinable()) staging_.join();
+  }
 
   Result<int> run() {
     COHORT_TRY(channel_.send({{"type", "hello"},
@@ -106,12 +112,15 @@ class Agent {
       }
       node_ = std::move(*node);
       workdir_ = m.value("workdir", ".");
+    } else if (type == "stage") {
+      startStaging();
     } else if (type == "start") {
       startAttempt(m.value("attempt", 0));
     } else if (type == "stop") {
       stopRanks(Millis(m.value("grace_ms", int64_t{30000})));
     } else if (type == "exit") {
       exiting_ = true;
+      if (staging_.joinable()) return;  // quit when staging is over
       if (running_count_ == 0) {
         loop_.quit();
       } else {
@@ -120,11 +129,39 @@ class Agent {
     }
   }
 
+  // Staging runs on its own thread (copies block); its end wakes the loop through an eventfd.
+  void startStaging() {
+    staged_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    (void)loop_.add(staged_.get(), EPOLLIN, [this](uint32_t) { onStaged(); });
+    staging_ = std::thread([this] {
+      staging_result_ = stageInputs(node_);
+      uint64_t one = 1;
+      ssize_t n = ::write(staged_.get(), &one, sizeof one);
+      (void)n;
+    });
+  }
+
+  void onStaged() {
+    staging_.join();
+    loop_.remove(staged_.get());
+    staged_.reset();
+    if (!staging_result_) {
+      (void)channel_.send({{"type", "stage_failed"}, {"error", staging_result_.error().message}});
+    } else {
+      (void)channel_.send({{"type", "staged"},
+                           {"files", staging_result_->files},
+                           {"bytes", staging_result_->bytes},
+                           {"seconds", staging_result_->seconds}});
+    }
+    if (exiting_) loop_.quit();
+  }
+
   void lostCoordinator() {
     if (lost_coordinator_) return;
     lost_coordinator_ = true;
     exiting_ = true;
     loop_.remove(channel_.fd());
+    if (staging_.joinable()) return;  // quit when staging is over
     if (running_count_ == 0) {
       loop_.quit();
     } else {
@@ -137,6 +174,7 @@ class Agent {
       if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP) {
         // Our parent (cohort run or the cluster's launcher) is going away: end the job here.
         exiting_ = true;
+        if (staging_.joinable()) continue;  // quit when staging is over
         if (running_count_ == 0) {
           loop_.quit();
         } else {
@@ -327,6 +365,9 @@ class Agent {
   plan::NodePlan node_;
   std::string workdir_;
   std::vector<Rank> ranks_;
+  std::thread staging_;
+  UniqueFd staged_;
+  Result<StagingResult> staging_result_ = StagingResult{};
   int attempt_ = 0;
   int running_count_ = 0;
   bool stopping_ = false;

@@ -10,6 +10,7 @@
 #include "agent/coordinator.h"
 #include "agent/node_agent.h"
 #include "backends/local.h"
+#include "cli/cp_cmd.h"
 #include "cli/job_options.h"
 #include "plan/port_lease.h"
 #include "util/fd.h"
@@ -30,6 +31,7 @@ const char* kMainHelp = R"(cohort: run distributed training jobs, on this machin
 Usage:
   cohort run [flags] [-f job.yaml] [-- command...]   run a job here, nodes simulated locally
   cohort plan [flags] [-f job.yaml] [-- command...]  show what each rank would get; start nothing
+  cohort cp [flags] SRC DST                          copy files to, from or within the store
   cohort exec --coordinator ADDR:PORT --node N       a node agent (started by cohort itself)
   cohort version                                     print the version
   cohort help [command]                              help for a command
@@ -38,6 +40,7 @@ Examples:
   cohort run --nodes 2 --nproc-per-node 2 --framework pytorch -- python3 train.py
   cohort run -f examples/pytorch/ddp.yaml
   cohort plan -f examples/pytorch/ddp.yaml --json
+  cohort cp ./digits store://datasets/digits
 
 Exit codes: 0 the job succeeded; 2 bad usage or a bad job (nothing was started); 124 max_runtime
 exceeded; 128+N stopped by signal N; otherwise the exit code of the rank that failed first
@@ -90,7 +93,10 @@ Reads the job secret from COHORT_JOB_SECRET, dials the coordinator, runs this no
 
 int reportError(const Error& e) {
   std::fprintf(stderr, "cohort: error: %s\n", e.message.c_str());
-  return e.code == Code::kInvalidArgument || e.code == Code::kNotFound ? kExitUsage : 1;
+  return e.code == Code::kInvalidArgument || e.code == Code::kNotFound ||
+                 e.code == Code::kFailedPrecondition
+             ? kExitUsage
+             : 1;
 }
 
 Result<void> makeJobDirs(const std::string& job_dir) {
@@ -239,6 +245,8 @@ int help(const std::string& topic) {
     std::fputs(planHelp().c_str(), stdout);
   } else if (topic == "exec") {
     std::fputs(kExecHelp, stdout);
+  } else if (topic == "cp") {
+    std::fputs(cpHelp(), stdout);
   } else {
     std::fputs(kMainHelp, stdout);
   }
@@ -260,6 +268,7 @@ int main(int argc, char** argv) {
     std::printf("cohort %s\n", COHORT_VERSION);
     return 0;
   }
+  if (command == "cp") return cmdCp(argc, argv);
   if (command == "run" || command == "plan" || command == "exec") {
     if (command != "exec" && wantsHelp(argc, argv)) return help(command);
     if (command == "run") return cmdRun(argc, argv);

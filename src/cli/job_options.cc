@@ -10,6 +10,7 @@
 
 #include "backends/local.h"
 #include "proc/spawn.h"
+#include "storage/uri.h"
 #include "util/fd.h"
 #include "util/text.h"
 
@@ -113,6 +114,8 @@ std::string jobFlagsHelp() {
   --max-runtime DUR        stop the job after this long (e.g. 2h); exit code 124
   --success ROLE[,ROLE]    key roles: the job succeeds when all their ranks exit 0
   --data-root DIR          where job directories go (default $COHORT_DATA_ROOT or ~/.cohort)
+  --isolate                run ranks under bubblewrap: other jobs' directories and the store
+                           are not visible to them, only this job's directory
   -- COMMAND...            the command every rank runs
 )";
 }
@@ -188,6 +191,8 @@ Result<JobOptions> parseJobOptions(int argc, char** argv, int first) {
       COHORT_ASSIGN(o.data_root, next());
     } else if (arg == "--log-ranks") {
       COHORT_ASSIGN(o.log_ranks, next());
+    } else if (arg == "--isolate") {
+      o.isolate = true;
     } else if (arg == "--json") {
       o.json = true;
     } else if (arg == "-q" || arg == "--quiet") {
@@ -277,6 +282,40 @@ Result<PreparedJob> prepareJob(const JobOptions& o) {
   if (!o.success.empty()) s.policy.success = split(o.success, ',');
   COHORT_TRY(spec::validate(s));
 
+  const char* env_root = std::getenv("COHORT_DATA_ROOT");
+  const char* home = std::getenv("HOME");
+  job.data_root = !o.data_root.empty() ? absolute(o.data_root, cwd)
+                  : env_root && *env_root ? std::string(env_root)
+                                          : std::string(home ? home : "/tmp") + "/.cohort";
+  const std::string job_id = newJobId(s.name);
+
+  // Where inputs come from and outputs go: store:// URIs and paths relative to the job file.
+  for (size_t i = 0; i < s.inputs.size(); ++i) {
+    spec::Input& in = s.inputs[i];
+    std::string field = "inputs[" + std::to_string(i) + "].source";
+    auto path = storage::resolve(in.source, job.data_root, s.base_dir);
+    if (!path) return withContext(path.error(), field);
+    struct stat st{};
+    if (::stat(path->c_str(), &st) < 0) {
+      return fail(Code::kInvalidArgument, field + ": '" + in.source + "' does not exist (" +
+                                              *path + ")");
+    }
+    in.source_path = *path;
+  }
+  for (size_t i = 0; i < s.outputs.size(); ++i) {
+    spec::Output& out = s.outputs[i];
+    std::string target = out.target;
+    for (const auto& [key, value] : {std::pair<std::string, std::string>{"{job}", job_id},
+                                     {"{name}", s.name}}) {
+      for (size_t at; (at = target.find(key)) != std::string::npos;) {
+        target.replace(at, key.size(), value);
+      }
+    }
+    auto path = storage::resolve(target, job.data_root, s.base_dir);
+    if (!path) return withContext(path.error(), "outputs[" + std::to_string(i) + "].target");
+    out.target_path = *path;
+  }
+
   // The file system: refuse now what would fail at start.
   std::string workdir = absolute(s.workdir, s.base_dir);
   if (!isDirectory(workdir)) {
@@ -304,11 +343,6 @@ Result<PreparedJob> prepareJob(const JobOptions& o) {
     }
   }
 
-  const char* env_root = std::getenv("COHORT_DATA_ROOT");
-  const char* home = std::getenv("HOME");
-  job.data_root = !o.data_root.empty() ? absolute(o.data_root, cwd)
-                  : env_root && *env_root ? std::string(env_root)
-                                          : std::string(home ? home : "/tmp") + "/.cohort";
   plan::PlanContext& ctx = job.context;
   ctx.gpus = backends::localGpus();
   ctx.device_ips = backends::localAscendAddresses();
@@ -319,7 +353,16 @@ Result<PreparedJob> prepareJob(const JobOptions& o) {
     int per_node = static_cast<int>(ctx.gpus.size()) / spec::totalNodes(s);
     role.procs_per_node = std::max(per_node, 1);
   }
-  ctx.job_id = newJobId(s.name);
+  ctx.job_id = job_id;
+  ctx.data_root = job.data_root;
+  ctx.cohort_bin = backends::selfExecutable();
+  if (o.isolate) {
+    if (::access("/usr/bin/bwrap", X_OK) != 0) {
+      return fail(Code::kFailedPrecondition,
+                  "--isolate needs bubblewrap (/usr/bin/bwrap): apt-get install bubblewrap");
+    }
+    ctx.isolate = true;
+  }
   ctx.job_dir = job.data_root + "/jobs/" + ctx.job_id;
   ctx.workdir = workdir;
   if (o.log_ranks == "none") {

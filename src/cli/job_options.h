@@ -21,7 +21,7 @@ struct JobOptions {
   int nodes = 0, procs_per_node = 0, max_restarts = -1;  // procs_per_node may be kAutoProcs
   std::vector<std::string> env, hyperparameters;  // KEY=VALUE
   std::vector<std::string> command;               // after "--"
-  bool json = false, quiet = false;
+  bool json = false, quiet = false, isolate = false;
 };
 
 // Parses flags for run/plan from argv[first..]. Errors: kInvalidArgument naming the flag.

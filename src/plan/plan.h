@@ -33,10 +33,26 @@ struct RankPlan {
   bool console = true;   // its output is echoed on the merged console stream
 };
 
+// One input to stage on a node before any rank starts: a copy, or a symbolic link.
+struct StagedInput {
+  std::string source;  // absolute
+  std::string target;  // absolute, inside the node's work directory
+  bool link = false;
+};
+
 struct NodePlan {
   int node = 0;
   std::string host;
+  std::string work_dir;  // COHORT_WORK_DIR: <job dir>/work/node<i>
+  std::vector<StagedInput> inputs;
   std::vector<RankPlan> ranks;
+};
+
+// Copied out by the coordinator when the job ends.
+struct OutputPlan {
+  std::string source;  // absolute, inside the job directory
+  std::string target;  // absolute
+  bool always = false;  // also when the job failed
 };
 
 struct GeneratedFile {
@@ -55,6 +71,7 @@ struct Plan {
   int64_t grace_period_ms = 0;
   int64_t max_runtime_ms = 0;  // 0: none
   std::vector<NodePlan> nodes;
+  std::vector<OutputPlan> outputs;
   std::vector<GeneratedFile> files;
 };
 
@@ -72,6 +89,9 @@ struct PlanContext {
   bool nodes_share_machine = true;  // simulated nodes: spread ranks over the machine's devices
   bool as_root = false;             // mpirun needs --allow-run-as-root
   std::vector<std::string> device_ips;  // Ascend NIC address per device (from /etc/hccn.conf)
+  std::string data_root;  // absolute; hidden from the ranks when isolated
+  std::string cohort_bin;  // the cohort binary, for cohort.copy() inside ranks
+  bool isolate = false;   // run every process under bubblewrap (see isolation.cc)
 };
 
 // How many ports makePlan wants leased in PlanContext::ports.

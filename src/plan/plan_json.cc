@@ -31,7 +31,15 @@ Json nodeJson(const NodePlan& node) {
                      {"env", envJson(r.env)},
                      {"log_file", r.log_file}});
   }
-  return {{"node", node.node}, {"host", node.host}, {"ranks", ranks}};
+  Json inputs = Json::array();
+  for (const StagedInput& in : node.inputs) {
+    inputs.push_back(Json{{"source", in.source}, {"target", in.target}, {"link", in.link}});
+  }
+  return {{"node", node.node},
+          {"host", node.host},
+          {"work_dir", node.work_dir},
+          {"inputs", inputs},
+          {"ranks", ranks}};
 }
 
 }  // namespace
@@ -43,6 +51,10 @@ std::string toJson(const Plan& plan, int indent) {
   for (const GeneratedFile& f : plan.files) {
     files.push_back(Json{{"path", f.path}, {"content", f.content}});
   }
+  Json outputs = Json::array();
+  for (const OutputPlan& o : plan.outputs) {
+    outputs.push_back(Json{{"source", o.source}, {"target", o.target}, {"always", o.always}});
+  }
   Json out = {{"job_id", plan.job_id},
                         {"job_name", plan.job_name},
                         {"job_dir", plan.job_dir},
@@ -53,6 +65,7 @@ std::string toJson(const Plan& plan, int indent) {
                         {"grace_period_ms", plan.grace_period_ms},
                         {"max_runtime_ms", plan.max_runtime_ms},
                         {"nodes", nodes},
+                        {"outputs", outputs},
                         {"files", files}};
   return out.dump(indent) + "\n";
 }
@@ -65,6 +78,11 @@ Result<NodePlan> nodeFromJson(const std::string& text) {
     NodePlan node;
     node.node = j.at("node").get<int>();
     node.host = j.at("host").get<std::string>();
+    node.work_dir = j.at("work_dir").get<std::string>();
+    for (const auto& in : j.at("inputs")) {
+      node.inputs.push_back({in.at("source").get<std::string>(), in.at("target").get<std::string>(),
+                             in.at("link").get<bool>()});
+    }
     for (const auto& jr : j.at("ranks")) {
       RankPlan r;
       r.name = jr.at("name").get<std::string>();
@@ -96,7 +114,11 @@ std::string toText(const Plan& plan) {
          " rank(s)\n";
   out += "job dir " + plan.job_dir + "\nworkdir " + plan.workdir + "\n";
   for (const NodePlan& node : plan.nodes) {
-    out += "\nnode " + std::to_string(node.node) + " (" + node.host + ")\n";
+    out += "\nnode " + std::to_string(node.node) + " (" + node.host + "), work dir " +
+           node.work_dir + "\n";
+    for (const StagedInput& in : node.inputs) {
+      out += "  stage " + in.source + (in.link ? " -> (link) " : " -> ") + in.target + "\n";
+    }
     for (const RankPlan& r : node.ranks) {
       std::vector<std::string> words;
       for (const auto& a : r.argv) words.push_back(shellQuote(a));
@@ -106,6 +128,9 @@ std::string toText(const Plan& plan) {
       out += "    log:  " + r.log_file + "\n";
       for (const auto& [k, v] : r.env) out += "    " + k + "=" + v + "\n";
     }
+  }
+  for (const OutputPlan& o : plan.outputs) {
+    out += "\noutput " + o.source + " -> " + o.target + (o.always ? " (always)" : "") + "\n";
   }
   for (const GeneratedFile& f : plan.files) {
     out += "\nfile " + f.path + ":\n" + f.content;

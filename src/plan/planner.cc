@@ -131,6 +131,11 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
   }
   std::vector<std::string> argv = spec.command;
   for (const auto& [key, value] : spec.hyperparameters) argv.push_back("--" + key + "=" + value);
+  for (const spec::Output& out : spec.outputs) {
+    std::string source = ctx.job_dir + "/" + out.source;
+    while (source.size() > 1 && source.back() == '/') source.pop_back();
+    plan.outputs.push_back({source, out.target_path, out.always});
+  }
 
   int node_index = 0;
   int rank = 0;
@@ -138,7 +143,15 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
     const int role_world = role.nodes * role.procs_per_node;
     const bool key = std::find(key_roles.begin(), key_roles.end(), role.name) != key_roles.end();
     for (int n = 0; n < role.nodes; ++n, ++node_index) {
-      NodePlan node{node_index, b.hosts[node_index], {}};
+      NodePlan node{node_index, b.hosts[node_index],
+                    ctx.job_dir + "/work/node" + std::to_string(node_index), {}, {}};
+      std::vector<std::string> node_argv = argv;
+      for (const spec::Input& in : spec.inputs) {
+        std::string target = node.work_dir + "/" + in.target;
+        while (target.back() == '/') target.pop_back();
+        node.inputs.push_back({in.source_path, target, in.mode == spec::Input::Mode::kLink});
+        if (!in.arg.empty()) node_argv.push_back("--" + in.arg + "=" + target);
+      }
       for (int local = 0; local < role.procs_per_node; ++local, ++rank) {
         RankPlan r;
         r.role = role.name;
@@ -148,7 +161,7 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
         r.rank = rank;
         r.local_rank = local;
         r.node = node_index;
-        r.argv = argv;
+        r.argv = node_argv;
         r.key = key;
         r.console = ctx.console_ranks.empty() || ctx.console_ranks.count(rank) > 0;
         r.log_file = ctx.job_dir + "/logs/" + role.name + "-" + std::to_string(r.role_rank) + ".log";
@@ -174,8 +187,12 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
         setEnv(env, "COHORT_HOSTS", join(b.hosts, ","));
         setEnv(env, "COHORT_RANK_TABLE_FILE", rank_table_path);
         setEnv(env, "COHORT_OUTPUT_DIR", ctx.job_dir + "/output");
+        setEnv(env, "COHORT_WORK_DIR", node.work_dir);
         setEnv(env, "COHORT_LOG_DIR", ctx.job_dir + "/logs");
         setEnv(env, "COHORT_RESTART_COUNT", "0");
+        // So that the Python helpers' cohort.copy() finds the binary and the store.
+        if (!ctx.cohort_bin.empty()) setEnv(env, "COHORT_BIN", ctx.cohort_bin);
+        if (!ctx.data_root.empty()) setEnv(env, "COHORT_DATA_ROOT", ctx.data_root);
         node.ranks.push_back(std::move(r));
       }
       plan.nodes.push_back(std::move(node));
@@ -192,6 +209,7 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
     case spec::Framework::kMpi: wireMpi(b); break;
     case spec::Framework::kGeneric: break;
   }
+  if (ctx.isolate) isolate(b);
   return plan;
 }
 

@@ -48,5 +48,6 @@ void wireMindSpore(Builder& b);
 void wireTensorFlow(Builder& b);
 void wireMpi(Builder& b);
 void wireModelArts(Builder& b);
+void isolate(Builder& b);
 
 }  // namespace cohort::plan

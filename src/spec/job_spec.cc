@@ -56,8 +56,16 @@ namespace {
 
 // Fields that DESIGN.md names but this version does not run yet: a clear refusal beats silently
 // ignoring them.
-const std::set<std::string> kNotYet = {"inputs", "outputs", "debug", "policy.hang_timeout",
-                                       "policy.startup_timeout"};
+const std::set<std::string> kNotYet = {"debug", "policy.hang_timeout", "policy.startup_timeout"};
+
+// A relative path that stays inside its directory: no "..", not absolute.
+bool containedPath(const std::string& path) {
+  if (path.empty() || path[0] == '/') return false;
+  for (const std::string& part : split(path, '/')) {
+    if (part == "..") return false;
+  }
+  return true;
+}
 
 class Parser {
  public:
@@ -191,6 +199,78 @@ class Parser {
     return res;
   }
 
+  Result<std::vector<Input>> inputs(const YAML::Node& node, const std::string& path) const {
+    if (!node.IsSequence()) return bad(node, path, "expected a list of {source, target}");
+    std::vector<Input> out;
+    for (size_t i = 0; i < node.size(); ++i) {
+      std::string sub = path + "[" + std::to_string(i) + "]";
+      Input input;
+      COHORT_TRY(forEachField(
+          node[i], sub, {"source", "target", "mode", "arg"},
+          [&](const std::string& key, const YAML::Node& value) -> Result<void> {
+            COHORT_ASSIGN(std::string text, scalar(value, sub + "." + key));
+            if (key == "source") {
+              input.source = text;
+            } else if (key == "target") {
+              if (!containedPath(text)) {
+                return bad(value, sub + ".target",
+                           "must be a relative path inside the node's work directory, got '" +
+                               text + "'");
+              }
+              input.target = text;
+            } else if (key == "mode") {
+              if (text != "copy" && text != "link") {
+                return bad(value, sub + ".mode", "unknown mode '" + text + "' (copy, link)");
+              }
+              input.mode = text == "link" ? Input::Mode::kLink : Input::Mode::kCopy;
+            } else {
+              input.arg = text;
+            }
+            return {};
+          }));
+      if (input.source.empty() || input.target.empty()) {
+        return bad(node[i], sub, "needs both source and target");
+      }
+      out.push_back(input);
+    }
+    return out;
+  }
+
+  Result<std::vector<Output>> outputs(const YAML::Node& node, const std::string& path) const {
+    if (!node.IsSequence()) return bad(node, path, "expected a list of {source, target}");
+    std::vector<Output> out;
+    for (size_t i = 0; i < node.size(); ++i) {
+      std::string sub = path + "[" + std::to_string(i) + "]";
+      Output output;
+      COHORT_TRY(forEachField(
+          node[i], sub, {"source", "target", "when"},
+          [&](const std::string& key, const YAML::Node& value) -> Result<void> {
+            COHORT_ASSIGN(std::string text, scalar(value, sub + "." + key));
+            if (key == "source") {
+              if (!containedPath(text)) {
+                return bad(value, sub + ".source",
+                           "must be a path inside the job directory such as output/, got '" +
+                               text + "'");
+              }
+              output.source = text;
+            } else if (key == "target") {
+              output.target = text;
+            } else {
+              if (text != "success" && text != "always") {
+                return bad(value, sub + ".when", "unknown value '" + text + "' (success, always)");
+              }
+              output.always = text == "always";
+            }
+            return {};
+          }));
+      if (output.source.empty() || output.target.empty()) {
+        return bad(node[i], sub, "needs both source and target");
+      }
+      out.push_back(output);
+    }
+    return out;
+  }
+
   Result<Policy> policy(const YAML::Node& node, const std::string& path) const {
     Policy policy;
     COHORT_TRY(forEachField(
@@ -217,7 +297,7 @@ class Parser {
     COHORT_TRY(forEachField(
         root, "",
         {"name", "framework", "launcher", "mode", "rank_table_version", "compat", "workdir",
-         "command", "hyperparameters", "env", "roles", "policy"},
+         "command", "hyperparameters", "env", "roles", "inputs", "outputs", "policy"},
         [&](const std::string& key, const YAML::Node& value) -> Result<void> {
           if (key == "name") {
             COHORT_ASSIGN(spec.name, scalar(value, key));
@@ -271,6 +351,10 @@ class Parser {
               COHORT_ASSIGN(Role r, role(name, kv.second, "roles." + name));
               spec.roles.push_back(r);
             }
+          } else if (key == "inputs") {
+            COHORT_ASSIGN(spec.inputs, inputs(value, key));
+          } else if (key == "outputs") {
+            COHORT_ASSIGN(spec.outputs, outputs(value, key));
           } else {
             COHORT_ASSIGN(spec.policy, policy(value, key));
           }

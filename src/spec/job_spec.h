@@ -52,6 +52,27 @@ struct Policy {
 
 using KeyValues = std::vector<std::pair<std::string, std::string>>;  // in the order given
 
+// Data staged on every node before any rank starts. `target` is relative to the node's work
+// directory (COHORT_WORK_DIR). `copy` gives each node its own copy; `link` a symbolic link to the
+// source, which ranks must only read. `arg`, when set, appends --<arg>=<staged path> to the
+// command (the managed service's --data_url convention).
+struct Input {
+  std::string source;       // as written: store://bucket/path, file://path or a path
+  std::string source_path;  // resolved by the caller before planning
+  std::string target;
+  enum class Mode { kCopy, kLink } mode = Mode::kCopy;
+  std::string arg;
+};
+
+// Results copied out when the job ends. `source` is relative to the job directory ("output/");
+// `target` may use {job} (the job id) and {name} (the job name).
+struct Output {
+  std::string source;
+  std::string target;       // as written
+  std::string target_path;  // resolved by the caller, placeholders expanded
+  bool always = false;      // also when the job failed (when: always)
+};
+
 struct JobSpec {
   std::string name;
   Framework framework = Framework::kPyTorch;  // what most users run; generic sets COHORT_* only
@@ -61,6 +82,8 @@ struct JobSpec {
   KeyValues hyperparameters;  // appended to the command as --key=value
   KeyValues env;
   std::vector<Role> roles;  // at least one; default one role "worker"
+  std::vector<Input> inputs;
+  std::vector<Output> outputs;
   Policy policy;
   Launcher launcher = Launcher::kDirect;  // kMpirun by default for framework mpi
   MindSporeMode mindspore_mode = MindSporeMode::kDynamicCluster;

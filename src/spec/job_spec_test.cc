@@ -93,10 +93,40 @@ TEST(ParseJobFile, UnsupportedFrameworkSaysWhatIsSupported) {
   EXPECT_NE(msg.find("(pytorch, mindspore, tensorflow, mpi, generic)"), std::string::npos) << msg;
 }
 
+TEST(ParseJobFile, InputsAndOutputs) {
+  auto spec = parseJobFile(R"(
+name: x
+command: [a]
+inputs:
+  - {source: store://datasets/digits, target: data/digits}
+  - {source: /srv/vocab.txt, target: vocab.txt, mode: link, arg: vocab}
+outputs:
+  - {source: output/, target: "store://models/{job}/", when: always}
+)", "job.yaml");
+  ASSERT_TRUE(spec) << spec.error().message;
+  ASSERT_EQ(spec->inputs.size(), 2u);
+  EXPECT_EQ(spec->inputs[0].source, "store://datasets/digits");
+  EXPECT_EQ(spec->inputs[1].mode, Input::Mode::kLink);
+  EXPECT_EQ(spec->inputs[1].arg, "vocab");
+  ASSERT_EQ(spec->outputs.size(), 1u);
+  EXPECT_TRUE(spec->outputs[0].always);
+  EXPECT_EQ(spec->outputs[0].target, "store://models/{job}/");
+}
+
+TEST(ParseJobFile, InputTargetsStayInsideTheWorkDirectory) {
+  for (const char* target : {"../escape", "/etc/passwd", "a/../../b"}) {
+    std::string msg = errorOf(std::string("name: x\ncommand: [a]\ninputs: [{source: s, target: ") +
+                              target + "}]\n");
+    EXPECT_NE(msg.find("inputs[0].target: must be a relative path"), std::string::npos) << msg;
+  }
+  std::string msg = errorOf("name: x\ncommand: [a]\noutputs: [{source: ../x, target: /t}]\n");
+  EXPECT_NE(msg.find("outputs[0].source: must be a path inside the job directory"),
+            std::string::npos)
+      << msg;
+}
+
 TEST(ParseJobFile, FieldsOfLaterVersionsAreRefusedNotIgnored) {
-  std::string msg = errorOf("name: x\ncommand: [a]\ninputs: []\n");
-  EXPECT_NE(msg.find("inputs: not supported by this version"), std::string::npos) << msg;
-  msg = errorOf("name: x\ncommand: [a]\npolicy: {hang_timeout: 15m}\n");
+  std::string msg = errorOf("name: x\ncommand: [a]\npolicy: {hang_timeout: 15m}\n");
   EXPECT_NE(msg.find("policy.hang_timeout: not supported by this version"), std::string::npos)
       << msg;
 }

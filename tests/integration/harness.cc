@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -94,19 +95,36 @@ RunResult runCohort(const std::vector<std::string>& args, std::chrono::milliseco
   return CohortProcess(args).wait(deadline);
 }
 
+namespace {
+
+// Removes the test's temporary directories when the test binary exits.
+struct TempDirs {
+  std::vector<std::string> dirs;
+  ~TempDirs() {
+    std::error_code ignored;
+    for (const auto& dir : dirs) std::filesystem::remove_all(dir, ignored);
+  }
+};
+TempDirs temp_dirs;
+
+}  // namespace
+
 std::string tempDir() {
   char tmpl[] = "/tmp/cohort-test-XXXXXX";
   if (!::mkdtemp(tmpl)) std::abort();
+  temp_dirs.dirs.emplace_back(tmpl);
   return tmpl;
 }
 
-std::string onlyJobDir(const std::string& data_root) {
+std::string onlyJobDir(const std::string& data_root, const std::string& prefix) {
   std::string jobs = data_root + "/jobs";
   DIR* dir = ::opendir(jobs.c_str());
   if (!dir) return "";
   std::string found;
   while (dirent* e = ::readdir(dir)) {
-    if (e->d_name[0] != '.') found = jobs + "/" + e->d_name;
+    if (e->d_name[0] != '.' && std::string(e->d_name).rfind(prefix, 0) == 0) {
+      found = jobs + "/" + e->d_name;
+    }
   }
   ::closedir(dir);
   return found;

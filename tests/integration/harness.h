@@ -48,8 +48,9 @@ std::string sourceDir();  // the project's source tree
 // A fresh directory under /tmp.
 std::string tempDir();
 
-// The only job directory under `data_root`/jobs ("" when there is none).
-std::string onlyJobDir(const std::string& data_root);
+// The only job directory under `data_root`/jobs ("" when there is none); with `prefix`, the
+// only one whose name starts with it.
+std::string onlyJobDir(const std::string& data_root, const std::string& prefix = "");
 
 bool waitFor(const std::function<bool()>& condition, std::chrono::milliseconds deadline);
 

@@ -45,7 +45,8 @@ TEST(Run, SuccessWritesTheJobDirectory) {
     ASSERT_TRUE(e.contains("time"));
     if (e["event"] == "state") states.push_back(e["state"]);
   }
-  EXPECT_EQ(states, (std::vector<std::string>{"starting", "running", "stopping", "succeeded"}));
+  EXPECT_EQ(states, (std::vector<std::string>{"starting", "staging", "running", "stopping",
+                                              "succeeded"}));
   // The merged console stream: whole lines with a [role/rank node] prefix.
   for (const char* line : {"[worker/0 node0] hello\n", "[worker/1 node0] hello\n",
                            "[worker/2 node1] hello\n", "[worker/3 node1] hello\n"}) {
@@ -76,6 +77,9 @@ TEST(Run, EveryRankGetsTheContractAndTorchrunVariables) {
     EXPECT_EQ(env["COHORT_JOB_NAME"], "contract");
     EXPECT_EQ(env["COHORT_OUTPUT_DIR"], job + "/output");
     EXPECT_EQ(env["COHORT_LOG_DIR"], job + "/logs");
+    EXPECT_EQ(env["COHORT_WORK_DIR"], job + "/work/node" + std::to_string(rank / 3));
+    EXPECT_EQ(env["COHORT_DATA_ROOT"], root);
+    EXPECT_EQ(env["COHORT_BIN"], COHORT_BIN);
     EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "0");
     EXPECT_EQ(env["OMP_NUM_THREADS"], "1");
     EXPECT_EQ(env.count("COHORT_JOB_SECRET"), 0u) << "the control-channel secret leaked";
@@ -253,7 +257,7 @@ TEST(Plan, PrintsEveryRankWithoutStartingAnything) {
 }
 
 TEST(Help, EverySubcommandHasHelp) {
-  for (const char* cmd : {"run", "plan", "exec"}) {
+  for (const char* cmd : {"run", "plan", "exec", "cp"}) {
     auto r = runCohort({cmd, "--help"});
     EXPECT_EQ(r.exit_code, 0) << cmd;
     EXPECT_NE(r.out.find(std::string("cohort ") + cmd), std::string::npos) << r.out;

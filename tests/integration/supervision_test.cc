@@ -98,7 +98,9 @@ TEST(Supervision, RestartsTheWholeGangWithTheRestartCount) {
   std::string job = onlyJobDir(root);
   auto result = readJson(job + "/result.json");
   EXPECT_EQ(result["attempts"], 2);
-  std::string log = readText(job + "/logs/worker-0.log");
+  // Rank 1 prints its environment, then fails, in attempt 0 (rank 0 may be stopped before it
+  // prints anything), and prints it again in attempt 1.
+  std::string log = readText(job + "/logs/worker-1.log");
   EXPECT_NE(log.find("COHORT_RESTART_COUNT=0"), std::string::npos);
   EXPECT_NE(log.find("COHORT_RESTART_COUNT=1"), std::string::npos);
   EXPECT_NE(log.find("TORCHELASTIC_RESTART_COUNT=1"), std::string::npos);

@@ -8,7 +8,10 @@
 //   pidfile=PATH     append "<pid>\n" to PATH  setsid-child=PATH  fork a child that leaves the
 //   flood=BYTES      write BYTES of numbered lines as fast as possible   session (setsid), writes
 //   partial=TEXT     print TEXT without newline                          its pid to PATH, sleeps
-//   touch=PATH       create PATH
+//   touch=PATH       create PATH           stamp=PATH     append "<rank> <unix nanos>\n" to PATH
+//   work-file=REL    exit 3 unless $COHORT_WORK_DIR/REL exists (a staged input)
+//   output-file=NAME write "rank <rank>\n" to $COHORT_OUTPUT_DIR/NAME
+//   absent=PATH      exit 4 if PATH exists (what an isolated rank must not see)
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -68,18 +71,24 @@ int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   for (int i = 1; i < argc; ++i) {
     std::string action = argv[i];
+    // Conditions may be chained in any order ("attempt0:rank1:exit=3"); all must hold.
     bool skip = false;
-    for (const char* prefix : {"rank", "attempt", "node"}) {
-      size_t len = std::strlen(prefix);
-      if (action.compare(0, len, prefix) == 0 && action.size() > len &&
-          std::isdigit(static_cast<unsigned char>(action[len]))) {
+    for (bool stripped = true; stripped;) {
+      stripped = false;
+      for (const char* prefix : {"rank", "attempt", "node"}) {
+        size_t len = std::strlen(prefix);
         size_t colon = action.find(':');
+        if (action.compare(0, len, prefix) != 0 || colon == std::string::npos ||
+            action.size() <= len || !std::isdigit(static_cast<unsigned char>(action[len]))) {
+          continue;
+        }
         int want = std::atoi(action.c_str() + len);
         const char* var = prefix[0] == 'r'   ? "COHORT_RANK"
                           : prefix[0] == 'a' ? "COHORT_RESTART_COUNT"
                                              : "COHORT_NODE_RANK";
-        skip = envInt(var) != want;
+        skip = skip || envInt(var) != want;
         action = action.substr(colon + 1);
+        stripped = true;
       }
     }
     if (skip) continue;
@@ -109,6 +118,27 @@ int main(int argc, char** argv) {
       appendLine(value, std::to_string(::getpid()));
     } else if (key == "touch") {
       appendLine(value, "");
+    } else if (key == "stamp") {
+      timespec ts{};
+      clock_gettime(CLOCK_REALTIME, &ts);
+      appendLine(value, std::to_string(envInt("COHORT_RANK")) + " " +
+                            std::to_string(ts.tv_sec * 1000000000LL + ts.tv_nsec));
+    } else if (key == "work-file") {
+      const char* dir = std::getenv("COHORT_WORK_DIR");
+      if (!dir || ::access((std::string(dir) + "/" + value).c_str(), R_OK) != 0) {
+        std::fprintf(stderr, "cohort-test-rank: %s/%s is missing\n", dir ? dir : "?",
+                     value.c_str());
+        return 3;
+      }
+    } else if (key == "absent") {
+      if (::access(value.c_str(), F_OK) == 0) {
+        std::fprintf(stderr, "cohort-test-rank: %s is visible\n", value.c_str());
+        return 4;
+      }
+    } else if (key == "output-file") {
+      const char* dir = std::getenv("COHORT_OUTPUT_DIR");
+      appendLine(std::string(dir ? dir : ".") + "/" + value,
+                 "rank " + std::to_string(envInt("COHORT_RANK")));
     } else if (key == "setsid-child") {
       pid_t pid = ::fork();
       if (pid == 0) {

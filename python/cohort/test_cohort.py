@@ -1,0 +1,102 @@
+"""Tests for the cohort Python helpers (standard library only).
+
+    python3 -m unittest discover -s python -t python          # helpers, with a fake environment
+    COHORT_BIN=build/cohort python3 -m unittest discover -s python -t python   # and the copy
+"""
+
+import os
+import shutil
+import tempfile
+import unittest
+from unittest import mock
+
+import cohort
+
+_CLEAN = {k: v for k, v in os.environ.items()
+          if k not in ("COHORT_RANK", "RANK", "COHORT_WORLD_SIZE", "WORLD_SIZE",
+                       "COHORT_LOCAL_RANK", "LOCAL_RANK", "COHORT_OUTPUT_DIR")}
+
+
+class RankHelpers(unittest.TestCase):
+    def test_cohort_variables_win(self):
+        env = dict(_CLEAN, COHORT_RANK="3", RANK="9", COHORT_WORLD_SIZE="4", WORLD_SIZE="9",
+                   COHORT_LOCAL_RANK="1", LOCAL_RANK="9")
+        with mock.patch.dict(os.environ, env, clear=True):
+            self.assertEqual(cohort.rank(), 3)
+            self.assertEqual(cohort.world_size(), 4)
+            self.assertEqual(cohort.local_rank(), 1)
+            self.assertFalse(cohort.is_main())
+
+    def test_torchrun_variables_are_read_too(self):
+        env = dict(_CLEAN, RANK="0", WORLD_SIZE="8", LOCAL_RANK="0")
+        with mock.patch.dict(os.environ, env, clear=True):
+            self.assertEqual(cohort.rank(), 0)
+            self.assertEqual(cohort.world_size(), 8)
+            self.assertTrue(cohort.is_main())
+
+    def test_a_script_started_by_hand_is_rank_0_of_1(self):
+        with mock.patch.dict(os.environ, _CLEAN, clear=True):
+            self.assertEqual((cohort.rank(), cohort.world_size(), cohort.local_rank()), (0, 1, 0))
+            self.assertTrue(cohort.is_main())
+
+    def test_a_bad_value_names_the_variable(self):
+        with mock.patch.dict(os.environ, dict(_CLEAN, COHORT_RANK="x"), clear=True):
+            with self.assertRaisesRegex(RuntimeError, "COHORT_RANK"):
+                cohort.rank()
+
+
+class OutputDir(unittest.TestCase):
+    def test_output_dir_is_created(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "jobs", "j1", "output")
+            with mock.patch.dict(os.environ, dict(_CLEAN, COHORT_OUTPUT_DIR=path), clear=True):
+                self.assertEqual(cohort.output_dir(), path)
+                self.assertTrue(os.path.isdir(path))
+                self.assertEqual(cohort.output_dir(), path)  # twice is fine
+
+
+class CopyWithoutBinary(unittest.TestCase):
+    def test_missing_binary_is_a_clear_error(self):
+        env = dict(_CLEAN, PATH="/nonexistent")
+        env.pop("COHORT_BIN", None)
+        with mock.patch.dict(os.environ, env, clear=True):
+            with self.assertRaisesRegex(RuntimeError, "COHORT_BIN"):
+                cohort.copy("a", "b")
+
+
+@unittest.skipUnless(os.environ.get("COHORT_BIN"), "set COHORT_BIN to the cohort binary")
+class CopyWithTheRealBinary(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="cohort-py-test-")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def write(self, rel, data):
+        path = os.path.join(self.tmp, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+
+    def test_round_trip_through_the_store(self):
+        self.write("src/a.bin", os.urandom(100000))
+        self.write("src/sub/b.txt", b"hello")
+        root = os.path.join(self.tmp, "root")
+        cohort.copy(os.path.join(self.tmp, "src"), "store://datasets/demo", data_root=root)
+        back = os.path.join(self.tmp, "back")
+        cohort.copy("store://datasets/demo", back, workers=2, checksum=True, data_root=root)
+        for rel in ("a.bin", "sub/b.txt"):
+            with open(os.path.join(self.tmp, "src", rel), "rb") as f1, \
+                    open(os.path.join(back, rel), "rb") as f2:
+                self.assertEqual(f1.read(), f2.read(), rel)
+
+    def test_failure_raises_with_cohorts_message(self):
+        missing = os.path.join(self.tmp, "missing")
+        with self.assertRaises(RuntimeError) as caught:
+            cohort.copy(missing, os.path.join(self.tmp, "dst"))
+        self.assertIn("'%s': No such file or directory" % missing, str(caught.exception))
+        self.assertFalse(str(caught.exception).startswith("cohort: error:"))
+
+
+if __name__ == "__main__":
+    unittest.main()

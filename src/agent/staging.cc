@@ -1,0 +1,59 @@
+#include "agent/staging.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "storage/copy.h"
+#include "util/fd.h"
+#include "util/text.h"
+
+namespace cohort::agent {
+
+namespace {
+
+// Test hook: COHORT_TEST_STAGING_DELAY="<node>:<duration>" makes that node's staging slower, so
+// tests can show that no rank anywhere starts before the slowest node has staged.
+void testDelay(int node) {
+  const char* hook = std::getenv("COHORT_TEST_STAGING_DELAY");
+  if (!hook) return;
+  std::string text = hook;
+  auto colon = text.find(':');
+  auto which = parseInt(text.substr(0, colon));
+  auto delay = parseDuration(colon == std::string::npos ? "" : text.substr(colon + 1));
+  if (which && delay && *which == node) std::this_thread::sleep_for(*delay);
+}
+
+}  // namespace
+
+Result<StagingResult> stageInputs(const plan::NodePlan& node) {
+  auto start = std::chrono::steady_clock::now();
+  COHORT_TRY(makeDirs(node.work_dir));
+  testDelay(node.node);
+  StagingResult result;
+  for (const plan::StagedInput& in : node.inputs) {
+    COHORT_TRY(makeDirs(in.target.substr(0, in.target.rfind('/'))));
+    if (in.link) {
+      struct stat st{};
+      if (::stat(in.source.c_str(), &st) < 0) return failErrno("input '" + in.source + "'");
+      if (::symlink(in.source.c_str(), in.target.c_str()) < 0) {
+        return failErrno("link '" + in.target + "' to '" + in.source + "'");
+      }
+      ++result.files;
+      continue;
+    }
+    storage::CopyOptions options;
+    auto copied = storage::copyTree(in.source, in.target, options);
+    if (!copied) return withContext(copied.error(), "input '" + in.source + "'");
+    result.files += copied->files_copied + copied->files_skipped;
+    result.bytes += copied->bytes_copied;
+  }
+  result.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+}  // namespace cohort::agent

@@ -1,0 +1,233 @@
+#include "cli/cp_cmd.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "storage/copy.h"
+#include "storage/uri.h"
+#include "util/text.h"
+
+namespace cohort::cli {
+
+namespace {
+
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitInterrupted = 128 + SIGINT;
+
+const char* kCpHelp = R"(cohort cp: copy files and directory trees in parallel, verifying every file
+
+Usage: cohort cp [flags] SRC DST
+
+SRC and DST are local paths (also file://PATH) or store://BUCKET/PATH, the embedded object
+store under <data-root>/store/BUCKET/PATH. A directory SRC copies its contents into DST (like
+rsync -a SRC/ DST/), creating DST; a file SRC copies to DST, or into DST when DST is a
+directory or ends in "/". Every file is written under a temporary name, read back and checked
+(size and XXH3-64 checksum), then renamed into place, so DST never holds a partial file under
+its final name. Permission bits and times are kept. Files already identical in DST (same size
+and modification time) are skipped: running the same command again after an interruption or
+a failure finishes the copy. Symbolic links in SRC are followed; a link loop is an error.
+
+Flags:
+  --workers N        files copied at once (default 8)
+  --checksum         compare content instead of size and modification time to decide what
+                     to skip
+  --data-root DIR    where store:// lives: DIR/store (default $COHORT_DATA_ROOT or ~/.cohort)
+  -q, --quiet        no progress line and no summary on stderr
+
+Examples:
+  cohort cp ./mnist store://datasets/mnist
+  cohort cp store://datasets/mnist /tmp/mnist
+  cohort cp --checksum outputs/ store://runs/exp1/
+
+Exit codes: 0 copied; 1 the copy failed (the message names the file and the cause); 2 bad
+usage; 130 interrupted (run the same command again to finish).
+)";
+
+std::atomic<bool> g_interrupted{false};
+
+void onSignal(int) { g_interrupted.store(true); }
+
+int usageError(const std::string& message) {
+  std::fprintf(stderr, "cohort: error: cp: %s (see cohort cp --help)\n", message.c_str());
+  return kExitUsage;
+}
+
+std::string formatSize(double bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (bytes >= 1024 && unit < 4) {
+    bytes /= 1024;
+    ++unit;
+  }
+  char buf[32];
+  if (unit == 0 || bytes >= 100) {
+    std::snprintf(buf, sizeof buf, "%.0f %s", bytes, kUnits[unit]);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f %s", bytes, kUnits[unit]);
+  }
+  return buf;
+}
+
+std::string formatSeconds(double seconds) {
+  return formatDuration(Millis(static_cast<int64_t>(seconds * 1000)));
+}
+
+void printProgress(const storage::CopyProgress& p) {
+  double rate = p.seconds > 0 ? static_cast<double>(p.bytes_copied) / p.seconds : 0;
+  std::string eta = "?";
+  if (rate > 0) eta = formatSeconds(static_cast<double>(p.bytes_total - p.bytes_done) / rate);
+  std::fprintf(stderr, "\rcohort: cp: %lld/%lld files, %s/%s, %s/s, ETA %s\x1b[K",
+               static_cast<long long>(p.files_done), static_cast<long long>(p.files_total),
+               formatSize(static_cast<double>(p.bytes_done)).c_str(),
+               formatSize(static_cast<double>(p.bytes_total)).c_str(),
+               formatSize(rate).c_str(), eta.c_str());
+  std::fflush(stderr);
+}
+
+struct CpArgs {
+  storage::CopyOptions options;
+  std::string data_root;
+  std::vector<std::string> paths;
+  bool quiet = false;
+  bool help = false;
+};
+
+Result<CpArgs> parseArgs(int argc, char** argv) {
+  CpArgs args;
+  bool flags_done = false;
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (flags_done || arg.size() < 2 || arg[0] != '-') {
+      args.paths.push_back(arg);
+      continue;
+    }
+    if (arg == "--") {
+      flags_done = true;
+      continue;
+    }
+    std::string value;
+    bool has_value = false;
+    if (size_t eq = arg.find('='); startsWith(arg, "--") && eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+      has_value = true;
+    }
+    auto next = [&]() -> Result<std::string> {
+      if (has_value) return value;
+      if (i + 1 >= argc) return fail(Code::kInvalidArgument, arg + " needs a value");
+      return std::string(argv[++i]);
+    };
+    if (arg == "-h" || arg == "--help") {
+      args.help = true;
+    } else if (arg == "-q" || arg == "--quiet") {
+      args.quiet = true;
+    } else if (arg == "--checksum") {
+      args.options.checksum = true;
+    } else if (arg == "--workers") {
+      COHORT_ASSIGN(std::string text, next());
+      auto workers = parseInt(text);
+      if (!workers || *workers < 1 || *workers > 256) {
+        return fail(Code::kInvalidArgument,
+                    "--workers: expected a number from 1 to 256, got '" + text + "'");
+      }
+      args.options.workers = *workers;
+    } else if (arg == "--data-root") {
+      COHORT_ASSIGN(args.data_root, next());
+      if (args.data_root.empty()) return fail(Code::kInvalidArgument, "--data-root is empty");
+    } else {
+      return fail(Code::kInvalidArgument, "unknown flag '" + arg + "'");
+    }
+  }
+  return args;
+}
+
+std::string currentDir() {
+  std::vector<char> buf(4096);
+  if (::getcwd(buf.data(), buf.size()) == nullptr) return "/";
+  return buf.data();
+}
+
+// --data-root, else $COHORT_DATA_ROOT, else $HOME/.cohort (as `cohort run`), made absolute.
+std::string dataRoot(const std::string& flag) {
+  const char* env_root = std::getenv("COHORT_DATA_ROOT");
+  const char* home = std::getenv("HOME");
+  std::string root = !flag.empty()                ? flag
+                     : env_root && *env_root      ? std::string(env_root)
+                                                  : std::string(home ? home : "/tmp") + "/.cohort";
+  return root[0] == '/' ? root : currentDir() + "/" + root;
+}
+
+// Runs the copy with SIGINT and SIGTERM turned into a cancel request.
+Result<storage::CopyStats> copyInterruptibly(const std::string& src, const std::string& dst,
+                                             storage::CopyOptions options) {
+  struct sigaction action {};
+  action.sa_handler = onSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  struct sigaction old_int {}, old_term {};
+  ::sigaction(SIGINT, &action, &old_int);
+  ::sigaction(SIGTERM, &action, &old_term);
+  options.cancel = &g_interrupted;
+  auto stats = storage::copyTree(src, dst, options);
+  ::sigaction(SIGINT, &old_int, nullptr);
+  ::sigaction(SIGTERM, &old_term, nullptr);
+  return stats;
+}
+
+}  // namespace
+
+const char* cpHelp() { return kCpHelp; }
+
+int cmdCp(int argc, char** argv) {
+  auto args = parseArgs(argc, argv);
+  if (!args) return usageError(args.error().message);
+  if (args->help) {
+    std::fputs(kCpHelp, stdout);
+    return 0;
+  }
+  if (args->paths.size() != 2) {
+    return usageError("expected SRC and DST, got " + std::to_string(args->paths.size()) +
+                      " path(s)");
+  }
+  const std::string data_root = dataRoot(args->data_root);
+  std::string resolved[2];
+  for (int i = 0; i < 2; ++i) {
+    auto path = storage::resolve(args->paths[static_cast<size_t>(i)], data_root);
+    if (!path) return usageError(path.error().message);
+    resolved[i] = *path;
+  }
+
+  const bool live = !args->quiet && ::isatty(STDERR_FILENO);
+  if (live) args->options.progress = printProgress;
+  auto stats = copyInterruptibly(resolved[0], resolved[1], args->options);
+  if (live) std::fputs("\r\x1b[K", stderr);
+  if (!stats) {
+    std::fprintf(stderr, "cohort: error: %s\n", stats.error().message.c_str());
+    if (g_interrupted.load()) {
+      std::fputs("cohort: run the same command again to finish the copy\n", stderr);
+      return kExitInterrupted;
+    }
+    return kExitFailed;
+  }
+  if (!args->quiet) {
+    double rate = stats->seconds > 0 ? static_cast<double>(stats->bytes_copied) / stats->seconds
+                                     : 0;
+    std::fprintf(stderr, "cohort: copied %lld %s (%s) in %s, %s/s; %lld skipped\n",
+                 static_cast<long long>(stats->files_copied),
+                 stats->files_copied == 1 ? "file" : "files",
+                 formatSize(static_cast<double>(stats->bytes_copied)).c_str(),
+                 formatSeconds(stats->seconds).c_str(), formatSize(rate).c_str(),
+                 static_cast<long long>(stats->files_skipped));
+  }
+  return 0;
+}
+
+}  // namespace cohort::cli

@@ -1,0 +1,90 @@
+// The parallel copy engine behind `cohort cp`, job inputs and job outputs: copies one file or a
+// directory tree between local paths (store URIs are resolved to paths by the caller, see
+// storage/uri.h) with a pool of worker threads, verifying every file it writes.
+//
+// What a copy means:
+//  - A directory source copies its contents into dst, like `cp -r src/. dst/` or
+//    `rsync -a src/ dst/` (with or without a trailing "/" on src). dst and its missing parents
+//    are created; dst must not be, or be inside, src.
+//  - A file source copies to dst, or into dst (keeping its name) when dst is an existing
+//    directory or ends in "/". Missing parent directories of the target are created.
+//  - Every file is written to a temporary name in its destination directory
+//    (".cohort-tmp-<name>-<random>"), read back and checked (size, and the XXH3-64 of the bytes
+//    read back against the XXH3-64 of the source bytes computed while copying) and only then
+//    renamed into place. So a file under its final name is always complete; after an error or an
+//    interruption only whole files and temporary files exist. Files are not fsync'd.
+//  - Permission bits, atime and mtime (to the nanosecond) of files and directories are
+//    preserved; empty directories are created; ownership is not copied.
+//  - A file already identical at the destination is skipped: same size and same mtime (the
+//    quick check, like rsync), or with `checksum` the same content (and only its mode and times
+//    are fixed). A re-run after an interruption therefore copies only what is missing, and
+//    deletes the ".cohort-tmp-*" files left in every destination directory it copies into
+//    (also: ".cohort-tmp-*" files in the source are never copied). Two copies into the same
+//    directory at once are not supported. Files at the destination that the source does not
+//    have are left alone.
+//  - Symbolic links in the source are followed (what object-store tools do): a link to a file
+//    copies the file, a link to a directory copies the directory. A link that leads back to a
+//    directory being copied (a loop, detected by device and inode) and a dangling link are
+//    errors, found before anything is written. Below dst nothing is written through a symbolic
+//    link: a link where a directory should be is an error, a link where a file should be is
+//    replaced by the file. Sockets, FIFOs and devices are errors.
+//  - The first error stops the other workers early and is returned, naming the file and the
+//    cause: "copy 'data/a/b.bin': write: No space left on device". Files finished before it
+//    stay; the file that failed has no final name and no temporary file left.
+//
+// copyTree may be called from any thread; it blocks until the copy ends and calls `progress`
+// from the calling thread only.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "util/result.h"
+
+namespace cohort::storage {
+
+struct CopyProgress {
+  int64_t files_done = 0;   // copied or skipped
+  int64_t files_total = 0;
+  int64_t bytes_done = 0;   // bytes written plus the sizes of skipped files
+  int64_t bytes_total = 0;  // the sizes of all source files
+  int64_t bytes_copied = 0; // bytes written only (for a rate)
+  double seconds = 0;       // since the copy started
+};
+
+struct CopyStats {
+  int64_t files_copied = 0;
+  int64_t files_skipped = 0;  // identical at the destination already
+  int64_t bytes_copied = 0;
+  int64_t dirs_created = 0;
+  double seconds = 0;
+};
+
+struct CopyOptions {
+  int workers = 8;        // threads copying files (1..256)
+  bool checksum = false;  // compare content, not size and mtime, to decide what to skip
+  // Called about every 100 ms while files are copied and once when the copy ends, from the
+  // thread that called copyTree. Optional.
+  std::function<void(const CopyProgress&)> progress;
+  // When set and true, the copy stops early and returns kFailedPrecondition "interrupted"
+  // (for a signal handler). Not owned.
+  const std::atomic<bool>* cancel = nullptr;
+  // Test hook, -1 = off: after this many bytes written by this copy (all files together), every
+  // write fails with ENOSPC, as on a full disk.
+  int64_t fail_write_after_bytes = -1;
+  // Test hook: flips a bit in the first byte of every file written, after writing and before
+  // verifying, as a bad disk or a buggy file system would.
+  bool corrupt_written_files = false;
+};
+
+// Copies `src` to `dst` as described above. Returns what was done. Errors: kNotFound (the source
+// does not exist), kInvalidArgument (bad options, dst inside src, a file onto a directory, a
+// directory onto a file, a source that is neither a file nor a directory, a symbolic link loop or
+// a dangling link), kIo (the operating system refused, or verification failed),
+// kFailedPrecondition (cancelled).
+Result<CopyStats> copyTree(const std::string& src, const std::string& dst,
+                           const CopyOptions& options = {});
+
+}  // namespace cohort::storage
