@@ -671,7 +671,8 @@ void Pass::reserve(const Job& job, const std::vector<int>& order) {
                " when " + ends(waiting_for) + " (in " + formatDuration(reserved_at_ - now_) + ")";
     } else {
       reason = "reserved to start as soon as " + ends(waiting_for) +
-               (waiting_for.size() == 1 ? " (past its expected end)" : " (past their expected end)");
+               (waiting_for.size() == 1 ? " (past its expected end)"
+                                        : " (past their expected end)");
     }
   } else if (!decision_.reservation->waiting_for.empty()) {
     reason = "next to start, when " + ends(decision_.reservation->waiting_for) +

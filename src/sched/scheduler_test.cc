@@ -59,11 +59,13 @@ std::vector<std::string> started(const Decision& d) {
   return ids;
 }
 
-const Placement* placementOf(const Decision& d, const std::string& id) {
+// The nodes of a started single-role job; empty with a test failure when it did not start.
+std::vector<int> nodesOf(const Decision& d, const std::string& id) {
   for (const auto& p : d.start) {
-    if (p.job_id == id) return &p;
+    if (p.job_id == id) return p.roles.at(0).nodes;
   }
-  return nullptr;
+  ADD_FAILURE() << "job '" << id << "' did not start";
+  return {};
 }
 
 std::string reason(const Decision& d, const std::string& id) {
@@ -140,6 +142,23 @@ TEST(Gang, MultiRoleJobWaitsWhenNotEnoughDistinctNodesAreFree) {
   EXPECT_TRUE(contains(reason(d, "tf"), "needs 3 distinct nodes at once (ps: 1 and worker: 2)"));
 }
 
+TEST(Gang, LargestRoleIsPlacedFirstSoItGetsTheOnlyNodeThatFitsIt) {
+  FakeClock clock(kT0);
+  ClusterState state;
+  // n0 has more memory, n1 more GPUs; only n0 fits 'big'. Placed first, 'small' would take n0
+  // (the fewest GPUs left over) and the gang would not fit.
+  state.nodes = {Node{"n0", Resources{.cpu_millis = 64000, .memory_bytes = 1024 * kGi, .gpus = 8}},
+                 Node{"n1", Resources{.cpu_millis = 64000, .memory_bytes = 256 * kGi, .gpus = 16}}};
+  Resources small{.cpu_millis = 8000, .memory_bytes = 8 * kGi, .gpus = 8};
+  Resources big{.cpu_millis = 8000, .memory_bytes = 512 * kGi, .gpus = 8};
+  state.queue = {Job{"j", "alice", 0, kT0, {{"small", 1, small}, {"big", 1, big}}, std::nullopt}};
+
+  Decision d = pass(state, clock);
+  ASSERT_EQ(started(d), std::vector<std::string>{"j"});
+  EXPECT_EQ(d.start[0].roles[0].nodes, std::vector<int>{1});
+  EXPECT_EQ(d.start[0].roles[1].nodes, std::vector<int>{0});
+}
+
 // ---- Order ----
 
 TEST(Order, HigherPriorityStartsBeforeEarlierSubmission) {
@@ -200,7 +219,7 @@ TEST(Backfill, ShortJobStartsAheadWhenItEndsBeforeTheReservation) {
 
   Decision d = pass(state, clock);
   EXPECT_EQ(started(d), std::vector<std::string>{"short"});
-  EXPECT_EQ(placementOf(d, "short")->roles[0].nodes, std::vector<int>{1});
+  EXPECT_EQ(nodesOf(d, "short"), std::vector<int>{1});
   EXPECT_EQ(kind(d, "big"), WaitKind::kReserved);
 }
 
@@ -282,7 +301,7 @@ TEST(Backfill, OpenReservationBlocksEveryResourceTheHeadCouldUse) {
   // 'big' could start the moment 'forever' ends, so even a 10-minute job must not take n1;
   // the CPU node can never host 'big', so it stays open.
   EXPECT_EQ(started(d), std::vector<std::string>{"cpu"});
-  EXPECT_EQ(placementOf(d, "cpu")->roles[0].nodes, std::vector<int>{2});
+  EXPECT_EQ(nodesOf(d, "cpu"), std::vector<int>{2});
   EXPECT_TRUE(contains(reason(d, "big"), "next to start, when job 'forever' ends (no "
                                          "max_runtime, so no start time can be given)"));
   ASSERT_TRUE(d.reservation);
@@ -400,8 +419,8 @@ TEST(Packing, BestFitLeavesAWholeNodeFreeForALaterBigJob) {
 
   Decision d = pass(state, clock);
   EXPECT_EQ(started(d), (std::vector<std::string>{"small", "big"}));
-  EXPECT_EQ(placementOf(d, "small")->roles[0].nodes, std::vector<int>{1});  // not the empty n0
-  EXPECT_EQ(placementOf(d, "big")->roles[0].nodes, std::vector<int>{0});
+  EXPECT_EQ(nodesOf(d, "small"), std::vector<int>{1});  // not the empty n0
+  EXPECT_EQ(nodesOf(d, "big"), std::vector<int>{0});
 }
 
 TEST(Packing, CpuJobsGoWhereGpusAreAlreadyTaken) {
@@ -412,7 +431,7 @@ TEST(Packing, CpuJobsGoWhereGpusAreAlreadyTaken) {
   state.queue = {job("cpu", cpusOnly(4))};
 
   Decision d = pass(state, clock);
-  EXPECT_EQ(placementOf(d, "cpu")->roles[0].nodes, std::vector<int>{1});
+  EXPECT_EQ(nodesOf(d, "cpu"), std::vector<int>{1});
 }
 
 // ---- Edges ----

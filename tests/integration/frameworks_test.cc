@@ -23,10 +23,13 @@ bool have(const std::string& check) {
 
 const char* kTorch = "/usr/bin/python3 -c 'import torch, sklearn'";
 
-double accuracyIn(const std::string& out) {
+// The DDP example ran on 4 ranks over 2 nodes and trained to >= 0.90 held-out accuracy.
+void expectDdpTrained(const RunResult& r) {
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("rank 3/4 (local 1, node 1) ready"), std::string::npos) << r.out;
   std::smatch m;
-  if (!std::regex_search(out, m, std::regex(R"(held-out accuracy: ([0-9.]+))"))) return 0;
-  return std::stod(m[1]);
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(held-out accuracy: ([0-9.]+))"))) << r.out;
+  EXPECT_GE(std::stod(m[1]), 0.90) << r.out;
 }
 
 TEST(RealPyTorch, TorchrunModeOneTorchrunPerNode) {
@@ -36,10 +39,8 @@ TEST(RealPyTorch, TorchrunModeOneTorchrunPerNode) {
                       "--nproc-per-node", "2", "--workdir", sourceDir() + "/examples/pytorch",
                       "--", "/usr/bin/python3", "ddp.py", "--epochs", "6"},
                      300s);
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  expectDdpTrained(r);
   EXPECT_NE(r.out.find("[torchrun/node1 node1]"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("rank 3/4 (local 1, node 1) ready"), std::string::npos) << r.out;
-  EXPECT_GE(accuracyIn(r.out), 0.90) << r.out;
 }
 
 TEST(RealPyTorch, SpawnModeGetsTheBootFileArguments) {
@@ -49,9 +50,7 @@ TEST(RealPyTorch, SpawnModeGetsTheBootFileArguments) {
                       "--nproc-per-node", "2", "--workdir", sourceDir() + "/examples/pytorch",
                       "--", "/usr/bin/python3", "ddp_spawn.py", "--epochs", "6"},
                      300s);
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("rank 3/4 (local 1, node 1) ready"), std::string::npos) << r.out;
-  EXPECT_GE(accuracyIn(r.out), 0.90) << r.out;
+  expectDdpTrained(r);
 }
 
 TEST(RealPyTorch, ManagedServiceStartScriptRunsUnchanged) {
@@ -63,9 +62,7 @@ TEST(RealPyTorch, ManagedServiceStartScriptRunsUnchanged) {
                         "start.sh", "--epochs", "6"},
                        {"PATH=/usr/bin:/bin"});
   auto r = cohort.wait(300s);
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("rank 3/4 (local 1, node 1) ready"), std::string::npos) << r.out;
-  EXPECT_GE(accuracyIn(r.out), 0.90) << r.out;
+  expectDdpTrained(r);
 }
 
 TEST(RealMpi, MpirunRunsOnceWithTheHostfile) {
