@@ -1,6 +1,7 @@
 #include "agent/coordinator.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
@@ -34,11 +35,6 @@ enum class Ending {
   kNone, kSucceeded, kFailed, kStopped, kTimedOut, kLost, kStagingFailed, kOutputFailed
 };
 
-struct RankInfo {
-  const plan::RankPlan* plan = nullptr;
-  bool exited = false;
-};
-
 class Coordinator {
  public:
   Coordinator(const plan::Plan& plan, AgentLauncher& launcher, const CoordinatorOptions& options,
@@ -55,7 +51,7 @@ class Coordinator {
         agents_(plan.nodes.size()) {
     for (const plan::NodePlan& node : plan_.nodes) {
       for (const plan::RankPlan& r : node.ranks) {
-        ranks_[r.rank].plan = &r;
+        ranks_[r.rank] = &r;
         if (r.key) ++key_total_;
       }
     }
@@ -93,7 +89,6 @@ class Coordinator {
   struct Agent {
     std::unique_ptr<Channel> channel;
     bool connected = false;
-    bool started = false;
     bool idle = true;
   };
 
@@ -148,6 +143,7 @@ class Coordinator {
                                {"node", Message::parse(plan::nodeToJson(plan_.nodes[node]))}});
     for (size_t i = 1; i < messages->size(); ++i) handle(node, (*messages)[i]);
     if (++connected_ == static_cast<int>(agents_.size()) && ending_ == Ending::kNone) {
+      ::malloc_trim(0);  // the nodes' plans were sent; their JSON is garbage now
       // Every node stages its inputs; ranks start only when all have (the start barrier).
       deadline_.disarm();
       event({{"event", "state"}, {"state", "staging"}});
@@ -162,14 +158,12 @@ class Coordinator {
   }
 
   void startAttempt() {
-    for (auto& [rank, info] : ranks_) info.exited = false;
     key_ok_ = 0;
     started_nodes_ = 0;
     started_processes_ = 0;
     attempt_started_ = std::chrono::steady_clock::now();
     for (Agent& agent : agents_) {
       agent.idle = false;
-      agent.started = false;
     }
     event({{"event", "state"}, {"state", "running"}, {"attempt", attempt_}});
     broadcast({{"type", "start"}, {"attempt", attempt_}});
@@ -198,7 +192,6 @@ class Coordinator {
     std::string type = m.value("type", "");
     if (m.value("attempt", attempt_) != attempt_) return;
     if (type == "started") {
-      agents_[node].started = true;
       started_processes_ += m.value("count", 0);
       if (++started_nodes_ == static_cast<int>(agents_.size())) {
         double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() -
@@ -250,8 +243,7 @@ class Coordinator {
     int rank = m.value("rank", -1);
     auto it = ranks_.find(rank);
     if (it == ranks_.end()) return;
-    const plan::RankPlan& r = *it->second.plan;
-    it->second.exited = true;
+    const plan::RankPlan& r = *it->second;
     RankExit e;
     e.attempt = attempt_;
     e.name = r.name;
@@ -468,7 +460,7 @@ class Coordinator {
   proc::Timer deadline_;
   std::string secret_;
   std::vector<Agent> agents_;
-  std::map<int, RankInfo> ranks_;
+  std::map<int, const plan::RankPlan*> ranks_;  // by global rank
   UniqueFd listener_;
   UniqueFd events_;
   std::vector<RankExit> exits_;
