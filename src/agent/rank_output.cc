@@ -33,6 +33,7 @@ Console::~Console() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
+    takeDropNotice();  // lines dropped at the very end are reported too
   }
   cv_.notify_one();
   thread_.join();
@@ -45,12 +46,7 @@ void Console::write(std::string text) {
       dropped_lines_ += static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
       return;
     }
-    if (dropped_lines_) {
-      pending_ += "[cohort] " + std::to_string(dropped_lines_) +
-                  " lines were not shown here because the console was slow; the rank log "
-                  "files have them\n";
-      dropped_lines_ = 0;
-    }
+    takeDropNotice();
     if (pending_.empty()) {
       pending_ = std::move(text);
     } else {
@@ -58,6 +54,14 @@ void Console::write(std::string text) {
     }
   }
   cv_.notify_one();
+}
+
+void Console::takeDropNotice() {
+  if (!dropped_lines_) return;
+  pending_ += "[cohort] " + std::to_string(dropped_lines_) +
+              " lines were not shown here because the console was slow; the rank log files "
+              "have them\n";
+  dropped_lines_ = 0;
 }
 
 void Console::loop() {

@@ -29,6 +29,7 @@ class Console {
 
  private:
   void loop();
+  void takeDropNotice();  // with mu_ held: queue the note about dropped lines, if any
 
   int fd_;
   size_t max_pending_;

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <sstream>
+#include <thread>
 
 #include "util/fd.h"
 
@@ -36,6 +38,37 @@ std::string tempFile() {
   int fd = ::mkstemp(tmpl);
   ::close(fd);
   return tmpl;
+}
+
+TEST(Console, EveryDroppedLineIsAccountedForEvenAtTheEnd) {
+  Pipe pipe;
+  std::string shown;
+  // The reader starts late, so the console must drop; it then reads until the end.
+  std::thread reader([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    char buf[65536];
+    for (ssize_t n; (n = ::read(pipe.read_end, buf, sizeof buf)) > 0;) shown.append(buf, n);
+  });
+  const int total = 200000;
+  {
+    Console console(pipe.write_end, 4096);
+    for (int i = 0; i < total; ++i) console.write("line\n");
+  }  // no line is written after the drops: only the shutdown can report them
+  ::close(pipe.write_end);
+  reader.join();
+  ::close(pipe.read_end);
+  long lines = 0, noted = 0;
+  std::istringstream in(shown);
+  for (std::string line; std::getline(in, line);) {
+    if (line == "line") {
+      ++lines;
+    } else {
+      ASSERT_EQ(line.rfind("[cohort] ", 0), 0u) << line;
+      noted += std::stol(line.substr(9));
+    }
+  }
+  EXPECT_GT(noted, 0) << "the console should have dropped lines";
+  EXPECT_EQ(lines + noted, total);
 }
 
 TEST(RankOutput, PrefixesWholeLinesAcrossChunks) {
