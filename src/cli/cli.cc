@@ -138,12 +138,13 @@ int cmdRun(int argc, char** argv) {
   if (!plan) return reportError(plan.error());
 
   if (auto made = makeJobDirs(plan->job_dir); !made) return reportError(made.error());
-  if (auto w = writeFileAtomic(plan->job_dir + "/plan.json", plan::toJson(*plan)); !w) {
+  // The plan and the files made from it can be made again: no fsync on the way to the start.
+  if (auto w = writeFileAtomic(plan->job_dir + "/plan.json", plan::toJson(*plan), false); !w) {
     return reportError(w.error());
   }
   for (const plan::GeneratedFile& f : plan->files) {
     auto dir = makeDirs(f.path.substr(0, f.path.rfind('/')));
-    auto w = dir ? writeFileAtomic(f.path, f.content) : Result<void>(dir);
+    auto w = dir ? writeFileAtomic(f.path, f.content, false) : Result<void>(dir);
     if (!w) return reportError(w.error());
   }
   const bool progress = !options->quiet;

@@ -79,7 +79,7 @@ Result<void> makeDirs(const std::string& path) {
   return {};
 }
 
-Result<void> writeFileAtomic(const std::string& path, std::string_view content) {
+Result<void> writeFileAtomic(const std::string& path, std::string_view content, bool durable) {
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!fd.valid()) return failErrno("create '" + tmp + "'");
@@ -87,7 +87,7 @@ Result<void> writeFileAtomic(const std::string& path, std::string_view content) 
     ::unlink(tmp.c_str());
     return withContext(r.error(), "'" + tmp + "'");
   }
-  if (::fsync(fd.get()) < 0 || ::close(fd.release()) < 0) {
+  if ((durable && ::fsync(fd.get()) < 0) || ::close(fd.release()) < 0) {
     int err = errno;
     ::unlink(tmp.c_str());
     return failErrno("write '" + path + "'", err);

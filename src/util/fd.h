@@ -39,6 +39,9 @@ Result<std::string> readFile(const std::string& path);
 Result<void> makeDirs(const std::string& path);
 
 // Writes `content` to `path` through a temporary file and rename, so readers never see half.
-Result<void> writeFileAtomic(const std::string& path, std::string_view content);
+// With `durable`, the data is also fsync'd before the rename (a record that must survive a
+// crash); files that can be made again skip that cost.
+Result<void> writeFileAtomic(const std::string& path, std::string_view content,
+                             bool durable = true);
 
 }  // namespace cohort
