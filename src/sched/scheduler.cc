@@ -330,6 +330,17 @@ bool gangFits(FreeView& view, const Job& job, const std::vector<int>& order, Scr
 
 // What is short now, for the user: "needs 4 GPUs on one node, at most 2 free" or "waiting for 2
 // nodes with 8 CPUs each, 1 free".
+// "needs 5 distinct nodes at once (ps: 1, worker: 4)".
+std::string distinctNodesNeeded(const Job& job) {
+  int total = 0;
+  std::vector<std::string> parts;
+  for (const auto& role : job.roles) {
+    total += role.nodes;
+    parts.push_back(role.role + ": " + std::to_string(role.nodes));
+  }
+  return "needs " + std::to_string(total) + " distinct nodes at once (" + listWords(parts) + ")";
+}
+
 std::string shortage(FreeView& view, const Job& job) {
   const bool many_roles = job.roles.size() > 1;
   for (const auto& role : job.roles) {
@@ -351,14 +362,7 @@ std::string shortage(FreeView& view, const Job& job) {
            " on one node, no node has all of it free";
   }
   // Every role fits on its own; together they need more distinct nodes than are free.
-  int total = 0;
-  std::vector<std::string> parts;
-  for (const auto& role : job.roles) {
-    total += role.nodes;
-    parts.push_back(role.role + ": " + std::to_string(role.nodes));
-  }
-  return "needs " + std::to_string(total) + " distinct nodes at once (" + listWords(parts) +
-         "), not that many free together";
+  return distinctNodesNeeded(job) + ", not that many free together";
 }
 
 // Why a job can never start on this cluster, or nullopt when it could once enough ends.
@@ -393,14 +397,7 @@ std::optional<std::string> neverFits(FreeView& capacity, const Job& job,
   }
   GangNodes ignored;
   if (!gangFits(capacity, job, order, scratch, ignored)) {
-    int total = 0;
-    std::vector<std::string> parts;
-    for (const auto& role : job.roles) {
-      total += role.nodes;
-      parts.push_back(role.role + ": " + std::to_string(role.nodes));
-    }
-    return "needs " + std::to_string(total) + " distinct nodes at once (" + listWords(parts) +
-           "); the cluster cannot hold them all";
+    return distinctNodesNeeded(job) + "; the cluster cannot hold them all";
   }
   return std::nullopt;
 }
