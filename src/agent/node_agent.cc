@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <malloc.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -13,6 +12,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <thread>
 
@@ -128,13 +128,20 @@ class Agent {
     } else if (type == "stop") {
       stopRanks(Millis(m.value("grace_ms", int64_t{30000})));
     } else if (type == "exit") {
-      exiting_ = true;
-      if (staging_.joinable()) return;  // quit when staging is over
-      if (running_count_ == 0) {
-        loop_.quit();
-      } else {
-        stopRanks(Millis(m.value("grace_ms", int64_t{3000})));
-      }
+      exitWhenDone(Millis(m.value("grace_ms", int64_t{3000})));
+    }
+  }
+
+  // The agent's one way out: quit now if nothing runs; otherwise stop the ranks (SIGTERM, then
+  // SIGKILL after `grace`) and quit when the last is gone (attemptOver), or when staging, which
+  // cannot be interrupted, is over (onStaged).
+  void exitWhenDone(Millis grace) {
+    exiting_ = true;
+    if (staging_.joinable()) return;
+    if (running_count_ == 0) {
+      loop_.quit();
+    } else {
+      stopRanks(grace);
     }
   }
 
@@ -168,27 +175,16 @@ class Agent {
   void lostCoordinator() {
     if (lost_coordinator_) return;
     lost_coordinator_ = true;
-    exiting_ = true;
     loop_.remove(channel_.fd());
-    if (staging_.joinable()) return;  // quit when staging is over
-    if (running_count_ == 0) {
-      loop_.quit();
-    } else {
-      stopRanks(Millis(3000));
-    }
+    exitWhenDone(Millis(3000));
   }
 
   void onSignal() {
     while (int sig = signals_.next()) {
       if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP) {
-        // Our parent (cohort run or the cluster's launcher) is going away: end the job here.
-        exiting_ = true;
-        if (staging_.joinable()) continue;  // quit when staging is over
-        if (running_count_ == 0) {
-          loop_.quit();
-        } else {
-          stopRanks(stopping_ ? Millis(0) : Millis(3000));
-        }
+        // Our parent (cohort run or the cluster's launcher) is going away: end the job here;
+        // a second signal kills at once.
+        exitWhenDone(stopping_ ? Millis(0) : Millis(3000));
       }
     }
   }
@@ -294,12 +290,9 @@ class Agent {
     rank.child.pidfd.reset();
     rank.running = false;
     --running_count_;
-    while (pump(index, 1 << 20)) {
-      // Drain what the rank wrote before it exited; stop at EAGAIN (an escaped child may keep
-      // the pipe open) or end of output.
-      pollfd p{rank.out.get(), POLLIN, 0};
-      if (::poll(&p, 1, 0) <= 0) break;
-    }
+    // All the rank wrote is in the pipe now: read it up to EAGAIN (an escaped child may keep
+    // the pipe open) or end of output.
+    pump(index, std::numeric_limits<int>::max());
     rank.output->finish();
     report(rank, status ? *status : proc::ExitStatus{1, 0}, time, "");
     if (running_count_ == 0) attemptOver();
@@ -356,7 +349,7 @@ class Agent {
     }
     for (size_t i = 0; i < ranks_.size(); ++i) {
       if (ranks_[i].out.valid()) {
-        pump(i, 1 << 20);
+        pump(i, std::numeric_limits<int>::max());
         if (ranks_[i].out.valid()) loop_.remove(ranks_[i].out.get());
         ranks_[i].out.reset();
       }

@@ -44,7 +44,9 @@ Examples:
 
 Exit codes: 0 the job succeeded; 2 bad usage or a bad job (nothing was started); 124 max_runtime
 exceeded; 128+N stopped by signal N; otherwise the exit code of the rank that failed first
-(128+N if it was killed by signal N); 1 when cohort itself could not run the job.
+(128+N if it was killed by signal N); 1 when the job could not run or finish for another
+reason (staging an input or copying an output failed, a node's agent was lost), which cohort
+prints with the file or node concerned.
 )";
 
 std::string runHelp() {
@@ -52,12 +54,13 @@ std::string runHelp() {
 
 Usage: cohort run [flags] [-f job.yaml] [-- command...]
 
-Every rank gets cohort's variables (COHORT_RANK, COHORT_WORLD_SIZE, ...) and, with
---framework pytorch, the variables torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+Every rank gets cohort's variables (COHORT_RANK, COHORT_WORLD_SIZE, ...) and, for PyTorch jobs
+(the default), the variables torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
 MASTER_PORT (a free port leased for this job), ...), so torchrun scripts run unchanged.
 When one rank fails, every rank is stopped and the first failure is reported with its last
-log lines. The job directory (<data-root>/jobs/<id>/) holds logs/<role>-<rank>.log, output/,
-plan.json, events.jsonl and result.json.
+log lines. The job directory (<data-root>/jobs/<id>/) holds logs/<role>-<rank>.log, output/
+(COHORT_OUTPUT_DIR), work/node<i>/ (COHORT_WORK_DIR, where inputs are staged before any rank
+starts), plan.json, events.jsonl and result.json.
 
 )") + jobFlagsHelp() + R"(
 Output:
