@@ -19,7 +19,10 @@ import shutil
 import subprocess
 from typing import Optional
 
-__all__ = ["rank", "world_size", "local_rank", "is_main", "output_dir", "copy", "cohort_binary"]
+from cohort.client import Client, CohortError, Job
+
+__all__ = ["rank", "world_size", "local_rank", "is_main", "output_dir", "copy", "cohort_binary",
+           "Client", "CohortError", "Job"]
 
 
 def _int_env(names, default):

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -13,6 +14,37 @@
 extern char** environ;
 
 namespace cohort::backends {
+
+Result<std::string> checkCommand(const spec::JobSpec& s) {
+  auto absolute = [](const std::string& path, const std::string& base) {
+    if (!path.empty() && path[0] == '/') return path;
+    if (path.empty() || path == ".") return base;
+    return base + "/" + path;
+  };
+  std::string workdir = absolute(s.workdir, s.base_dir);
+  struct stat st{};
+  if (::stat(workdir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    std::string note = s.workdir.empty() || s.workdir[0] == '/'
+                           ? std::string()
+                           : " ('" + s.workdir + "' is relative to " + s.base_dir + ")";
+    return fail(Code::kInvalidArgument, "workdir: '" + workdir + "' is not a directory" + note);
+  }
+  std::string path = std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin";
+  for (const auto& [k, v] : s.env) {
+    if (k == "PATH") path = v;
+  }
+  auto program = proc::findProgram(s.command[0], path, workdir);
+  if (!program) return withContext(program.error(), "command");
+  std::string base = program->substr(program->rfind('/') + 1);
+  if (startsWith(base, "python") && s.command.size() > 1 && s.command[1][0] != '-') {
+    std::string script = absolute(s.command[1], workdir);
+    if (::access(script.c_str(), R_OK) != 0) {
+      return fail(Code::kInvalidArgument, "command: script '" + s.command[1] +
+                                              "' not found in the workdir '" + workdir + "'");
+    }
+  }
+  return workdir;
+}
 
 std::string selfExecutable() {
   char buf[4096];

@@ -8,6 +8,7 @@
 
 #include "agent/coordinator.h"
 #include "proc/spawn.h"
+#include "spec/job_spec.h"
 
 namespace cohort::backends {
 
@@ -24,6 +25,11 @@ class LocalLauncher : public agent::AgentLauncher {
   std::string exe_;
   std::vector<proc::Child> agents_;
 };
+
+// Refuses now what would fail when the job starts on this machine: a workdir that is not a
+// directory, a program not found, a Python script missing. Returns the absolute workdir.
+// Errors: kInvalidArgument naming the field (workdir, command).
+Result<std::string> checkCommand(const spec::JobSpec& spec);
 
 // The path of the running executable (/proc/self/exe).
 std::string selfExecutable();

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -10,8 +11,10 @@
 #include "agent/coordinator.h"
 #include "agent/node_agent.h"
 #include "backends/local.h"
+#include "cli/client_cmd.h"
 #include "cli/cp_cmd.h"
 #include "cli/job_options.h"
+#include "cli/server_cmd.h"
 #include "plan/port_lease.h"
 #include "util/fd.h"
 #include "util/text.h"
@@ -32,10 +35,12 @@ Usage:
   cohort run [flags] [-f job.yaml] [-- command...]   run a job here, nodes simulated locally
   cohort plan [flags] [-f job.yaml] [-- command...]  show what each rank would get; start nothing
   cohort cp [flags] SRC DST                          copy files to, from or within the store
+  cohort server [flags]                              the multi-user job service (queue, accounts)
   cohort exec --coordinator ADDR:PORT --node N       a node agent (started by cohort itself)
   cohort version                                     print the version
   cohort help [command]                              help for a command
 
+%CLIENT%
 Examples:
   cohort run --nodes 2 --nproc-per-node 2 --framework pytorch -- python3 train.py
   cohort run -f examples/pytorch/ddp.yaml
@@ -48,6 +53,12 @@ exceeded; 128+N stopped by signal N; otherwise the exit code of the rank that fa
 reason (staging an input or copying an output failed, a node's agent was lost), which cohort
 prints with the file or node concerned.
 )";
+
+std::string mainHelp() {
+  std::string text = kMainHelp;
+  text.replace(text.find("%CLIENT%"), 8, clientCommandsHelp());
+  return text;
+}
 
 std::string runHelp() {
   return std::string(R"(cohort run: run a job on this machine; each node is simulated by a node agent process
@@ -102,10 +113,13 @@ int reportError(const Error& e) {
              : 1;
 }
 
-Result<void> makeJobDirs(const std::string& job_dir) {
+// The job's own directory must be new (jobs never share directories), unless `cohort server`
+// made it for this job (--job-id) and put the job file and console log there.
+Result<void> makeJobDirs(const std::string& job_dir, bool made_by_server) {
   COHORT_TRY(makeDirs(job_dir.substr(0, job_dir.rfind('/'))));
-  // The job's own directory must be new: jobs never share directories.
-  if (::mkdir(job_dir.c_str(), 0755) < 0) return failErrno("create '" + job_dir + "'");
+  if (::mkdir(job_dir.c_str(), 0755) < 0 && !(made_by_server && errno == EEXIST)) {
+    return failErrno("create '" + job_dir + "'");
+  }
   for (const char* sub : {"work", "output", "logs"}) {
     std::string dir = job_dir + "/" + sub;
     if (::mkdir(dir.c_str(), 0755) < 0) return failErrno("create '" + dir + "'");
@@ -140,7 +154,7 @@ int cmdRun(int argc, char** argv) {
   auto plan = plan::makePlan(job->spec, job->context);
   if (!plan) return reportError(plan.error());
 
-  if (auto made = makeJobDirs(plan->job_dir); !made) return reportError(made.error());
+  if (auto made = makeJobDirs(plan->job_dir, !options->job_id.empty()); !made) return reportError(made.error());
   // The plan and the files made from it can be made again: no fsync on the way to the start.
   if (auto w = writeFileAtomic(plan->job_dir + "/plan.json", plan::toJson(*plan), false); !w) {
     return reportError(w.error());
@@ -251,8 +265,12 @@ int help(const std::string& topic) {
     std::fputs(kExecHelp, stdout);
   } else if (topic == "cp") {
     std::fputs(cpHelp(), stdout);
+  } else if (topic == "server") {
+    std::fputs(serverHelp(), stdout);
+  } else if (!clientHelp(topic).empty()) {
+    std::fputs(clientHelp(topic).c_str(), stdout);
   } else {
-    std::fputs(kMainHelp, stdout);
+    std::fputs(mainHelp().c_str(), stdout);
   }
   return 0;
 }
@@ -261,7 +279,7 @@ int help(const std::string& topic) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fputs(kMainHelp, stderr);
+    std::fputs(mainHelp().c_str(), stderr);
     return kExitUsage;
   }
   std::string command = argv[1];
@@ -273,6 +291,14 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (command == "cp") return cmdCp(argc, argv);
+  if (command == "server") {
+    if (wantsHelp(argc, argv)) return help(command);
+    return cmdServer(argc, argv);
+  }
+  if (isClientCommand(command)) {
+    if (wantsHelp(argc, argv)) return help(command);
+    return cmdClient(argc, argv);
+  }
   if (command == "run" || command == "plan" || command == "exec") {
     if (command != "exec" && wantsHelp(argc, argv)) return help(command);
     if (command == "run") return cmdRun(argc, argv);

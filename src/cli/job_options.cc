@@ -9,7 +9,6 @@
 #include <ctime>
 
 #include "backends/local.h"
-#include "proc/spawn.h"
 #include "storage/uri.h"
 #include "util/fd.h"
 #include "util/text.h"
@@ -33,11 +32,6 @@ std::string dirName(const std::string& path) {
   auto slash = path.rfind('/');
   if (slash == std::string::npos) return ".";
   return slash == 0 ? "/" : path.substr(0, slash);
-}
-
-bool isDirectory(const std::string& path) {
-  struct stat st{};
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 Result<void> splitKeyValue(const std::string& flag, const std::string& text, spec::KeyValues& out) {
@@ -191,6 +185,8 @@ Result<JobOptions> parseJobOptions(int argc, char** argv, int first) {
       COHORT_ASSIGN(o.data_root, next());
     } else if (arg == "--log-ranks") {
       COHORT_ASSIGN(o.log_ranks, next());
+    } else if (arg == "--job-id") {
+      COHORT_ASSIGN(o.job_id, next());
     } else if (arg == "--isolate") {
       o.isolate = true;
     } else if (arg == "--json") {
@@ -208,9 +204,8 @@ Result<JobOptions> parseJobOptions(int argc, char** argv, int first) {
   return o;
 }
 
-Result<PreparedJob> prepareJob(const JobOptions& o) {
-  PreparedJob job;
-  spec::JobSpec& s = job.spec;
+Result<spec::JobSpec> buildSpec(const JobOptions& o) {
+  spec::JobSpec s;
   const std::string cwd = currentDir();
   if (!o.file.empty()) {
     auto text = readFile(o.file);
@@ -281,13 +276,20 @@ Result<PreparedJob> prepareJob(const JobOptions& o) {
   }
   if (!o.success.empty()) s.policy.success = split(o.success, ',');
   COHORT_TRY(spec::validate(s));
+  return s;
+}
 
+Result<PreparedJob> prepareJob(const JobOptions& o) {
+  PreparedJob job;
+  COHORT_ASSIGN(job.spec, buildSpec(o));
+  spec::JobSpec& s = job.spec;
+  const std::string cwd = currentDir();
   const char* env_root = std::getenv("COHORT_DATA_ROOT");
   const char* home = std::getenv("HOME");
   job.data_root = !o.data_root.empty() ? absolute(o.data_root, cwd)
                   : env_root && *env_root ? std::string(env_root)
                                           : std::string(home ? home : "/tmp") + "/.cohort";
-  const std::string job_id = newJobId(s.name);
+  const std::string job_id = o.job_id.empty() ? newJobId(s.name) : o.job_id;
 
   // Where inputs come from and outputs go: store:// URIs and paths relative to the job file.
   for (size_t i = 0; i < s.inputs.size(); ++i) {
@@ -317,32 +319,7 @@ Result<PreparedJob> prepareJob(const JobOptions& o) {
   }
 
   // The file system: refuse now what would fail at start.
-  std::string workdir = absolute(s.workdir, s.base_dir);
-  if (!isDirectory(workdir)) {
-    return fail(Code::kInvalidArgument,
-                "workdir: '" + workdir + "' is not a directory" +
-                    (s.workdir.empty() || s.workdir[0] == '/'
-                         ? std::string()
-                         : " ('" + s.workdir + "' is relative to " +
-                               (o.file.empty() || !o.workdir.empty() ? "the current directory"
-                                                                     : "the job file's directory") +
-                               ")"));
-  }
-  std::string path = std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin";
-  for (const auto& [k, v] : s.env) {
-    if (k == "PATH") path = v;
-  }
-  auto program = proc::findProgram(s.command[0], path, workdir);
-  if (!program) return withContext(program.error(), "command");
-  std::string base = program->substr(program->rfind('/') + 1);
-  if (startsWith(base, "python") && s.command.size() > 1 && s.command[1][0] != '-') {
-    std::string script = absolute(s.command[1], workdir);
-    if (::access(script.c_str(), R_OK) != 0) {
-      return fail(Code::kInvalidArgument, "command: script '" + s.command[1] +
-                                              "' not found in the workdir '" + workdir + "'");
-    }
-  }
-
+  COHORT_ASSIGN(std::string workdir, backends::checkCommand(s));
   plan::PlanContext& ctx = job.context;
   ctx.gpus = backends::localGpus();
   ctx.device_ips = backends::localAscendAddresses();

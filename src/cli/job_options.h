@@ -18,6 +18,7 @@ struct JobOptions {
   std::string file;
   std::string name, framework, launcher, mode, compat, workdir, grace_period, max_runtime,
       success, data_root, log_ranks;
+  std::string job_id;  // --job-id: set by `cohort server`, whose job directory already exists
   int nodes = 0, procs_per_node = 0, max_restarts = -1;  // procs_per_node may be kAutoProcs
   std::vector<std::string> env, hyperparameters;  // KEY=VALUE
   std::vector<std::string> command;               // after "--"
@@ -26,6 +27,10 @@ struct JobOptions {
 
 // Parses flags for run/plan from argv[first..]. Errors: kInvalidArgument naming the flag.
 Result<JobOptions> parseJobOptions(int argc, char** argv, int first);
+
+// The spec from the job file and the flags, validated; base_dir is the job file's directory (or
+// the current one). Reads the job file; no other file-system check.
+Result<spec::JobSpec> buildSpec(const JobOptions& options);
 
 struct PreparedJob {
   spec::JobSpec spec;

@@ -1,5 +1,7 @@
 #include "spec/job_spec.h"
 
+#include <nlohmann/json.hpp>
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -514,6 +516,58 @@ int totalProcs(const JobSpec& spec) {
   int n = 0;
   for (const Role& role : spec.roles) n += role.nodes * std::max(role.procs_per_node, 1);
   return n;
+}
+
+std::string toJobFile(const JobSpec& spec) {
+  using Json = nlohmann::ordered_json;
+  auto pairs = [](const KeyValues& kvs) {
+    Json out = Json::object();
+    for (const auto& [k, v] : kvs) out[k] = v;
+    return out;
+  };
+  Json roles = Json::object();
+  for (const Role& r : spec.roles) {
+    Json role = {{"nodes", r.nodes}};
+    role["procs_per_node"] = r.procs_per_node == kAutoProcs ? Json("auto") : Json(r.procs_per_node);
+    role["resources"] = {{"gpus", r.resources.gpus},
+                         {"cpus", std::to_string(r.resources.cpus)},
+                         {"memory", std::to_string(r.resources.memory_bytes)}};
+    roles[r.name] = role;
+  }
+  Json inputs = Json::array();
+  for (const Input& in : spec.inputs) {
+    Json input = {{"source", in.source}, {"target", in.target},
+                  {"mode", in.mode == Input::Mode::kLink ? "link" : "copy"}};
+    if (!in.arg.empty()) input["arg"] = in.arg;
+    inputs.push_back(input);
+  }
+  Json outputs = Json::array();
+  for (const Output& out : spec.outputs) {
+    outputs.push_back({{"source", out.source}, {"target", out.target},
+                       {"when", out.always ? "always" : "success"}});
+  }
+  Json policy = {{"success", spec.policy.success},
+                 {"max_restarts", spec.policy.max_restarts},
+                 {"grace_period", std::to_string(spec.policy.grace_period.count()) + "ms"}};
+  if (spec.policy.max_runtime) {
+    policy["max_runtime"] = std::to_string(spec.policy.max_runtime->count()) + "ms";
+  }
+  Json job = {{"name", spec.name},
+              {"framework", frameworkName(spec.framework)},
+              {"launcher", launcherName(spec.launcher)},
+              {"mode", spec.mindspore_mode == MindSporeMode::kRankTable ? "rank_table"
+                                                                        : "dynamic_cluster"},
+              {"rank_table_version", spec.rank_table_version},
+              {"compat", spec.compat_modelarts ? "modelarts" : "none"},
+              {"workdir", spec.workdir},
+              {"command", spec.command},
+              {"hyperparameters", pairs(spec.hyperparameters)},
+              {"env", pairs(spec.env)},
+              {"roles", roles},
+              {"inputs", inputs},
+              {"outputs", outputs},
+              {"policy", policy}};
+  return job.dump();
 }
 
 }  // namespace cohort::spec

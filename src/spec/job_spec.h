@@ -98,6 +98,11 @@ Result<Launcher> parseLauncher(const std::string& text);
 // impossible values are kInvalidArgument errors naming the field path and line.
 Result<JobSpec> parseJobFile(const std::string& text, const std::string& file_name);
 
+// The spec as a job file in JSON, with every field written out (durations in ms, memory in
+// bytes), so that parseJobFile(toJobFile(s)) gives `s` back (less base_dir and the resolved
+// paths). What `cohort submit` sends to the server.
+std::string toJobFile(const JobSpec& spec);
+
 // The spec a bare `cohort run -- cmd` starts from: one role "worker", 1 node, 1 process.
 JobSpec defaultSpec();
 

@@ -11,6 +11,9 @@ const char* codeName(Code code) {
     case Code::kNotFound: return "not_found";
     case Code::kAlreadyExists: return "already_exists";
     case Code::kFailedPrecondition: return "failed_precondition";
+    case Code::kUnauthenticated: return "unauthenticated";
+    case Code::kPermissionDenied: return "permission_denied";
+    case Code::kTooLarge: return "too_large";
     case Code::kUnavailable: return "unavailable";
     case Code::kDeadlineExceeded: return "deadline_exceeded";
     case Code::kIo: return "io";

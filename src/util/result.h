@@ -18,6 +18,9 @@ enum class Code {
   kNotFound,            // a named file, job, account does not exist
   kAlreadyExists,       //
   kFailedPrecondition,  // the system is not in a state that allows the operation
+  kUnauthenticated,     // no credentials, or credentials that are not (any more) valid
+  kPermissionDenied,    // known caller, not allowed
+  kTooLarge,            // a request or file over a limit
   kUnavailable,         // a peer or service cannot be reached (yet)
   kDeadlineExceeded,    // a timeout ran out
   kIo,                  // the operating system refused (disk full, permission, ...)

@@ -31,7 +31,15 @@ CohortProcess::CohortProcess(const std::vector<std::string>& args,
   argv.push_back(nullptr);
   std::vector<std::string> env_s;
   for (char** e = environ; *e; ++e) env_s.emplace_back(*e);
-  env_s.insert(env_s.end(), extra_env.begin(), extra_env.end());
+  for (const auto& extra : extra_env) {  // replaces a variable of the same name
+    size_t name_end = extra.find('=');
+    if (name_end != std::string::npos) {
+      std::erase_if(env_s, [&](const std::string& entry) {
+        return entry.compare(0, name_end + 1, extra, 0, name_end + 1) == 0;
+      });
+    }
+    env_s.push_back(extra);
+  }
   std::vector<char*> envp;
   for (auto& e : env_s) envp.push_back(e.data());
   envp.push_back(nullptr);
@@ -93,6 +101,81 @@ RunResult CohortProcess::wait(std::chrono::milliseconds deadline) {
 
 RunResult runCohort(const std::vector<std::string>& args, std::chrono::milliseconds deadline) {
   return CohortProcess(args).wait(deadline);
+}
+
+ServerProcess::~ServerProcess() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGTERM);
+  auto until = std::chrono::steady_clock::now() + 10s;
+  int status = 0;
+  while (::waitpid(pid_, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > until) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+}
+
+std::string ServerProcess::log() const { return readText(out_path_) + readText(err_path_); }
+
+bool serverBuilt() {
+  static const bool built = runCohort({"server", "--help"}, 30s).exit_code == 0;
+  return built;
+}
+
+std::unique_ptr<ServerProcess> startServer(std::string* why) {
+  std::unique_ptr<ServerProcess> server(new ServerProcess);
+  const std::string logs = tempDir();
+  server->data_root_ = tempDir();
+  server->out_path_ = logs + "/server.out";
+  server->err_path_ = logs + "/server.err";
+  std::vector<std::string> argv_s = {COHORT_BIN, "server", "--listen", "127.0.0.1:0",
+                                     "--data-root", server->data_root_};
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int out = ::open(server->out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int err = ::open(server->err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (out < 0 || err < 0) std::abort();
+  server->pid_ = ::fork();
+  if (server->pid_ == 0) {
+    ::dup2(out, 1);
+    ::dup2(err, 2);
+    ::execv(argv[0], argv.data());
+    _exit(127);
+  }
+  ::close(out);
+  ::close(err);
+  auto lineValue = [&](const std::string& text, const std::string& marker) {
+    auto at = text.find(marker);
+    if (at == std::string::npos) return std::string();
+    auto end = text.find('\n', at);
+    if (end == std::string::npos) return std::string();  // not complete yet
+    return text.substr(at + marker.size(), end - at - marker.size());
+  };
+  bool exited = false;
+  bool up = waitFor(
+      [&] {
+        int status = 0;
+        if (::waitpid(server->pid_, &status, WNOHANG) == server->pid_) {
+          exited = true;
+          return true;
+        }
+        std::string text = readText(server->out_path_);
+        server->url_ = lineValue(text, "cohort server: listening on ");
+        server->admin_token_ = lineValue(text, "cohort server: admin token: ");
+        return !server->url_.empty() && !server->admin_token_.empty();
+      },
+      30s);
+  if (!up || exited) {
+    if (why) *why = (exited ? "cohort server exited: " : "cohort server did not come up: ") +
+                    server->log();
+    if (exited) server->pid_ = -1;
+    return nullptr;
+  }
+  return server;
 }
 
 namespace {

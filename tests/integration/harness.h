@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,8 @@ struct RunResult {
   std::string err;
 };
 
-// A running `cohort` process with captured output.
+// A running `cohort` process with captured output. `extra_env` ("KEY=VALUE") is added to the
+// test's environment, replacing a variable of the same name ("KEY=" sets it empty).
 class CohortProcess {
  public:
   explicit CohortProcess(const std::vector<std::string>& args,
@@ -41,6 +43,34 @@ class CohortProcess {
 
 RunResult runCohort(const std::vector<std::string>& args,
                     std::chrono::milliseconds deadline = 60s);
+
+// A `cohort server` listening on 127.0.0.1 (a port the kernel picks) over a fresh data root;
+// SIGTERM stops it when this object goes. Its stdout and stderr go to files, read by tests.
+class ServerProcess {
+ public:
+  ~ServerProcess();
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+
+  const std::string& url() const { return url_; }                  // "http://127.0.0.1:PORT"
+  const std::string& adminToken() const { return admin_token_; }  // printed on the first start
+  const std::string& dataRoot() const { return data_root_; }
+  pid_t pid() const { return pid_; }
+  std::string log() const;  // what it printed so far, stdout then stderr
+
+ private:
+  friend std::unique_ptr<ServerProcess> startServer(std::string* why);
+  ServerProcess() = default;
+  pid_t pid_ = -1;
+  std::string url_, admin_token_, data_root_, out_path_, err_path_;
+};
+
+// True when this build has `cohort server` (`cohort server --help` succeeds).
+bool serverBuilt();
+
+// Starts a server and waits (up to 30 s) until it printed its URL and admin token. Returns null
+// when it did not come up, with what it printed in `why`.
+std::unique_ptr<ServerProcess> startServer(std::string* why = nullptr);
 
 std::string testRank();   // path of cohort-test-rank
 std::string sourceDir();  // the project's source tree

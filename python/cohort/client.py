@@ -1,0 +1,544 @@
+"""The Python SDK of ``cohort server`` (standard library only): submit jobs, follow their logs,
+fetch their outputs, share store prefixes. It speaks the HTTP API of docs/server-api.md.
+
+    from cohort import Client
+    c = Client("http://127.0.0.1:8600", token="cohort_...")
+    job = c.submit({"name": "digits", "workdir": "/srv/code/digits",
+                    "command": ["python3", "train.py"]})
+    for line in job.logs(follow=True):
+        print(line, end="")
+    job.wait()
+    job.download_outputs("./digits-out")
+
+Every failure is a ``CohortError`` with the server's ``status``, ``code`` and ``message``; a
+server that cannot be reached gives code ``unavailable``. Local files that cannot be read or
+written raise the usual ``OSError``. A Client holds no connection between calls, so threads may
+share one.
+"""
+
+import codecs
+import http.client
+import json
+import os
+import socket
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any, Dict, Iterator, List, Optional, Union
+
+__all__ = ["Client", "Job", "CohortError", "FINAL_STATES"]
+
+FINAL_STATES = frozenset(("succeeded", "failed", "stopped"))
+
+def _default_config_path() -> str:
+    """Where ``cohort login`` writes: $XDG_CONFIG_HOME/cohort/config.json (~/.config by default)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join("~", ".config")
+    return os.path.join(base, "cohort", "config.json")
+
+# The code a response without cohort's JSON error body stands for (a proxy's 502, say).
+_CODE_FOR_STATUS = {
+    400: "invalid_argument",
+    401: "unauthenticated",
+    403: "permission_denied",
+    404: "not_found",
+    409: "failed_precondition",
+    413: "too_large",
+    500: "internal",
+    502: "unavailable",
+    503: "unavailable",
+    504: "unavailable",
+}
+
+
+class CohortError(Exception):
+    """A request that failed: ``status`` (the HTTP status, None when no answer came back),
+    ``code`` (``not_found``, ``invalid_argument``, ``unavailable``, ...) and ``message``."""
+
+    def __init__(self, code: str, message: str, status: Optional[int] = None):
+        super().__init__(code, message, status)
+        self.code = code
+        self.message = message
+        self.status = status
+
+    def __str__(self):
+        if self.status is None:
+            return "%s (%s)" % (self.message, self.code)
+        return "%s (HTTP %d %s)" % (self.message, self.status, self.code)
+
+
+def error_from_response(status: int, body: bytes, url: str = "") -> CohortError:
+    """The CohortError for an HTTP error answer: from the ``{"error": {"code", "message"}}``
+    body when there is one, else a code guessed from the status and the body's first line."""
+    try:
+        error = json.loads(body.decode("utf-8"))["error"]
+        code, message = error["code"], error["message"]
+        if isinstance(code, str) and isinstance(message, str):
+            return CohortError(code, message, status)
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        pass
+    text = body.decode("utf-8", "replace").strip().splitlines()
+    message = text[0][:200] if text else "HTTP %d" % status
+    if url:
+        message = "%s: %s" % (url, message)
+    return CohortError(_CODE_FOR_STATUS.get(status, "unknown"), message, status)
+
+
+def _normalize_server(server: str) -> str:
+    server = server.strip().rstrip("/")
+    if "://" not in server:
+        server = "http://" + server
+    if not server.startswith(("http://", "https://")):
+        raise CohortError("invalid_argument",
+                          "server '%s': only http:// and https:// are supported" % server)
+    return server
+
+
+def _read_config(path: str) -> Dict[str, Any]:
+    path = os.path.expanduser(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        raise CohortError("invalid_argument", "config '%s': %s" % (path, e)) from None
+    if not isinstance(config, dict):
+        raise CohortError("invalid_argument", "config '%s': not a JSON object" % path)
+    for key in ("server", "token"):
+        if config.get(key) is not None and not isinstance(config[key], str):
+            raise CohortError("invalid_argument", "config '%s': '%s' is not a string" % (path, key))
+    return config
+
+
+def resolve_settings(server: Optional[str] = None, token: Optional[str] = None,
+                     config_path: Optional[str] = None):
+    """Returns (server URL, token or None): each from the argument, else COHORT_SERVER /
+    COHORT_TOKEN, else the config file ``{"server": ..., "token": ...}``. The config file's
+    token is used only with the config file's server, so it is never sent to another one."""
+    config_path = config_path or _default_config_path()
+    config = _read_config(config_path)
+    chosen = server or os.environ.get("COHORT_SERVER") or config.get("server")
+    if not chosen:
+        raise CohortError("invalid_argument",
+                          "no cohort server: pass Client(server), set COHORT_SERVER or write "
+                          "{\"server\": ..., \"token\": ...} to %s" % config_path)
+    chosen = _normalize_server(chosen)
+    if not token:
+        token = os.environ.get("COHORT_TOKEN")
+    if not token and config.get("token"):
+        config_server = config.get("server")
+        if not config_server or _normalize_server(config_server) == chosen:
+            token = config["token"]
+    return chosen, token or None
+
+
+def _store_path(uri: str, need_path: bool = True) -> str:
+    """The API path of ``store://bucket/path``; ``need_path=False`` also takes a bare bucket."""
+    prefix = "store://"
+    bucket, _, rest = uri[len(prefix):].partition("/") if uri.startswith(prefix) else ("", "", "")
+    if not bucket or (need_path and not rest.strip("/")):
+        raise CohortError("invalid_argument",
+                          "'%s' is not a store URI (store://bucket/path)" % uri)
+    return "/v1/store/" + urllib.parse.quote(uri[len(prefix):], safe="/")
+
+
+def safe_join(root: str, rel: str) -> str:
+    """``root/rel`` for a relative path from the server; raises CohortError (invalid_argument)
+    when ``rel`` is absolute, empty or has a ``..`` part, so nothing is written outside root."""
+    parts = rel.split("/")
+    if (not rel or "\0" in rel or rel.startswith("/") or os.path.isabs(rel)
+            or any(p in ("", ".", "..") for p in parts)):
+        raise CohortError("invalid_argument",
+                          "output path '%s' would be written outside '%s'; refused" % (rel, root))
+    return os.path.join(root, *parts)
+
+
+def _write_stream(response, target: str) -> int:
+    """Copies a response into ``target`` through a temporary file renamed into place (so a
+    symbolic link at ``target`` is replaced, never followed). Returns the bytes written."""
+    parent = os.path.dirname(os.path.abspath(target))
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=".cohort-download-")
+    size = 0
+    try:
+        with os.fdopen(fd, "wb") as f:
+            while True:
+                try:
+                    chunk = response.read(1 << 20)
+                except (OSError, http.client.HTTPException) as e:
+                    raise CohortError("unavailable", "%s: the download was cut off: %s" %
+                                      (response.geturl(), e)) from None
+                if not chunk:
+                    break
+                f.write(chunk)
+                size += len(chunk)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return size
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """cohort never redirects; following one would send the token elsewhere."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+class Client:
+    """A connection to one cohort server as one account.
+
+    ``Client(server, token)``; either may be omitted and is then read from COHORT_SERVER /
+    COHORT_TOKEN, else ~/.config/cohort/config.json. ``timeout`` bounds each request (seconds
+    without an answer)."""
+
+    def __init__(self, server: Optional[str] = None, token: Optional[str] = None,
+                 timeout: float = 30.0, config_path: Optional[str] = None):
+        self.server, self._token = resolve_settings(server, token, config_path)
+        self.timeout = timeout
+        self._opener = urllib.request.build_opener(_NoRedirect)
+
+    def __repr__(self):
+        return "<cohort.Client %s%s>" % (self.server, "" if self._token else " (no token)")
+
+    # --- HTTP ---
+
+    def _open(self, method: str, path: str, query=None, data=None,
+              content_type: Optional[str] = None, headers=None, timeout=None):
+        url = self.server + path
+        if query:
+            url += "?" + urllib.parse.urlencode(query, doseq=True)
+        request = urllib.request.Request(url, data=data, method=method)
+        if self._token:
+            request.add_header("Authorization", "Bearer " + self._token)
+        if content_type:
+            request.add_header("Content-Type", content_type)
+        for name, value in (headers or {}).items():
+            request.add_header(name, value)
+        try:
+            return self._opener.open(request, timeout=timeout or self.timeout)
+        except urllib.error.HTTPError as e:
+            with e:
+                body = e.read()
+            raise error_from_response(e.code, body, url) from None
+        except urllib.error.URLError as e:
+            reason = e.reason.strerror if isinstance(e.reason, OSError) and \
+                e.reason.strerror else e.reason
+            raise CohortError("unavailable", "cannot reach %s: %s" % (url, reason)) from None
+        except (OSError, http.client.HTTPException) as e:
+            raise CohortError("unavailable",
+                              "cannot reach %s: %s" % (url, str(e) or type(e).__name__)) from None
+
+    def _call(self, method: str, path: str, body: Any = None, query=None, data=None,
+              content_type: Optional[str] = None, headers=None) -> Any:
+        """Sends a request (``body`` as JSON, or raw ``data``); returns the decoded JSON answer
+        (None for an empty one)."""
+        if body is not None:
+            data, content_type = json.dumps(body).encode("utf-8"), "application/json"
+        response = self._open(method, path, query, data, content_type, headers)
+        url = response.geturl()
+        try:
+            with response:
+                raw = response.read()
+        except (OSError, http.client.HTTPException) as e:
+            raise CohortError("unavailable", "%s: the answer was cut off: %s" % (url, e)) from None
+        if not raw:
+            return None
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except ValueError as e:
+            raise CohortError("internal", "%s: the answer is not JSON: %s" % (url, e)) from None
+
+    def _lines(self, path: str, query: Dict[str, Any], follow: bool) -> Iterator[str]:
+        """Yields the text lines of a (possibly chunked, endless) answer as they arrive. A
+        followed stream that stays silent for ``timeout`` seconds is reopened at the byte
+        offset already read, so a server that vanished is noticed and a quiet one is not."""
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pending = ""
+        offset = int(query.get("offset", 0))
+        while True:
+            query = dict(query, offset=offset) if offset else query
+            response = self._open("GET", path, query)
+            try:
+                while True:
+                    try:
+                        chunk = response.read1(65536)
+                    except socket.timeout:
+                        if follow:
+                            break  # reopen at `offset`
+                        raise CohortError("unavailable", "%s: no data for %gs" %
+                                          (response.geturl(), self.timeout)) from None
+                    except (OSError, http.client.HTTPException) as e:
+                        raise CohortError("unavailable", "%s: the log stream was cut off: %s" %
+                                          (response.geturl(), e)) from None
+                    if not chunk:
+                        pending += decoder.decode(b"", final=True)
+                        if pending:
+                            yield pending
+                        return
+                    offset += len(chunk)
+                    pending += decoder.decode(chunk)
+                    lines = pending.split("\n")
+                    pending = lines.pop()
+                    for line in lines:
+                        yield line + "\n"
+            finally:
+                response.close()
+
+    # --- jobs ---
+
+    def submit(self, job: Dict[str, Any], priority: int = 0) -> "Job":
+        """Submits a job (the job file as a dict; ``workdir`` must be an absolute path on the
+        server's machine). Returns the queued Job; a bad job raises CohortError 400 naming
+        the field."""
+        record = self._call("POST", "/v1/jobs", {"job": job, "priority": priority})
+        return Job(self, record)
+
+    def submit_file(self, path: str, priority: int = 0) -> "Job":
+        """Submits a JSON job file. Its ``workdir`` (default: the file's directory) is made
+        absolute against the file's directory, as ``cohort run -f`` does."""
+        path = os.path.abspath(os.path.expanduser(os.fspath(path)))
+        with open(path, encoding="utf-8") as f:
+            try:
+                job = json.load(f)
+            except ValueError as e:
+                raise CohortError("invalid_argument", "job file '%s': %s" % (path, e)) from None
+        if not isinstance(job, dict):
+            raise CohortError("invalid_argument", "job file '%s': not a JSON object" % path)
+        base = os.path.dirname(path)
+        workdir = job.get("workdir")
+        if workdir is None or isinstance(workdir, str):
+            workdir = os.path.expanduser(workdir or ".")
+            job["workdir"] = os.path.normpath(os.path.join(base, workdir))
+        return self.submit(job, priority)
+
+    def job(self, job_id: str) -> "Job":
+        """The job with this id (404 when there is none, or it is another account's)."""
+        return Job(self, self._call("GET", _job_path(job_id)))
+
+    def jobs(self, state: Union[None, str, List[str]] = None,
+             limit: Optional[int] = None) -> List["Job"]:
+        """The account's jobs (an admin's: everyone's), newest first; ``state`` filters by
+        one state or a list of them."""
+        query = {}
+        if state:
+            query["state"] = state if isinstance(state, str) else ",".join(state)
+        if limit is not None:
+            query["limit"] = int(limit)
+        answer = self._call("GET", "/v1/jobs", query=query)
+        return [Job(self, record) for record in answer["jobs"]]
+
+    # --- store and shares ---
+
+    def upload(self, local_file: str, uri: str) -> Dict[str, Any]:
+        """Uploads a file to ``store://bucket/path`` (a URI ending in ``/`` gets the file's
+        name). Returns ``{"uri", "size"}``."""
+        local_file = os.fspath(local_file)
+        if uri.endswith("/"):
+            uri += os.path.basename(local_file)
+        path = _store_path(uri)
+        with open(local_file, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            return self._call("PUT", path, data=f, content_type="application/octet-stream",
+                              headers={"Content-Length": str(size)})
+
+    def download(self, uri: str, local_file: str) -> str:
+        """Downloads the file at ``store://bucket/path`` to ``local_file`` (into it, when it
+        is a directory). Returns the path written."""
+        local_file = os.fspath(local_file)
+        if os.path.isdir(local_file):
+            local_file = os.path.join(local_file, os.path.basename(uri.rstrip("/")))
+        response = self._open("GET", _store_path(uri))
+        with response:
+            _write_stream(response, local_file)
+        return local_file
+
+    def list_files(self, uri: str) -> List[Dict[str, Any]]:
+        """The files under ``store://bucket/prefix``: ``[{"path", "size"}]``, relative to it."""
+        return self._call("GET", _store_path(uri, need_path=False), query={"list": 1})["files"]
+
+    def buckets(self) -> List[Dict[str, Any]]:
+        """The account's own buckets: ``[{"name", "owner", "created"}]``."""
+        return self._call("GET", "/v1/buckets")["buckets"]
+
+    def share(self, prefix: str, with_account: str, access: str = "read") -> Dict[str, Any]:
+        """Grants ``with_account`` ``read`` or ``write`` access to a store prefix of one of the
+        account's buckets. Returns the share (``{"id", "prefix", "owner", "with", ...}``)."""
+        return self._call("POST", "/v1/shares",
+                          {"prefix": prefix, "with": with_account, "access": access})
+
+    def shares(self) -> List[Dict[str, Any]]:
+        """The shares the account granted and those granted to it."""
+        return self._call("GET", "/v1/shares")["shares"]
+
+    def unshare(self, share_id: int) -> None:
+        """Revokes a share at once."""
+        self._call("DELETE", "/v1/shares/%s" % urllib.parse.quote(str(share_id), safe=""))
+
+    # --- accounts and tokens ---
+
+    def whoami(self) -> Dict[str, Any]:
+        """``{"account": name, "admin": bool}`` for this client's token."""
+        return self._call("GET", "/v1/whoami")
+
+    def create_account(self, name: str, admin: bool = False, max_gpus: Optional[int] = None,
+                       max_cpus: Optional[float] = None) -> Dict[str, Any]:
+        """(admin) Creates an account. Returns ``{"account": {...}, "token": "cohort_..."}``;
+        the token is shown only this once."""
+        body = {"name": name, "admin": admin}
+        if max_gpus is not None:
+            body["max_gpus"] = max_gpus
+        if max_cpus is not None:
+            body["max_cpus"] = max_cpus
+        return self._call("POST", "/v1/accounts", body)
+
+    def accounts(self) -> List[Dict[str, Any]]:
+        """(admin) Every account: ``[{"name", "admin", "max_gpus", "max_cpus", "created"}]``."""
+        return self._call("GET", "/v1/accounts")["accounts"]
+
+    def create_token(self, label: str, account: Optional[str] = None) -> Dict[str, Any]:
+        """Creates a token for this account (an admin may name another). Returns ``{"id",
+        "account", "label", "created", "token"}``; the token is shown only this once."""
+        body = {"label": label}
+        if account is not None:
+            body["account"] = account
+        return self._call("POST", "/v1/tokens", body)
+
+    def tokens(self) -> List[Dict[str, Any]]:
+        """The account's tokens (an admin's: all), without their secrets."""
+        return self._call("GET", "/v1/tokens")["tokens"]
+
+    def delete_token(self, token_id: int) -> None:
+        """Revokes a token at once."""
+        self._call("DELETE", "/v1/tokens/%s" % urllib.parse.quote(str(token_id), safe=""))
+
+
+def _job_path(job_id: str, *rest: str) -> str:
+    return "/".join(("/v1/jobs", urllib.parse.quote(str(job_id), safe="")) + rest)
+
+
+class Job:
+    """A submitted job. ``record`` is the server's job record as last fetched (``refresh``
+    fetches it again); ``id``, ``name``, ``state`` and ``exit_code`` read from it."""
+
+    def __init__(self, client: Client, record: Dict[str, Any]):
+        self.client = client
+        self.record = record
+
+    @property
+    def id(self) -> str:
+        return self.record["id"]
+
+    @property
+    def name(self) -> str:
+        return self.record.get("name", "")
+
+    @property
+    def state(self) -> str:
+        return self.record["state"]
+
+    @property
+    def exit_code(self) -> Optional[int]:
+        return self.record.get("exit_code")
+
+    @property
+    def done(self) -> bool:
+        """True once the job is succeeded, failed or stopped (as of the last fetch)."""
+        return self.state in FINAL_STATES
+
+    def __repr__(self):
+        r = self.record
+        text = "<Job %s %s" % (r.get("id"), r.get("state"))
+        if r.get("ranks"):
+            text += ", %s rank%s" % (r["ranks"], "" if r["ranks"] == 1 else "s")
+        if r.get("exit_code") is not None:
+            text += ", exit code %s" % r["exit_code"]
+        why = (r.get("waiting") or {}).get("reason") or r.get("reason")
+        if why:
+            text += ": %s" % why
+        return text + ">"
+
+    def refresh(self) -> "Job":
+        """Fetches the record again; returns self."""
+        self.record = self.client._call("GET", _job_path(self.id))
+        return self
+
+    def wait(self, timeout: Optional[float] = None, poll: float = 0.5) -> Dict[str, Any]:
+        """Waits until the job is final; returns its record. Raises TimeoutError after
+        ``timeout`` seconds (None: no limit)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.done:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("job '%s' is still %s after %gs" %
+                                       (self.id, self.state, timeout))
+                time.sleep(min(poll, left))
+            else:
+                time.sleep(poll)
+            self.refresh()
+        return self.record
+
+    def logs(self, follow: bool = False, rank: Optional[int] = None,
+             offset: int = 0) -> Iterator[str]:
+        """Yields the log's lines, each with its ``\\n`` (the last one may lack it). By default
+        the merged log, every line prefixed ``[role/rank node]``; ``rank=R`` that rank's alone.
+        ``follow=True`` keeps yielding new lines until the job ends."""
+        query = {}
+        if rank is not None:
+            query["rank"] = int(rank)
+        if offset:
+            query["offset"] = int(offset)
+        if follow:
+            query["follow"] = 1
+        return self.client._lines(_job_path(self.id, "logs"), query, follow)
+
+    def events(self) -> List[Dict[str, Any]]:
+        """The job's events in order: ``[{"time", "event", ...}]``."""
+        return self.client._call("GET", _job_path(self.id, "events"))["events"]
+
+    def ranks(self) -> List[Dict[str, Any]]:
+        """Every rank's name, node, state and exit code (empty before the job starts)."""
+        return self.client._call("GET", _job_path(self.id, "ranks"))["ranks"]
+
+    def stop(self) -> "Job":
+        """Stops the job (a queued one at once, a running one with SIGTERM, then SIGKILL after
+        its grace period); returns self with the new record."""
+        self.record = self.client._call("POST", _job_path(self.id, "stop"))
+        return self
+
+    def delete(self) -> None:
+        """Removes the job's record, events, logs and outputs (409 unless the job is final)."""
+        self.client._call("DELETE", _job_path(self.id))
+
+    def outputs(self) -> List[Dict[str, Any]]:
+        """The files in the job's output directory: ``[{"path", "size"}]``, sorted."""
+        return self.client._call("GET", _job_path(self.id, "outputs"))["files"]
+
+    def download_outputs(self, dest: str) -> List[str]:
+        """Downloads every output file under ``dest`` (created, with subdirectories); returns
+        the paths written. A path that would land outside ``dest`` is refused before anything
+        is written."""
+        root = os.path.realpath(os.fspath(dest))
+        plan = [(f["path"], safe_join(root, f["path"])) for f in self.outputs()]
+        os.makedirs(root, exist_ok=True)
+        written = []
+        for rel, target in plan:
+            parent = os.path.dirname(target)
+            # A symbolic link already inside dest must not carry the file elsewhere.
+            real = os.path.realpath(parent)
+            if os.path.commonpath([real, root]) != root:
+                raise CohortError("invalid_argument", "output path '%s' would be written "
+                                  "outside '%s' (through '%s'); refused" % (rel, root, real))
+            os.makedirs(parent, exist_ok=True)
+            quoted = urllib.parse.quote(rel, safe="/")
+            response = self.client._open("GET", _job_path(self.id, "outputs", quoted))
+            with response:
+                _write_stream(response, target)
+            written.append(target)
+        return written

@@ -1,0 +1,94 @@
+// The client side of `cohort server`'s HTTP API (docs/server-api.md): where the server is and
+// which token to send (flags, else COHORT_SERVER/COHORT_TOKEN, else the config file that
+// `cohort login` writes), and ApiClient, a small blocking HTTP/JSON client over cpp-httplib
+// (plain http:// only). Every failure is an Error, never an exception: a server that cannot be
+// reached is kUnavailable, an HTTP error answer carries the server's message with a code chosen
+// from the HTTP status (see ApiClient). An ApiClient opens a connection per request and holds no
+// state between calls; use it from one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "util/result.h"
+
+namespace cohort::cli {
+
+// What `cohort login` saves: {"server": URL, "token": T}.
+struct ClientConfig {
+  std::string server;
+  std::string token;
+};
+
+// $XDG_CONFIG_HOME/cohort/config.json, or ~/.config/cohort/config.json.
+std::string clientConfigPath();
+
+// Reads the config file at `path`; a missing file is an empty config. Errors: kInvalidArgument
+// naming the file when it is not a JSON object with string fields; kIo when it cannot be read.
+Result<ClientConfig> readClientConfig(const std::string& path);
+
+// Writes the config file (mode 0600, its directory 0700 when created) through a temporary file
+// and rename. Errors: kIo naming the path.
+Result<void> writeClientConfig(const std::string& path, const ClientConfig& config);
+
+// "host:8600", "http://host:8600/" -> "http://host:8600". Errors: kInvalidArgument for another
+// scheme (https:// included), an empty host or a bad port.
+Result<std::string> normalizeServerUrl(const std::string& url);
+
+// The server and token to use: each from the flag, else the environment (COHORT_SERVER,
+// COHORT_TOKEN), else the config file. The config file's token is sent only to the config
+// file's server, never to one named by a flag or the environment. `source` says where the server
+// came from, for messages. Errors: kInvalidArgument "no server: ..." when none is set anywhere,
+// and those of readClientConfig and normalizeServerUrl.
+struct ServerSettings {
+  std::string server;  // normalised: "http://host:port"
+  std::string token;   // "" when none: requests go without Authorization
+};
+Result<ServerSettings> resolveServerSettings(const std::string& flag_server,
+                                             const std::string& flag_token);
+
+using QueryParams = std::vector<std::pair<std::string, std::string>>;
+
+// Percent-encodes one path segment or query value (RFC 3986 unreserved characters kept).
+std::string urlEncode(const std::string& text);
+
+// Blocking requests to one server. Requests connect within 5 s; an answer that stalls for 60 s
+// fails (kUnavailable), except streams opened with `no_read_timeout`.
+//
+// Errors of every request: kUnavailable "cannot reach the server at URL: <reason> (is cohort
+// server running?)" when no connection could be made, or "...: the answer was cut off" when it
+// broke; for an HTTP error answer, the server's message ({"error": {"code", "message"}}, else the
+// body's first line) with a code from the status: 400 and 413 kInvalidArgument, 401
+// kInvalidArgument (with a hint to log in), 403 kFailedPrecondition, 404 kNotFound, 409
+// kAlreadyExists or kFailedPrecondition (from the server's code), 502-504 kUnavailable, any other
+// kInternal. An answer that should be JSON and is not: kInternal.
+class ApiClient {
+ public:
+  explicit ApiClient(ServerSettings settings) : settings_(std::move(settings)) {}
+
+  const std::string& server() const { return settings_.server; }
+
+  // Sends `method` ("GET", "POST", "DELETE") to `path` (already encoded, e.g.
+  // "/v1/jobs/x/stop"), with `body` as JSON when it is not null. Returns the decoded JSON answer
+  // (null for an empty one, such as 204).
+  Result<nlohmann::json> call(const std::string& method, const std::string& path,
+                              const nlohmann::json& body = nullptr,
+                              const QueryParams& query = {});
+
+  // GETs `path` and hands the body of a successful answer to `sink` as it arrives (a chunked,
+  // endless answer included); `sink` returns false to stop reading, which is not an error.
+  // Returns the status of the answer.
+  Result<int> stream(const std::string& path, const QueryParams& query,
+                     const std::function<bool(const char* data, size_t size)>& sink,
+                     bool no_read_timeout);
+
+ private:
+  ServerSettings settings_;
+};
+
+}  // namespace cohort::cli

@@ -1,0 +1,1461 @@
+#include "cli/client_cmd.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <exception>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/client.h"
+#include "cli/job_options.h"
+#include "spec/job_spec.h"
+#include "util/fd.h"
+#include "util/text.h"
+
+namespace cohort::cli {
+
+namespace {
+
+using Json = nlohmann::json;
+using Row = std::vector<std::string>;
+
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+constexpr auto kPollInterval = std::chrono::milliseconds(300);
+// While waiting for a job, how long a server that went away (a restart) is retried.
+constexpr auto kWaitRetryFor = std::chrono::seconds(30);
+
+const char* const kCommands[] = {"login",  "whoami",  "submit", "ps",     "status",
+                                 "logs",   "stop",    "delete", "outputs", "share",
+                                 "shares", "unshare", "accounts", "tokens"};
+
+// ---------------------------------------------------------------------------------------------
+// Help
+
+const char* kClientCommandsHelp =
+    R"(Server commands (a cohort server queues jobs for several users; start with cohort login):
+  cohort login URL [--token T]                       check a token and save it with the server
+  cohort submit [flags] [-f job.yaml] [-- cmd...]    queue a job on the server; prints its id
+  cohort ps [--state S]                              list jobs
+  cohort status JOB                                  a job's state, ranks, events, root cause
+  cohort logs JOB [--rank R] [-f]                    print (or follow) a job's log
+  cohort stop JOB | cohort delete JOB                stop a job; delete a finished one
+  cohort outputs JOB [download DEST]                 list or download a job's output files
+  cohort share store://B/P --with ACCOUNT            share a store prefix (also: shares, unshare)
+  cohort whoami | accounts | tokens                  who you are; accounts and tokens
+)";
+
+const char* kServerFlagsHelp = R"(Server:
+  --server URL             the cohort server (default $COHORT_SERVER, else the one saved by
+                           cohort login)
+  --token TOKEN            the token to send (default $COHORT_TOKEN, else the one saved with
+                           that server)
+)";
+
+const char* kExitCodesHelp = R"(
+Exit codes: 0 done; 2 bad usage, or a request the server refused (invalid, not found, not
+allowed, in the wrong state); 1 the server could not be reached or failed.
+)";
+
+// jobFlagsHelp() without the flags that mean nothing for a job the server runs.
+std::string submitJobFlagsHelp() {
+  std::string out;
+  bool skipping = false;
+  for (const std::string& line : split(jobFlagsHelp(), '\n')) {
+    bool continuation = startsWith(line, "                    ");
+    if (!continuation) {
+      skipping = startsWith(line, "  --data-root") || startsWith(line, "  --isolate");
+    }
+    if (!skipping) out += line + "\n";
+  }
+  while (out.size() >= 2 && out.substr(out.size() - 2) == "\n\n") out.pop_back();
+  return out;
+}
+
+std::string helpFor(const std::string& command) {
+  std::string server = kServerFlagsHelp;
+  if (command == "login") {
+    return std::string(R"(cohort login: check a token with a server and save both for later commands
+
+Usage: cohort login URL [--token TOKEN]
+
+The token comes from --token, else $COHORT_TOKEN, else stdin (typed without echo on a
+terminal). It is checked with the server (GET /v1/whoami), then the server and the token are
+written to $XDG_CONFIG_HOME/cohort/config.json (default ~/.config/cohort/config.json, mode
+0600). Later commands use them unless --server/--token or COHORT_SERVER/COHORT_TOKEN say
+otherwise; the saved token is only ever sent to the saved server.
+
+Examples:
+  cohort login http://gpu-box:8600 --token cohort_...
+  echo "$TOKEN" | cohort login gpu-box:8600
+)") + kExitCodesHelp;
+  }
+  if (command == "whoami") {
+    return R"(cohort whoami: the account the token belongs to
+
+Usage: cohort whoami [--json]
+
+Prints the account's name, and "admin" after it for an admin account.
+
+)" + server + kExitCodesHelp;
+  }
+  if (command == "submit") {
+    return R"(cohort submit: queue a job on a cohort server
+
+Usage: cohort submit [flags] [-f job.yaml] [-- command...]
+
+The job file and the flags are read as by cohort run; the job then waits in the server's queue
+until the whole gang fits, and runs on the server's machine. Its workdir (default: the job
+file's directory, or here) and local input paths are made absolute here: they must exist on
+the server's machine as well. Prints the job id on stdout, so that JOB=$(cohort submit ...)
+works, and on stderr where the job stands ("queued: needs 4 CPUs, 2 free").
+
+)" + submitJobFlagsHelp() +
+           R"(
+Submit:
+  --priority N             queued jobs with a higher priority start first (default 0)
+  --wait                   wait until the job ends, then exit with its exit code; Ctrl-C
+                           stops waiting, not the job (cohort stop JOB does)
+  --json                   print the job record instead of the id
+  -q, --quiet              no lines from cohort on stderr, except a failure's
+
+)" + server + R"(
+Examples:
+  cohort submit -f examples/pytorch/ddp.yaml --priority 10
+  JOB=$(cohort submit --nodes 2 --nproc-per-node 2 -- python3 train.py)
+  cohort submit --wait --framework generic -- ./check.sh
+
+Exit codes: 0 submitted (with --wait: the job's exit code, as for cohort run); 2 bad usage, a
+bad job, or a request the server refused; 1 the server could not be reached or failed.
+)";
+  }
+  if (command == "ps") {
+    return R"(cohort ps: list jobs on the server, newest first
+
+Usage: cohort ps [--state STATE[,STATE]] [--limit N] [--json]
+
+Shows your jobs (an admin's: everyone's). INFO says why a queued job waits, how long an
+active one has run, and how a finished one ended.
+
+Flags:
+  --state LIST             only jobs in these states (repeatable): queued, starting, staging,
+                           running, restarting, stopping, succeeded, failed, stopped
+  --limit N                at most N jobs (default: the server's, 1000)
+  --json                   the job records as a JSON array
+
+)" + server + kExitCodesHelp;
+  }
+  if (command == "status") {
+    return R"(cohort status: everything about one job
+
+Usage: cohort status JOB [--wait] [--json]
+
+Shows the job's state, times, resources and why it waits or ended; its ranks (node, state,
+exit code); its events in order; and, when a rank's failure ended it, that rank's exit code,
+a hint and its last log lines.
+
+Flags:
+  --wait                   wait until the job ends first, and exit with its exit code
+  --json                   {"job": record, "ranks": [...], "events": [...]}
+
+)" + server + kExitCodesHelp;
+  }
+  if (command == "logs") {
+    return R"(cohort logs: print a job's log
+
+Usage: cohort logs JOB [--rank R] [-f]
+
+By default the merged log of every rank, each line prefixed with [role/rank node]; with
+--rank, that rank's log alone.
+
+Flags:
+  --rank R                 one rank's log (R is the global rank)
+  -f, --follow             keep printing new lines until the job ends (Ctrl-C stops)
+
+)" + server + kExitCodesHelp;
+  }
+  if (command == "stop") {
+    return R"(cohort stop: stop a job
+
+Usage: cohort stop JOB
+
+A queued job is stopped at once; a running one gets SIGTERM, then SIGKILL after its grace
+period.
+
+)" + server + kExitCodesHelp;
+  }
+  if (command == "delete") {
+    return R"(cohort delete: delete a finished job: its record, events, logs and outputs
+
+Usage: cohort delete JOB
+
+Only a job that ended (succeeded, failed or stopped) can be deleted; stop it first.
+
+)" + server + kExitCodesHelp;
+  }
+  if (command == "outputs") {
+    return R"(cohort outputs: list or download a job's output files
+
+Usage: cohort outputs JOB [--json]
+       cohort outputs JOB download DEST [-q]
+
+The files are those the ranks wrote under $COHORT_OUTPUT_DIR. download writes each file to
+DEST/<path> (directories created; each file under a temporary name, then renamed), and refuses
+any path that would land outside DEST.
+
+Flags:
+  --json                   the list as JSON
+  -q, --quiet              no line per file on stderr
+
+)" + server + kExitCodesHelp;
+  }
+  if (command == "share") {
+    return R"(cohort share: let another account read (or write) a prefix of one of your buckets
+
+Usage: cohort share store://BUCKET/PREFIX --with ACCOUNT [--access read|write] [--json]
+
+Prints the new share's id (for cohort unshare). write includes read.
+
+Flags:
+  --with ACCOUNT           the account to share with (required)
+  --access read|write      default read
+  --json                   print the share as JSON
+
+)" + server + kExitCodesHelp;
+  }
+  if (command == "shares") {
+    return R"(cohort shares: the shares you granted and those granted to you
+
+Usage: cohort shares [--json]
+
+)" + server + kExitCodesHelp;
+  }
+  if (command == "unshare") {
+    return R"(cohort unshare: revoke a share at once
+
+Usage: cohort unshare ID
+
+)" + server + kExitCodesHelp;
+  }
+  if (command == "accounts") {
+    return R"(cohort accounts: the server's accounts (admin only)
+
+Usage: cohort accounts [list] [--json]
+       cohort accounts create NAME [--admin] [--max-gpus N] [--max-cpus N]
+
+create prints the new account's first token on stdout; the server never shows it again.
+
+Flags:
+  --admin                  the account may see every job and manage accounts
+  --max-gpus N             at most N GPUs held by the account's running jobs
+  --max-cpus N             at most N CPUs held by the account's running jobs
+  --json                   print the answer as JSON
+
+)" + server + kExitCodesHelp;
+  }
+  if (command == "tokens") {
+    return R"(cohort tokens: your tokens (an admin's: everyone's)
+
+Usage: cohort tokens [list] [--json]
+       cohort tokens create [--label LABEL] [--account ACCOUNT]
+       cohort tokens delete ID
+
+create prints the new token on stdout; the server never shows it again. delete revokes a
+token at once.
+
+Flags:
+  --label LABEL            what the token is for ("laptop", "ci")
+  --account ACCOUNT        (admin) make the token for another account
+  --json                   print the answer as JSON
+
+)" + server + kExitCodesHelp;
+  }
+  return "";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flags
+
+struct FlagSpec {
+  std::string name;   // "--follow"
+  std::string alias;  // "-f" or ""
+  bool takes_value = false;
+};
+
+struct Args {
+  std::vector<std::string> positional;
+  std::map<std::string, std::vector<std::string>> flags;
+
+  bool has(const std::string& name) const { return flags.count(name) > 0; }
+  std::string get(const std::string& name, const std::string& fallback = "") const {
+    auto it = flags.find(name);
+    return it == flags.end() || it->second.empty() ? fallback : it->second.back();
+  }
+  std::vector<std::string> all(const std::string& name) const {
+    auto it = flags.find(name);
+    return it == flags.end() ? std::vector<std::string>{} : it->second;
+  }
+};
+
+tl::unexpected<Error> usage(const std::string& command, const std::string& message) {
+  return fail(Code::kInvalidArgument,
+              command + ": " + message + " (see cohort " + command + " --help)");
+}
+
+Result<Args> parseArgs(const std::string& command, int argc, char** argv,
+                       std::vector<FlagSpec> specs) {
+  specs.push_back({"--server", "", true});
+  specs.push_back({"--token", "", true});
+  Args args;
+  bool flags_done = false;
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (flags_done || arg.size() < 2 || arg[0] != '-') {
+      args.positional.push_back(arg);
+      continue;
+    }
+    if (arg == "--") {
+      flags_done = true;
+      continue;
+    }
+    std::string value;
+    bool inline_value = false;
+    if (size_t eq = arg.find('='); startsWith(arg, "--") && eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+      inline_value = true;
+    }
+    const FlagSpec* spec = nullptr;
+    for (const FlagSpec& s : specs) {
+      if (arg == s.name || (!s.alias.empty() && arg == s.alias)) spec = &s;
+    }
+    if (!spec) return usage(command, "unknown flag '" + arg + "'");
+    if (spec->takes_value) {
+      if (!inline_value) {
+        if (i + 1 >= argc) return usage(command, arg + " needs a value");
+        value = argv[++i];
+      }
+    } else if (inline_value) {
+      return usage(command, arg + " takes no value");
+    }
+    args.flags[spec->name].push_back(value);
+  }
+  return args;
+}
+
+Result<ApiClient> connect(const Args& args) {
+  COHORT_ASSIGN(ServerSettings settings,
+                resolveServerSettings(args.get("--server"), args.get("--token")));
+  return ApiClient(settings);
+}
+
+// Exactly `count` positional arguments named by `names` ("JOB").
+Result<void> expectPositional(const std::string& command, const Args& args,
+                              const std::vector<std::string>& names) {
+  if (args.positional.size() < names.size()) {
+    return usage(command, "expects " + join(names, " "));
+  }
+  if (args.positional.size() > names.size()) {
+    return usage(command, "unexpected argument '" + args.positional[names.size()] + "'");
+  }
+  return {};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading the server's JSON without exceptions
+
+const Json& at(const Json& j, const char* key) {
+  static const Json kNull;
+  if (!j.is_object()) return kNull;
+  auto it = j.find(key);
+  return it == j.end() ? kNull : *it;
+}
+
+const Json& listAt(const Json& j, const char* key) {
+  static const Json kEmpty = Json::array();
+  const Json& v = at(j, key);
+  return v.is_array() ? v : kEmpty;
+}
+
+std::string text(const Json& v) {
+  if (v.is_null()) return "";
+  if (v.is_string()) return v.get_ref<const std::string&>();
+  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+  if (v.is_number_float()) {
+    double d = v.get<double>();
+    char buf[32];
+    std::snprintf(buf, sizeof buf, d == std::floor(d) ? "%.0f" : "%g", d);
+    return buf;
+  }
+  return v.dump();
+}
+
+std::string str(const Json& j, const char* key) { return text(at(j, key)); }
+
+std::optional<int64_t> integer(const Json& v) {
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float()) return static_cast<int64_t>(v.get<double>());
+  return std::nullopt;
+}
+
+bool isFinal(const std::string& state) {
+  return state == "succeeded" || state == "failed" || state == "stopped";
+}
+
+std::string jobPath(const std::string& id) { return "/v1/jobs/" + urlEncode(id); }
+
+// ---------------------------------------------------------------------------------------------
+// Formatting
+
+int64_t nowMillis() { return nowUnixNanos() / 1000000; }
+
+// "2026-11-30T10:44:43.740Z" -> milliseconds since the epoch.
+std::optional<int64_t> parseIsoMillis(const std::string& iso) {
+  int year, month, day, hour, minute;
+  double seconds;
+  if (std::sscanf(iso.c_str(), "%d-%d-%dT%d:%d:%lf", &year, &month, &day, &hour, &minute,
+                  &seconds) != 6) {
+    return std::nullopt;
+  }
+  tm t{};
+  t.tm_year = year - 1900;
+  t.tm_mon = month - 1;
+  t.tm_mday = day;
+  t.tm_hour = hour;
+  t.tm_min = minute;
+  t.tm_sec = static_cast<int>(seconds);
+  time_t secs = ::timegm(&t);
+  return static_cast<int64_t>(secs) * 1000 +
+         static_cast<int64_t>(std::lround((seconds - std::floor(seconds)) * 1000));
+}
+
+std::string localTime(int64_t millis, const char* format) {
+  time_t secs = static_cast<time_t>(millis / 1000);
+  tm local{};
+  ::localtime_r(&secs, &local);
+  char buf[64];
+  std::strftime(buf, sizeof buf, format, &local);
+  return buf;
+}
+
+// "5s ago", "2m ago", "3h ago", else the local date and time.
+std::string relativeTime(const std::string& iso) {
+  auto when = parseIsoMillis(iso);
+  if (!when) return iso;
+  int64_t ago = (nowMillis() - *when) / 1000;
+  if (ago < 0) ago = 0;
+  if (ago < 60) return std::to_string(ago) + "s ago";
+  if (ago < 3600) return std::to_string(ago / 60) + "m ago";
+  if (ago < 86400) return std::to_string(ago / 3600) + "h ago";
+  return localTime(*when, "%Y-%m-%d %H:%M");
+}
+
+// "2026-11-30 10:44:43 (2m ago)".
+std::string timeWithAge(const std::string& iso) {
+  auto when = parseIsoMillis(iso);
+  if (!when) return iso;
+  return localTime(*when, "%Y-%m-%d %H:%M:%S") + " (" + relativeTime(iso) + ")";
+}
+
+// An event's time: "10:44:43.740" today, else with the date.
+std::string eventTime(const std::string& iso) {
+  auto when = parseIsoMillis(iso);
+  if (!when) return iso;
+  char millis[8];
+  std::snprintf(millis, sizeof millis, ".%03d", static_cast<int>(*when % 1000));
+  bool today = localTime(*when, "%Y-%m-%d") == localTime(nowMillis(), "%Y-%m-%d");
+  return localTime(*when, today ? "%H:%M:%S" : "%Y-%m-%d %H:%M:%S") + millis;
+}
+
+// The time between two ISO times ("" when either is missing); `to` "" means now.
+std::string durationBetween(const std::string& from, const std::string& to) {
+  auto start = parseIsoMillis(from);
+  if (!start) return "";
+  std::optional<int64_t> end =
+      to.empty() ? std::optional<int64_t>(nowMillis()) : parseIsoMillis(to);
+  if (!end) return "";
+  return formatDuration(Millis(std::max<int64_t>(*end - *start, 0)));
+}
+
+std::string formatSize(double bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (bytes >= 1024 && unit < 4) {
+    bytes /= 1024;
+    ++unit;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, unit == 0 || bytes >= 100 ? "%.0f %s" : "%.1f %s", bytes,
+                kUnits[unit]);
+  return buf;
+}
+
+size_t displayWidth(const std::string& s) {
+  size_t width = 0;
+  for (unsigned char c : s) width += (c & 0xC0) != 0x80;
+  return width;
+}
+
+// Rows as aligned columns, two spaces apart; the last column is not padded.
+std::string renderTable(const std::vector<Row>& rows, const std::string& indent = "") {
+  std::vector<size_t> widths;
+  for (const Row& row : rows) {
+    if (widths.size() < row.size()) widths.resize(row.size(), 0);
+    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], displayWidth(row[c]));
+  }
+  std::string out;
+  for (const Row& row : rows) {
+    std::string line = indent;
+    for (size_t c = 0; c < row.size(); ++c) {
+      line += row[c];
+      if (c + 1 < row.size()) line += std::string(widths[c] - displayWidth(row[c]) + 2, ' ');
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line + "\n";
+  }
+  return out;
+}
+
+void printOut(const std::string& s) { std::fwrite(s.data(), 1, s.size(), stdout); }
+
+void printJson(const Json& j) { printOut(j.dump(2) + "\n"); }
+
+std::string signalName(int signal) {
+  const char* abbrev = ::sigabbrev_np(signal);
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(signal);
+}
+
+// "exited with code 1" / "was killed by signal 9 (SIGKILL)".
+std::string howItExited(const Json& exit_code, const Json& signal) {
+  auto sig = integer(signal);
+  if (sig && *sig > 0) {
+    return "was killed by signal " + std::to_string(*sig) + " (" +
+           signalName(static_cast<int>(*sig)) + ")";
+  }
+  auto code = integer(exit_code);
+  return code ? "exited with code " + std::to_string(*code) : "ended";
+}
+
+// The root cause block: its first line starts with `first`, the others with `indent`.
+std::string rootCauseText(const Json& rc, const std::string& first, const std::string& indent) {
+  if (!rc.is_object()) return "";
+  std::string where;
+  if (auto rank = integer(at(rc, "rank"))) where += "rank " + std::to_string(*rank);
+  if (auto node = integer(at(rc, "node"))) {
+    where += (where.empty() ? "" : ", ") + std::string("node ") + std::to_string(*node);
+  }
+  std::string out = first + str(rc, "name") +
+                    (where.empty() ? "" : " (" + where + ")") + " " +
+                    howItExited(at(rc, "exit_code"), at(rc, "signal")) + "\n";
+  if (std::string hint = str(rc, "hint"); !hint.empty()) out += indent + "  hint: " + hint + "\n";
+  const Json& tail = listAt(rc, "tail");
+  if (!tail.empty()) {
+    out += indent + "  last lines:\n";
+    for (const Json& line : tail) out += indent + "    | " + text(line) + "\n";
+  }
+  return out;
+}
+
+// How a job stands, in one phrase: "queued: needs 4 CPUs, 2 free", "running".
+std::string stateSummary(const Json& job) {
+  std::string state = str(job, "state");
+  const Json& waiting = at(job, "waiting");
+  if (state == "queued" && waiting.is_object()) {
+    std::string reason = str(waiting, "reason");
+    if (!reason.empty()) return state + ": " + reason;
+  }
+  std::string reason = str(job, "reason");
+  if (isFinal(state) || state == "stopping") {
+    std::string out = state;
+    if (auto code = integer(at(job, "exit_code"))) {
+      out += " (exit code " + std::to_string(*code) + ")";
+    }
+    if (!reason.empty() && state != "succeeded") out += ": " + reason;
+    return out;
+  }
+  return state;
+}
+
+// The line `cohort submit --wait` and `cohort status --wait` end with.
+std::string finalLine(const Json& job) {
+  std::string line = "cohort: job " + str(job, "id") + " " + str(job, "state");
+  std::string reason = str(job, "reason");
+  if (str(job, "state") != "succeeded" && !reason.empty()) line += ": " + reason;
+  std::vector<std::string> notes;
+  if (auto code = integer(at(job, "exit_code"))) {
+    notes.push_back("exit code " + std::to_string(*code));
+  }
+  if (std::string ran = durationBetween(str(job, "started"), str(job, "ended")); !ran.empty()) {
+    notes.push_back("ran " + ran);
+  }
+  if (!notes.empty()) line += " (" + join(notes, ", ") + ")";
+  return line + "\n";
+}
+
+int jobExitCode(const Json& job) {
+  if (auto code = integer(at(job, "exit_code"))) return static_cast<int>(*code);
+  return str(job, "state") == "succeeded" ? 0 : kExitFailed;
+}
+
+// Polls the job until it is final; prints state changes on stderr unless `quiet`. Returns the
+// final record.
+Result<Json> waitForJob(ApiClient& api, Json job, bool quiet) {
+  const std::string id = str(job, "id");
+  std::string shown = stateSummary(job);
+  auto failing_since = std::chrono::steady_clock::time_point::max();
+  while (!isFinal(str(job, "state"))) {
+    std::this_thread::sleep_for(kPollInterval);
+    auto next = api.call("GET", jobPath(id));
+    if (!next) {
+      // A server restart should not end a long wait; anything else does.
+      auto now = std::chrono::steady_clock::now();
+      if (next.error().code != Code::kUnavailable) return tl::unexpected<Error>(next.error());
+      if (failing_since == std::chrono::steady_clock::time_point::max()) failing_since = now;
+      if (now - failing_since > kWaitRetryFor) return tl::unexpected<Error>(next.error());
+      continue;
+    }
+    failing_since = std::chrono::steady_clock::time_point::max();
+    job = std::move(*next);
+    std::string summary = stateSummary(job);
+    if (!quiet && summary != shown && !isFinal(str(job, "state"))) {
+      std::fprintf(stderr, "cohort: job %s %s\n", id.c_str(), summary.c_str());
+    }
+    shown = summary;
+  }
+  return job;
+}
+
+// Prints the end of a waited-for job on stderr: always for a failure, else unless `quiet`.
+void reportEnd(const Json& job, bool quiet) {
+  bool ok = str(job, "state") == "succeeded";
+  if (quiet && ok) return;
+  std::fputs(finalLine(job).c_str(), stderr);
+  if (!ok) {
+    std::fputs(rootCauseText(at(job, "root_cause"), "cohort: root cause: ", "  ").c_str(),
+               stderr);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Commands
+
+Result<int> cmdLogin(int argc, char** argv) {
+  COHORT_ASSIGN(Args args, parseArgs("login", argc, argv, {}));
+  std::string url = args.get("--server");
+  if (url.empty()) {
+    if (args.positional.empty()) return usage("login", "expects the server's URL");
+    url = args.positional[0];
+    args.positional.erase(args.positional.begin());
+  }
+  COHORT_TRY(expectPositional("login", args, {}));
+  COHORT_ASSIGN(std::string server, normalizeServerUrl(url));
+  std::string token = args.get("--token");
+  if (token.empty()) {
+    const char* env = std::getenv("COHORT_TOKEN");
+    token = env ? env : "";
+  }
+  if (token.empty()) {
+    bool terminal = ::isatty(0);
+    termios saved{};
+    if (terminal) {
+      std::fprintf(stderr, "Token for %s: ", server.c_str());
+      std::fflush(stderr);
+      if (::tcgetattr(0, &saved) == 0) {
+        termios quiet = saved;
+        quiet.c_lflag &= ~static_cast<tcflag_t>(ECHO);
+        ::tcsetattr(0, TCSAFLUSH, &quiet);
+      } else {
+        terminal = false;
+      }
+    }
+    std::getline(std::cin, token);
+    if (terminal) {
+      ::tcsetattr(0, TCSAFLUSH, &saved);
+      std::fputc('\n', stderr);
+    }
+    while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
+    while (!token.empty() && token.front() == ' ') token.erase(0, 1);
+  }
+  if (token.empty()) {
+    return usage("login", "no token: pass --token TOKEN, set COHORT_TOKEN or type it on stdin");
+  }
+  ApiClient api(ServerSettings{server, token});
+  COHORT_ASSIGN(Json me, api.call("GET", "/v1/whoami"));
+  const std::string path = clientConfigPath();
+  COHORT_TRY(writeClientConfig(path, ClientConfig{server, token}));
+  std::fprintf(stderr, "cohort: logged in to %s as %s%s (saved in %s)\n", server.c_str(),
+               str(me, "account").c_str(), at(me, "admin") == true ? " (admin)" : "",
+               path.c_str());
+  return 0;
+}
+
+Result<int> cmdWhoami(int argc, char** argv) {
+  COHORT_ASSIGN(Args args, parseArgs("whoami", argc, argv, {{"--json", "", false}}));
+  COHORT_TRY(expectPositional("whoami", args, {}));
+  COHORT_ASSIGN(ApiClient api, connect(args));
+  COHORT_ASSIGN(Json me, api.call("GET", "/v1/whoami"));
+  if (args.has("--json")) {
+    printJson(me);
+  } else {
+    printOut(str(me, "account") + (at(me, "admin") == true ? " (admin)" : "") + "\n");
+  }
+  return 0;
+}
+
+// Absolute, without "." and ".." parts: `path` relative to `base`.
+std::string absoluteIn(const std::string& path, const std::string& base) {
+  std::filesystem::path p(path);
+  std::filesystem::path full = p.is_absolute() ? p : std::filesystem::path(base) / p;
+  std::string out = full.lexically_normal().string();
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
+}
+
+// The flags `cohort run` has that a job run by the server cannot honour.
+const std::map<std::string, std::string>& refusedSubmitFlags() {
+  static const std::map<std::string, std::string> kRefused = {
+      {"--data-root", "the server keeps jobs under its own data root"},
+      {"--isolate", "the server decides how jobs are isolated"},
+      {"--log-ranks", "read a rank's output with cohort logs JOB --rank R"},
+      {"--job-id", "the server picks the job id"},
+  };
+  return kRefused;
+}
+
+Result<int> cmdSubmit(int argc, char** argv) {
+  // Take out the flags of submit itself, then leave the job's to parseJobOptions.
+  static const std::set<std::string> kJobValueFlags = {
+      "-f",         "--file",         "--name",          "--framework",   "--launcher",
+      "--mode",     "--compat",       "--nodes",         "--nproc-per-node",
+      "--nproc_per_node", "--workdir", "--env",          "--hp",          "--max-restarts",
+      "--grace-period", "--max-runtime", "--success"};
+  Args client;
+  std::vector<std::string> job_args = {argv[0], argv[1]};
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--" || arg.empty() || arg[0] != '-') {
+      for (; i < argc; ++i) job_args.emplace_back(argv[i]);  // the command
+      break;
+    }
+    std::string name = arg;
+    std::optional<std::string> value;
+    if (size_t eq = arg.find('='); startsWith(arg, "--") && eq != std::string::npos) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+    }
+    if (auto refused = refusedSubmitFlags().find(name); refused != refusedSubmitFlags().end()) {
+      return usage("submit", name + " does not apply to a submitted job: " + refused->second);
+    }
+    if (name == "--priority" || name == "--server" || name == "--token") {
+      if (!value) {
+        if (i + 1 >= argc) return usage("submit", name + " needs a value");
+        value = argv[++i];
+      }
+      client.flags[name].push_back(*value);
+    } else if (name == "--wait") {
+      if (value) return usage("submit", "--wait takes no value");
+      client.flags[name].push_back("");
+    } else {
+      job_args.push_back(arg);
+      if (!value && kJobValueFlags.count(name) && i + 1 < argc) job_args.emplace_back(argv[++i]);
+    }
+  }
+  int priority = 0;
+  if (client.has("--priority")) {
+    auto p = parseInt(client.get("--priority"));
+    if (!p) {
+      return usage("submit", "--priority: expected an integer, got '" +
+                                 client.get("--priority") + "'");
+    }
+    priority = *p;
+  }
+  std::vector<char*> job_argv;
+  for (std::string& a : job_args) job_argv.push_back(a.data());
+  auto options = parseJobOptions(static_cast<int>(job_argv.size()), job_argv.data(), 2);
+  if (!options) return withContext(options.error(), "submit");
+  COHORT_ASSIGN(spec::JobSpec spec, buildSpec(*options));
+
+  // The server runs the job elsewhere: nothing may stay relative to this directory.
+  spec.workdir = absoluteIn(spec.workdir.empty() ? "." : spec.workdir, spec.base_dir);
+  for (spec::Input& in : spec.inputs) {
+    if (startsWith(in.source, "store://") || startsWith(in.source, "file://") ||
+        in.source.find("://") != std::string::npos) {
+      continue;
+    }
+    in.source = absoluteIn(in.source, spec.base_dir);
+  }
+  Json job = Json::parse(spec::toJobFile(spec), nullptr, false);
+  if (job.is_discarded()) return fail(Code::kInternal, "submit: the job file is not JSON");
+
+  COHORT_ASSIGN(ApiClient api, connect(client));
+  COHORT_ASSIGN(Json record,
+                api.call("POST", "/v1/jobs", Json{{"job", job}, {"priority", priority}}));
+  const std::string id = str(record, "id");
+  const bool quiet = options->quiet;
+  if (!options->json) {
+    printOut(id + "\n");
+    std::fflush(stdout);
+  }
+  if (!quiet) {
+    std::fprintf(stderr, "cohort: submitted %s (%s)\n", id.c_str(),
+                 stateSummary(record).c_str());
+  }
+  if (!client.has("--wait")) {
+    if (options->json) printJson(record);
+    return 0;
+  }
+  COHORT_ASSIGN(Json final_record, waitForJob(api, record, quiet));
+  if (options->json) printJson(final_record);
+  reportEnd(final_record, quiet);
+  return jobExitCode(final_record);
+}
+
+// The INFO column of `cohort ps`.
+std::string psInfo(const Json& job) {
+  std::string state = str(job, "state");
+  if (state == "queued") {
+    std::string reason = str(at(job, "waiting"), "reason");
+    return reason.empty() ? str(at(job, "waiting"), "kind") : reason;
+  }
+  if (isFinal(state)) {
+    std::string out;
+    if (auto code = integer(at(job, "exit_code"))) out = "exit " + std::to_string(*code);
+    std::string ran = durationBetween(str(job, "started"), str(job, "ended"));
+    if (!ran.empty()) out += (out.empty() ? "ran " : ", ran ") + ran;
+    return out;
+  }
+  std::string started = str(job, "started");
+  std::string since = durationBetween(started.empty() ? str(job, "submitted") : started, "");
+  return since.empty() ? "" : "for " + since;
+}
+
+Result<int> cmdPs(int argc, char** argv) {
+  COHORT_ASSIGN(Args args, parseArgs("ps", argc, argv,
+                                     {{"--state", "", true}, {"--limit", "", true},
+                                      {"--json", "", false}}));
+  COHORT_TRY(expectPositional("ps", args, {}));
+  QueryParams query;
+  if (args.has("--state")) query.emplace_back("state", join(args.all("--state"), ","));
+  if (args.has("--limit")) {
+    auto limit = parseInt(args.get("--limit"));
+    if (!limit || *limit < 1) {
+      return usage("ps", "--limit: expected a positive integer, got '" + args.get("--limit") + "'");
+    }
+    query.emplace_back("limit", std::to_string(*limit));
+  }
+  COHORT_ASSIGN(ApiClient api, connect(args));
+  COHORT_ASSIGN(Json answer, api.call("GET", "/v1/jobs", nullptr, query));
+  const Json& jobs = listAt(answer, "jobs");
+  if (args.has("--json")) {
+    printJson(jobs);
+    return 0;
+  }
+  if (jobs.empty()) {
+    std::fputs("cohort: no jobs\n", stderr);
+    return 0;
+  }
+  COHORT_ASSIGN(Json me, api.call("GET", "/v1/whoami"));
+  bool others = false;
+  for (const Json& job : jobs) others |= str(job, "account") != str(me, "account");
+  std::vector<Row> rows;
+  rows.push_back(others ? Row{"ID", "NAME", "ACCOUNT", "STATE", "RANKS", "SUBMITTED", "INFO"}
+                        : Row{"ID", "NAME", "STATE", "RANKS", "SUBMITTED", "INFO"});
+  for (const Json& job : jobs) {
+    Row row = {str(job, "id"), str(job, "name")};
+    if (others) row.push_back(str(job, "account"));
+    row.insert(row.end(), {str(job, "state"), str(job, "ranks"),
+                           relativeTime(str(job, "submitted")), psInfo(job)});
+    rows.push_back(std::move(row));
+  }
+  printOut(renderTable(rows));
+  return 0;
+}
+
+std::string resourcesText(const Json& r) {
+  std::vector<std::string> parts;
+  std::string cpus = str(r, "cpus");
+  if (!cpus.empty()) parts.push_back(cpus + (cpus == "1" ? " CPU" : " CPUs"));
+  std::string gpus = str(r, "gpus");
+  if (!gpus.empty()) parts.push_back(gpus + (gpus == "1" ? " GPU" : " GPUs"));
+  auto memory = integer(at(r, "memory"));
+  if (memory) {
+    parts.push_back(*memory > 0 ? formatSize(static_cast<double>(*memory)) + " memory"
+                                : "memory not limited");
+  }
+  return join(parts, ", ");
+}
+
+// What an event says, the important fields first: "worker/3 on node 1 exited with code 1",
+// "running", "node 0: 3 files, 1.2 MiB in 0.4s"; any other field as key=value.
+std::string eventDetails(const Json& event) {
+  if (!event.is_object()) return "";
+  const std::string kind = str(event, "event");
+  std::set<std::string> shown = {"time", "event"};
+  std::vector<std::string> parts;
+  if (kind == "state") {
+    std::string line = str(event, "state");
+    if (auto code = integer(at(event, "exit_code"))) {
+      line += " (exit code " + std::to_string(*code) + ")";
+    }
+    if (std::string reason = str(event, "reason"); !reason.empty()) line += ": " + reason;
+    parts.push_back(line);
+    shown.insert({"state", "exit_code", "reason"});
+  } else if (kind == "rank_exit") {
+    const Json& code = at(event, "code").is_null() ? at(event, "exit_code") : at(event, "code");
+    std::string line = str(event, "name");
+    if (std::string node = str(event, "node"); !node.empty()) line += " on node " + node;
+    line += " " + howItExited(code, at(event, "signal"));
+    if (at(event, "by_cohort") == true) line += " (stopped by cohort)";
+    parts.push_back(line);
+    shown.insert({"name", "node", "code", "exit_code", "signal", "by_cohort", "rank", "role",
+                  "role_rank", "exit_time"});
+  } else if (kind == "staged" && at(event, "files").is_number()) {
+    std::string line = "node " + str(event, "node") + ": " + str(event, "files") + " file(s), " +
+                       formatSize(static_cast<double>(integer(at(event, "bytes")).value_or(0)));
+    if (const Json& secs = at(event, "seconds"); secs.is_number()) {
+      line += " in " + formatDuration(Millis(static_cast<int64_t>(secs.get<double>() * 1000)));
+    }
+    parts.push_back(line);
+    shown.insert({"node", "files", "bytes", "seconds"});
+  }
+  for (auto it = event.begin(); it != event.end(); ++it) {
+    if (shown.count(it.key()) || it.value().is_null()) continue;
+    if (it.key() == "attempt" && it.value() == 0) continue;
+    std::string value = text(it.value());
+    if (value.empty()) continue;
+    if (value.find(' ') != std::string::npos && it.value().is_string()) value = "'" + value + "'";
+    parts.push_back(it.key() + "=" + value);
+  }
+  return join(parts, " ");
+}
+
+std::string statusText(const Json& job, const Json& ranks, const Json& events) {
+  std::vector<Row> fields = {{"Job:", str(job, "id")},
+                             {"Name:", str(job, "name")},
+                             {"Account:", str(job, "account")},
+                             {"State:", str(job, "state") == "queued" ? std::string("queued")
+                                                                      : stateSummary(job)}};
+  if (std::string reason = str(job, "reason");
+      !reason.empty() && str(job, "state") == "succeeded") {
+    fields.push_back({"Reason:", reason});
+  }
+  const Json& waiting = at(job, "waiting");
+  if (waiting.is_object()) {
+    fields.push_back({"Waiting:", str(waiting, "kind") + ": " + str(waiting, "reason")});
+  }
+  fields.push_back({"Framework:", str(job, "framework")});
+  fields.push_back({"Ranks:", str(job, "ranks")});
+  fields.push_back({"Resources:", resourcesText(at(job, "resources"))});
+  fields.push_back({"Priority:", str(job, "priority")});
+  if (auto attempts = integer(at(job, "attempts")); attempts && *attempts > 1) {
+    fields.push_back({"Attempts:", std::to_string(*attempts)});
+  }
+  fields.push_back({"Submitted:", timeWithAge(str(job, "submitted"))});
+  if (std::string started = str(job, "started"); !started.empty()) {
+    fields.push_back({"Started:", timeWithAge(started)});
+  }
+  if (std::string ended = str(job, "ended"); !ended.empty()) {
+    std::string ran = durationBetween(str(job, "started"), ended);
+    fields.push_back({"Ended:", timeWithAge(ended) + (ran.empty() ? "" : ", ran " + ran)});
+  } else if (std::string started = str(job, "started"); !started.empty()) {
+    fields.push_back({"Running:", durationBetween(started, "")});
+  }
+  std::string out = renderTable(fields);
+
+  const Json& rank_list = listAt(ranks, "ranks");
+  if (!rank_list.empty()) {
+    std::vector<Row> rows = {{"RANK", "NAME", "NODE", "STATE", "EXIT"}};
+    for (const Json& r : rank_list) {
+      std::string exit;
+      if (!at(r, "exit_code").is_null() || integer(at(r, "signal")).value_or(0) > 0) {
+        auto sig = integer(at(r, "signal"));
+        exit = sig && *sig > 0 ? signalName(static_cast<int>(*sig)) : str(r, "exit_code");
+        if (at(r, "by_cohort") == true) exit += " (stopped by cohort)";
+      }
+      rows.push_back({str(r, "rank"), str(r, "name"), str(r, "node"), str(r, "state"), exit});
+    }
+    out += "\nRanks:\n" + renderTable(rows, "  ");
+  }
+  const Json& event_list = listAt(events, "events");
+  if (!event_list.empty()) {
+    std::vector<Row> rows;
+    for (const Json& e : event_list) {
+      rows.push_back({eventTime(str(e, "time")), str(e, "event"), eventDetails(e)});
+    }
+    out += "\nEvents:\n" + renderTable(rows, "  ");
+  }
+  std::string root_cause = rootCauseText(at(job, "root_cause"), "Root cause: ", "");
+  if (!root_cause.empty()) out += "\n" + root_cause;
+  return out;
+}
+
+Result<int> cmdStatus(int argc, char** argv) {
+  COHORT_ASSIGN(Args args, parseArgs("status", argc, argv,
+                                     {{"--json", "", false}, {"--wait", "", false}}));
+  COHORT_TRY(expectPositional("status", args, {"JOB"}));
+  const std::string id = args.positional[0];
+  COHORT_ASSIGN(ApiClient api, connect(args));
+  COHORT_ASSIGN(Json job, api.call("GET", jobPath(id)));
+  if (args.has("--wait")) {
+    COHORT_ASSIGN(job, waitForJob(api, job, true));
+  }
+  COHORT_ASSIGN(Json ranks, api.call("GET", jobPath(id) + "/ranks"));
+  COHORT_ASSIGN(Json events, api.call("GET", jobPath(id) + "/events"));
+  if (args.has("--json")) {
+    printJson(Json{{"job", job}, {"ranks", listAt(ranks, "ranks")},
+                   {"events", listAt(events, "events")}});
+  } else {
+    printOut(statusText(job, ranks, events));
+  }
+  return args.has("--wait") ? jobExitCode(job) : 0;
+}
+
+Result<int> cmdLogs(int argc, char** argv) {
+  COHORT_ASSIGN(Args args, parseArgs("logs", argc, argv,
+                                     {{"--rank", "", true}, {"--follow", "-f", false}}));
+  COHORT_TRY(expectPositional("logs", args, {"JOB"}));
+  QueryParams query;
+  if (args.has("--rank")) {
+    auto rank = parseInt(args.get("--rank"));
+    if (!rank || *rank < 0) {
+      return usage("logs", "--rank: expected a rank number, got '" + args.get("--rank") + "'");
+    }
+    query.emplace_back("rank", std::to_string(*rank));
+  }
+  const bool follow = args.has("--follow");
+  if (follow) query.emplace_back("follow", "1");
+  COHORT_ASSIGN(ApiClient api, connect(args));
+  bool write_failed = false;
+  auto status = api.stream(
+      jobPath(args.positional[0]) + "/logs", query,
+      [&](const char* data, size_t size) {
+        if (std::fwrite(data, 1, size, stdout) != size || std::fflush(stdout) != 0) {
+          write_failed = true;
+          return false;
+        }
+        return true;
+      },
+      follow);
+  if (!status) return tl::unexpected<Error>(status.error());
+  if (write_failed) return failErrno("logs: write to stdout");
+  return 0;
+}
+
+Result<int> cmdStop(int argc, char** argv) {
+  COHORT_ASSIGN(Args args, parseArgs("stop", argc, argv, {}));
+  COHORT_TRY(expectPositional("stop", args, {"JOB"}));
+  COHORT_ASSIGN(ApiClient api, connect(args));
+  COHORT_ASSIGN(Json job, api.call("POST", jobPath(args.positional[0]) + "/stop"));
+  std::string state = str(job, "state");
+  std::string id = str(job, "id").empty() ? args.positional[0] : str(job, "id");
+  if (state == "stopping") {
+    std::fprintf(stderr, "cohort: stopping job %s (SIGTERM, then SIGKILL after its grace "
+                         "period)\n", id.c_str());
+  } else if (state == "stopped") {
+    std::fprintf(stderr, "cohort: job %s stopped\n", id.c_str());
+  } else {
+    std::fprintf(stderr, "cohort: job %s is %s\n", id.c_str(), stateSummary(job).c_str());
+  }
+  return 0;
+}
+
+Result<int> cmdDelete(int argc, char** argv) {
+  COHORT_ASSIGN(Args args, parseArgs("delete", argc, argv, {}));
+  COHORT_TRY(expectPositional("delete", args, {"JOB"}));
+  COHORT_ASSIGN(ApiClient api, connect(args));
+  COHORT_TRY(api.call("DELETE", jobPath(args.positional[0])));
+  std::fprintf(stderr, "cohort: deleted job %s (its record, logs and outputs)\n",
+               args.positional[0].c_str());
+  return 0;
+}
+
+// A path from the server that is safe to write under the download directory: relative, no
+// empty, "." or ".." part. Errors: kInvalidArgument naming it.
+Result<void> checkOutputPath(const std::string& path, const std::string& dest) {
+  bool bad = path.empty() || path[0] == '/' || path.find('\0') != std::string::npos;
+  for (const std::string& part : split(path, '/')) {
+    bad |= part.empty() || part == "." || part == "..";
+  }
+  if (bad) {
+    return fail(Code::kInvalidArgument, "output path '" + path + "' would be written outside '" +
+                                            dest + "'; refused");
+  }
+  return {};
+}
+
+// Downloads one output file to `target` (under `root`, which is real) through a temporary
+// file and rename. Returns the bytes written.
+Result<int64_t> downloadOutput(ApiClient& api, const std::string& id, const std::string& rel,
+                               const std::string& root) {
+  const std::string target = root + "/" + rel;
+  // Directories one by one, none of them a symbolic link: a link already under DEST must not
+  // carry the file elsewhere.
+  std::string parent = root;
+  std::vector<std::string> parts = split(rel, '/');
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    parent += "/" + parts[i];
+    if (::mkdir(parent.c_str(), 0755) < 0 && errno != EEXIST) {
+      return failErrno("create '" + parent + "'");
+    }
+    struct stat st{};
+    if (::lstat(parent.c_str(), &st) < 0) return failErrno("create '" + parent + "'");
+    if (!S_ISDIR(st.st_mode)) {
+      return fail(Code::kInvalidArgument, "output path '" + rel + "': '" + parent +
+                                              "' is not a directory (a link?); refused");
+    }
+  }
+  std::string tmp = parent + "/.cohort-download-XXXXXX";
+  UniqueFd fd(::mkstemp(tmp.data()));
+  if (!fd.valid()) return failErrno("create a temporary file in '" + parent + "'");
+  ::fchmod(fd.get(), 0644);
+  std::string segments;
+  for (const std::string& part : parts) segments += "/" + urlEncode(part);
+  int64_t written = 0;
+  Result<void> write_result;
+  auto status = api.stream(
+      jobPath(id) + "/outputs" + segments, {},
+      [&](const char* data, size_t size) {
+        write_result = writeAll(fd.get(), std::string_view(data, size));
+        written += static_cast<int64_t>(size);
+        return static_cast<bool>(write_result);
+      },
+      false);
+  Result<void> done;
+  if (!status) {
+    done = tl::unexpected<Error>(status.error());
+  } else if (!write_result) {
+    done = withContext(write_result.error(), "write '" + tmp + "'");
+  } else if (::close(fd.release()) < 0) {
+    done = failErrno("write '" + tmp + "'");
+  } else if (::rename(tmp.c_str(), target.c_str()) < 0) {
+    done = failErrno("rename to '" + target + "'");
+  }
+  if (!done) {
+    ::unlink(tmp.c_str());
+    return withContext(done.error(), "download '" + rel + "'");
+  }
+  return written;
+}
+
+Result<int> cmdOutputs(int argc, char** argv) {
+  COHORT_ASSIGN(Args args, parseArgs("outputs", argc, argv,
+                                     {{"--json", "", false}, {"--quiet", "-q", false}}));
+  if (args.positional.empty()) return usage("outputs", "expects JOB");
+  const bool download = args.positional.size() > 1;
+  if (download) {
+    if (args.positional[1] != "download") {
+      return usage("outputs", "unexpected argument '" + args.positional[1] +
+                                  "' (did you mean: outputs JOB download DEST?)");
+    }
+    COHORT_TRY(expectPositional("outputs", args, {"JOB", "download", "DEST"}));
+  }
+  const std::string id = args.positional[0];
+  COHORT_ASSIGN(ApiClient api, connect(args));
+  COHORT_ASSIGN(Json answer, api.call("GET", jobPath(id) + "/outputs"));
+  const Json& files = listAt(answer, "files");
+  if (!download) {
+    if (args.has("--json")) {
+      printJson(files);
+    } else if (files.empty()) {
+      std::fprintf(stderr, "cohort: job %s has no output files\n", id.c_str());
+    } else {
+      std::vector<Row> rows = {{"SIZE", "PATH"}};
+      int64_t total = 0;
+      for (const Json& f : files) {
+        int64_t size = integer(at(f, "size")).value_or(0);
+        total += size;
+        rows.push_back({formatSize(static_cast<double>(size)), str(f, "path")});
+      }
+      printOut(renderTable(rows));
+      std::fprintf(stderr, "cohort: %zu file(s), %s\n", files.size(),
+                   formatSize(static_cast<double>(total)).c_str());
+    }
+    return 0;
+  }
+  const std::string dest = args.positional[2];
+  const bool quiet = args.has("--quiet");
+  for (const Json& f : files) COHORT_TRY(checkOutputPath(str(f, "path"), dest));
+  COHORT_TRY(makeDirs(absoluteIn(dest, std::filesystem::current_path().string())));
+  char real[PATH_MAX];
+  if (!::realpath(dest.c_str(), real)) return failErrno("resolve '" + dest + "'");
+  const std::string root = real;
+  int64_t total = 0;
+  for (const Json& f : files) {
+    const std::string rel = str(f, "path");
+    COHORT_ASSIGN(int64_t size, downloadOutput(api, id, rel, root));
+    total += size;
+    if (!quiet) {
+      std::fprintf(stderr, "cohort: %s (%s)\n", rel.c_str(),
+                   formatSize(static_cast<double>(size)).c_str());
+    }
+  }
+  if (!quiet) {
+    std::fprintf(stderr, "cohort: downloaded %zu file(s), %s, to %s\n", files.size(),
+                 formatSize(static_cast<double>(total)).c_str(), dest.c_str());
+  }
+  return 0;
+}
+
+Result<int> cmdShare(int argc, char** argv) {
+  COHORT_ASSIGN(Args args, parseArgs("share", argc, argv,
+                                     {{"--with", "", true}, {"--access", "", true},
+                                      {"--json", "", false}}));
+  COHORT_TRY(expectPositional("share", args, {"store://BUCKET/PREFIX"}));
+  const std::string prefix = args.positional[0];
+  if (!startsWith(prefix, "store://") || prefix.size() <= std::strlen("store://")) {
+    return usage("share", "'" + prefix + "' is not a store URI (store://bucket/prefix)");
+  }
+  if (args.get("--with").empty()) return usage("share", "--with ACCOUNT is required");
+  std::string access = args.get("--access", "read");
+  if (access != "read" && access != "write") {
+    return usage("share", "--access: expected read or write, got '" + access + "'");
+  }
+  COHORT_ASSIGN(ApiClient api, connect(args));
+  COHORT_ASSIGN(Json share, api.call("POST", "/v1/shares",
+                                     Json{{"prefix", prefix},
+                                          {"with", args.get("--with")},
+                                          {"access", access}}));
+  if (args.has("--json")) {
+    printJson(share);
+  } else {
+    printOut(str(share, "id") + "\n");
+  }
+  std::fprintf(stderr, "cohort: shared %s with %s (%s); share %s\n", str(share, "prefix").c_str(),
+               str(share, "with").c_str(), str(share, "access").c_str(),
+               str(share, "id").c_str());
+  return 0;
+}
+
+Result<int> cmdShares(int argc, char** argv) {
+  COHORT_ASSIGN(Args args, parseArgs("shares", argc, argv, {{"--json", "", false}}));
+  COHORT_TRY(expectPositional("shares", args, {}));
+  COHORT_ASSIGN(ApiClient api, connect(args));
+  COHORT_ASSIGN(Json answer, api.call("GET", "/v1/shares"));
+  const Json& shares = listAt(answer, "shares");
+  if (args.has("--json")) {
+    printJson(shares);
+    return 0;
+  }
+  if (shares.empty()) {
+    std::fputs("cohort: no shares\n", stderr);
+    return 0;
+  }
+  std::vector<Row> rows = {{"ID", "PREFIX", "OWNER", "WITH", "ACCESS", "CREATED"}};
+  for (const Json& s : shares) {
+    rows.push_back({str(s, "id"), str(s, "prefix"), str(s, "owner"), str(s, "with"),
+                    str(s, "access"), relativeTime(str(s, "created"))});
+  }
+  printOut(renderTable(rows));
+  return 0;
+}
+
+Result<int> cmdUnshare(int argc, char** argv) {
+  COHORT_ASSIGN(Args args, parseArgs("unshare", argc, argv, {}));
+  COHORT_TRY(expectPositional("unshare", args, {"ID"}));
+  COHORT_ASSIGN(ApiClient api, connect(args));
+  COHORT_TRY(api.call("DELETE", "/v1/shares/" + urlEncode(args.positional[0])));
+  std::fprintf(stderr, "cohort: revoked share %s\n", args.positional[0].c_str());
+  return 0;
+}
+
+Result<int> cmdAccounts(int argc, char** argv) {
+  COHORT_ASSIGN(Args args, parseArgs("accounts", argc, argv,
+                                     {{"--admin", "", false}, {"--max-gpus", "", true},
+                                      {"--max-cpus", "", true}, {"--json", "", false}}));
+  std::string sub = args.positional.empty() ? "list" : args.positional[0];
+  if (sub == "list") {
+    COHORT_TRY(expectPositional("accounts", args,
+                                args.positional.empty() ? std::vector<std::string>{}
+                                                        : std::vector<std::string>{"list"}));
+    for (const char* flag : {"--admin", "--max-gpus", "--max-cpus"}) {
+      if (args.has(flag)) return usage("accounts", std::string(flag) + " goes with create");
+    }
+    COHORT_ASSIGN(ApiClient api, connect(args));
+    COHORT_ASSIGN(Json answer, api.call("GET", "/v1/accounts"));
+    const Json& accounts = listAt(answer, "accounts");
+    if (args.has("--json")) {
+      printJson(accounts);
+      return 0;
+    }
+    std::vector<Row> rows = {{"NAME", "ADMIN", "MAX GPUS", "MAX CPUS", "CREATED"}};
+    for (const Json& a : accounts) {
+      auto limit = [&](const char* key) {
+        std::string v = str(a, key);
+        return v.empty() ? std::string("-") : v;
+      };
+      rows.push_back({str(a, "name"), at(a, "admin") == true ? "yes" : "no", limit("max_gpus"),
+                      limit("max_cpus"), relativeTime(str(a, "created"))});
+    }
+    printOut(renderTable(rows));
+    return 0;
+  }
+  if (sub != "create") {
+    return usage("accounts", "unknown subcommand '" + sub + "' (list, create)");
+  }
+  COHORT_TRY(expectPositional("accounts", args, {"create", "NAME"}));
+  Json body = {{"name", args.positional[1]}, {"admin", args.has("--admin")}};
+  if (args.has("--max-gpus")) {
+    auto n = parseInt(args.get("--max-gpus"));
+    if (!n || *n < 0) {
+      return usage("accounts", "--max-gpus: expected an integer >= 0, got '" +
+                                   args.get("--max-gpus") + "'");
+    }
+    body["max_gpus"] = *n;
+  }
+  if (args.has("--max-cpus")) {
+    std::string v = args.get("--max-cpus");
+    char* end = nullptr;
+    double n = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || !(n >= 0)) {
+      return usage("accounts", "--max-cpus: expected a number >= 0, got '" + v + "'");
+    }
+    body["max_cpus"] = n;
+  }
+  COHORT_ASSIGN(ApiClient api, connect(args));
+  COHORT_ASSIGN(Json answer, api.call("POST", "/v1/accounts", body));
+  if (args.has("--json")) {
+    printJson(answer);
+  } else {
+    printOut(str(answer, "token") + "\n");
+  }
+  std::fprintf(stderr,
+               "cohort: created account '%s'; its token is shown only this once: keep it "
+               "(cohort login %s --token TOKEN)\n",
+               args.positional[1].c_str(), api.server().c_str());
+  return 0;
+}
+
+Result<int> cmdTokens(int argc, char** argv) {
+  COHORT_ASSIGN(Args args, parseArgs("tokens", argc, argv,
+                                     {{"--label", "", true}, {"--account", "", true},
+                                      {"--json", "", false}}));
+  std::string sub = args.positional.empty() ? "list" : args.positional[0];
+  if (sub != "list" && sub != "create" && sub != "delete") {
+    return usage("tokens", "unknown subcommand '" + sub + "' (list, create, delete)");
+  }
+  if (sub != "create" && (args.has("--label") || args.has("--account"))) {
+    return usage("tokens", "--label and --account go with create");
+  }
+  if (sub == "list") {
+    COHORT_TRY(expectPositional("tokens", args,
+                                args.positional.empty() ? std::vector<std::string>{}
+                                                        : std::vector<std::string>{"list"}));
+    COHORT_ASSIGN(ApiClient api, connect(args));
+    COHORT_ASSIGN(Json answer, api.call("GET", "/v1/tokens"));
+    const Json& tokens = listAt(answer, "tokens");
+    if (args.has("--json")) {
+      printJson(tokens);
+      return 0;
+    }
+    std::vector<Row> rows = {{"ID", "ACCOUNT", "LABEL", "CREATED"}};
+    for (const Json& t : tokens) {
+      rows.push_back({str(t, "id"), str(t, "account"), str(t, "label"),
+                      relativeTime(str(t, "created"))});
+    }
+    printOut(renderTable(rows));
+    return 0;
+  }
+  if (sub == "delete") {
+    COHORT_TRY(expectPositional("tokens", args, {"delete", "ID"}));
+    COHORT_ASSIGN(ApiClient api, connect(args));
+    COHORT_TRY(api.call("DELETE", "/v1/tokens/" + urlEncode(args.positional[1])));
+    std::fprintf(stderr, "cohort: revoked token %s\n", args.positional[1].c_str());
+    return 0;
+  }
+  COHORT_TRY(expectPositional("tokens", args, {"create"}));
+  Json body = {{"label", args.get("--label")}};
+  if (args.has("--account")) body["account"] = args.get("--account");
+  COHORT_ASSIGN(ApiClient api, connect(args));
+  COHORT_ASSIGN(Json answer, api.call("POST", "/v1/tokens", body));
+  if (args.has("--json")) {
+    printJson(answer);
+  } else {
+    printOut(str(answer, "token") + "\n");
+  }
+  std::fprintf(stderr, "cohort: created token %s for %s; it is shown only this once\n",
+               str(answer, "id").c_str(), str(answer, "account").c_str());
+  return 0;
+}
+
+Result<int> dispatch(const std::string& command, int argc, char** argv) {
+  if (command == "login") return cmdLogin(argc, argv);
+  if (command == "whoami") return cmdWhoami(argc, argv);
+  if (command == "submit") return cmdSubmit(argc, argv);
+  if (command == "ps") return cmdPs(argc, argv);
+  if (command == "status") return cmdStatus(argc, argv);
+  if (command == "logs") return cmdLogs(argc, argv);
+  if (command == "stop") return cmdStop(argc, argv);
+  if (command == "delete") return cmdDelete(argc, argv);
+  if (command == "outputs") return cmdOutputs(argc, argv);
+  if (command == "share") return cmdShare(argc, argv);
+  if (command == "shares") return cmdShares(argc, argv);
+  if (command == "unshare") return cmdUnshare(argc, argv);
+  if (command == "accounts") return cmdAccounts(argc, argv);
+  if (command == "tokens") return cmdTokens(argc, argv);
+  return fail(Code::kInvalidArgument, "unknown command '" + command + "' (see cohort --help)");
+}
+
+int exitCodeFor(const Error& e) {
+  switch (e.code) {
+    case Code::kInvalidArgument:
+    case Code::kNotFound:
+    case Code::kAlreadyExists:
+    case Code::kFailedPrecondition:
+      return kExitUsage;
+    default:
+      return kExitFailed;
+  }
+}
+
+}  // namespace
+
+bool isClientCommand(const std::string& command) {
+  for (const char* c : kCommands) {
+    if (command == c) return true;
+  }
+  return false;
+}
+
+int cmdClient(int argc, char** argv) {
+  const std::string command = argc > 1 ? argv[1] : "";
+  Result<int> result = [&]() -> Result<int> {
+    try {
+      return dispatch(command, argc, argv);
+    } catch (const std::exception& e) {
+      // The server's JSON had a shape cohort did not expect, or memory ran out.
+      return fail(Code::kInternal, command + ": " + e.what());
+    }
+  }();
+  std::fflush(stdout);
+  if (!result) {
+    std::fprintf(stderr, "cohort: error: %s\n", result.error().message.c_str());
+    return exitCodeFor(result.error());
+  }
+  return *result;
+}
+
+std::string clientHelp(const std::string& command) {
+  return isClientCommand(command) ? helpFor(command) : "";
+}
+
+const char* clientCommandsHelp() { return kClientCommandsHelp; }
+
+}  // namespace cohort::cli

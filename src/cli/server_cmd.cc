@@ -1,0 +1,177 @@
+#include "cli/server_cmd.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "backends/local.h"
+#include "server/server.h"
+#include "util/fd.h"
+#include "util/text.h"
+
+namespace cohort::cli {
+
+namespace {
+
+constexpr int kExitUsage = 2;
+
+const char* kServerHelp = R"(cohort server: the multi-user job service (queue, gang scheduler, accounts, shares)
+
+Usage: cohort server [flags]
+
+Runs in the foreground until Ctrl-C or SIGTERM. Jobs keep running when the server stops: a
+restarted server finds them again (and records those that ended meanwhile). On the first start
+of a data root it creates the account "admin" and prints its token (also saved, mode 0600, in
+<data-root>/server/admin.token).
+
+Flags:
+  --listen HOST:PORT       where the HTTP API listens (default 127.0.0.1:8600; port 0: any)
+  --data-root DIR          database, jobs and store (default $COHORT_DATA_ROOT or ~/.cohort)
+  --cpus N                 CPUs the scheduler hands out (default: this machine's)
+  --memory SIZE            memory the scheduler hands out, e.g. 64Gi (default: this machine's)
+  --gpus N                 GPUs the scheduler hands out (default: those nvidia-smi lists)
+  --isolate                run every job's ranks under bubblewrap (needs /usr/bin/bwrap)
+  --threads N              HTTP worker threads (default 32; each `logs -f` holds one)
+
+The API is described in docs/server-api.md and served at /v1/openapi.json; Prometheus metrics
+at /metrics. Clients: cohort login URL, then cohort submit/ps/status/logs/... (cohort --help).
+)";
+
+int64_t memTotal() {
+  auto text = readFile("/proc/meminfo");
+  if (!text) return 0;
+  auto at = text->find("MemTotal:");
+  if (at == std::string::npos) return 0;
+  return std::strtoll(text->c_str() + at + 9, nullptr, 10) * 1024;
+}
+
+}  // namespace
+
+const char* serverHelp() { return kServerHelp; }
+
+int cmdServer(int argc, char** argv) {
+  server::ServerOptions options;
+  const char* env_root = std::getenv("COHORT_DATA_ROOT");
+  const char* home = std::getenv("HOME");
+  options.data_root = env_root && *env_root ? std::string(env_root)
+                                            : std::string(home ? home : "/tmp") + "/.cohort";
+  options.capacity.cpu_millis = static_cast<int64_t>(std::thread::hardware_concurrency()) * 1000;
+  options.capacity.memory_bytes = memTotal();
+  options.capacity.gpus = static_cast<int64_t>(backends::localGpus().size());
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::string value;
+    if (arg == "--isolate") {
+      if (::access("/usr/bin/bwrap", X_OK) != 0) {
+        std::fprintf(stderr, "cohort server: --isolate needs bubblewrap (/usr/bin/bwrap): "
+                             "apt-get install bubblewrap\n");
+        return kExitUsage;
+      }
+      options.isolate = true;
+      continue;
+    }
+    if (auto eq = arg.find('='); startsWith(arg, "--") && eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      std::fprintf(stderr, "cohort server: %s needs a value (see cohort server --help)\n",
+                   arg.c_str());
+      return kExitUsage;
+    }
+    auto bad = [&](const std::string& what) {
+      std::fprintf(stderr, "cohort server: %s: %s, got '%s'\n", arg.c_str(), what.c_str(),
+                   value.c_str());
+      return kExitUsage;
+    };
+    if (arg == "--listen") {
+      auto colon = value.rfind(':');
+      auto port = colon == std::string::npos ? Result<int>(-1) : parseInt(value.substr(colon + 1));
+      if (!port || *port < 0 || *port > 65535) return bad("expected HOST:PORT");
+      options.host = colon == 0 ? "0.0.0.0" : value.substr(0, colon);
+      options.port = *port;
+    } else if (arg == "--data-root") {
+      options.data_root = value;
+    } else if (arg == "--cpus") {
+      char* end = nullptr;
+      double cpus = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end || cpus < 0) return bad("expected a number of CPUs");
+      options.capacity.cpu_millis = static_cast<int64_t>(cpus * 1000);
+    } else if (arg == "--memory") {
+      auto bytes = parseBytes(value);
+      if (!bytes) return bad(bytes.error().message);
+      options.capacity.memory_bytes = *bytes;
+    } else if (arg == "--gpus") {
+      auto n = parseInt(value);
+      if (!n || *n < 0) return bad("expected a number of GPUs");
+      options.capacity.gpus = *n;
+    } else if (arg == "--threads") {
+      auto n = parseInt(value);
+      if (!n || *n < 2) return bad("expected a number >= 2");
+      options.http_threads = *n;
+    } else {
+      std::fprintf(stderr, "cohort server: unknown flag '%s' (see cohort server --help)\n",
+                   arg.c_str());
+      return kExitUsage;
+    }
+  }
+  if (options.data_root[0] != '/') {
+    char cwd[4096];
+    if (::getcwd(cwd, sizeof cwd)) options.data_root = std::string(cwd) + "/" + options.data_root;
+  }
+  options.cohort_bin = backends::selfExecutable();
+
+  // SIGINT/SIGTERM are taken by a thread of our own; every other thread leaves them blocked.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  auto server = server::Server::create(options);
+  if (!server) {
+    std::fprintf(stderr, "cohort server: error: %s\n", server.error().message.c_str());
+    return server.error().code == Code::kInvalidArgument ? kExitUsage : 1;
+  }
+  for (const std::string& line : (*server)->reconciled()) {
+    std::fprintf(stderr, "cohort server: %s\n", line.c_str());
+  }
+  std::printf("cohort server: listening on http://%s:%d\n", options.host.c_str(),
+              (*server)->port());
+  std::printf("cohort server: data root %s, %s\n", options.data_root.c_str(),
+              sched::describe(options.capacity).c_str());
+  if (!(*server)->firstAdminToken().empty()) {
+    std::printf("cohort server: admin token: %s\n", (*server)->firstAdminToken().c_str());
+    std::printf("cohort server: (saved in %s/server/admin.token; log in with: cohort login "
+                "http://%s:%d --token <token>)\n",
+                options.data_root.c_str(), options.host.c_str(), (*server)->port());
+  }
+  std::fflush(stdout);
+
+  server::Server* s = server->get();
+  std::thread waiter([s, signals] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    std::fprintf(stderr, "cohort server: stopping (jobs keep running)\n");
+    s->stop();
+  });
+  auto served = s->run();
+  // run() ended: make the waiter return if it still waits.
+  if (waiter.joinable()) {
+    ::kill(::getpid(), SIGTERM);
+    waiter.join();
+  }
+  if (!served) {
+    std::fprintf(stderr, "cohort server: error: %s\n", served.error().message.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace cohort::cli

@@ -1,0 +1,113 @@
+// JobService: the life of the server's jobs. `submit` validates a job and records it queued
+// (durably) before it answers. One loop thread then does everything else: it runs the gang
+// scheduler (src/sched) whenever something changed, starts each placed job by spawning its
+// coordinator (`cohort run --job-id ...`, in its own session, so that the coordinator and the
+// job outlive a server restart), follows every coordinator's events file into the store, and
+// records the job's end from its result file when the coordinator exits. On creation it
+// reconciles every job the store knew: still running (followed again), finished while the
+// server was down (its result recorded) or lost (failed, saying why).
+//
+// The machine is one scheduling node: simulated nodes share it, so a job asks for the sum of its
+// ranks' resources (each rank: its role's `resources`, default 1 CPU). Thread-safe: every public
+// method may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sched/scheduler.h"
+#include "server/access.h"
+#include "server/metrics.h"
+#include "store/job_store.h"
+#include "util/result.h"
+
+namespace cohort::server {
+
+struct JobServiceOptions {
+  std::string data_root;    // jobs go to <data_root>/jobs/<id>
+  std::string cohort_bin;   // the binary coordinators run
+  sched::Resources capacity;  // the machine
+  bool isolate = false;     // run ranks under bubblewrap (cohort run --isolate)
+  Millis poll_interval{100};  // how often running jobs' events and coordinators are looked at
+};
+
+struct SchedulerStats {
+  int64_t passes = 0;
+  size_t queue_length = 0;
+};
+
+class JobService {
+ public:
+  // Reconciles the jobs in `store` (see above) and starts the loop thread. `store` must outlive
+  // the service. Errors: kIo from the store.
+  static Result<std::unique_ptr<JobService>> create(store::JobStore& store,
+                                                    JobServiceOptions options,
+                                                    const sched::Clock& clock);
+  // Stops the loop thread. Coordinators keep running: a restarted server finds them again.
+  ~JobService();
+  JobService(const JobService&) = delete;
+  JobService& operator=(const JobService&) = delete;
+
+  // What reconciling found at start, one line per job, for the server's log.
+  const std::vector<std::string>& reconciled() const { return reconciled_; }
+
+  // Validates `job_file` (the job file as JSON text), checks the caller's access to every
+  // store:// input and output, and records the job queued. Errors: kInvalidArgument naming the
+  // field, kNotFound (a store:// location the caller cannot see), kPermissionDenied, kIo.
+  Result<store::Job> submit(const Caller& caller, const std::string& job_file, int priority);
+
+  // A queued job is stopped at once; a started one gets SIGTERM on its coordinator (which stops
+  // the ranks gracefully) and shows `stopping`. A final job is returned as it is.
+  Result<store::Job> stop(const std::string& id);
+
+  // Removes a final job: its record, events and directory. kFailedPrecondition otherwise.
+  Result<void> remove(const std::string& id);
+
+  // Why a queued job waits, as of the latest scheduling pass.
+  std::optional<sched::Waiting> waiting(const std::string& id) const;
+  SchedulerStats stats() const;
+  const Histogram& passLatency() const { return pass_latency_; }
+
+ private:
+  struct Supervised;  // a started job the loop follows
+  JobService(store::JobStore& store, JobServiceOptions options, const sched::Clock& clock);
+
+  Result<void> reconcile();
+  void loop();
+  void schedulePass();
+  Result<void> startJob(store::Job job, const sched::Placement& placement);
+  // Reads new lines of the job's events file into the store and the job's state.
+  void follow(Supervised& s);
+  // The coordinator is gone: records the result (or that it was lost).
+  void finish(Supervised& s, const std::string& lost_why);
+  void wake();
+
+  store::JobStore& store_;
+  const JobServiceOptions options_;
+  const sched::Clock& clock_;
+  std::vector<std::string> reconciled_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool dirty_ = true;  // something changed: run a scheduling pass
+  bool quit_ = false;
+  std::map<std::string, sched::Job> queue_;            // queued jobs, by id
+  std::map<std::string, sched::Running> running_;      // started jobs' holdings, by id
+  std::map<std::string, sched::Waiting> waiting_;      // from the latest pass
+  std::map<std::string, std::unique_ptr<Supervised>> supervised_;  // by id (loop thread)
+  SchedulerStats stats_;
+  Histogram pass_latency_;
+  std::thread thread_;
+};
+
+// A job id from its name: "<name>-<yyyymmdd-hhmmss>-<4 hex>".
+std::string newJobId(const std::string& name);
+
+}  // namespace cohort::server

@@ -1,0 +1,66 @@
+// Server: `cohort server`'s HTTP/JSON API (docs/server-api.md) over the job store, the job
+// service and the object store. Every request but the OpenAPI document and /metrics is
+// authenticated by a bearer token (stored hashed); another account's job, log, output or store
+// path answers 404. One process: HTTP worker threads plus the job service's loop thread.
+// `create` opens the store and reconciles; `run` blocks until `stop` (from any thread).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sched/scheduler.h"
+#include "util/result.h"
+
+namespace cohort::server {
+
+struct ServerOptions {
+  std::string data_root;          // database, jobs and store live here
+  std::string host = "127.0.0.1";
+  int port = 8600;                // 0: any free port (see Server::port)
+  std::string cohort_bin;         // what job coordinators run
+  sched::Resources capacity;      // the machine's CPUs, memory and GPUs
+  bool isolate = false;           // run every job's ranks under bubblewrap
+  int http_threads = 32;          // each streaming log follower holds one
+};
+
+class Server {
+ public:
+  // Opens (or creates) <data_root>/server/cohort.db, reconciles the jobs it knows, binds the
+  // port. On the first start of a data root it creates the account "admin" and its token.
+  // Errors: kIo (database, port in use: the message says which), kFailedPrecondition.
+  static Result<std::unique_ptr<Server>> create(const ServerOptions& options);
+  ~Server();
+
+  int port() const;
+  // The admin token made by this start; empty when the data root already had accounts.
+  const std::string& firstAdminToken() const;
+  // What reconciling the known jobs found, one line each.
+  const std::vector<std::string>& reconciled() const;
+
+  // Every route served, as "METHOD /path/{param}", in the order they were registered (what
+  // the OpenAPI document must describe).
+  const std::vector<std::string>& routes() const;
+
+  // Serves until stop(). Errors: kIo when serving fails.
+  Result<void> run();
+  void stop();
+
+  struct Impl;
+
+ private:
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The SHA-256 of `text` in lowercase hex.
+std::string sha256Hex(const std::string& text);
+
+// A new bearer token: "cohort_" and 32 random bytes in hex.
+std::string newToken();
+
+// The OpenAPI 3.0 document of the API, as served at /v1/openapi.json.
+const std::string& openApiDocument();
+
+}  // namespace cohort::server

@@ -1,0 +1,160 @@
+// JobStore: everything `cohort server` must not forget, in one SQLite database (WAL mode,
+// synchronous=FULL): accounts, hashed tokens, jobs, each job's events, buckets and shares.
+// A write returns only once it is on disk. Concurrent writers are group-committed: callers that
+// arrive while a transaction is being committed are joined into the next one, so many
+// submissions share one fsync. Reads run on a connection per calling thread and never wait for a
+// writer (WAL).
+//
+// The schema is versioned with `PRAGMA user_version`; `open` applies every migration the file
+// has not seen yet, in order, in one transaction, and refuses a file from a newer cohort.
+// Thread-safe: every method may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "util/result.h"
+
+namespace cohort::store {
+
+struct Account {
+  std::string name;
+  bool admin = false;
+  std::optional<int64_t> max_gpus;        // quota; absent: unlimited
+  std::optional<int64_t> max_cpu_millis;  // quota in millicores; absent: unlimited
+  int64_t created = 0;                    // unix nanos
+};
+
+struct Token {
+  int64_t id = 0;
+  std::string account;
+  std::string label;
+  std::string hash;  // hex SHA-256 of the token; the token itself is never stored
+  int64_t created = 0;
+};
+
+// Final states: succeeded, failed, stopped.
+bool isFinalState(const std::string& state);
+
+struct Job {
+  std::string id;       // unique, chosen by the server
+  std::string account;
+  std::string name;
+  std::string state;    // queued, starting, staging, running, restarting, stopping, succeeded, failed, stopped
+  int priority = 0;
+  std::string framework;
+  int ranks = 0;               // world size
+  int64_t cpu_millis = 0;      // what the whole gang holds while it runs
+  int64_t memory_bytes = 0;
+  int64_t gpus = 0;
+  std::optional<int64_t> max_runtime_ms;
+  std::string spec_json;       // the submitted job file as JSON
+  int64_t submitted = 0;       // unix nanos; 0 = not yet
+  int64_t started = 0;
+  int64_t ended = 0;
+  std::optional<int> exit_code;
+  std::string reason;          // why it ended or is stopping
+  std::string root_cause_json; // "" when none
+  int attempts = 0;
+  std::string job_dir;         // "" until it starts
+  int64_t coordinator_pid = 0;       // 0 when none
+  int64_t coordinator_start = 0;     // the pid's start time (/proc/<pid>/stat field 22)
+  int64_t events_offset = 0;         // bytes of the job's events.jsonl already ingested
+};
+
+struct Event {
+  int64_t seq = 0;     // 1, 2, ... per job, assigned by the store
+  int64_t time = 0;    // unix nanos
+  std::string json;    // one JSON object, as the coordinator or the server wrote it
+};
+
+struct JobFilter {
+  std::optional<std::string> account;  // absent: every account
+  std::vector<std::string> states;     // empty: every state
+  int limit = 1000;                    // newest first (by submitted, then id)
+};
+
+struct Bucket {
+  std::string name;
+  std::string owner;
+  int64_t created = 0;
+};
+
+struct Share {
+  int64_t id = 0;
+  std::string bucket;
+  std::string prefix;   // path inside the bucket, "" for all of it; no leading '/'
+  std::string owner;    // the bucket's owner when the share was made
+  std::string grantee;
+  std::string access;   // "read" or "write"
+  int64_t created = 0;
+};
+
+class JobStore {
+ public:
+  // Opens (creating it and its directory's file if needed) the database at `path` and migrates
+  // it. Errors: kIo when the file cannot be opened or written, kFailedPrecondition when its
+  // schema is newer than this cohort knows.
+  static Result<std::unique_ptr<JobStore>> open(const std::string& path);
+  ~JobStore();
+  JobStore(const JobStore&) = delete;
+  JobStore& operator=(const JobStore&) = delete;
+
+  int schemaVersion() const;
+
+  // Accounts. createAccount: kAlreadyExists when the name is taken.
+  Result<void> createAccount(const Account& account);
+  Result<Account> account(const std::string& name);  // kNotFound
+  Result<std::vector<Account>> accounts();           // by name
+
+  // Tokens. addToken returns the new id; tokenByHash: kNotFound. deleteToken: kNotFound.
+  Result<int64_t> addToken(const std::string& account, const std::string& hash,
+                           const std::string& label);
+  Result<Token> tokenByHash(const std::string& hash);
+  Result<Token> token(int64_t id);
+  Result<std::vector<Token>> tokens(const std::optional<std::string>& account);  // by id
+  Result<void> deleteToken(int64_t id);
+
+  // Jobs. insertJob: kAlreadyExists for a taken id. updateJob writes every field of the row
+  // with `job.id` (kNotFound when there is none). deleteJob removes the job and its events.
+  Result<void> insertJob(const Job& job);
+  Result<Job> job(const std::string& id);  // kNotFound
+  Result<std::vector<Job>> jobs(const JobFilter& filter);
+  Result<void> updateJob(const Job& job);
+  Result<void> deleteJob(const std::string& id);
+  // Jobs in any of `states`, oldest first (by submitted, then id); for the server's start-up.
+  Result<std::vector<Job>> jobsInStates(const std::vector<std::string>& states);
+  // Counts per state, for /metrics.
+  Result<std::vector<std::pair<std::string, int64_t>>> countJobsByState();
+
+  // Events. Appends `events` (their seq is assigned) and, in the same transaction, sets the
+  // job's events_offset to `events_offset` when it is given (what the server read of the
+  // coordinator's events file), so that events are never ingested twice. kNotFound for no job.
+  Result<void> appendEvents(const std::string& job_id, const std::vector<Event>& events,
+                            std::optional<int64_t> events_offset = std::nullopt);
+  Result<std::vector<Event>> events(const std::string& job_id);  // by seq
+
+  // Buckets. claimBucket gives a bucket nobody owns to `owner` and returns the bucket's owner
+  // (the new one, or the one it already had).
+  Result<std::string> claimBucket(const std::string& name, const std::string& owner);
+  Result<std::optional<std::string>> bucketOwner(const std::string& name);
+  Result<std::vector<Bucket>> buckets(const std::string& owner);  // by name
+
+  // Shares. addShare returns the new id. shares(account): those it owns or was granted, by id.
+  // sharesFor: the shares of `bucket` granted to `grantee`.
+  Result<int64_t> addShare(const Share& share);
+  Result<Share> share(int64_t id);  // kNotFound
+  Result<std::vector<Share>> shares(const std::string& account);
+  Result<std::vector<Share>> sharesFor(const std::string& bucket, const std::string& grantee);
+  Result<void> deleteShare(int64_t id);
+
+ private:
+  struct Impl;
+  explicit JobStore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cohort::store

@@ -1,0 +1,669 @@
+// The client commands (cohort login, submit, ps, status, logs, outputs, ...) run as a user runs
+// them. The first tests need no server: help, usage errors, where the server comes from, a server
+// that cannot be reached. The Live* tests start a real `cohort server` on a free port and skip
+// when this build has none.
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "harness.h"
+
+namespace cohort::testing {
+namespace {
+
+::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
+  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "'" << part << "' not in:\n" << text;
+}
+
+::testing::AssertionResult Lacks(const std::string& text, const std::string& part) {
+  if (text.find(part) == std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "'" << part << "' unexpectedly in:\n" << text;
+}
+
+// A port on 127.0.0.1 nothing listens on (bound, then closed again).
+int closedPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) < 0) {
+    std::abort();
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string localUrl(int port) { return "http://127.0.0.1:" + std::to_string(port); }
+
+// An HTTP server on 127.0.0.1 that answers every request with one status and body, and keeps
+// the head of each request: for answers the real server does not give on demand (a 500, a path
+// with ".."), and to see which token the client sent.
+class FakeServer {
+ public:
+  FakeServer(int status, std::string body) : status_(status), body_(std::move(body)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0 ||
+        ::listen(fd_, 16) < 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) < 0) {
+      std::abort();
+    }
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~FakeServer() {
+    stop_ = true;
+    thread_.join();
+    ::close(fd_);
+  }
+  std::string url() const { return localUrl(port_); }
+  std::vector<std::string> requests() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return requests_;
+  }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      pollfd p = {fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      int conn = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (conn < 0) continue;
+      std::string head;
+      char c;
+      while (head.find("\r\n\r\n") == std::string::npos && ::read(conn, &c, 1) == 1) head += c;
+      auto length_at = head.find("Content-Length: ");
+      size_t length = length_at == std::string::npos ? 0 : std::stoul(head.substr(length_at + 16));
+      for (size_t i = 0; i < length && ::read(conn, &c, 1) == 1; ++i) {
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        requests_.push_back(head);
+      }
+      std::string answer = "HTTP/1.1 " + std::to_string(status_) + " X\r\nContent-Type: " +
+                           "application/json\r\nContent-Length: " +
+                           std::to_string(body_.size()) + "\r\nConnection: close\r\n\r\n" + body_;
+      (void)!::write(conn, answer.data(), answer.size());
+      ::close(conn);
+    }
+  }
+
+  int status_;
+  std::string body_;
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  mutable std::mutex mu_;
+  std::vector<std::string> requests_;
+};
+
+// The client's environment, isolated from the user's: an empty config directory and no
+// COHORT_SERVER/COHORT_TOKEN, plus `extra`.
+class ClientEnv {
+ public:
+  ClientEnv() : config_home_(tempDir()) {}
+
+  std::string configFile() const { return config_home_ + "/cohort/config.json"; }
+
+  void writeConfig(const std::string& text) const {
+    std::filesystem::create_directories(config_home_ + "/cohort");
+    std::ofstream(configFile()) << text;
+  }
+
+  RunResult run(const std::vector<std::string>& args, std::vector<std::string> extra = {},
+                std::chrono::milliseconds deadline = 60s) const {
+    std::vector<std::string> env = {"XDG_CONFIG_HOME=" + config_home_, "COHORT_SERVER=",
+                                    "COHORT_TOKEN="};
+    env.insert(env.end(), extra.begin(), extra.end());
+    return CohortProcess(args, env).wait(deadline);
+  }
+
+ private:
+  std::string config_home_;
+};
+
+const std::vector<std::string> kClientCommands = {
+    "login", "whoami", "submit", "ps",      "status",  "logs",     "stop",
+    "delete", "outputs", "share", "shares", "unshare", "accounts", "tokens"};
+
+TEST(ClientHelp, EveryCommandHasHelpNamingItsUsage) {
+  for (const std::string& command : kClientCommands) {
+    RunResult r = runCohort({command, "--help"});
+    EXPECT_EQ(r.exit_code, 0) << command;
+    EXPECT_EQ(r.out.rfind("cohort " + command + ": ", 0), 0u) << r.out;
+    EXPECT_TRUE(Contains(r.out, "Usage: cohort " + command)) << command;
+    EXPECT_EQ(runCohort({"help", command}).out, r.out) << command;
+  }
+}
+
+TEST(ClientHelp, MainHelpListsTheServerCommands) {
+  RunResult r = runCohort({"--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* line : {"cohort login URL", "cohort submit [flags]", "cohort ps",
+                           "cohort status JOB", "cohort logs JOB", "cohort outputs JOB"}) {
+    EXPECT_TRUE(Contains(r.out, line));
+  }
+}
+
+TEST(ClientHelp, SubmitHelpHasJobFlagsButNotRunOnlyOnes) {
+  RunResult r = runCohort({"submit", "--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* flag : {"--nodes N", "--nproc-per-node", "--env KEY=VALUE", "--hp KEY=VALUE",
+                           "--priority N", "--wait", "--server URL", "--token TOKEN"}) {
+    EXPECT_TRUE(Contains(r.out, flag));
+  }
+  EXPECT_TRUE(Lacks(r.out, "--data-root"));
+  EXPECT_TRUE(Lacks(r.out, "--isolate"));
+  EXPECT_TRUE(Lacks(r.out, "--log-ranks"));
+}
+
+TEST(ClientServer, NoServerAnywhereExitsTwoSayingHowToSetOne) {
+  ClientEnv env;
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"ps"}, {"whoami"}, {"status", "some-job"},
+        {"submit", "--framework", "generic", "--", "true"}}) {
+    RunResult r = env.run(args);
+    EXPECT_EQ(r.exit_code, 2) << args[0] << ": " << r.err;
+    EXPECT_EQ(r.err,
+              "cohort: error: no server: pass --server URL, set COHORT_SERVER or run cohort "
+              "login URL\n");
+    EXPECT_EQ(r.out, "");
+  }
+}
+
+TEST(ClientServer, UnreachableServerExitsOneNamingIt) {
+  ClientEnv env;
+  const int port = closedPort();
+  RunResult r = env.run({"ps", "--server", "127.0.0.1:" + std::to_string(port)});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err, "cohort: error: cannot reach the server at " + localUrl(port) +
+                       ": Connection refused (is cohort server running?)\n");
+  EXPECT_EQ(r.out, "");
+}
+
+TEST(ClientServer, HttpsIsRefusedAsBadUsage) {
+  ClientEnv env;
+  RunResult r = env.run({"ps", "--server", "https://example.org"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(Contains(r.err, "only http:// is supported"));
+}
+
+TEST(ClientServer, FlagBeatsEnvironmentBeatsConfigFile) {
+  ClientEnv env;
+  const int from_file = closedPort(), from_env = closedPort(), from_flag = closedPort();
+  env.writeConfig(R"({"server": ")" + localUrl(from_file) + R"(", "token": "t"})");
+  const std::string env_server = "COHORT_SERVER=127.0.0.1:" + std::to_string(from_env);
+
+  RunResult r = env.run({"ps"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(Contains(r.err, "at " + localUrl(from_file) + ":"));
+
+  r = env.run({"ps"}, {env_server});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(Contains(r.err, "at " + localUrl(from_env) + ":"));
+
+  r = env.run({"ps", "--server", localUrl(from_flag) + "/"}, {env_server});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(Contains(r.err, "at " + localUrl(from_flag) + ":"));
+}
+
+TEST(ClientServer, BrokenConfigFileIsNamed) {
+  ClientEnv env;
+  env.writeConfig("not json");
+  RunResult r = env.run({"ps"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(Contains(r.err, "config file '" + env.configFile() + "': not a JSON object"));
+}
+
+TEST(ClientServer, ConfigTokenGoesOnlyToTheConfigServer) {
+  ClientEnv env;
+  FakeServer server(200, R"({"account": "alice", "admin": false})");
+  env.writeConfig(R"({"server": ")" + server.url() + R"(", "token": "from-file"})");
+  auto authorization = [&] {
+    std::string head = server.requests().back();
+    auto at = head.find("Authorization: ");
+    return at == std::string::npos ? "" : head.substr(at, head.find("\r\n", at) - at);
+  };
+
+  RunResult r = env.run({"whoami"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "alice\n");
+  EXPECT_EQ(authorization(), "Authorization: Bearer from-file");
+  EXPECT_EQ(env.run({"whoami"}, {"COHORT_TOKEN=from-env"}).exit_code, 0);
+  EXPECT_EQ(authorization(), "Authorization: Bearer from-env");
+  EXPECT_EQ(env.run({"whoami", "--token", "from-flag"}, {"COHORT_TOKEN=from-env"}).exit_code, 0);
+  EXPECT_EQ(authorization(), "Authorization: Bearer from-flag");
+
+  // Another server named by the environment never gets the file's token.
+  FakeServer other(200, R"({"account": "nobody", "admin": false})");
+  EXPECT_EQ(env.run({"whoami"}, {"COHORT_SERVER=" + other.url()}).out, "nobody\n");
+  ASSERT_EQ(other.requests().size(), 1u);
+  EXPECT_TRUE(Lacks(other.requests()[0], "Authorization"));
+}
+
+TEST(ClientServer, ErrorAnswersMapToExitCodes) {
+  ClientEnv env;
+  {
+    FakeServer server(500, R"({"error": {"code": "internal", "message": "boom"}})");
+    RunResult r = env.run({"ps", "--server", server.url()});
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_EQ(r.err, "cohort: error: boom\n");
+  }
+  {
+    FakeServer server(409, R"({"error": {"code": "failed_precondition", "message": "running"}})");
+    RunResult r = env.run({"delete", "j1", "--server", server.url()});
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_EQ(r.err, "cohort: error: running\n");
+    EXPECT_EQ(server.requests()[0].rfind("DELETE /v1/jobs/j1 HTTP/1.1\r\n", 0), 0u);
+  }
+  {
+    FakeServer server(404, "no such page");
+    RunResult r = env.run({"status", "a b", "--server", server.url()});
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_TRUE(Contains(r.err, "HTTP 404: no such page"));
+    EXPECT_EQ(server.requests()[0].rfind("GET /v1/jobs/a%20b HTTP/1.1\r\n", 0), 0u);
+  }
+  {
+    FakeServer server(401, R"({"error": {"code": "unauthenticated", "message": "bad token"}})");
+    RunResult r = env.run({"whoami", "--server", server.url()});
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_TRUE(Contains(r.err, "cohort: error: bad token (log in with cohort login URL"));
+  }
+}
+
+TEST(ClientOutputs, DownloadRefusesPathsLeavingTheDestination) {
+  ClientEnv env;
+  for (const char* path : {"../evil", "/tmp/evil", "a/../../evil", "a//b", ""}) {
+    FakeServer server(200, R"({"files": [{"path": "ok.txt", "size": 1}, {"path": ")" +
+                               std::string(path) + R"(", "size": 1}]})");
+    const std::string dest = tempDir() + "/out";
+    RunResult r = env.run({"outputs", "j", "download", dest, "--server", server.url()});
+    EXPECT_EQ(r.exit_code, 2) << path;
+    EXPECT_TRUE(Contains(r.err, "output path '" + std::string(path) + "' would be written "
+                                "outside '" + dest + "'; refused"));
+    EXPECT_EQ(server.requests().size(), 1u) << "nothing is fetched";
+    EXPECT_FALSE(std::filesystem::exists(dest));
+  }
+}
+
+TEST(ClientLogin, ClosedPortFailsCleanlyAndSavesNothing) {
+  ClientEnv env;
+  const int port = closedPort();
+  RunResult r = env.run({"login", localUrl(port), "--token", "cohort_x"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err, "cohort: error: cannot reach the server at " + localUrl(port) +
+                       ": Connection refused (is cohort server running?)\n");
+  EXPECT_FALSE(std::filesystem::exists(env.configFile()));
+}
+
+TEST(ClientLogin, NeedsAUrl) {
+  ClientEnv env;
+  RunResult r = env.run({"login", "--token", "x"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(Contains(r.err, "login: expects the server's URL"));
+}
+
+TEST(ClientSubmit, RefusesFlagsThatOnlyMeanSomethingForCohortRun) {
+  ClientEnv env;
+  for (const std::vector<std::string>& flag :
+       {std::vector<std::string>{"--data-root", "/tmp/x"}, {"--data-root=/tmp/x"}, {"--isolate"},
+        {"--log-ranks", "0"}, {"--job-id", "j1"}}) {
+    std::vector<std::string> args = {"submit", "--framework", "generic"};
+    args.insert(args.end(), flag.begin(), flag.end());
+    args.insert(args.end(), {"--", "true"});
+    RunResult r = env.run(args);
+    std::string name = flag[0].substr(0, flag[0].find('='));
+    EXPECT_EQ(r.exit_code, 2) << name;
+    EXPECT_TRUE(Contains(r.err, "cohort: error: submit: " + name +
+                                 " does not apply to a submitted job"));
+  }
+}
+
+TEST(ClientSubmit, BadFlagsAndJobFilesFailBeforeAnyRequest) {
+  ClientEnv env;
+  const std::string server = "--server=127.0.0.1:" + std::to_string(closedPort());
+  RunResult r = env.run({"submit", server, "--priority", "high", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(Contains(r.err, "--priority: expected an integer, got 'high'"));
+
+  r = env.run({"submit", server, "-f", "/nonexistent/job.yaml"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(Contains(r.err, "job file"));
+
+  r = env.run({"submit", server, "--nodes", "0", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(Contains(r.err, "--nodes"));
+
+  r = env.run({"submit", server, "--bogus", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(Contains(r.err, "unknown flag '--bogus'"));
+}
+
+TEST(ClientUsage, MissingOrExtraArgumentsExitTwo) {
+  ClientEnv env;
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"status"}, "status: expects JOB"},
+      {{"ps", "extra"}, "ps: unexpected argument 'extra'"},
+      {{"logs", "j", "--rank", "x"}, "logs: --rank: expected a rank number"},
+      {{"stop", "--frob", "j"}, "stop: unknown flag '--frob'"},
+      {{"outputs", "j", "fetch", "d"}, "outputs: unexpected argument 'fetch'"},
+      {{"share", "store://b/p"}, "share: --with ACCOUNT is required"},
+      {{"share", "store://b/p", "--with", "bob", "--access", "admin"},
+       "share: --access: expected read or write"},
+      {{"share", "/local/path", "--with", "bob"}, "share: '/local/path' is not a store URI"},
+      {{"accounts", "frob"}, "accounts: unknown subcommand 'frob'"},
+      {{"tokens", "delete"}, "tokens: expects delete ID"},
+  };
+  for (const Case& c : cases) {
+    RunResult r = env.run(c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args[0] << ": " << r.err;
+    EXPECT_TRUE(Contains(r.err, "cohort: error: " + c.message)) << c.args[0];
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Against a live server.
+
+class LiveClient : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!serverBuilt()) GTEST_SKIP() << "this build has no cohort server";
+    std::string why;
+    server_ = startServer(&why);
+    ASSERT_TRUE(server_) << why;
+  }
+
+  // Runs a command as the admin (or as the owner of `token`).
+  RunResult as(const std::string& token, const std::vector<std::string>& args,
+               std::chrono::milliseconds deadline = 60s) const {
+    return env_.run(args, {"COHORT_SERVER=" + server_->url(), "COHORT_TOKEN=" + token},
+                    deadline);
+  }
+  RunResult admin(const std::vector<std::string>& args,
+                  std::chrono::milliseconds deadline = 60s) const {
+    return as(server_->adminToken(), args, deadline);
+  }
+
+  // Submits a generic job running cohort-test-rank with `actions` and waits for it; returns
+  // its id.
+  std::string runJob(const std::vector<std::string>& actions, int procs = 1,
+                     int expected_exit = 0) {
+    std::vector<std::string> args = {"submit", "--wait", "--framework", "generic",
+                                     "--nproc-per-node", std::to_string(procs), "--",
+                                     testRank()};
+    args.insert(args.end(), actions.begin(), actions.end());
+    RunResult r = admin(args);
+    EXPECT_EQ(r.exit_code, expected_exit) << r.err << server_->log();
+    return r.out.substr(0, r.out.find('\n'));
+  }
+
+  ClientEnv env_;
+  std::unique_ptr<ServerProcess> server_;
+};
+
+TEST_F(LiveClient, LoginChecksTheTokenAndSavesItPrivately) {
+  RunResult r = env_.run({"login", server_->url(), "--token", server_->adminToken()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.err, "logged in to " + server_->url() + " as admin"));
+  struct stat st{};
+  ASSERT_EQ(::stat(env_.configFile().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  nlohmann::json config = readJson(env_.configFile());
+  EXPECT_EQ(config["server"], server_->url());
+  EXPECT_EQ(config["token"], server_->adminToken());
+
+  r = env_.run({"whoami"});  // from the config file alone
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "admin (admin)\n");
+
+  r = env_.run({"login", server_->url(), "--token", "cohort_wrong"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(Contains(r.err, "cohort: error: "));
+  EXPECT_EQ(readJson(env_.configFile())["token"], server_->adminToken());  // unchanged
+}
+
+TEST_F(LiveClient, SubmitWaitExitsWithTheJobsExitCode) {
+  RunResult r = admin({"submit", "--wait", "--framework", "generic", "--", testRank(),
+                       "echo=hello"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;  // only the id
+  const std::string id = r.out.substr(0, r.out.size() - 1);
+  EXPECT_TRUE(Contains(r.err, "cohort: submitted " + id + " ("));
+  EXPECT_TRUE(Contains(r.err, "cohort: job " + id + " succeeded"));
+
+  r = admin({"submit", "--wait", "--framework", "generic", "--name", "fails", "--", testRank(),
+             "echo=bye", "exit=3"});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_TRUE(Contains(r.err, "failed"));
+  EXPECT_TRUE(Contains(r.err, "exit code 3"));
+  EXPECT_TRUE(Contains(r.err, "root cause: worker/0"));
+}
+
+TEST_F(LiveClient, SubmitWithoutWaitPrintsOnlyTheId) {
+  RunResult r = admin({"submit", "--framework", "generic", "--", testRank(), "sleep=0.2"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  const std::string id = r.out.substr(0, r.out.find('\n'));
+  EXPECT_EQ(id.rfind("cohort-test-rank-", 0), 0u) << id;
+  r = admin({"status", "--wait", id});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+TEST_F(LiveClient, SubmitMakesTheWorkdirAndLocalInputsAbsolute) {
+  // A job file with a relative workdir and a relative input, submitted from elsewhere.
+  const std::string dir = tempDir();
+  std::filesystem::create_directories(dir + "/code");
+  std::filesystem::create_directories(dir + "/data");
+  std::ofstream(dir + "/data/a.txt") << "a\n";
+  std::ofstream(dir + "/job.yaml") << "name: paths\nframework: generic\nworkdir: code\n"
+                                      "command: [" + testRank() + ", work-file=in/a.txt]\n"
+                                      "inputs: [{source: data, target: in}]\n";
+  RunResult r = admin({"submit", "--wait", "-f", dir + "/job.yaml"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << server_->log();
+  const std::string id = r.out.substr(0, r.out.find('\n'));
+  nlohmann::json job = readJson(server_->dataRoot() + "/jobs/" + id + "/job.json");
+  EXPECT_EQ(job["workdir"], dir + "/code");
+  EXPECT_EQ(job["inputs"][0]["source"], dir + "/data");
+}
+
+TEST_F(LiveClient, PsListsJobsWithTheirState) {
+  const std::string id = runJob({"echo=hello"});
+  RunResult r = admin({"ps"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("ID", 0), 0u) << r.out;
+  EXPECT_TRUE(Contains(r.out, "STATE"));
+  EXPECT_TRUE(Lacks(r.out, "ACCOUNT"));  // all the caller's own
+  EXPECT_TRUE(Contains(r.out, id));
+  EXPECT_TRUE(Contains(r.out, "succeeded"));
+
+  r = admin({"ps", "--json"});
+  nlohmann::json jobs = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(jobs.is_array()) << r.out;
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0]["id"], id);
+
+  r = admin({"ps", "--state", "running,queued"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Lacks(r.out, id));
+}
+
+TEST_F(LiveClient, StatusShowsRanksAndEvents) {
+  const std::string id = runJob({"echo=hello"}, 2);
+  RunResult r = admin({"status", id});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "Job:        " + id));
+  EXPECT_TRUE(Contains(r.out, "succeeded"));
+  EXPECT_TRUE(Contains(r.out, "Ranks:\n"));
+  EXPECT_TRUE(Contains(r.out, "worker/0"));
+  EXPECT_TRUE(Contains(r.out, "worker/1"));
+  EXPECT_TRUE(Contains(r.out, "Events:\n"));
+  EXPECT_TRUE(Contains(r.out, "submitted"));
+  EXPECT_TRUE(Contains(r.out, "rank_exit"));
+
+  r = admin({"status", id, "--json"});
+  nlohmann::json status = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(status.is_object()) << r.out;
+  EXPECT_EQ(status["job"]["id"], id);
+  EXPECT_EQ(status["ranks"].size(), 2u);
+  EXPECT_FALSE(status["events"].empty());
+}
+
+TEST_F(LiveClient, StatusOfAFailedJobShowsTheRootCause) {
+  const std::string id = runJob({"echo=last words", "exit=3"}, 1, 3);
+  RunResult r = admin({"status", id});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "Root cause: worker/0"));
+  EXPECT_TRUE(Contains(r.out, "exited with code 3"));
+  EXPECT_TRUE(Contains(r.out, "| last words"));
+}
+
+TEST_F(LiveClient, LogsPrintsARanksOutput) {
+  const std::string id = runJob({"echo=hello"}, 2);
+  RunResult r = admin({"logs", id, "--rank", "1"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "hello\n");
+  r = admin({"logs", id, "--rank", "7"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+}
+
+TEST_F(LiveClient, MergedLogHasEveryRanksLines) {
+  const std::string id = runJob({"echo=hello"}, 2);
+  RunResult r = admin({"logs", id});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "[worker/0 "));
+  EXPECT_TRUE(Contains(r.out, "[worker/1 "));
+  EXPECT_TRUE(Contains(r.out, "hello"));
+}
+
+TEST_F(LiveClient, LogsFollowStreamsUntilTheJobEnds) {
+  RunResult s = admin({"submit", "-q", "--framework", "generic", "--", testRank(), "echo=one",
+                       "sleep=1", "echo=two"});
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  const std::string id = s.out.substr(0, s.out.find('\n'));
+  RunResult r = admin({"logs", "-f", id, "--rank", "0"}, 30s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "one\ntwo\n");
+}
+
+TEST_F(LiveClient, OutputsDownloadRoundTripsTheFiles) {
+  const std::string id = runJob({"output-file=model.txt"}, 2);
+  const std::string original = readText(server_->dataRoot() + "/jobs/" + id + "/output/model.txt");
+  ASSERT_FALSE(original.empty());
+
+  RunResult r = admin({"outputs", id});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "model.txt"));
+
+  const std::string dest = tempDir() + "/fetched";
+  r = admin({"outputs", id, "download", dest});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.err, "model.txt"));
+  EXPECT_EQ(readText(dest + "/model.txt"), original);
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dest)) {
+    names.push_back(e.path().filename());
+  }
+  EXPECT_EQ(names, std::vector<std::string>{"model.txt"});  // no temporary file left
+}
+
+TEST_F(LiveClient, AnotherAccountCannotSeeTheJob) {
+  const std::string id = runJob({"echo=secret"});
+  RunResult created = admin({"accounts", "create", "bob"});
+  ASSERT_EQ(created.exit_code, 0) << created.err;
+  const std::string bob = created.out.substr(0, created.out.find('\n'));
+  ASSERT_FALSE(bob.empty());
+  EXPECT_TRUE(Contains(created.err, "shown only this once"));
+
+  RunResult r = as(bob, {"whoami"});
+  EXPECT_EQ(r.out, "bob\n");
+  r = as(bob, {"status", id});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(Contains(r.err, "not found"));
+  r = as(bob, {"logs", id});
+  EXPECT_EQ(r.exit_code, 2);
+  r = as(bob, {"ps", "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Lacks(r.out, id));
+  r = as(bob, {"accounts"});  // admin only
+  EXPECT_EQ(r.exit_code, 2);
+
+  r = admin({"accounts"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.out, "bob"));
+
+  // The admin sees bob's job too, and ps then names each job's account.
+  r = as(bob, {"submit", "--wait", "--framework", "generic", "--name", "bobs", "--", testRank()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = admin({"ps"});
+  EXPECT_TRUE(Contains(r.out, "ACCOUNT"));
+  EXPECT_TRUE(Contains(r.out, "bob "));
+}
+
+TEST_F(LiveClient, StopThenDelete) {
+  RunResult s = admin({"submit", "--framework", "generic", "--grace-period", "1s", "--",
+                       testRank(), "sleep=60"});
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  const std::string id = s.out.substr(0, s.out.find('\n'));
+
+  RunResult r = admin({"delete", id});  // not finished yet
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+
+  r = admin({"stop", id});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(Contains(r.err, id));
+  r = admin({"status", "--wait", id}, 30s);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(Contains(r.out, "stopped"));
+
+  r = admin({"delete", id});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = admin({"status", id});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(Contains(r.err, "not found"));
+}
+
+TEST_F(LiveClient, TokensCanBeCreatedUsedAndRevoked) {
+  RunResult r = admin({"tokens", "create", "--label", "ci"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string token = r.out.substr(0, r.out.find('\n'));
+  EXPECT_EQ(as(token, {"whoami"}).out, "admin (admin)\n");
+
+  r = admin({"tokens", "--json"});
+  nlohmann::json tokens = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(tokens.is_array()) << r.out;
+  std::string id;
+  for (const auto& t : tokens) {
+    if (t["label"] == "ci") id = t["id"].is_string() ? t["id"].get<std::string>() : t["id"].dump();
+  }
+  ASSERT_FALSE(id.empty()) << r.out;
+  r = admin({"tokens", "delete", id});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = as(token, {"whoami"});
+  EXPECT_EQ(r.exit_code, 2);
+}
+
+}  // namespace
+}  // namespace cohort::testing
