@@ -245,30 +245,7 @@ Result<void> writeClientConfig(const std::string& path, const ClientConfig& conf
   if (::mkdir(dir.c_str(), 0700) < 0 && errno != EEXIST) return failErrno("create '" + dir + "'");
   Json doc = {{"server", config.server}, {"token", config.token}};
   std::string text = doc.dump(2) + "\n";
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
-  if (!fd.valid()) return failErrno("create '" + tmp + "'");
-  // A file left by an older run may have kept wider permissions through O_TRUNC.
-  if (::fchmod(fd.get(), 0600) < 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return failErrno("chmod '" + tmp + "'", err);
-  }
-  if (auto w = writeAll(fd.get(), text); !w) {
-    ::unlink(tmp.c_str());
-    return withContext(w.error(), "write '" + tmp + "'");
-  }
-  if (::fsync(fd.get()) < 0 || ::close(fd.release()) < 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return failErrno("write '" + path + "'", err);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) < 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return failErrno("rename to '" + path + "'", err);
-  }
-  return {};
+  return writeFileAtomic(path, text, true, 0600);
 }
 
 Result<std::string> normalizeServerUrl(const std::string& url) {

@@ -1,14 +1,13 @@
 #include "cli/job_options.h"
 
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
-#include <ctime>
 
 #include "backends/local.h"
+#include "server/jobs.h"
 #include "storage/uri.h"
 #include "util/fd.h"
 #include "util/text.h"
@@ -69,19 +68,6 @@ std::string nameFromCommand(const std::vector<std::string>& command) {
     name += ok ? c : '-';
   }
   return name.empty() ? "job" : name;
-}
-
-std::string newJobId(const std::string& name) {
-  time_t now = ::time(nullptr);
-  tm local{};
-  ::localtime_r(&now, &local);
-  char stamp[32];
-  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &local);
-  unsigned char r[2] = {0, 0};
-  (void)::getrandom(r, sizeof r, 0);
-  char suffix[8];
-  std::snprintf(suffix, sizeof suffix, "%02x%02x", r[0], r[1]);
-  return name + "-" + stamp + "-" + suffix;
 }
 
 }  // namespace
@@ -289,7 +275,7 @@ Result<PreparedJob> prepareJob(const JobOptions& o) {
   job.data_root = !o.data_root.empty() ? absolute(o.data_root, cwd)
                   : env_root && *env_root ? std::string(env_root)
                                           : std::string(home ? home : "/tmp") + "/.cohort";
-  const std::string job_id = o.job_id.empty() ? newJobId(s.name) : o.job_id;
+  const std::string job_id = o.job_id.empty() ? server::newJobId(s.name) : o.job_id;
 
   // Where inputs come from and outputs go: store:// URIs and paths relative to the job file.
   for (size_t i = 0; i < s.inputs.size(); ++i) {

@@ -106,11 +106,14 @@ JobService::~JobService() {
 }
 
 void JobService::wake() {
-  {
-    std::lock_guard lock(mu_);
-    dirty_ = true;
-  }
-  cv_.notify_all();
+  dirty_ = true;
+  cv_.notify_all();  // a wake-up lost to a race costs at most one poll interval
+}
+
+void JobService::takeIncoming() {
+  std::lock_guard lock(incoming_mu_);
+  for (sched::Job& job : incoming_) queue_[job.id] = std::move(job);
+  incoming_.clear();
 }
 
 namespace {
@@ -281,18 +284,27 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
 
   job.spec_json = spec::toJobFile(spec);
   job.submitted = nowUnixNanos();
-  COHORT_TRY(store_.insertJob(job));
-  {
-    std::lock_guard lock(mu_);
-    queue_[job.id] = schedJob(job);
-    dirty_ = true;
+  for (int tries = 1;; ++tries) {
+    auto inserted = store_.insertJob(job);
+    if (inserted) break;
+    // Two jobs of one name in one second drew the same suffix: draw again.
+    if (inserted.error().code != Code::kAlreadyExists || tries == 5) {
+      return tl::unexpected<Error>(inserted.error());
+    }
+    job.id = newJobId(spec.name);
+    job.spec_json = spec::toJobFile(spec);
   }
-  cv_.notify_all();
+  {
+    std::lock_guard lock(incoming_mu_);
+    incoming_.push_back(schedJob(job));
+  }
+  wake();
   return job;
 }
 
 Result<store::Job> JobService::stop(const std::string& id) {
   std::lock_guard lock(mu_);
+  takeIncoming();
   COHORT_ASSIGN(store::Job job, store_.job(id));
   if (finalState(job.state)) return job;
   if (job.state == "queued") {
@@ -305,9 +317,11 @@ Result<store::Job> JobService::stop(const std::string& id) {
               {"t", job.ended}, {"time", isoTime(job.ended)}};
     COHORT_TRY(store_.appendEvents(id, {{0, job.ended, e.dump()}}));
     queue_.erase(id);
-    waiting_.erase(id);
-    dirty_ = true;
-    cv_.notify_all();
+    {
+      std::lock_guard waiting_lock(waiting_mu_);
+      waiting_.erase(id);
+    }
+    wake();
     return job;
   }
   auto st = job.coordinator_pid ? procStat(job.coordinator_pid) : std::nullopt;
@@ -337,41 +351,52 @@ Result<void> JobService::remove(const std::string& id) {
 }
 
 std::optional<sched::Waiting> JobService::waiting(const std::string& id) const {
-  std::lock_guard lock(mu_);
+  std::lock_guard lock(waiting_mu_);
   auto it = waiting_.find(id);
   if (it == waiting_.end()) return std::nullopt;
   return it->second;
 }
 
 SchedulerStats JobService::stats() const {
-  std::lock_guard lock(mu_);
-  SchedulerStats s = stats_;
-  s.queue_length = queue_.size();
-  return s;
+  return {passes_.load(), queue_length_.load()};
 }
 
 void JobService::loop() {
+  using Clock = std::chrono::steady_clock;
+  // Running jobs are looked at every poll interval; a change (a submission, a job's end) brings
+  // a scheduling pass at once, but passes are at least kPassGap apart so that a stream of
+  // submissions does not keep the loop scheduling.
+  constexpr auto kPassGap = std::chrono::milliseconds(20);
+  auto next_poll = Clock::now() + options_.poll_interval;
+  auto next_pass = Clock::now();
   std::unique_lock lock(mu_);
   while (!quit_) {
-    cv_.wait_for(lock, options_.poll_interval, [&] { return quit_; });
+    auto deadline = dirty_ ? std::min(std::max(next_pass, Clock::now()), next_poll) : next_poll;
+    cv_.wait_until(lock, deadline,
+                   [&] { return quit_ || (dirty_ && Clock::now() >= next_pass); });
     if (quit_) break;
-    for (auto it = supervised_.begin(); it != supervised_.end();) {
-      Supervised& s = *it->second;
-      ++it;  // finish() erases s
-      follow(s);
-      auto st = procStat(s.pid);
-      bool alive = st && st->start == s.start_ticks && st->state != 'Z';
-      if (alive) continue;
-      if (s.child) {
-        int status = 0;
-        ::waitpid(static_cast<pid_t>(s.pid), &status, WNOHANG);
+    if (Clock::now() >= next_poll) {
+      for (auto it = supervised_.begin(); it != supervised_.end();) {
+        Supervised& s = *it->second;
+        ++it;  // finish() erases s
+        follow(s);
+        auto st = procStat(s.pid);
+        bool alive = st && st->start == s.start_ticks && st->state != 'Z';
+        if (alive) continue;
+        if (s.child) {
+          int status = 0;
+          ::waitpid(static_cast<pid_t>(s.pid), &status, WNOHANG);
+        }
+        finish(s, "lost: its coordinator (pid " + std::to_string(s.pid) +
+                      ") ended without writing a result");
       }
-      finish(s, "lost: its coordinator (pid " + std::to_string(s.pid) +
-                    ") ended without writing a result");
+      next_poll = Clock::now() + options_.poll_interval;
     }
-    if (dirty_) {
-      dirty_ = false;
+    if (Clock::now() >= next_pass && dirty_.exchange(false)) {
+      takeIncoming();
       schedulePass();
+      queue_length_ = queue_.size();
+      next_pass = Clock::now() + kPassGap;
     }
   }
 }
@@ -400,13 +425,16 @@ void JobService::schedulePass() {
   sched_options.utc_offset = std::chrono::minutes(local.tm_gmtoff / 60);
   auto decision = sched::schedule(state, clock_, sched_options);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ++stats_.passes;
+  ++passes_;
   pass_latency_.observe(seconds);
   if (!decision) {
     std::fprintf(stderr, "cohort server: scheduling: %s\n", decision.error().message.c_str());
     return;
   }
-  waiting_ = decision->waiting;
+  {
+    std::lock_guard waiting_lock(waiting_mu_);
+    waiting_ = std::move(decision->waiting);
+  }
   for (const sched::Placement& placement : decision->start) {
     auto job = store_.job(placement.job_id);
     if (!job) continue;
@@ -420,7 +448,10 @@ void JobService::schedulePass() {
 Result<void> JobService::startJob(store::Job job, const sched::Placement& placement) {
   const sched::Job queued = queue_[job.id];
   queue_.erase(job.id);
-  waiting_.erase(job.id);
+  {
+    std::lock_guard waiting_lock(waiting_mu_);
+    waiting_.erase(job.id);
+  }
   job.state = "starting";
   job.started = nowUnixNanos();
   job.job_dir = options_.data_root + "/jobs/" + job.id;

@@ -88,26 +88,34 @@ class JobService {
   // The coordinator is gone: records the result (or that it was lost).
   void finish(Supervised& s, const std::string& lost_why);
   void wake();
+  void takeIncoming();  // moves incoming_ into queue_ (holding mu_)
 
   store::JobStore& store_;
   const JobServiceOptions options_;
   const sched::Clock& clock_;
   std::vector<std::string> reconciled_;
 
+  // Lock order: mu_, then incoming_mu_ or waiting_mu_. The loop thread holds mu_ while it works,
+  // so submissions and reads of `waiting` take only their own small locks.
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  bool dirty_ = true;  // something changed: run a scheduling pass
+  std::atomic<bool> dirty_{true};  // something changed: run a scheduling pass
   bool quit_ = false;
   std::map<std::string, sched::Job> queue_;            // queued jobs, by id
   std::map<std::string, sched::Running> running_;      // started jobs' holdings, by id
-  std::map<std::string, sched::Waiting> waiting_;      // from the latest pass
   std::map<std::string, std::unique_ptr<Supervised>> supervised_;  // by id (loop thread)
-  SchedulerStats stats_;
+  std::mutex incoming_mu_;
+  std::vector<sched::Job> incoming_;                   // submitted, not yet in queue_
+  mutable std::mutex waiting_mu_;
+  std::map<std::string, sched::Waiting> waiting_;      // from the latest pass
+  std::atomic<int64_t> passes_{0};
+  std::atomic<size_t> queue_length_{0};
   Histogram pass_latency_;
   std::thread thread_;
 };
 
-// A job id from its name: "<name>-<yyyymmdd-hhmmss>-<4 hex>".
+// A job id from its name: "<name>-<yyyymmdd-hhmmss>-<6 hex digits>", the time local. Used by
+// `cohort run` too, so that local and server jobs are named alike.
 std::string newJobId(const std::string& name);
 
 }  // namespace cohort::server

@@ -8,9 +8,11 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <mutex>
 #include <set>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 
 #include <httplib.h>
@@ -35,6 +37,10 @@ namespace {
 
 constexpr size_t kMaxJsonBody = 4 << 20;
 constexpr size_t kMaxUpload = size_t{1} << 30;
+// A JSON body up to this size is read and then refused (413) by its handler: clients that send
+// their whole body before reading the answer (cpp-httplib's, Python's) only see an answer when
+// the body was read. Bigger ones are refused unread, and such clients see the connection close.
+constexpr size_t kMaxJsonRead = 64 << 20;
 
 int httpStatus(Code code) {
   switch (code) {
@@ -88,6 +94,21 @@ Result<Json> jsonBody(const Request& req, const std::set<std::string>& known) {
 template <class T>
 Result<T> field(const Json& body, const std::string& name, T fallback) {
   if (!body.contains(name) || body[name].is_null()) return fallback;
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    // get<int>() would truncate 1.5 and wrap 1e30 or 2^63 around without a word.
+    const Json& value = body[name];
+    bool fits = value.is_number_unsigned()
+                    ? value.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+                    : value.is_number_integer() &&
+                          value.get<int64_t>() >= std::numeric_limits<T>::min() &&
+                          value.get<int64_t>() <= std::numeric_limits<T>::max();
+    if (!fits) {
+      return fail(Code::kInvalidArgument, "field '" + name + "' must be a whole number from " +
+                                              std::to_string(std::numeric_limits<T>::min()) +
+                                              " to " +
+                                              std::to_string(std::numeric_limits<T>::max()));
+    }
+  }
   try {
     return body[name].get<T>();
   } catch (const Json::exception&) {
@@ -541,7 +562,10 @@ void Server::Impl::jobRoutes() {
                   auto job = store->job(id);
                   // One more read after the job ended catches its last lines.
                   if (!job || store::isFinalState(job->state)) stream->ended = true;
-                  if (!stream->ended) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+                  if (stream->ended) continue;
+                  // Nothing new: a client that hung up is noticed now, not at the next line.
+                  if (!sink.is_writable()) return false;
+                  std::this_thread::sleep_for(std::chrono::milliseconds(100));
                 }
               });
           return Result<void>();
@@ -813,8 +837,7 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
     std::string token = newToken();
     COHORT_TRY(impl->store->addToken("admin", sha256Hex(token), "first admin token"));
     const std::string path = dir + "/admin.token";
-    COHORT_TRY(writeFileAtomic(path, token + "\n"));
-    ::chmod(path.c_str(), 0600);
+    COHORT_TRY(writeFileAtomic(path, token + "\n", true, 0600));
     impl->first_admin_token = token;
   }
   JobServiceOptions jopts;
@@ -828,12 +851,24 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   const int threads = options.http_threads;
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_keep_alive_max_count(100000);
+  // Headers and body leave in two writes: without this, each response waits for the client's
+  // delayed ACK (about 40 ms).
+  http.set_tcp_nodelay(true);
   http.set_payload_max_length(kMaxUpload);
-  http.set_pre_routing_handler([](const Request& req, Response& res) {
-    // Refuse big bodies before reading them: only store uploads may be large.
+  Impl* self = impl.get();
+  http.set_pre_routing_handler([self](const Request& req, Response& res) {
+    // Refuse big bodies before reading them: only store uploads may be large, and only from a
+    // caller with a valid token.
     size_t length = std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10);
     bool upload = req.method == "PUT" && req.path.rfind("/v1/store/", 0) == 0;
-    if (length > (upload ? kMaxUpload : kMaxJsonBody)) {
+    if (upload && length > kMaxJsonRead) {
+      if (auto caller = self->authenticate(req); !caller) {
+        writeError(res, caller.error());
+        res.set_header("Connection", "close");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
+    if (length > (upload ? kMaxUpload : kMaxJsonRead)) {
       writeError(res, Error{Code::kTooLarge, std::string("the request body is over ") +
                                                  (upload ? "1 GiB" : "4 MiB")});
       res.set_header("Connection", "close");
@@ -843,9 +878,13 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   });
   http.set_error_handler([](const Request& req, Response& res) {
     if (!res.body.empty()) return;
-    std::string message = res.status == 404 ? "no such endpoint: " + req.method + " " + req.path +
-                                                  " (see /v1/openapi.json)"
-                                            : "the request could not be served";
+    std::string message =
+        res.status == 404   ? "no such endpoint: " + req.method + " " + req.path +
+                                  " (see /v1/openapi.json)"
+        : res.status == 413 ? std::string("the request body is too large")
+        : res.status == 400 ? std::string("the request could not be read (a POST or PUT needs "
+                                          "a body or Content-Length: 0)")
+                            : std::string("the request could not be served");
     Code code = res.status == 404 ? Code::kNotFound
                 : res.status == 413 ? Code::kTooLarge
                 : res.status == 400 ? Code::kInvalidArgument

@@ -79,9 +79,12 @@ Result<void> makeDirs(const std::string& path) {
   return {};
 }
 
-Result<void> writeFileAtomic(const std::string& path, std::string_view content, bool durable) {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+Result<void> writeFileAtomic(const std::string& path, std::string_view content, bool durable,
+                             mode_t mode) {
+  // One temporary name per thread: two threads may write the same file at once.
+  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(::gettid());
+  ::unlink(tmp.c_str());  // left by a crash of an earlier process with this pid
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode));
   if (!fd.valid()) return failErrno("create '" + tmp + "'");
   if (auto r = writeAll(fd.get(), content); !r) {
     ::unlink(tmp.c_str());

@@ -2,6 +2,8 @@
 // the control channel share. Not thread-safe; a UniqueFd belongs to one owner.
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 #include <string_view>
 
@@ -40,8 +42,9 @@ Result<void> makeDirs(const std::string& path);
 
 // Writes `content` to `path` through a temporary file and rename, so readers never see half.
 // With `durable`, the data is also fsync'd before the rename (a record that must survive a
-// crash); files that can be made again skip that cost.
+// crash); files that can be made again skip that cost. A new file gets `mode` (less the umask):
+// 0600 for secrets, which are thus never readable by others, not even for a moment.
 Result<void> writeFileAtomic(const std::string& path, std::string_view content,
-                             bool durable = true);
+                             bool durable = true, mode_t mode = 0644);
 
 }  // namespace cohort

@@ -1,0 +1,1020 @@
+// `cohort server` over HTTP, as clients use it: the real binary on a free port over a fresh data
+// root, jobs played by cohort-test-rank. The OpenAPI document against the routes and the answers
+// (validated with a small schema checker), isolation between accounts (jobs, store, shares,
+// tokens), hostile requests, a log follower that hangs up, and the server killed under running
+// and queued jobs.
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "harness.h"
+
+namespace cohort::testing {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr auto kDeadline = 20s;
+
+std::string fileText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// Polls `condition` every 50 ms until it holds or `deadline` passed.
+bool pollUntil(const std::function<bool()>& condition, std::chrono::milliseconds deadline) {
+  auto until = std::chrono::steady_clock::now() + deadline;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(50ms);
+  }
+  return true;
+}
+
+// A process's command line, its arguments split ("" when it is gone).
+std::vector<std::string> commandLine(pid_t pid) {
+  std::string text = fileText("/proc/" + std::to_string(pid) + "/cmdline");
+  std::vector<std::string> args;
+  std::string arg;
+  for (char c : text) {
+    if (c == '\0') {
+      args.push_back(arg);
+      arg.clear();
+    } else {
+      arg += c;
+    }
+  }
+  return args;
+}
+
+std::vector<pid_t> allPids() {
+  std::vector<pid_t> pids;
+  DIR* dir = ::opendir("/proc");
+  if (!dir) return pids;
+  while (dirent* e = ::readdir(dir)) {
+    char* end = nullptr;
+    long pid = std::strtol(e->d_name, &end, 10);
+    if (*end == '\0' && pid > 0) pids.push_back(static_cast<pid_t>(pid));
+  }
+  ::closedir(dir);
+  return pids;
+}
+
+// The pid of the job's coordinator (`cohort run --job-id ID ...`), 0 when none runs.
+pid_t coordinatorOf(const std::string& job_id) {
+  for (pid_t pid : allPids()) {
+    std::vector<std::string> args = commandLine(pid);
+    for (size_t i = 1; i + 1 < args.size(); ++i) {
+      if (args[i] == "--job-id" && args[i + 1] == job_id && args[1] == "run") return pid;
+    }
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A small checker for the subset of OpenAPI 3.0 schemas the document uses: $ref (to the same
+// document), allOf, oneOf, type, nullable, enum, required, properties, additionalProperties,
+// items.
+
+void checkSchema(const Json& doc, const Json& schema, const Json& value, const std::string& at,
+                 std::vector<std::string>& problems) {
+  if (schema.contains("$ref")) {
+    const std::string ref = schema["$ref"];
+    if (ref.rfind("#/", 0) != 0 || !doc.contains(Json::json_pointer(ref.substr(1)))) {
+      problems.push_back(at + ": unresolved $ref " + ref);
+      return;
+    }
+    checkSchema(doc, doc.at(Json::json_pointer(ref.substr(1))), value, at, problems);
+    return;
+  }
+  if (value.is_null()) {
+    if (!schema.value("nullable", false)) problems.push_back(at + ": null, but not nullable");
+    return;
+  }
+  for (const Json& part : schema.value("allOf", Json::array())) {
+    checkSchema(doc, part, value, at, problems);
+  }
+  if (schema.contains("oneOf")) {
+    int matched = 0;
+    for (const Json& part : schema["oneOf"]) {
+      std::vector<std::string> sub;
+      checkSchema(doc, part, value, at, sub);
+      matched += sub.empty();
+    }
+    if (matched != 1) problems.push_back(at + ": matches " + std::to_string(matched) + " of oneOf");
+  }
+  const std::string type = schema.value("type", "");
+  bool ok = type.empty() || (type == "string" && value.is_string()) ||
+            (type == "integer" && value.is_number_integer()) ||
+            (type == "number" && value.is_number()) ||
+            (type == "boolean" && value.is_boolean()) || (type == "array" && value.is_array()) ||
+            (type == "object" && value.is_object());
+  if (!ok) {
+    problems.push_back(at + ": expected " + type + ", got " + value.dump());
+    return;
+  }
+  if (schema.contains("enum")) {
+    bool listed = false;
+    for (const Json& e : schema["enum"]) listed |= e == value;
+    if (!listed) {
+      problems.push_back(at + ": " + value.dump() + " is not in " + schema["enum"].dump());
+    }
+  }
+  if (value.is_object()) {
+    for (const Json& name : schema.value("required", Json::array())) {
+      if (!value.contains(name.get<std::string>())) {
+        problems.push_back(at + ": required field '" + name.get<std::string>() + "' is missing");
+      }
+    }
+    const Json properties = schema.value("properties", Json::object());
+    const Json additional = schema.value("additionalProperties", Json(true));
+    for (const auto& [key, item] : value.items()) {
+      if (properties.contains(key)) {
+        checkSchema(doc, properties[key], item, at + "." + key, problems);
+      } else if (additional == Json(false)) {
+        problems.push_back(at + ": field '" + key + "' is not in the schema");
+      } else if (additional.is_object()) {
+        checkSchema(doc, additional, item, at + "." + key, problems);
+      }
+    }
+  }
+  if (value.is_array() && schema.contains("items")) {
+    for (size_t i = 0; i < value.size(); ++i) {
+      checkSchema(doc, schema["items"], value[i], at + "[" + std::to_string(i) + "]", problems);
+    }
+  }
+}
+
+// The JSON schema of the answer `status` to `method path` in `doc` (null when undocumented).
+Json responseSchema(const Json& doc, std::string method, const std::string& path, int status) {
+  for (char& c : method) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  Json::json_pointer op = Json::json_pointer("/paths") / path / method / "responses" /
+                          std::to_string(status);
+  if (!doc.contains(op)) return nullptr;
+  Json response = doc.at(op);
+  if (response.contains("$ref")) {
+    Json::json_pointer shared(response["$ref"].get<std::string>().substr(1));
+    if (!doc.contains(shared)) return nullptr;
+    response = doc.at(shared);
+  }
+  Json::json_pointer schema("/content/application~1json/schema");
+  return response.contains(schema) ? response.at(schema) : Json(nullptr);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct Answer {
+  int status = 0;  // 0: no answer (the message is in `body`)
+  std::string body;
+  std::string content_type;
+  Json json;  // the body parsed (discarded when it is not JSON)
+
+  std::string code() const {
+    return json.is_object() && json.contains("error") && json["error"].is_object()
+               ? json["error"].value("code", "")
+               : "";
+  }
+  std::string message() const {
+    return json.is_object() && json.contains("error") && json["error"].is_object()
+               ? json["error"].value("message", "")
+               : "";
+  }
+};
+
+std::ostream& operator<<(std::ostream& os, const Answer& a) {
+  return os << a.status << " " << a.body.substr(0, 2000);
+}
+
+// What no answer may ever show: a crash, an exception's what(), C++ types.
+const std::vector<std::string> kInternals = {"terminate called", "what():", "std::", "nlohmann",
+                                             "__cxx11", "basic_string", "json.exception"};
+
+// A `cohort server` on 127.0.0.1:0 over a temp directory (data root and job workdir), stopped
+// and removed after each test with every process its jobs left.
+class ServerFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ::signal(SIGPIPE, SIG_IGN);  // a server that hangs up on a request must not end the test
+    char pattern[] = "/tmp/cohort-server-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+    data_root_ = dir_ + "/data";
+    work_ = dir_ + "/work";
+    std::filesystem::create_directories(data_root_);
+    std::filesystem::create_directories(work_);
+    ASSERT_TRUE(startServer());
+  }
+
+  void TearDown() override {
+    if (server_ > 0) stopServer();
+    // Coordinators name the data root; ranks run in the workdir. Only ours match.
+    for (pid_t pid : allPids()) {
+      std::vector<std::string> args = commandLine(pid);
+      bool ours = false;
+      for (const std::string& a : args) ours |= contains(a, dir_);
+      std::error_code ec;
+      auto cwd = std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/cwd", ec);
+      ours |= !ec && cwd.string().rfind(dir_, 0) == 0;
+      if (ours && pid != ::getpid()) ::kill(pid, SIGKILL);
+    }
+    std::error_code ec;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+  }
+
+  // Starts the server on the data root and waits until it printed where it listens (and, on
+  // the first start, the admin token).
+  bool startServer(const std::vector<std::string>& flags = {"--cpus", "4"}) {
+    const std::string out = dir_ + "/server-" + std::to_string(++starts_) + ".out";
+    server_err_ = dir_ + "/server-" + std::to_string(starts_) + ".err";
+    std::vector<std::string> args = {COHORT_BIN, "server", "--listen", "127.0.0.1:0",
+                                     "--data-root", data_root_};
+    args.insert(args.end(), flags.begin(), flags.end());
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    server_ = ::fork();
+    if (server_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a test that crashes takes its server along
+      FILE* o = std::freopen(out.c_str(), "w", stdout);
+      FILE* e = std::freopen(server_err_.c_str(), "w", stderr);
+      if (!o || !e) _exit(126);
+      ::execv(argv[0], argv.data());
+      _exit(127);
+    }
+    const bool first = admin_.empty();
+    bool up = pollUntil(
+        [&] {
+          std::string text = fileText(out);
+          const std::string listening = "listening on http://127.0.0.1:";
+          auto at = text.find(listening);
+          if (at == std::string::npos || text.find('\n', at) == std::string::npos) return false;
+          port_ = std::atoi(text.c_str() + at + listening.size());
+          if (!first) return true;
+          const std::string token = "admin token: ";
+          auto t = text.find(token);
+          auto end = t == std::string::npos ? t : text.find('\n', t);
+          if (end == std::string::npos) return false;
+          admin_ = text.substr(t + token.size(), end - t - token.size());
+          return true;
+        },
+        kDeadline);
+    if (!up || port_ <= 0) {
+      ADD_FAILURE() << "the server did not come up:\n" << fileText(out) << fileText(server_err_);
+      ::kill(server_, SIGKILL);
+      ::waitpid(server_, nullptr, 0);
+      server_ = -1;
+      return false;
+    }
+    return true;
+  }
+
+  // SIGTERM (or `sig`) to the server; waits for it to exit.
+  void stopServer(int sig = SIGTERM) {
+    ::kill(server_, sig);
+    int status = 0;
+    bool gone = pollUntil([&] { return ::waitpid(server_, &status, WNOHANG) == server_; },
+                          kDeadline);
+    if (!gone) {
+      ADD_FAILURE() << "the server did not stop on signal " << sig;
+      ::kill(server_, SIGKILL);
+      ::waitpid(server_, &status, 0);
+    }
+    server_ = -1;
+  }
+
+  Answer call(const std::string& method, const std::string& path, const std::string& token,
+              const std::string& body = "", const std::string& content_type = "application/json") {
+    httplib::Client client("127.0.0.1", port_);
+    client.set_connection_timeout(5);
+    client.set_read_timeout(30);
+    client.set_url_encode(false);  // paths go as written (tests send odd ones on purpose)
+    httplib::Headers headers;
+    if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
+    httplib::Result res = method == "GET"    ? client.Get(path, headers)
+                          : method == "POST" ? client.Post(path, headers, body, content_type)
+                          : method == "PUT"  ? client.Put(path, headers, body, content_type)
+                                             : client.Delete(path, headers, body, content_type);
+    return answerOf(method, path, res);
+  }
+
+  Answer answerOf(const std::string& method, const std::string& path, httplib::Result& res) {
+    Answer a;
+    if (!res) {
+      a.body = "no answer: " + httplib::to_string(res.error());
+      return a;
+    }
+    a.status = res->status;
+    a.body = res->body;
+    a.content_type = res->get_header_value("Content-Type");
+    a.json = Json::parse(a.body, nullptr, false);
+    for (const std::string& marker : kInternals) {
+      EXPECT_FALSE(contains(a.body, marker))
+          << method << " " << path << " shows C++ internals ('" << marker << "'): " << a.body;
+    }
+    if (a.status >= 400) {
+      EXPECT_FALSE(a.code().empty()) << method << " " << path << ": not the error shape: " << a;
+    }
+    return a;
+  }
+
+  Answer get(const std::string& path, const std::string& token) { return call("GET", path, token); }
+  Answer post(const std::string& path, const std::string& token, const Json& body) {
+    return call("POST", path, token, body.dump());
+  }
+
+  // An account made by the admin; returns its token.
+  std::string createAccount(const std::string& name) {
+    Answer a = post("/v1/accounts", admin_, {{"name", name}});
+    EXPECT_EQ(a.status, 201) << a;
+    return a.json.is_object() ? a.json.value("token", "") : "";
+  }
+
+  // A generic job of one cohort-test-rank process with these actions.
+  Json rankJob(const std::string& name, const std::vector<std::string>& actions) const {
+    Json command = Json::array({testRank()});
+    for (const std::string& a : actions) command.push_back(a);
+    return {{"name", name}, {"framework", "generic"}, {"workdir", work_}, {"command", command}};
+  }
+
+  // Submits; returns the job id ("" after a failed expectation).
+  std::string submit(const std::string& token, const Json& job) {
+    Answer a = post("/v1/jobs", token, {{"job", job}});
+    EXPECT_EQ(a.status, 201) << a;
+    return a.status == 201 ? a.json.value("id", "") : "";
+  }
+
+  // Polls the job's record until `until` holds; returns the last record seen.
+  Json waitJob(const std::string& token, const std::string& id,
+               const std::function<bool(const Json&)>& until) {
+    Json record;
+    bool ok = pollUntil(
+        [&] {
+          Answer a = get("/v1/jobs/" + id, token);
+          record = a.json;
+          return a.status == 200 && until(record);
+        },
+        kDeadline);
+    EXPECT_TRUE(ok) << "job " << id << " never reached the state waited for; last: "
+                    << record.dump();
+    return record;
+  }
+
+  static bool isFinal(const Json& r) {
+    const std::string s = r.value("state", "");
+    return s == "succeeded" || s == "failed" || s == "stopped";
+  }
+  static bool isRunning(const Json& r) { return r.value("state", "") == "running"; }
+
+  Json waitFinal(const std::string& token, const std::string& id) {
+    return waitJob(token, id, isFinal);
+  }
+
+  // The served OpenAPI document.
+  Json document() {
+    Answer a = get("/v1/openapi.json", "");
+    EXPECT_EQ(a.status, 200) << a;
+    EXPECT_FALSE(a.json.is_discarded()) << "the document is not JSON";
+    return a.json;
+  }
+
+  // Whether the answer `a` to `method path` matches the document.
+  ::testing::AssertionResult matches(const Json& doc, const std::string& method,
+                                     const std::string& path, int status, const Answer& a) {
+    if (a.status != status) {
+      return ::testing::AssertionFailure() << method << " " << path << ": status " << a;
+    }
+    Json schema = responseSchema(doc, method, path, status);
+    if (schema.is_null()) {
+      return ::testing::AssertionFailure()
+             << method << " " << path << " " << status << " has no JSON schema in the document";
+    }
+    std::vector<std::string> problems;
+    checkSchema(doc, schema, a.json, "body", problems);
+    if (a.json.is_discarded()) problems.push_back("the body is not JSON");
+    if (problems.empty()) return ::testing::AssertionSuccess();
+    auto failure = ::testing::AssertionFailure();
+    failure << method << " " << path << " " << status << " does not match the document:";
+    for (const std::string& p : problems) failure << "\n  " << p;
+    return failure << "\nbody: " << a.body;
+  }
+
+  std::string dir_, data_root_, work_, server_err_;
+  pid_t server_ = -1;
+  int port_ = 0;
+  int starts_ = 0;
+  std::string admin_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The document
+
+using ApiDocument = ServerFixture;
+
+TEST_F(ApiDocument, IsServedWithoutATokenAndEveryOperationIsRouted) {
+  Json doc = document();
+  ASSERT_TRUE(doc.is_object());
+  EXPECT_EQ(doc.value("openapi", ""), "3.0.3");
+  ASSERT_TRUE(doc.contains("paths"));
+  int operations = 0;
+  for (const auto& [path, item] : doc["paths"].items()) {
+    for (const auto& [method, operation] : item.items()) {
+      if (method == "parameters") continue;
+      std::string upper = method;
+      for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      // Placeholders: ids and names that exist nowhere, so every call is harmless.
+      std::string concrete = path;
+      for (const auto& [from, to] :
+           {std::pair<std::string, std::string>{"{id}", path.find("/v1/jobs/") == 0 ? "no-such-job"
+                                                                                    : "999999"},
+            {"{bucket}", "api-probe"},
+            {"{path}", "probe.txt"}}) {
+        for (size_t at; (at = concrete.find(from)) != std::string::npos;) {
+          concrete.replace(at, from.size(), to);
+        }
+      }
+      Answer a = call(upper, concrete, admin_, upper == "POST" || upper == "PUT" ? "{}" : "");
+      ++operations;
+      EXPECT_NE(a.status, 0) << upper << " " << concrete << ": " << a.body;
+      EXPECT_FALSE(a.message().rfind("no such endpoint", 0) == 0)
+          << "documented but not routed: " << upper << " " << path << " (" << a << ")";
+    }
+  }
+  EXPECT_GE(operations, 20);
+  // The check above can tell: an undocumented path is the generic 404.
+  Answer unknown = get("/v1/no-such-thing", admin_);
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_EQ(unknown.message().rfind("no such endpoint", 0), 0u) << unknown;
+}
+
+TEST_F(ApiDocument, AnswersMatchTheDocumentedSchemas) {
+  Json doc = document();
+  ASSERT_TRUE(doc.is_object());
+  Answer created = post("/v1/accounts", admin_, {{"name", "alice"}, {"max_cpus", 2.5}});
+  EXPECT_TRUE(matches(doc, "POST", "/v1/accounts", 201, created));
+  const std::string alice = created.json.value("token", "");
+  createAccount("bob");
+
+  Answer submitted = post("/v1/jobs", alice,
+                          {{"job", rankJob("schema", {"echo=hello", "output-file=model.txt"})}});
+  EXPECT_TRUE(matches(doc, "POST", "/v1/jobs", 201, submitted));
+  const std::string id = submitted.json.value("id", "");
+  const std::string failing = submit(alice, rankJob("schema-fails", {"echo=oops", "exit=3"}));
+  Json record = waitFinal(alice, id);
+  EXPECT_EQ(record.value("state", ""), "succeeded") << record.dump();
+  Json failed = waitFinal(alice, failing);
+  EXPECT_EQ(failed.value("state", ""), "failed");
+  EXPECT_TRUE(failed["root_cause"].is_object()) << failed.dump();
+
+  const std::string job = "/v1/jobs/{id}";
+  EXPECT_TRUE(matches(doc, "GET", job, 200, get("/v1/jobs/" + id, alice)));
+  EXPECT_TRUE(matches(doc, "GET", job, 200, get("/v1/jobs/" + failing, alice)));
+  EXPECT_TRUE(matches(doc, "GET", "/v1/jobs", 200, get("/v1/jobs", alice)));
+  EXPECT_TRUE(matches(doc, "GET", "/v1/jobs", 200,
+                      get("/v1/jobs?state=failed,succeeded&limit=5", admin_)));
+  Answer events = get("/v1/jobs/" + id + "/events", alice);
+  EXPECT_TRUE(matches(doc, "GET", job + "/events", 200, events));
+  EXPECT_GE(events.json.value("events", Json::array()).size(), 3u);
+  Answer ranks = get("/v1/jobs/" + id + "/ranks", alice);
+  EXPECT_TRUE(matches(doc, "GET", job + "/ranks", 200, ranks));
+  EXPECT_EQ(ranks.json.value("ranks", Json::array()).size(), 1u);
+  EXPECT_TRUE(
+      matches(doc, "GET", job + "/ranks", 200, get("/v1/jobs/" + failing + "/ranks", alice)));
+  Answer outputs = get("/v1/jobs/" + id + "/outputs", alice);
+  EXPECT_TRUE(matches(doc, "GET", job + "/outputs", 200, outputs));
+  EXPECT_EQ(outputs.json.value("files", Json::array()).size(), 1u) << outputs;
+  EXPECT_TRUE(
+      matches(doc, "POST", job + "/stop", 202, call("POST", "/v1/jobs/" + id + "/stop", alice)));
+  Answer logs = get("/v1/jobs/" + id + "/logs?rank=0", alice);
+  EXPECT_EQ(logs.status, 200);
+  EXPECT_EQ(logs.body, "hello\n");
+
+  Answer upload = call("PUT", "/v1/store/alice-data/run1/model.txt", alice, "weights",
+                       "application/octet-stream");
+  EXPECT_TRUE(matches(doc, "PUT", "/v1/store/{bucket}/{path}", 201, upload));
+  EXPECT_TRUE(matches(doc, "GET", "/v1/store/{bucket}/{path}", 200,
+                      get("/v1/store/alice-data/run1?list=1", alice)));
+  EXPECT_TRUE(matches(doc, "GET", "/v1/buckets", 200, get("/v1/buckets", alice)));
+  Answer share = post("/v1/shares", alice,
+                      {{"prefix", "store://alice-data/run1"}, {"with", "bob"}, {"access", "read"}});
+  EXPECT_TRUE(matches(doc, "POST", "/v1/shares", 201, share));
+  EXPECT_TRUE(matches(doc, "GET", "/v1/shares", 200, get("/v1/shares", alice)));
+  EXPECT_TRUE(matches(doc, "GET", "/v1/accounts", 200, get("/v1/accounts", admin_)));
+  Answer token = post("/v1/tokens", alice, {{"label", "laptop"}});
+  EXPECT_TRUE(matches(doc, "POST", "/v1/tokens", 201, token));
+  EXPECT_TRUE(matches(doc, "GET", "/v1/tokens", 200, get("/v1/tokens", alice)));
+  EXPECT_TRUE(matches(doc, "GET", "/v1/tokens", 200, get("/v1/tokens", admin_)));
+  EXPECT_TRUE(matches(doc, "GET", "/v1/whoami", 200, get("/v1/whoami", alice)));
+
+  // Errors have the documented shape too.
+  EXPECT_TRUE(matches(doc, "GET", job, 404, get("/v1/jobs/nothing-here", alice)));
+  EXPECT_TRUE(matches(doc, "GET", "/v1/whoami", 401, get("/v1/whoami", "")));
+  EXPECT_TRUE(matches(doc, "GET", "/v1/accounts", 403, get("/v1/accounts", alice)));
+  EXPECT_TRUE(matches(doc, "POST", "/v1/jobs", 400, call("POST", "/v1/jobs", alice, "{")));
+  EXPECT_TRUE(matches(doc, "DELETE", "/v1/tokens/{id}", 404,
+                      call("DELETE", "/v1/tokens/424242", alice)));
+  Answer metrics = get("/metrics", "");
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_TRUE(contains(metrics.body, "cohort_jobs{state=\"succeeded\"}")) << metrics;
+
+  // The checker can fail: a record without its id, or a job with a string for ranks.
+  Answer broken = get("/v1/jobs/" + id, alice);
+  broken.json.erase("id");
+  EXPECT_FALSE(matches(doc, "GET", job, 200, broken));
+  broken.json["id"] = id;
+  broken.json["ranks"] = "1";
+  EXPECT_FALSE(matches(doc, "GET", job, 200, broken));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Isolation between accounts
+
+using ServerIsolation = ServerFixture;
+
+TEST_F(ServerIsolation, AnotherAccountsJobIsNotFoundOnEveryEndpoint) {
+  const std::string alice = createAccount("alice");
+  const std::string bob = createAccount("bob");
+  const std::string name = "alice-private-run";
+  const std::string id = submit(alice, rankJob(name, {"echo=secret", "output-file=model.txt"}));
+  ASSERT_FALSE(id.empty());
+  EXPECT_EQ(waitFinal(alice, id).value("state", ""), "succeeded");
+
+  // Bob's answers for alice's job are those for a job that does not exist.
+  const std::string ghost = "ghost-20000101-000000-abcdef";
+  struct Probe {
+    std::string method, suffix;
+  };
+  const std::vector<Probe> probes = {{"GET", ""},           {"GET", "/events"},
+                                     {"GET", "/ranks"},     {"GET", "/logs"},
+                                     {"GET", "/logs?rank=0"}, {"GET", "/outputs"},
+                                     {"GET", "/outputs/model.txt"}, {"POST", "/stop"},
+                                     {"DELETE", ""}};
+  for (const Probe& p : probes) {
+    Answer theirs = call(p.method, "/v1/jobs/" + id + p.suffix, bob);
+    Answer none = call(p.method, "/v1/jobs/" + ghost + p.suffix, bob);
+    EXPECT_EQ(theirs.status, 404) << p.method << " " << p.suffix << ": " << theirs;
+    EXPECT_EQ(theirs.code(), "not_found") << p.method << " " << p.suffix;
+    std::string body = theirs.body;
+    for (size_t at; (at = body.find(id)) != std::string::npos;) body.replace(at, id.size(), "ID");
+    std::string expected = none.body;
+    for (size_t at; (at = expected.find(ghost)) != std::string::npos;) {
+      expected.replace(at, ghost.size(), "ID");
+    }
+    EXPECT_EQ(body, expected) << p.method << " " << p.suffix;
+    EXPECT_FALSE(contains(body, name)) << p.method << " " << p.suffix << ": " << theirs;
+    EXPECT_FALSE(contains(body, "secret")) << p.method << " " << p.suffix;
+  }
+  // Still there, untouched by bob's stop and delete.
+  EXPECT_EQ(get("/v1/jobs/" + id, alice).status, 200);
+  EXPECT_EQ(get("/v1/jobs/" + id + "/outputs/model.txt", alice).body, "rank 0\n");
+
+  auto listed = [&](const std::string& token) {
+    Answer a = get("/v1/jobs", token);
+    EXPECT_EQ(a.status, 200) << a;
+    for (const Json& j : a.json.value("jobs", Json::array())) {
+      if (j.value("id", "") == id) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(listed(alice));
+  EXPECT_TRUE(listed(admin_));
+  EXPECT_FALSE(listed(bob));
+  EXPECT_FALSE(contains(get("/v1/jobs?state=succeeded", bob).body, name));
+}
+
+TEST_F(ServerIsolation, StoreNeedsAShareAndRevokingItWorksAtOnce) {
+  const std::string alice = createAccount("alice");
+  const std::string bob = createAccount("bob");
+  for (std::string path : {"run1/model.txt", "run10/model.txt", "other/secret.txt"}) {
+    Answer up = call("PUT", "/v1/store/alice-data/" + path, alice, "weights of " + path,
+                     "application/octet-stream");
+    ASSERT_EQ(up.status, 201) << up;
+  }
+  const std::string inside = "/v1/store/alice-data/run1/model.txt";
+  Answer before = get(inside, bob);
+  EXPECT_EQ(before.status, 404) << before;
+  EXPECT_EQ(before.code(), "not_found");
+  EXPECT_FALSE(contains(before.body, "weights"));
+  EXPECT_EQ(get("/v1/store/alice-data?list=1", bob).status, 404);
+
+  Answer share = post("/v1/shares", alice,
+                      {{"prefix", "store://alice-data/run1"}, {"with", "bob"}, {"access", "read"}});
+  ASSERT_EQ(share.status, 201) << share;
+  const int64_t share_id = share.json.value("id", int64_t{0});
+
+  Answer read = get(inside, bob);
+  EXPECT_EQ(read.status, 200) << read;
+  EXPECT_EQ(read.body, "weights of run1/model.txt");
+  EXPECT_EQ(get("/v1/store/alice-data/run1?list=1", bob).status, 200);
+  for (std::string outside :
+       {"/v1/store/alice-data/other/secret.txt", "/v1/store/alice-data/run10/model.txt",
+        "/v1/store/alice-data?list=1", "/v1/store/alice-data/run1/../other/secret.txt"}) {
+    Answer a = get(outside, bob);
+    EXPECT_TRUE(a.status == 404 || a.status == 400) << outside << ": " << a;
+    EXPECT_FALSE(contains(a.body, "weights")) << outside;
+  }
+  Answer write = call("PUT", "/v1/store/alice-data/run1/model.txt", bob, "overwritten",
+                      "application/octet-stream");
+  EXPECT_EQ(write.status, 403) << write;
+  EXPECT_EQ(write.code(), "permission_denied");
+  EXPECT_EQ(get(inside, alice).body, "weights of run1/model.txt");
+  // Bob sees the share but cannot revoke it; alice can.
+  EXPECT_TRUE(contains(get("/v1/shares", bob).body, "store://alice-data/run1"));
+  EXPECT_EQ(call("DELETE", "/v1/shares/" + std::to_string(share_id), bob).status, 403);
+
+  Answer revoked = call("DELETE", "/v1/shares/" + std::to_string(share_id), alice);
+  EXPECT_EQ(revoked.status, 204) << revoked;
+  Answer after = get(inside, bob);
+  EXPECT_EQ(after.status, 404) << after;
+  EXPECT_FALSE(contains(after.body, "weights"));
+}
+
+TEST_F(ServerIsolation, JobInputFromAnotherAccountsBucketNeedsAShare) {
+  const std::string alice = createAccount("alice");
+  const std::string bob = createAccount("bob");
+  ASSERT_EQ(call("PUT", "/v1/store/alice-data/run1/model.txt", alice, "weights",
+                 "application/octet-stream").status, 201);
+  Json job = rankJob("bob-reads", {"work-file=model.txt"});
+  job["inputs"] = Json::array({{{"source", "store://alice-data/run1/model.txt"},
+                                {"target", "model.txt"}}});
+  Answer refused = post("/v1/jobs", bob, {{"job", job}});
+  EXPECT_EQ(refused.status, 404) << refused;
+  EXPECT_EQ(refused.code(), "not_found");
+  EXPECT_TRUE(contains(refused.message(), "inputs[0]")) << refused;
+
+  ASSERT_EQ(post("/v1/shares", alice,
+                 {{"prefix", "store://alice-data/run1"}, {"with", "bob"}, {"access", "read"}})
+                .status, 201);
+  const std::string id = submit(bob, job);
+  ASSERT_FALSE(id.empty());
+  Json record = waitFinal(bob, id);
+  EXPECT_EQ(record.value("state", ""), "succeeded") << record.dump();
+}
+
+TEST_F(ServerIsolation, TokensBelongToTheirAccountAndRevokingOneWorksAtOnce) {
+  const std::string alice = createAccount("alice");
+  const std::string bob = createAccount("bob");
+  Answer made = post("/v1/tokens", alice, {{"label", "laptop"}});
+  ASSERT_EQ(made.status, 201) << made;
+  const std::string laptop = made.json.value("token", "");
+  const std::string token_id = std::to_string(made.json.value("id", int64_t{0}));
+  EXPECT_EQ(get("/v1/whoami", laptop).json.value("account", ""), "alice");
+  EXPECT_FALSE(contains(get("/v1/tokens", bob).body, "laptop"));
+
+  Answer stolen = call("DELETE", "/v1/tokens/" + token_id, bob);
+  EXPECT_EQ(stolen.status, 404) << stolen;
+  EXPECT_EQ(stolen.code(), "not_found");
+  EXPECT_EQ(get("/v1/whoami", laptop).status, 200);
+  // Bob may not make tokens for alice either.
+  EXPECT_EQ(post("/v1/tokens", bob, {{"label", "x"}, {"account", "alice"}}).status, 403);
+
+  EXPECT_EQ(call("DELETE", "/v1/tokens/" + token_id, alice).status, 204);
+  Answer gone = get("/v1/whoami", laptop);
+  EXPECT_EQ(gone.status, 401) << gone;
+  EXPECT_EQ(gone.code(), "unauthenticated");
+  EXPECT_EQ(get("/v1/whoami", alice).status, 200);
+  EXPECT_EQ(get("/v1/whoami", "").status, 401);
+  EXPECT_EQ(get("/v1/whoami", "cohort_0000").status, 401);
+}
+
+TEST_F(ServerIsolation, OnlyAnAdminManagesAccounts) {
+  const std::string alice = createAccount("alice");
+  Answer made = post("/v1/accounts", alice, {{"name", "mallory"}, {"admin", true}});
+  EXPECT_EQ(made.status, 403) << made;
+  EXPECT_EQ(made.code(), "permission_denied");
+  EXPECT_EQ(get("/v1/accounts", alice).status, 403);
+  Answer taken = post("/v1/accounts", admin_, {{"name", "alice"}});
+  EXPECT_EQ(taken.status, 409) << taken;
+  EXPECT_FALSE(contains(get("/v1/accounts", admin_).body, "mallory"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile and broken requests
+
+using ServerRobustness = ServerFixture;
+
+TEST_F(ServerRobustness, MalformedJsonIsAnInvalidArgument) {
+  for (std::string body : {"{", "not json", "", "[1, 2]", "{\"job\": ", "\"text\""}) {
+    Answer a = call("POST", "/v1/jobs", admin_, body);
+    EXPECT_EQ(a.status, 400) << body << ": " << a;
+    EXPECT_EQ(a.code(), "invalid_argument") << body;
+  }
+}
+
+TEST_F(ServerRobustness, BodyOverFourMebibytesIsTooLarge) {
+  const std::string big = "{\"job\": {\"name\": \"" + std::string(5 << 20, 'x') + "\"}}";
+  Answer a = call("POST", "/v1/jobs", admin_, big);
+  EXPECT_EQ(a.status, 413) << a;
+  EXPECT_EQ(a.code(), "too_large");
+  // Sent chunked, without a Content-Length.
+  httplib::Client client("127.0.0.1", port_);
+  client.set_read_timeout(30);
+  httplib::Headers headers = {{"Authorization", "Bearer " + admin_}};
+  httplib::Result res = client.Post(
+      "/v1/accounts", headers,
+      [&big](size_t offset, httplib::DataSink& sink) {
+        if (offset < big.size()) {
+          sink.write(big.data() + offset, std::min<size_t>(1 << 16, big.size() - offset));
+        } else {
+          sink.done();
+        }
+        return true;
+      },
+      "application/json");
+  Answer chunked = answerOf("POST", "/v1/accounts", res);
+  EXPECT_EQ(chunked.status, 413) << chunked;
+  EXPECT_EQ(chunked.code(), "too_large");
+  EXPECT_EQ(get("/v1/whoami", admin_).status, 200);
+}
+
+TEST_F(ServerRobustness, UnknownFieldsAreRefusedByName) {
+  Answer top = post("/v1/jobs", admin_, {{"job", rankJob("x", {})}, {"prio", 1}});
+  EXPECT_EQ(top.status, 400) << top;
+  EXPECT_TRUE(contains(top.message(), "'prio'")) << top;
+  Json job = rankJob("x", {});
+  job["comand"] = "echo";
+  Answer inner = post("/v1/jobs", admin_, {{"job", job}});
+  EXPECT_EQ(inner.status, 400) << inner;
+  EXPECT_TRUE(contains(inner.message(), "comand")) << inner;
+  Answer share =
+      post("/v1/shares", admin_, {{"prefix", "store://b/x"}, {"with", "x"}, {"mode", "r"}});
+  EXPECT_EQ(share.status, 400) << share;
+  EXPECT_TRUE(contains(share.message(), "'mode'")) << share;
+  Answer account = post("/v1/accounts", admin_, {{"name", "carol"}, {"quota", 3}});
+  EXPECT_EQ(account.status, 400) << account;
+  EXPECT_TRUE(contains(account.message(), "'quota'")) << account;
+}
+
+TEST_F(ServerRobustness, JobWithoutACommandOrWithARelativeWorkdirIsRefused) {
+  Json job = rankJob("x", {});
+  job.erase("command");
+  Answer missing = post("/v1/jobs", admin_, {{"job", job}});
+  EXPECT_EQ(missing.status, 400) << missing;
+  EXPECT_EQ(missing.code(), "invalid_argument");
+  EXPECT_TRUE(contains(missing.message(), "command")) << missing;
+
+  for (std::string workdir : {"work", ".", "../tmp", ""}) {
+    Json relative = rankJob("x", {});
+    relative["workdir"] = workdir;
+    Answer a = post("/v1/jobs", admin_, {{"job", relative}});
+    EXPECT_EQ(a.status, 400) << "workdir '" << workdir << "': " << a;
+    EXPECT_TRUE(contains(a.message(), "workdir")) << a;
+  }
+  EXPECT_TRUE(contains(get("/v1/jobs", admin_).body, "\"jobs\":[]"));
+}
+
+TEST_F(ServerRobustness, WrongTypesAndBadParametersAnswer4xxWithoutInternals) {
+  const std::string alice = createAccount("alice");
+  struct Bad {
+    std::string method, path, body;
+  };
+  Json wrong_roles = rankJob("x", {});
+  wrong_roles["roles"] = {{"worker", {{"nodes", "many"}}}};
+  Json greedy = rankJob("x", {});
+  greedy["roles"] = {{"worker", {{"nodes", 1}, {"procs_per_node", 64}}}};
+  Json traversal = rankJob("x", {});
+  traversal["outputs"] = Json::array({{{"source", "m"}, {"target", "store://../x"}}});
+  Json local_root = rankJob("x", {});
+  local_root["inputs"] = Json::array({{{"source", data_root_ + "/server/cohort.db"},
+                                       {"target", "db"}}});
+  const std::vector<Bad> bad = {
+      {"POST", "/v1/jobs", Json({{"job", wrong_roles}}).dump()},
+      {"POST", "/v1/jobs", Json({{"job", greedy}}).dump()},
+      {"POST", "/v1/jobs", Json({{"job", traversal}}).dump()},
+      {"POST", "/v1/jobs", Json({{"job", local_root}}).dump()},
+      {"POST", "/v1/jobs", R"({"job": [1, 2]})"},
+      {"POST", "/v1/jobs", R"({"job": "name: x"})"},
+      {"POST", "/v1/jobs", Json({{"job", rankJob("x", {})}, {"priority", "high"}}).dump()},
+      {"POST", "/v1/jobs", Json({{"job", rankJob("x", {})}, {"priority", 1e30}}).dump()},
+      {"POST", "/v1/jobs", Json({{"job", rankJob("x", {})}, {"priority", 1.5}}).dump()},
+      {"POST", "/v1/jobs", R"({"job": {}, "priority": 18446744073709551615})"},
+      {"POST", "/v1/accounts", R"({"name": "carol", "max_gpus": 1e300})"},
+      {"POST", "/v1/jobs", std::string(100000, '[')},
+      {"POST", "/v1/jobs", "{\"job\": {\"name\": \"\xff\xfe\"}}"},
+      {"POST", "/v1/accounts", R"({"name": "Bad Name!"})"},
+      {"POST", "/v1/accounts", R"({"name": "carol", "max_gpus": "x"})"},
+      {"POST", "/v1/accounts", R"({"name": 7})"},
+      {"POST", "/v1/shares", R"({"prefix": 5, "with": "alice"})"},
+      {"POST", "/v1/shares", R"({"prefix": "store://no-bucket/x", "with": "alice",
+                                 "access": "all"})"},
+      {"POST", "/v1/shares", R"({"prefix": "/etc", "with": "alice"})"},
+      {"POST", "/v1/tokens", R"({"label": {"a": 1}})"},
+      {"GET", "/v1/jobs?limit=abc", ""},
+      {"GET", "/v1/jobs?limit=-1", ""},
+      {"GET", "/v1/jobs/x/logs?rank=abc", ""},
+      {"GET", "/v1/jobs/x/logs?offset=-5", ""},
+      {"DELETE", "/v1/shares/99999999999999999999999", ""},
+      {"DELETE", "/v1/tokens/99999999999999999999999", ""},
+      {"GET", "/v1/store/..", ""},
+      {"GET", "/v1/store/UPPER/x", ""},
+      {"GET", "/v1/store/a/%00", ""},
+      {"PUT", "/v1/store/alice-data", "x"},
+      {"PUT", "/v1/store/alice-data/../../server/cohort.db", "x"},
+  };
+  for (const Bad& b : bad) {
+    Answer a = call(b.method, b.path, alice, b.body);
+    const std::string what = b.method + " " + b.path + " " + b.body.substr(0, 200);
+    EXPECT_GE(a.status, 400) << what << ": " << a;
+    EXPECT_LT(a.status, 500) << what << ": " << a;
+  }
+  EXPECT_EQ(get("/v1/whoami", alice).status, 200);
+  EXPECT_TRUE(contains(get("/v1/jobs", alice).body, "\"jobs\":[]"));
+  EXPECT_TRUE(std::filesystem::exists(data_root_ + "/server/cohort.db"));
+}
+
+TEST_F(ServerRobustness, OutputPathsCannotLeaveTheOutputDirectory) {
+  const std::string alice = createAccount("alice");
+  Json job = {{"name", "links"},
+              {"framework", "generic"},
+              {"workdir", work_},
+              {"command", {"sh", "-c",
+                           "ln -s /etc/passwd \"$COHORT_OUTPUT_DIR/leak\" && "
+                           "ln -s .. \"$COHORT_OUTPUT_DIR/up\" && "
+                           "echo ok > \"$COHORT_OUTPUT_DIR/ok.txt\""}}};
+  const std::string id = submit(alice, job);
+  ASSERT_FALSE(id.empty());
+  ASSERT_EQ(waitFinal(alice, id).value("state", ""), "succeeded");
+  const std::string base = "/v1/jobs/" + id + "/outputs";
+  Answer ok = get(base + "/ok.txt", alice);
+  EXPECT_EQ(ok.status, 200) << ok;
+  EXPECT_EQ(ok.body, "ok\n");
+  Answer list = get(base, alice);
+  EXPECT_EQ(list.status, 200);
+  EXPECT_FALSE(contains(list.body, "leak")) << list;
+  const std::string job_json = fileText(data_root_ + "/jobs/" + id + "/job.json");
+  ASSERT_FALSE(job_json.empty());
+  for (std::string path :
+       {"/../job.json", "/%2e%2e%2fjob.json", "/%2E%2E/job.json", "/..%2fjob.json",
+        "/ok.txt/../../job.json", "//etc/passwd", "/%2Fetc%2Fpasswd", "/leak", "/up/job.json",
+        "/up/console.log", "/./../job.json", "/..", "/%2e%2e", "/up/output/../job.json"}) {
+    Answer a = get(base + path, alice);
+    EXPECT_TRUE(a.status == 400 || a.status == 404) << path << ": " << a;
+    EXPECT_FALSE(contains(a.body, "root:")) << path;
+    EXPECT_FALSE(contains(a.body, job_json.substr(0, 40))) << path;
+    EXPECT_FALSE(contains(a.body, "cohort: job")) << path;
+  }
+}
+
+// A raw client: sends `request`, reads until `want` arrived (or 10 s), and hangs up.
+std::string hangUpAfter(int port, const std::string& request, const std::string& want) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string got;
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    if (fd >= 0) ::close(fd);
+    return got;
+  }
+  timeval timeout{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+      static_cast<ssize_t>(request.size())) {
+    char buf[4096];
+    while (!contains(got, want)) {
+      ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+  }
+  ::close(fd);
+  return got;
+}
+
+TEST_F(ServerRobustness, LogFollowersThatHangUpDoNotHoldTheServer) {
+  // Few HTTP threads: followers that stayed attached would leave none for other requests.
+  stopServer();
+  ASSERT_TRUE(startServer({"--cpus", "4", "--threads", "3"}));
+  const std::string id = submit(admin_, rankJob("quiet", {"echo=before", "sleep=3", "echo=after"}));
+  ASSERT_FALSE(id.empty());
+  waitJob(admin_, id, isRunning);
+  const std::string request = "GET /v1/jobs/" + id + "/logs?follow=1 HTTP/1.1\r\nHost: x\r\n"
+                              "Authorization: Bearer " + admin_ + "\r\n\r\n";
+  for (int i = 0; i < 6; ++i) {
+    std::string got = hangUpAfter(port_, request, "before");
+    ASSERT_TRUE(contains(got, "before")) << "follower " << i << " got: " << got;
+  }
+  // Served while the job still runs: the followers' threads are free again.
+  EXPECT_EQ(get("/v1/whoami", admin_).status, 200);
+  Answer record = get("/v1/jobs/" + id, admin_);
+  EXPECT_EQ(record.json.value("state", ""), "running")
+      << "the server answered only after the job ended: hung-up followers held its threads";
+
+  // A follower that stays gets every line until the job ends.
+  Answer followed = get("/v1/jobs/" + id + "/logs?follow=1&rank=0", admin_);
+  EXPECT_EQ(followed.status, 200);
+  EXPECT_EQ(followed.body, "before\nafter\n");
+  Json done = waitFinal(admin_, id);
+  EXPECT_EQ(done.value("state", ""), "succeeded");
+  EXPECT_EQ(done.value("exit_code", -1), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The server dies under its jobs
+
+using ServerRecovery = ServerFixture;
+
+TEST_F(ServerRecovery, RunningJobFinishesAfterTheServerIsKilled) {
+  const std::string id =
+      submit(admin_, rankJob("survivor", {"echo=before", "sleep=2", "echo=after"}));
+  ASSERT_FALSE(id.empty());
+  waitJob(admin_, id, isRunning);
+  stopServer(SIGKILL);
+  const std::string console = data_root_ + "/jobs/" + id + "/console.log";
+  EXPECT_FALSE(contains(fileText(console), "after")) << "the job ended before the kill";
+  ASSERT_TRUE(startServer());
+
+  Json record = waitFinal(admin_, id);
+  EXPECT_EQ(record.value("state", ""), "succeeded") << record.dump();
+  EXPECT_EQ(record["exit_code"], Json(0));
+  EXPECT_TRUE(record["started"].is_string()) << record.dump();
+  EXPECT_TRUE(record["ended"].is_string()) << record.dump();
+  Answer events = get("/v1/jobs/" + id + "/events", admin_);
+  Json last_state;
+  for (const Json& e : events.json.value("events", Json::array())) {
+    if (e.value("event", "") == "state") last_state = e;
+  }
+  EXPECT_EQ(last_state.value("state", ""), "succeeded") << events;
+  Answer logs = get("/v1/jobs/" + id + "/logs", admin_);
+  EXPECT_TRUE(contains(logs.body, "before")) << logs;
+  EXPECT_TRUE(contains(logs.body, "after")) << logs;
+  EXPECT_EQ(get("/v1/jobs/" + id + "/logs?rank=0", admin_).body, "before\nafter\n");
+}
+
+TEST_F(ServerRecovery, JobWhoseCoordinatorDiedWithTheServerIsLost) {
+  const std::string pids = work_ + "/rank.pids";
+  const std::string id = submit(admin_, rankJob("orphan", {"pidfile=" + pids, "sleep=20"}));
+  ASSERT_FALSE(id.empty());
+  waitJob(admin_, id, isRunning);
+  pid_t coordinator = 0;
+  ASSERT_TRUE(pollUntil([&] { return (coordinator = coordinatorOf(id)) > 0; }, kDeadline));
+  stopServer(SIGKILL);
+  ::kill(coordinator, SIGKILL);
+  EXPECT_TRUE(pollUntil([&] { return processGone(coordinator); }, kDeadline));
+  for (pid_t rank : readPids(pids)) ::kill(rank, SIGKILL);
+  ASSERT_TRUE(startServer());
+
+  Json record = waitFinal(admin_, id);
+  EXPECT_EQ(record.value("state", ""), "failed") << record.dump();
+  EXPECT_EQ(record.value("reason", "").rfind("lost", 0), 0u) << record.dump();
+  EXPECT_TRUE(record["ended"].is_string());
+  Answer events = get("/v1/jobs/" + id + "/events", admin_);
+  EXPECT_TRUE(contains(events.body, "\"state\":\"failed\"")) << events;
+}
+
+TEST_F(ServerRecovery, QueuedJobStaysQueuedAcrossARestartAndThenRuns) {
+  stopServer();
+  ASSERT_TRUE(startServer({"--cpus", "1"}));
+  const std::string first = submit(admin_, rankJob("first", {"sleep=3", "echo=first"}));
+  ASSERT_FALSE(first.empty());
+  waitJob(admin_, first, isRunning);
+  const std::string second = submit(admin_, rankJob("second", {"echo=second"}));
+  ASSERT_FALSE(second.empty());
+  waitJob(admin_, second, [](const Json& r) {
+    // "reserved": next to start, once the first job gives the CPU back.
+    return r.value("state", "") == "queued" && r["waiting"].is_object() &&
+           r["waiting"].value("kind", "") == "reserved";
+  });
+
+  stopServer();
+  ASSERT_TRUE(startServer({"--cpus", "1"}));
+  Json after = get("/v1/jobs/" + second, admin_).json;
+  EXPECT_EQ(after.value("state", ""), "queued") << after.dump();
+  Json one = waitFinal(admin_, first);
+  Json two = waitFinal(admin_, second);
+  EXPECT_EQ(one.value("state", ""), "succeeded") << one.dump();
+  EXPECT_EQ(two.value("state", ""), "succeeded") << two.dump();
+  ASSERT_TRUE(one["ended"].is_string() && two["started"].is_string());
+  EXPECT_GE(two["started"].get<std::string>(), one["ended"].get<std::string>())
+      << "the second job started while the first held the only CPU";
+  EXPECT_EQ(get("/v1/jobs/" + second + "/logs?rank=0", admin_).body, "second\n");
+}
+
+}  // namespace
+}  // namespace cohort::testing
