@@ -191,6 +191,51 @@ Result<void> JobService::reconcile() {
   return {};
 }
 
+// The job's data: store:// locations the caller may read (inputs) or write (outputs), local
+// inputs outside the server's data root. Checked at submission and again at the start, so that
+// a share revoked in between stops the job from reading through it.
+Result<void> JobService::checkData(const Caller& caller, const spec::JobSpec& spec,
+                                   const std::string& job_id) {
+  const std::string root = options_.data_root + "/";
+  for (size_t i = 0; i < spec.inputs.size(); ++i) {
+    std::string field = "inputs[" + std::to_string(i) + "].source";
+    auto where = storage::parseLocation(spec.inputs[i].source);
+    if (!where) return withContext(where.error(), field);
+    if (where->kind == storage::Location::Kind::kStore) {
+      auto ok = checkStoreAccess(store_, caller, where->bucket, where->key, Access::kRead, false);
+      if (!ok) return withContext(ok.error(), field);
+      continue;
+    }
+    const std::string& path = where->path;
+    if (path.empty() || path[0] != '/') {
+      return fail(Code::kInvalidArgument, field + ": must be store://... or an absolute path on "
+                                                  "the server's machine, got '" + path + "'");
+    }
+    if ((path + "/").rfind(root, 0) == 0) {
+      return fail(Code::kInvalidArgument,
+                  field + ": '" + path + "' is inside the server's data root; use store://");
+    }
+    struct stat st{};
+    if (::stat(path.c_str(), &st) != 0) {
+      return fail(Code::kInvalidArgument, field + ": '" + path + "' does not exist");
+    }
+  }
+  for (size_t i = 0; i < spec.outputs.size(); ++i) {
+    std::string field = "outputs[" + std::to_string(i) + "].target";
+    auto where = storage::parseLocation(expand(spec.outputs[i].target, job_id, spec.name));
+    if (!where) return withContext(where.error(), field);
+    if (where->kind != storage::Location::Kind::kStore) {
+      return fail(Code::kInvalidArgument,
+                  field + ": a server job writes its outputs to store://bucket/path (its "
+                          "output/ directory can always be downloaded with cohort outputs)");
+    }
+    auto ok = checkStoreAccess(store_, caller, where->bucket, where->key, Access::kWrite, true);
+    if (!ok) return withContext(ok.error(), field);
+  }
+
+  return {};
+}
+
 Result<store::Job> JobService::submit(const Caller& caller, const std::string& job_file,
                                       int priority) {
   COHORT_ASSIGN(spec::JobSpec spec, spec::parseJobFile(job_file, "job"));
@@ -227,43 +272,7 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
   job.cpu_millis = static_cast<int64_t>(std::llround(cpus * 1000));
   if (spec.policy.max_runtime) job.max_runtime_ms = spec.policy.max_runtime->count();
 
-  // Data: store:// with the caller's access; local inputs outside the server's data root.
-  const std::string root = options_.data_root + "/";
-  for (size_t i = 0; i < spec.inputs.size(); ++i) {
-    std::string field = "inputs[" + std::to_string(i) + "].source";
-    auto where = storage::parseLocation(spec.inputs[i].source);
-    if (!where) return withContext(where.error(), field);
-    if (where->kind == storage::Location::Kind::kStore) {
-      auto ok = checkStoreAccess(store_, caller, where->bucket, where->key, Access::kRead, false);
-      if (!ok) return withContext(ok.error(), field);
-      continue;
-    }
-    const std::string& path = where->path;
-    if (path.empty() || path[0] != '/') {
-      return fail(Code::kInvalidArgument, field + ": must be store://... or an absolute path on "
-                                                  "the server's machine, got '" + path + "'");
-    }
-    if ((path + "/").rfind(root, 0) == 0) {
-      return fail(Code::kInvalidArgument,
-                  field + ": '" + path + "' is inside the server's data root; use store://");
-    }
-    struct stat st{};
-    if (::stat(path.c_str(), &st) != 0) {
-      return fail(Code::kInvalidArgument, field + ": '" + path + "' does not exist");
-    }
-  }
-  for (size_t i = 0; i < spec.outputs.size(); ++i) {
-    std::string field = "outputs[" + std::to_string(i) + "].target";
-    auto where = storage::parseLocation(expand(spec.outputs[i].target, job.id, spec.name));
-    if (!where) return withContext(where.error(), field);
-    if (where->kind != storage::Location::Kind::kStore) {
-      return fail(Code::kInvalidArgument,
-                  field + ": a server job writes its outputs to store://bucket/path (its "
-                          "output/ directory can always be downloaded with cohort outputs)");
-    }
-    auto ok = checkStoreAccess(store_, caller, where->bucket, where->key, Access::kWrite, true);
-    if (!ok) return withContext(ok.error(), field);
-  }
+  COHORT_TRY(checkData(caller, spec, job.id));
 
   // A job that can never start is refused now rather than queued forever.
   const sched::Resources need{job.cpu_millis, job.memory_bytes, job.gpus};
@@ -469,8 +478,20 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
     running_.erase(job.id);
     dirty_ = true;
     COHORT_TRY(store_.updateJob(job));
+    Json event = {{"event", "state"}, {"state", "failed"}, {"reason", job.reason},
+                  {"t", job.ended}, {"time", isoTime(job.ended)}};
+    COHORT_TRY(store_.appendEvents(job.id, {{0, job.ended, event.dump()}}));
     return tl::unexpected<Error>(e);
   };
+  {
+    auto spec = spec::parseJobFile(job.spec_json, "job");
+    if (!spec) return failed(spec.error());
+    auto account = store_.account(job.account);
+    if (!account) return failed(account.error());
+    if (auto data = checkData({account->name, account->admin}, *spec, job.id); !data) {
+      return failed(data.error());
+    }
+  }
   if (::mkdir(job.job_dir.c_str(), 0755) != 0) return failed(failErrno("create " + job.job_dir).value());
   const std::string job_file = job.job_dir + "/job.json";
   if (auto w = writeFileAtomic(job_file, job.spec_json, false); !w) return failed(w.error());

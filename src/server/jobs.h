@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "sched/scheduler.h"
+#include "spec/job_spec.h"
 #include "server/access.h"
 #include "server/metrics.h"
 #include "store/job_store.h"
@@ -79,6 +80,8 @@ class JobService {
   struct Supervised;  // a started job the loop follows
   JobService(store::JobStore& store, JobServiceOptions options, const sched::Clock& clock);
 
+  Result<void> checkData(const Caller& caller, const spec::JobSpec& spec,
+                         const std::string& job_id);
   Result<void> reconcile();
   void loop();
   void schedulePass();

@@ -676,6 +676,36 @@ TEST_F(ServerIsolation, JobInputFromAnotherAccountsBucketNeedsAShare) {
   EXPECT_EQ(record.value("state", ""), "succeeded") << record.dump();
 }
 
+TEST_F(ServerIsolation, AShareRevokedWhileTheJobWaitsStopsItFromStarting) {
+  stopServer();
+  ASSERT_TRUE(startServer({"--cpus", "1"}));
+  const std::string alice = createAccount("alice");
+  const std::string bob = createAccount("bob");
+  ASSERT_EQ(call("PUT", "/v1/store/alice-data/run1/model.txt", alice, "weights",
+                 "application/octet-stream").status, 201);
+  Answer share = post("/v1/shares", alice,
+                      {{"prefix", "store://alice-data/run1"}, {"with", "bob"}, {"access", "read"}});
+  ASSERT_EQ(share.status, 201) << share;
+  // Bob's job waits behind a job that holds the only CPU.
+  const std::string first = submit(bob, rankJob("first", {"sleep=30"}));
+  waitJob(bob, first, isRunning);
+  Json job = rankJob("bob-reads", {"work-file=model.txt"});
+  job["inputs"] = Json::array({{{"source", "store://alice-data/run1/model.txt"},
+                                {"target", "model.txt"}}});
+  const std::string id = submit(bob, job);
+  ASSERT_FALSE(id.empty());
+
+  EXPECT_EQ(call("DELETE", "/v1/shares/" + std::to_string(share.json.value("id", 0)), alice)
+                .status,
+            204);
+  EXPECT_EQ(post("/v1/jobs/" + first + "/stop", bob, Json::object()).status, 202);
+  Json record = waitFinal(bob, id);
+  EXPECT_EQ(record.value("state", ""), "failed") << record.dump();
+  EXPECT_TRUE(contains(record.value("reason", ""), "could not start: inputs[0].source"))
+      << record.dump();
+  EXPECT_TRUE(record["started"].is_string()) << record.dump();
+}
+
 TEST_F(ServerIsolation, TokensBelongToTheirAccountAndRevokingOneWorksAtOnce) {
   const std::string alice = createAccount("alice");
   const std::string bob = createAccount("bob");
@@ -711,6 +741,63 @@ TEST_F(ServerIsolation, OnlyAnAdminManagesAccounts) {
   Answer taken = post("/v1/accounts", admin_, {{"name", "alice"}});
   EXPECT_EQ(taken.status, 409) << taken;
   EXPECT_FALSE(contains(get("/v1/accounts", admin_).body, "mallory"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Metrics
+
+// The value of the sample `name` (labels included, as written) in Prometheus text; -1 if absent.
+double sample(const std::string& text, const std::string& name) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
+  }
+  return -1;
+}
+
+using ServerMetrics = ServerFixture;
+
+TEST_F(ServerMetrics, CountJobsTheQueueSchedulingPassesAndRequests) {
+  stopServer();
+  ASSERT_TRUE(startServer({"--cpus", "1"}));
+  const std::string running = submit(admin_, rankJob("long", {"sleep=30"}));
+  waitJob(admin_, running, isRunning);
+  const std::string queued = submit(admin_, rankJob("behind", {"exit=0"}));
+  EXPECT_EQ(get("/v1/jobs/no-such-job", admin_).status, 404);
+  waitJob(admin_, queued, [](const Json& r) {
+    return r["waiting"].is_object() && r["waiting"].value("kind", "") == "reserved";
+  });
+
+  Answer m = get("/metrics", "");
+  ASSERT_EQ(m.status, 200);
+  EXPECT_TRUE(contains(m.content_type, "text/plain")) << m.content_type;
+  EXPECT_EQ(sample(m.body, "cohort_jobs{state=\"running\"}"), 1) << m.body;
+  EXPECT_EQ(sample(m.body, "cohort_jobs{state=\"queued\"}"), 1) << m.body;
+  EXPECT_EQ(sample(m.body, "cohort_queue_length"), 1) << m.body;
+  EXPECT_GE(sample(m.body, "cohort_schedule_seconds_count"), 2) << m.body;
+  EXPECT_EQ(sample(m.body, "cohort_http_requests_total{method=\"POST\",route=\"/v1/jobs\","
+                           "status=\"201\"}"),
+            2)
+      << m.body;
+  EXPECT_GE(sample(m.body, "cohort_http_requests_total{method=\"GET\",route=\"/v1/jobs/{id}\","
+                           "status=\"404\"}"),
+            1)
+      << m.body;
+  EXPECT_GE(sample(m.body, "cohort_http_request_duration_seconds_count{route=\"/v1/jobs\"}"), 2)
+      << m.body;
+  // Every line is a comment or `name{labels} value`.
+  std::istringstream in(m.body);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    size_t space = line.rfind(' ');
+    ASSERT_NE(space, std::string::npos) << line;
+    std::string value = line.substr(space + 1);
+    char* end = nullptr;
+    std::strtod(value.c_str(), &end);
+    EXPECT_TRUE(*end == '\0' && !value.empty()) << "not a sample: " << line;
+  }
+  EXPECT_EQ(post("/v1/jobs/" + running + "/stop", admin_, Json::object()).status, 202);
+  waitFinal(admin_, queued);
 }
 
 // ---------------------------------------------------------------------------------------------
