@@ -277,9 +277,11 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
   // A job that can never start is refused now rather than queued forever.
   const sched::Resources need{job.cpu_millis, job.memory_bytes, job.gpus};
   if (!need.fitsIn(options_.capacity)) {
-    return fail(Code::kInvalidArgument, "roles: the job needs " + sched::describe(need) +
-                                            " at once; this server has " +
-                                            sched::describe(options_.capacity) + " in all");
+    return fail(Code::kInvalidArgument,
+                "roles: the job needs " + sched::describe(need) + " at once (each rank takes "
+                "its role's resources, 1 CPU unless resources.cpus says less); this server has " +
+                    sched::describe(options_.capacity) +
+                    " in all (its --cpus, --memory and --gpus set what it hands out)");
   }
   COHORT_ASSIGN(store::Account account, store_.account(caller.account));
   if ((account.max_gpus && need.gpus > *account.max_gpus) ||

@@ -43,6 +43,28 @@ TEST(RealPyTorch, TorchrunModeOneTorchrunPerNode) {
   EXPECT_NE(r.out.find("[torchrun/node1 node1]"), std::string::npos) << r.out;
 }
 
+TEST(RealPyTorch, DdpExampleTrainsThroughTheServer) {
+  REQUIRE(kTorch, "Debian's python3-torch and python3-sklearn are not installed");
+  std::string why;
+  // 4 ranks of 1 CPU each, on any machine.
+  auto server = startServer(&why, {"--cpus", "4"});
+  ASSERT_TRUE(server) << why;
+  const std::vector<std::string> env = {"COHORT_SERVER=" + server->url(),
+                                        "COHORT_TOKEN=" + server->adminToken()};
+  CohortProcess submit({"submit", "-f", sourceDir() + "/examples/pytorch/ddp.yaml", "--wait"},
+                       env);
+  RunResult s = submit.wait(300s);
+  ASSERT_EQ(s.exit_code, 0) << s.out << s.err;
+  const std::string id = s.out.substr(0, s.out.find('\n'));
+  CohortProcess logs({"logs", id}, env);
+  RunResult l = logs.wait(60s);
+  ASSERT_EQ(l.exit_code, 0) << l.err;
+  expectDdpTrained(l);
+  CohortProcess outputs({"outputs", id}, env);
+  RunResult o = outputs.wait(60s);
+  EXPECT_NE(o.out.find("model.pt"), std::string::npos) << o.out << o.err;
+}
+
 TEST(RealPyTorch, SpawnModeGetsTheBootFileArguments) {
   REQUIRE(kTorch, "Debian's python3-torch and python3-sklearn are not installed");
   std::string root = tempDir();

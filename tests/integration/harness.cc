@@ -125,7 +125,8 @@ bool serverBuilt() {
   return built;
 }
 
-std::unique_ptr<ServerProcess> startServer(std::string* why) {
+std::unique_ptr<ServerProcess> startServer(std::string* why,
+                                           const std::vector<std::string>& flags) {
   std::unique_ptr<ServerProcess> server(new ServerProcess);
   const std::string logs = tempDir();
   server->data_root_ = tempDir();
@@ -133,6 +134,7 @@ std::unique_ptr<ServerProcess> startServer(std::string* why) {
   server->err_path_ = logs + "/server.err";
   std::vector<std::string> argv_s = {COHORT_BIN, "server", "--listen", "127.0.0.1:0",
                                      "--data-root", server->data_root_};
+  argv_s.insert(argv_s.end(), flags.begin(), flags.end());
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);

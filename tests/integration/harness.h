@@ -59,7 +59,8 @@ class ServerProcess {
   std::string log() const;  // what it printed so far, stdout then stderr
 
  private:
-  friend std::unique_ptr<ServerProcess> startServer(std::string* why);
+  friend std::unique_ptr<ServerProcess> startServer(std::string* why,
+                                                    const std::vector<std::string>& flags);
   ServerProcess() = default;
   pid_t pid_ = -1;
   std::string url_, admin_token_, data_root_, out_path_, err_path_;
@@ -68,9 +69,11 @@ class ServerProcess {
 // True when this build has `cohort server` (`cohort server --help` succeeds).
 bool serverBuilt();
 
-// Starts a server and waits (up to 30 s) until it printed its URL and admin token. Returns null
-// when it did not come up, with what it printed in `why`.
-std::unique_ptr<ServerProcess> startServer(std::string* why = nullptr);
+// Starts a server (with `flags` after the listen address and data root) and waits (up to 30 s)
+// until it printed its URL and admin token. Returns null when it did not come up, with what it
+// printed in `why`.
+std::unique_ptr<ServerProcess> startServer(std::string* why = nullptr,
+                                           const std::vector<std::string>& flags = {});
 
 std::string testRank();   // path of cohort-test-rank
 std::string sourceDir();  // the project's source tree
