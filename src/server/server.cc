@@ -20,6 +20,7 @@
 #include <openssl/evp.h>
 
 #include "server/access.h"
+#include "server/console.h"
 #include "server/jobs.h"
 #include "server/metrics.h"
 #include "storage/uri.h"
@@ -857,6 +858,13 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   http.set_payload_max_length(kMaxUpload);
   Impl* self = impl.get();
   http.set_pre_routing_handler([self](const Request& req, Response& res) {
+    // A followed log must reach the client line by line. cpp-httplib compresses text for a
+    // client that accepts gzip or br (every browser does), and its compressor holds the lines
+    // until the job ends, so such a request is answered uncompressed. (The request object is
+    // cpp-httplib's own non-const one, handed to us as const.)
+    if (req.has_param("follow") && req.path.ends_with("/logs")) {
+      const_cast<Request&>(req).headers.erase("Accept-Encoding");
+    }
     // Refuse big bodies before reading them: only store uploads may be large, and only from a
     // caller with a valid token.
     size_t length = std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10);
@@ -894,6 +902,7 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
     res.status = status;
   });
   impl->routes();
+  serveConsole(http);  // the web page at / and /console, not an API route
   int port = options.port == 0 ? http.bind_to_any_port(options.host)
                                : (http.bind_to_port(options.host, options.port) ? options.port : -1);
   if (port <= 0) {

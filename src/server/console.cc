@@ -1,0 +1,60 @@
+#include "server/console.h"
+
+#include <httplib.h>
+#include <openssl/evp.h>
+
+namespace cohort::server {
+
+// Generated from web/console.html by cmake/embed.cmake.
+extern const char kConsoleHtml[];
+extern const std::size_t kConsoleHtmlSize;
+
+namespace {
+
+// The CSP source for the text between the first `open` tag and the next `close` tag of the page:
+// 'sha256-<base64 of the digest>', as browsers hash an inline element's content. 'none' when
+// the page has no such element.
+std::string inlineHash(std::string_view page, std::string_view open, std::string_view close) {
+  size_t start = page.find(open);
+  if (start == std::string_view::npos) return "'none'";
+  start += open.size();
+  size_t end = page.find(close, start);
+  if (end == std::string_view::npos) return "'none'";
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_Digest(page.data() + start, end - start, digest, &length, EVP_sha256(), nullptr);
+  unsigned char base64[4 * ((EVP_MAX_MD_SIZE + 2) / 3) + 1];
+  int n = EVP_EncodeBlock(base64, digest, static_cast<int>(length));
+  return "'sha256-" + std::string(reinterpret_cast<const char*>(base64), static_cast<size_t>(n)) +
+         "'";
+}
+
+}  // namespace
+
+std::string_view consolePage() { return {kConsoleHtml, kConsoleHtmlSize}; }
+
+const std::string& consoleContentSecurityPolicy() {
+  static const std::string policy = [] {
+    std::string_view page = consolePage();
+    return "default-src 'none'; script-src " + inlineHash(page, "<script>", "</script>") +
+           "; style-src " + inlineHash(page, "<style>", "</style>") +
+           "; connect-src 'self'; img-src 'self' data: blob:; base-uri 'none'; "
+           "form-action 'none'; frame-ancestors 'none'";
+  }();
+  return policy;
+}
+
+void serveConsole(httplib::Server& http) {
+  auto page = [](const httplib::Request&, httplib::Response& res) {
+    std::string_view html = consolePage();
+    res.set_content(html.data(), html.size(), "text/html; charset=utf-8");
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("Content-Security-Policy", consoleContentSecurityPolicy());
+    res.set_header("X-Content-Type-Options", "nosniff");
+    res.set_header("Referrer-Policy", "no-referrer");
+  };
+  http.Get("/", page);
+  http.Get("/console", page);
+}
+
+}  // namespace cohort::server

@@ -1,0 +1,29 @@
+// The web console: web/console.html, one self-contained page (HTML, CSS and script, nothing
+// fetched from elsewhere) compiled into the binary at build time (cmake/embed.cmake) and served
+// by `cohort server` at / and /console. The page itself needs no token: it asks for one and then
+// speaks the JSON API with it, like any other client. Its Content-Security-Policy lets the page
+// run only its own inline <style> and <script> (allowed by their SHA-256 hashes) and talk only
+// to the server that served it. Everything here is immutable after first use; any thread may
+// call it.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace httplib {
+class Server;
+}
+
+namespace cohort::server {
+
+// The page, as built into the binary.
+std::string_view consolePage();
+
+// The Content-Security-Policy header value the page is served with.
+const std::string& consoleContentSecurityPolicy();
+
+// Registers GET / and GET /console on `http`. They are not API routes: not counted in
+// Server::routes() (which the OpenAPI document must match) nor in the HTTP metrics.
+void serveConsole(httplib::Server& http);
+
+}  // namespace cohort::server
