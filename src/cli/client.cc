@@ -11,9 +11,8 @@
 #ifndef CPPHTTPLIB_BROTLI_SUPPORT
 #define CPPHTTPLIB_BROTLI_SUPPORT
 #endif
-#include <httplib.h>
-
 #include <fcntl.h>
+#include <httplib.h>
 #include <netdb.h>
 #include <pwd.h>
 #include <sys/socket.h>
@@ -127,8 +126,8 @@ std::string connectFailureReason(const Endpoint& e, httplib::Error error) {
       reason = "the connection was closed";  // it came up between the two tries
       break;
     }
-    reason = errno == EINPROGRESS || errno == EAGAIN ? "connection timed out"
-                                                      : std::strerror(errno);
+    reason =
+        errno == EINPROGRESS || errno == EAGAIN ? "connection timed out" : std::strerror(errno);
   }
   ::freeaddrinfo(found);
   return reason;
@@ -227,8 +226,8 @@ Result<ClientConfig> readClientConfig(const std::string& path) {
   if (parsed.is_discarded() || !parsed.is_object()) {
     return fail(Code::kInvalidArgument, "config file '" + path + "': not a JSON object");
   }
-  for (auto [key, field] : {std::pair<const char*, std::string*>{"server", &config.server},
-                            {"token", &config.token}}) {
+  for (auto [key, field] :
+       {std::pair<const char*, std::string*>{"server", &config.server}, {"token", &config.token}}) {
     if (!parsed.contains(key) || parsed[key].is_null()) continue;
     if (!parsed[key].is_string()) {
       return fail(Code::kInvalidArgument,
@@ -256,8 +255,9 @@ Result<std::string> normalizeServerUrl(const std::string& url) {
   if (s.find("://") == std::string::npos) s = "http://" + s;
   if (!startsWith(s, "http://")) {
     return fail(Code::kInvalidArgument,
-                "server '" + url + "': only http:// is supported (put a TLS proxy in front for "
-                "https)");
+                "server '" + url +
+                    "': only http:// is supported (put a TLS proxy in front for "
+                    "https)");
   }
   COHORT_TRY(parseEndpoint(s));
   return s;
@@ -267,7 +267,7 @@ Result<ServerSettings> resolveServerSettings(const std::string& flag_server,
                                              const std::string& flag_token) {
   const std::string path = clientConfigPath();
   COHORT_ASSIGN(ClientConfig config, readClientConfig(path));
-  std::string server = !flag_server.empty()          ? flag_server
+  std::string server = !flag_server.empty()              ? flag_server
                        : !envOr("COHORT_SERVER").empty() ? envOr("COHORT_SERVER")
                                                          : config.server;
   if (server.empty()) {
@@ -301,8 +301,8 @@ std::string urlEncode(const std::string& text) {
   return out;
 }
 
-Result<Json> ApiClient::call(const std::string& method, const std::string& path,
-                             const Json& body, const QueryParams& query) {
+Result<Json> ApiClient::call(const std::string& method, const std::string& path, const Json& body,
+                             const QueryParams& query) {
   COHORT_ASSIGN(Endpoint endpoint, parseEndpoint(settings_.server));
   const std::string target = endpoint.base_path + withQuery(path, query);
   try {
@@ -355,15 +355,14 @@ Result<int> ApiClient::stream(const std::string& path, const QueryParams& query,
     bool stopped = false;
     std::string error_body;
     auto res = c.client.Get(
-        target, c.headers,
-        httplib::ResponseHandler([&](const httplib::Response& r) {
+        target, c.headers, httplib::ResponseHandler([&](const httplib::Response& r) {
           status = r.status;
           return true;
         }),
         httplib::ContentReceiver([&](const char* data, size_t size) {
           if (status < 200 || status >= 300) {
-            error_body.append(data, std::min(size, kMaxErrorBody - std::min(kMaxErrorBody,
-                                                                             error_body.size())));
+            error_body.append(
+                data, std::min(size, kMaxErrorBody - std::min(kMaxErrorBody, error_body.size())));
             return true;
           }
           if (!sink(data, size)) {

@@ -9,11 +9,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "util/result.h"
 
@@ -77,8 +76,7 @@ class ApiClient {
   // "/v1/jobs/x/stop"), with `body` as JSON when it is not null. Returns the decoded JSON answer
   // (null for an empty one, such as 204).
   Result<nlohmann::json> call(const std::string& method, const std::string& path,
-                              const nlohmann::json& body = nullptr,
-                              const QueryParams& query = {});
+                              const nlohmann::json& body = nullptr, const QueryParams& query = {});
 
   // GETs `path` and hands the body of a successful answer to `sink` as it arrives (a chunked,
   // endless answer included); `sink` returns false to stop reading, which is not an error.

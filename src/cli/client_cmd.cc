@@ -17,12 +17,11 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "cli/client.h"
 #include "cli/job_options.h"
@@ -43,8 +42,8 @@ constexpr auto kPollInterval = std::chrono::milliseconds(300);
 // While waiting for a job, how long a server that went away (a restart) is retried.
 constexpr auto kWaitRetryFor = std::chrono::seconds(30);
 
-const char* const kCommands[] = {"login",  "whoami",  "submit", "ps",     "status",
-                                 "logs",   "stop",    "delete", "outputs", "share",
+const char* const kCommands[] = {"login",  "whoami",  "submit",   "ps",      "status",
+                                 "logs",   "stop",    "delete",   "outputs", "share",
                                  "shares", "unshare", "accounts", "tokens"};
 
 // ---------------------------------------------------------------------------------------------
@@ -115,7 +114,8 @@ Usage: cohort whoami [--json]
 
 Prints the account's name, and "admin" after it for an admin account.
 
-)" + server + kExitCodesHelp;
+)" + server +
+           kExitCodesHelp;
   }
   if (command == "submit") {
     return R"(cohort submit: queue a job on a cohort server
@@ -137,7 +137,8 @@ Submit:
   --json                   print the job record instead of the id
   -q, --quiet              no lines from cohort on stderr, except a failure's
 
-)" + server + R"(
+)" + server +
+           R"(
 Examples:
   cohort submit -f examples/pytorch/ddp.yaml --priority 10
   JOB=$(cohort submit --nodes 2 --nproc-per-node 2 -- python3 train.py)
@@ -161,7 +162,8 @@ Flags:
   --limit N                at most N jobs (default: the server's, 1000)
   --json                   the job records as a JSON array
 
-)" + server + kExitCodesHelp;
+)" + server +
+           kExitCodesHelp;
   }
   if (command == "status") {
     return R"(cohort status: everything about one job
@@ -176,7 +178,8 @@ Flags:
   --wait                   wait until the job ends first, and exit with its exit code
   --json                   {"job": record, "ranks": [...], "events": [...]}
 
-)" + server + kExitCodesHelp;
+)" + server +
+           kExitCodesHelp;
   }
   if (command == "logs") {
     return R"(cohort logs: print a job's log
@@ -190,7 +193,8 @@ Flags:
   --rank R                 one rank's log (R is the global rank)
   -f, --follow             keep printing new lines until the job ends (Ctrl-C stops)
 
-)" + server + kExitCodesHelp;
+)" + server +
+           kExitCodesHelp;
   }
   if (command == "stop") {
     return R"(cohort stop: stop a job
@@ -200,7 +204,8 @@ Usage: cohort stop JOB
 A queued job is stopped at once; a running one gets SIGTERM, then SIGKILL after its grace
 period.
 
-)" + server + kExitCodesHelp;
+)" + server +
+           kExitCodesHelp;
   }
   if (command == "delete") {
     return R"(cohort delete: delete a finished job: its record, events, logs and outputs
@@ -209,7 +214,8 @@ Usage: cohort delete JOB
 
 Only a job that ended (succeeded, failed or stopped) can be deleted; stop it first.
 
-)" + server + kExitCodesHelp;
+)" + server +
+           kExitCodesHelp;
   }
   if (command == "outputs") {
     return R"(cohort outputs: list or download a job's output files
@@ -225,7 +231,8 @@ Flags:
   --json                   the list as JSON
   -q, --quiet              no line per file on stderr
 
-)" + server + kExitCodesHelp;
+)" + server +
+           kExitCodesHelp;
   }
   if (command == "share") {
     return R"(cohort share: let another account read (or write) a prefix of one of your buckets
@@ -239,21 +246,24 @@ Flags:
   --access read|write      default read
   --json                   print the share as JSON
 
-)" + server + kExitCodesHelp;
+)" + server +
+           kExitCodesHelp;
   }
   if (command == "shares") {
     return R"(cohort shares: the shares you granted and those granted to you
 
 Usage: cohort shares [--json]
 
-)" + server + kExitCodesHelp;
+)" + server +
+           kExitCodesHelp;
   }
   if (command == "unshare") {
     return R"(cohort unshare: revoke a share at once
 
 Usage: cohort unshare ID
 
-)" + server + kExitCodesHelp;
+)" + server +
+           kExitCodesHelp;
   }
   if (command == "accounts") {
     return R"(cohort accounts: the server's accounts (admin only)
@@ -269,7 +279,8 @@ Flags:
   --max-cpus N             at most N CPUs held by the account's running jobs
   --json                   print the answer as JSON
 
-)" + server + kExitCodesHelp;
+)" + server +
+           kExitCodesHelp;
   }
   if (command == "tokens") {
     return R"(cohort tokens: your tokens (an admin's: everyone's)
@@ -286,7 +297,8 @@ Flags:
   --account ACCOUNT        (admin) make the token for another account
   --json                   print the answer as JSON
 
-)" + server + kExitCodesHelp;
+)" + server +
+           kExitCodesHelp;
   }
   return "";
 }
@@ -562,8 +574,7 @@ std::string rootCauseText(const Json& rc, const std::string& first, const std::s
   if (auto node = integer(at(rc, "node"))) {
     where += (where.empty() ? "" : ", ") + std::string("node ") + std::to_string(*node);
   }
-  std::string out = first + str(rc, "name") +
-                    (where.empty() ? "" : " (" + where + ")") + " " +
+  std::string out = first + str(rc, "name") + (where.empty() ? "" : " (" + where + ")") + " " +
                     howItExited(at(rc, "exit_code"), at(rc, "signal")) + "\n";
   if (std::string hint = str(rc, "hint"); !hint.empty()) out += indent + "  hint: " + hint + "\n";
   const Json& tail = listAt(rc, "tail");
@@ -649,8 +660,7 @@ void reportEnd(const Json& job, bool quiet) {
   if (quiet && ok) return;
   std::fputs(finalLine(job).c_str(), stderr);
   if (!ok) {
-    std::fputs(rootCauseText(at(job, "root_cause"), "cohort: root cause: ", "  ").c_str(),
-               stderr);
+    std::fputs(rootCauseText(at(job, "root_cause"), "cohort: root cause: ", "  ").c_str(), stderr);
   }
 }
 
@@ -702,8 +712,7 @@ Result<int> cmdLogin(int argc, char** argv) {
   const std::string path = clientConfigPath();
   COHORT_TRY(writeClientConfig(path, ClientConfig{server, token}));
   std::fprintf(stderr, "cohort: logged in to %s as %s%s (saved in %s)\n", server.c_str(),
-               str(me, "account").c_str(), at(me, "admin") == true ? " (admin)" : "",
-               path.c_str());
+               str(me, "account").c_str(), at(me, "admin") == true ? " (admin)" : "", path.c_str());
   return 0;
 }
 
@@ -743,10 +752,9 @@ const std::map<std::string, std::string>& refusedSubmitFlags() {
 Result<int> cmdSubmit(int argc, char** argv) {
   // Take out the flags of submit itself, then leave the job's to parseJobOptions.
   static const std::set<std::string> kJobValueFlags = {
-      "-f",         "--file",         "--name",          "--framework",   "--launcher",
-      "--mode",     "--compat",       "--nodes",         "--nproc-per-node",
-      "--nproc_per_node", "--workdir", "--env",          "--hp",          "--max-restarts",
-      "--grace-period", "--max-runtime", "--success"};
+      "-f",       "--file",         "--name",           "--framework",      "--launcher", "--mode",
+      "--compat", "--nodes",        "--nproc-per-node", "--nproc_per_node", "--workdir",  "--env",
+      "--hp",     "--max-restarts", "--grace-period",   "--max-runtime",    "--success"};
   Args client;
   std::vector<std::string> job_args = {argv[0], argv[1]};
   for (int i = 2; i < argc; ++i) {
@@ -782,8 +790,8 @@ Result<int> cmdSubmit(int argc, char** argv) {
   if (client.has("--priority")) {
     auto p = parseInt(client.get("--priority"));
     if (!p) {
-      return usage("submit", "--priority: expected an integer, got '" +
-                                 client.get("--priority") + "'");
+      return usage("submit",
+                   "--priority: expected an integer, got '" + client.get("--priority") + "'");
     }
     priority = *p;
   }
@@ -815,8 +823,7 @@ Result<int> cmdSubmit(int argc, char** argv) {
     std::fflush(stdout);
   }
   if (!quiet) {
-    std::fprintf(stderr, "cohort: submitted %s (%s)\n", id.c_str(),
-                 stateSummary(record).c_str());
+    std::fprintf(stderr, "cohort: submitted %s (%s)\n", id.c_str(), stateSummary(record).c_str());
   }
   if (!client.has("--wait")) {
     if (options->json) printJson(record);
@@ -848,9 +855,9 @@ std::string psInfo(const Json& job) {
 }
 
 Result<int> cmdPs(int argc, char** argv) {
-  COHORT_ASSIGN(Args args, parseArgs("ps", argc, argv,
-                                     {{"--state", "", true}, {"--limit", "", true},
-                                      {"--json", "", false}}));
+  COHORT_ASSIGN(Args args,
+                parseArgs("ps", argc, argv,
+                          {{"--state", "", true}, {"--limit", "", true}, {"--json", "", false}}));
   COHORT_TRY(expectPositional("ps", args, {}));
   QueryParams query;
   if (args.has("--state")) query.emplace_back("state", join(args.all("--state"), ","));
@@ -948,11 +955,11 @@ std::string eventDetails(const Json& event) {
 }
 
 std::string statusText(const Json& job, const Json& ranks, const Json& events) {
-  std::vector<Row> fields = {{"Job:", str(job, "id")},
-                             {"Name:", str(job, "name")},
-                             {"Account:", str(job, "account")},
-                             {"State:", str(job, "state") == "queued" ? std::string("queued")
-                                                                      : stateSummary(job)}};
+  std::vector<Row> fields = {
+      {"Job:", str(job, "id")},
+      {"Name:", str(job, "name")},
+      {"Account:", str(job, "account")},
+      {"State:", str(job, "state") == "queued" ? std::string("queued") : stateSummary(job)}};
   if (std::string reason = str(job, "reason");
       !reason.empty() && str(job, "state") == "succeeded") {
     fields.push_back({"Reason:", reason});
@@ -1008,8 +1015,8 @@ std::string statusText(const Json& job, const Json& ranks, const Json& events) {
 }
 
 Result<int> cmdStatus(int argc, char** argv) {
-  COHORT_ASSIGN(Args args, parseArgs("status", argc, argv,
-                                     {{"--json", "", false}, {"--wait", "", false}}));
+  COHORT_ASSIGN(Args args,
+                parseArgs("status", argc, argv, {{"--json", "", false}, {"--wait", "", false}}));
   COHORT_TRY(expectPositional("status", args, {"JOB"}));
   const std::string id = args.positional[0];
   COHORT_ASSIGN(ApiClient api, connect(args));
@@ -1020,8 +1027,8 @@ Result<int> cmdStatus(int argc, char** argv) {
   COHORT_ASSIGN(Json ranks, api.call("GET", jobPath(id) + "/ranks"));
   COHORT_ASSIGN(Json events, api.call("GET", jobPath(id) + "/events"));
   if (args.has("--json")) {
-    printJson(Json{{"job", job}, {"ranks", listAt(ranks, "ranks")},
-                   {"events", listAt(events, "events")}});
+    printJson(Json{
+        {"job", job}, {"ranks", listAt(ranks, "ranks")}, {"events", listAt(events, "events")}});
   } else {
     printOut(statusText(job, ranks, events));
   }
@@ -1029,8 +1036,8 @@ Result<int> cmdStatus(int argc, char** argv) {
 }
 
 Result<int> cmdLogs(int argc, char** argv) {
-  COHORT_ASSIGN(Args args, parseArgs("logs", argc, argv,
-                                     {{"--rank", "", true}, {"--follow", "-f", false}}));
+  COHORT_ASSIGN(Args args,
+                parseArgs("logs", argc, argv, {{"--rank", "", true}, {"--follow", "-f", false}}));
   COHORT_TRY(expectPositional("logs", args, {"JOB"}));
   QueryParams query;
   if (args.has("--rank")) {
@@ -1067,8 +1074,10 @@ Result<int> cmdStop(int argc, char** argv) {
   std::string state = str(job, "state");
   std::string id = str(job, "id").empty() ? args.positional[0] : str(job, "id");
   if (state == "stopping") {
-    std::fprintf(stderr, "cohort: stopping job %s (SIGTERM, then SIGKILL after its grace "
-                         "period)\n", id.c_str());
+    std::fprintf(stderr,
+                 "cohort: stopping job %s (SIGTERM, then SIGKILL after its grace "
+                 "period)\n",
+                 id.c_str());
   } else if (state == "stopped") {
     std::fprintf(stderr, "cohort: job %s stopped\n", id.c_str());
   } else {
@@ -1095,8 +1104,8 @@ Result<void> checkOutputPath(const std::string& path, const std::string& dest) {
     bad |= part.empty() || part == "." || part == "..";
   }
   if (bad) {
-    return fail(Code::kInvalidArgument, "output path '" + path + "' would be written outside '" +
-                                            dest + "'; refused");
+    return fail(Code::kInvalidArgument,
+                "output path '" + path + "' would be written outside '" + dest + "'; refused");
   }
   return {};
 }
@@ -1115,7 +1124,7 @@ Result<int64_t> downloadOutput(ApiClient& api, const std::string& id, const std:
     if (::mkdir(parent.c_str(), 0755) < 0 && errno != EEXIST) {
       return failErrno("create '" + parent + "'");
     }
-    struct stat st{};
+    struct stat st {};
     if (::lstat(parent.c_str(), &st) < 0) return failErrno("create '" + parent + "'");
     if (!S_ISDIR(st.st_mode)) {
       return fail(Code::kInvalidArgument, "output path '" + rel + "': '" + parent +
@@ -1215,9 +1224,9 @@ Result<int> cmdOutputs(int argc, char** argv) {
 }
 
 Result<int> cmdShare(int argc, char** argv) {
-  COHORT_ASSIGN(Args args, parseArgs("share", argc, argv,
-                                     {{"--with", "", true}, {"--access", "", true},
-                                      {"--json", "", false}}));
+  COHORT_ASSIGN(Args args,
+                parseArgs("share", argc, argv,
+                          {{"--with", "", true}, {"--access", "", true}, {"--json", "", false}}));
   COHORT_TRY(expectPositional("share", args, {"store://BUCKET/PREFIX"}));
   const std::string prefix = args.positional[0];
   if (!startsWith(prefix, "store://") || prefix.size() <= std::strlen("store://")) {
@@ -1229,18 +1238,17 @@ Result<int> cmdShare(int argc, char** argv) {
     return usage("share", "--access: expected read or write, got '" + access + "'");
   }
   COHORT_ASSIGN(ApiClient api, connect(args));
-  COHORT_ASSIGN(Json share, api.call("POST", "/v1/shares",
-                                     Json{{"prefix", prefix},
-                                          {"with", args.get("--with")},
-                                          {"access", access}}));
+  COHORT_ASSIGN(
+      Json share,
+      api.call("POST", "/v1/shares",
+               Json{{"prefix", prefix}, {"with", args.get("--with")}, {"access", access}}));
   if (args.has("--json")) {
     printJson(share);
   } else {
     printOut(str(share, "id") + "\n");
   }
   std::fprintf(stderr, "cohort: shared %s with %s (%s); share %s\n", str(share, "prefix").c_str(),
-               str(share, "with").c_str(), str(share, "access").c_str(),
-               str(share, "id").c_str());
+               str(share, "with").c_str(), str(share, "access").c_str(), str(share, "id").c_str());
   return 0;
 }
 
@@ -1278,13 +1286,15 @@ Result<int> cmdUnshare(int argc, char** argv) {
 
 Result<int> cmdAccounts(int argc, char** argv) {
   COHORT_ASSIGN(Args args, parseArgs("accounts", argc, argv,
-                                     {{"--admin", "", false}, {"--max-gpus", "", true},
-                                      {"--max-cpus", "", true}, {"--json", "", false}}));
+                                     {{"--admin", "", false},
+                                      {"--max-gpus", "", true},
+                                      {"--max-cpus", "", true},
+                                      {"--json", "", false}}));
   std::string sub = args.positional.empty() ? "list" : args.positional[0];
   if (sub == "list") {
-    COHORT_TRY(expectPositional("accounts", args,
-                                args.positional.empty() ? std::vector<std::string>{}
-                                                        : std::vector<std::string>{"list"}));
+    COHORT_TRY(expectPositional(
+        "accounts", args,
+        args.positional.empty() ? std::vector<std::string>{} : std::vector<std::string>{"list"}));
     for (const char* flag : {"--admin", "--max-gpus", "--max-cpus"}) {
       if (args.has(flag)) return usage("accounts", std::string(flag) + " goes with create");
     }
@@ -1315,8 +1325,8 @@ Result<int> cmdAccounts(int argc, char** argv) {
   if (args.has("--max-gpus")) {
     auto n = parseInt(args.get("--max-gpus"));
     if (!n || *n < 0) {
-      return usage("accounts", "--max-gpus: expected an integer >= 0, got '" +
-                                   args.get("--max-gpus") + "'");
+      return usage("accounts",
+                   "--max-gpus: expected an integer >= 0, got '" + args.get("--max-gpus") + "'");
     }
     body["max_gpus"] = *n;
   }
@@ -1344,9 +1354,9 @@ Result<int> cmdAccounts(int argc, char** argv) {
 }
 
 Result<int> cmdTokens(int argc, char** argv) {
-  COHORT_ASSIGN(Args args, parseArgs("tokens", argc, argv,
-                                     {{"--label", "", true}, {"--account", "", true},
-                                      {"--json", "", false}}));
+  COHORT_ASSIGN(Args args,
+                parseArgs("tokens", argc, argv,
+                          {{"--label", "", true}, {"--account", "", true}, {"--json", "", false}}));
   std::string sub = args.positional.empty() ? "list" : args.positional[0];
   if (sub != "list" && sub != "create" && sub != "delete") {
     return usage("tokens", "unknown subcommand '" + sub + "' (list, create, delete)");
@@ -1355,9 +1365,9 @@ Result<int> cmdTokens(int argc, char** argv) {
     return usage("tokens", "--label and --account go with create");
   }
   if (sub == "list") {
-    COHORT_TRY(expectPositional("tokens", args,
-                                args.positional.empty() ? std::vector<std::string>{}
-                                                        : std::vector<std::string>{"list"}));
+    COHORT_TRY(expectPositional(
+        "tokens", args,
+        args.positional.empty() ? std::vector<std::string>{} : std::vector<std::string>{"list"}));
     COHORT_ASSIGN(ApiClient api, connect(args));
     COHORT_ASSIGN(Json answer, api.call("GET", "/v1/tokens"));
     const Json& tokens = listAt(answer, "tokens");
@@ -1367,8 +1377,8 @@ Result<int> cmdTokens(int argc, char** argv) {
     }
     std::vector<Row> rows = {{"ID", "ACCOUNT", "LABEL", "CREATED"}};
     for (const Json& t : tokens) {
-      rows.push_back({str(t, "id"), str(t, "account"), str(t, "label"),
-                      relativeTime(str(t, "created"))});
+      rows.push_back(
+          {str(t, "id"), str(t, "account"), str(t, "label"), relativeTime(str(t, "created"))});
     }
     printOut(renderTable(rows));
     return 0;

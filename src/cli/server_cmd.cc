@@ -19,7 +19,8 @@ namespace {
 
 constexpr int kExitUsage = 2;
 
-const char* kServerHelp = R"(cohort server: the multi-user job service (queue, gang scheduler, accounts, shares)
+const char* kServerHelp =
+    R"(cohort server: the multi-user job service (queue, gang scheduler, accounts, shares)
 
 Usage: cohort server [flags]
 
@@ -67,8 +68,9 @@ int cmdServer(int argc, char** argv) {
     std::string value;
     if (arg == "--isolate") {
       if (::access("/usr/bin/bwrap", X_OK) != 0) {
-        std::fprintf(stderr, "cohort server: --isolate needs bubblewrap (/usr/bin/bwrap): "
-                             "apt-get install bubblewrap\n");
+        std::fprintf(stderr,
+                     "cohort server: --isolate needs bubblewrap (/usr/bin/bwrap): "
+                     "apt-get install bubblewrap\n");
         return kExitUsage;
       }
       options.isolate = true;
@@ -148,9 +150,10 @@ int cmdServer(int argc, char** argv) {
               sched::describe(options.capacity).c_str());
   if (!(*server)->firstAdminToken().empty()) {
     std::printf("cohort server: admin token: %s\n", (*server)->firstAdminToken().c_str());
-    std::printf("cohort server: (saved in %s/server/admin.token; log in with: cohort login "
-                "http://%s:%d --token <token>)\n",
-                options.data_root.c_str(), options.host.c_str(), (*server)->port());
+    std::printf(
+        "cohort server: (saved in %s/server/admin.token; log in with: cohort login "
+        "http://%s:%d --token <token>)\n",
+        options.data_root.c_str(), options.host.c_str(), (*server)->port());
   }
   std::fflush(stdout);
 

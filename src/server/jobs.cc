@@ -12,7 +12,6 @@
 #include <cmath>
 #include <ctime>
 #include <filesystem>
-
 #include <nlohmann/json.hpp>
 
 #include "backends/local.h"
@@ -53,7 +52,8 @@ bool finalState(const std::string& state) { return store::isFinalState(state); }
 std::string expand(std::string text, const std::string& job_id, const std::string& name) {
   for (const auto& [key, value] :
        {std::pair<std::string, std::string>{"{job}", job_id}, {"{name}", name}}) {
-    for (size_t at; (at = text.find(key)) != std::string::npos;) text.replace(at, key.size(), value);
+    for (size_t at; (at = text.find(key)) != std::string::npos;)
+      text.replace(at, key.size(), value);
   }
   return text;
 }
@@ -82,8 +82,7 @@ struct JobService::Supervised {
   int64_t offset = 0;  // of the events file, ingested
 };
 
-JobService::JobService(store::JobStore& store, JobServiceOptions options,
-                       const sched::Clock& clock)
+JobService::JobService(store::JobStore& store, JobServiceOptions options, const sched::Clock& clock)
     : store_(store), options_(std::move(options)), clock_(clock) {}
 
 Result<std::unique_ptr<JobService>> JobService::create(store::JobStore& store,
@@ -136,8 +135,8 @@ sched::Running runningOf(const store::Job& job) {
   r.account = job.account;
   r.shares.push_back({0, {job.cpu_millis, job.memory_bytes, job.gpus}});
   if (job.max_runtime_ms) {
-    r.expected_end = sched::TimePoint(std::chrono::milliseconds(job.started / 1000000 +
-                                                                *job.max_runtime_ms));
+    r.expected_end =
+        sched::TimePoint(std::chrono::milliseconds(job.started / 1000000 + *job.max_runtime_ms));
   }
   return r;
 }
@@ -145,9 +144,9 @@ sched::Running runningOf(const store::Job& job) {
 }  // namespace
 
 Result<void> JobService::reconcile() {
-  COHORT_ASSIGN(std::vector<store::Job> jobs,
-                store_.jobsInStates({"queued", "starting", "staging", "running", "restarting",
-                                     "stopping"}));
+  COHORT_ASSIGN(
+      std::vector<store::Job> jobs,
+      store_.jobsInStates({"queued", "starting", "staging", "running", "restarting", "stopping"}));
   for (store::Job& job : jobs) {
     if (job.state == "queued") {
       queue_[job.id] = schedJob(job);
@@ -184,9 +183,10 @@ Result<void> JobService::reconcile() {
                           ") ended without a result while the server was down"
                     : "lost: the server stopped while starting it");
     auto after = store_.job(job.id);
-    reconciled_.push_back("job " + job.id + ": ended while the server was down: " +
-                          (after ? after->state + (after->reason.empty() ? "" : " (" + after->reason + ")")
-                                 : std::string("unknown")));
+    reconciled_.push_back(
+        "job " + job.id + ": ended while the server was down: " +
+        (after ? after->state + (after->reason.empty() ? "" : " (" + after->reason + ")")
+               : std::string("unknown")));
   }
   return {};
 }
@@ -208,14 +208,16 @@ Result<void> JobService::checkData(const Caller& caller, const spec::JobSpec& sp
     }
     const std::string& path = where->path;
     if (path.empty() || path[0] != '/') {
-      return fail(Code::kInvalidArgument, field + ": must be store://... or an absolute path on "
-                                                  "the server's machine, got '" + path + "'");
+      return fail(Code::kInvalidArgument, field +
+                                              ": must be store://... or an absolute path on "
+                                              "the server's machine, got '" +
+                                              path + "'");
     }
     if ((path + "/").rfind(root, 0) == 0) {
       return fail(Code::kInvalidArgument,
                   field + ": '" + path + "' is inside the server's data root; use store://");
     }
-    struct stat st{};
+    struct stat st {};
     if (::stat(path.c_str(), &st) != 0) {
       return fail(Code::kInvalidArgument, field + ": '" + path + "' does not exist");
     }
@@ -226,8 +228,9 @@ Result<void> JobService::checkData(const Caller& caller, const spec::JobSpec& sp
     if (!where) return withContext(where.error(), field);
     if (where->kind != storage::Location::Kind::kStore) {
       return fail(Code::kInvalidArgument,
-                  field + ": a server job writes its outputs to store://bucket/path (its "
-                          "output/ directory can always be downloaded with cohort outputs)");
+                  field +
+                      ": a server job writes its outputs to store://bucket/path (its "
+                      "output/ directory can always be downloaded with cohort outputs)");
     }
     auto ok = checkStoreAccess(store_, caller, where->bucket, where->key, Access::kWrite, true);
     if (!ok) return withContext(ok.error(), field);
@@ -243,9 +246,9 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
   if (spec.name.empty()) spec.name = "job";
   COHORT_TRY(spec::validate(spec));
   if (spec.workdir.empty() || spec.workdir[0] != '/') {
-    return fail(Code::kInvalidArgument,
-                "workdir: must be an absolute path on the server's machine, got '" +
-                    spec.workdir + "'");
+    return fail(
+        Code::kInvalidArgument,
+        "workdir: must be an absolute path on the server's machine, got '" + spec.workdir + "'");
   }
   COHORT_TRY(backends::checkCommand(spec));
   for (spec::Role& role : spec.roles) {
@@ -277,20 +280,23 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
   // A job that can never start is refused now rather than queued forever.
   const sched::Resources need{job.cpu_millis, job.memory_bytes, job.gpus};
   if (!need.fitsIn(options_.capacity)) {
-    return fail(Code::kInvalidArgument,
-                "roles: the job needs " + sched::describe(need) + " at once (each rank takes "
-                "its role's resources, 1 CPU unless resources.cpus says less); this server has " +
-                    sched::describe(options_.capacity) +
-                    " in all (its --cpus, --memory and --gpus set what it hands out)");
+    return fail(
+        Code::kInvalidArgument,
+        "roles: the job needs " + sched::describe(need) +
+            " at once (each rank takes "
+            "its role's resources, 1 CPU unless resources.cpus says less); this server has " +
+            sched::describe(options_.capacity) +
+            " in all (its --cpus, --memory and --gpus set what it hands out)");
   }
   COHORT_ASSIGN(store::Account account, store_.account(caller.account));
   if ((account.max_gpus && need.gpus > *account.max_gpus) ||
       (account.max_cpu_millis && need.cpu_millis > *account.max_cpu_millis)) {
-    return fail(Code::kInvalidArgument,
-                "roles: the job needs " + sched::describe(need) + ", more than account '" +
-                    caller.account + "' may hold at once (quota: " +
-                    sched::describe({account.max_cpu_millis.value_or(0), 0,
-                                     account.max_gpus.value_or(0)}) + ")");
+    return fail(
+        Code::kInvalidArgument,
+        "roles: the job needs " + sched::describe(need) + ", more than account '" + caller.account +
+            "' may hold at once (quota: " +
+            sched::describe({account.max_cpu_millis.value_or(0), 0, account.max_gpus.value_or(0)}) +
+            ")");
   }
 
   job.spec_json = spec::toJobFile(spec);
@@ -324,8 +330,11 @@ Result<store::Job> JobService::stop(const std::string& id) {
     job.reason = "stopped before it started";
     job.exit_code = 143;
     COHORT_TRY(store_.updateJob(job));
-    Json e = {{"event", "state"}, {"state", "stopped"}, {"reason", job.reason},
-              {"t", job.ended}, {"time", isoTime(job.ended)}};
+    Json e = {{"event", "state"},
+              {"state", "stopped"},
+              {"reason", job.reason},
+              {"t", job.ended},
+              {"time", isoTime(job.ended)}};
     COHORT_TRY(store_.appendEvents(id, {{0, job.ended, e.dump()}}));
     queue_.erase(id);
     {
@@ -368,9 +377,7 @@ std::optional<sched::Waiting> JobService::waiting(const std::string& id) const {
   return it->second;
 }
 
-SchedulerStats JobService::stats() const {
-  return {passes_.load(), queue_length_.load()};
-}
+SchedulerStats JobService::stats() const { return {passes_.load(), queue_length_.load()}; }
 
 void JobService::loop() {
   using Clock = std::chrono::steady_clock;
@@ -383,8 +390,7 @@ void JobService::loop() {
   std::unique_lock lock(mu_);
   while (!quit_) {
     auto deadline = dirty_ ? std::min(std::max(next_pass, Clock::now()), next_poll) : next_poll;
-    cv_.wait_until(lock, deadline,
-                   [&] { return quit_ || (dirty_ && Clock::now() >= next_pass); });
+    cv_.wait_until(lock, deadline, [&] { return quit_ || (dirty_ && Clock::now() >= next_pass); });
     if (quit_) break;
     if (Clock::now() >= next_poll) {
       for (auto it = supervised_.begin(); it != supervised_.end();) {
@@ -480,8 +486,11 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
     running_.erase(job.id);
     dirty_ = true;
     COHORT_TRY(store_.updateJob(job));
-    Json event = {{"event", "state"}, {"state", "failed"}, {"reason", job.reason},
-                  {"t", job.ended}, {"time", isoTime(job.ended)}};
+    Json event = {{"event", "state"},
+                  {"state", "failed"},
+                  {"reason", job.reason},
+                  {"t", job.ended},
+                  {"time", isoTime(job.ended)}};
     COHORT_TRY(store_.appendEvents(job.id, {{0, job.ended, event.dump()}}));
     return tl::unexpected<Error>(e);
   };
@@ -494,12 +503,13 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
       return failed(data.error());
     }
   }
-  if (::mkdir(job.job_dir.c_str(), 0755) != 0) return failed(failErrno("create " + job.job_dir).value());
+  if (::mkdir(job.job_dir.c_str(), 0755) != 0)
+    return failed(failErrno("create " + job.job_dir).value());
   const std::string job_file = job.job_dir + "/job.json";
   if (auto w = writeFileAtomic(job_file, job.spec_json, false); !w) return failed(w.error());
 
-  std::vector<std::string> args = {options_.cohort_bin, "run", "--job-id", job.id,
-                                   "--data-root", options_.data_root, "-f", job_file};
+  std::vector<std::string> args = {options_.cohort_bin, "run", "--job-id", job.id, "--data-root",
+                                   options_.data_root,  "-f",  job_file};
   if (options_.isolate) args.push_back("--isolate");
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
@@ -509,8 +519,8 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   const std::string console = job.job_dir + "/console.log";
-  posix_spawn_file_actions_addopen(&actions, 1, console.c_str(),
-                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_addopen(&actions, 1, console.c_str(), O_WRONLY | O_CREAT | O_APPEND,
+                                   0644);
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
@@ -521,8 +531,8 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &defaults);
   // Its own session: the job survives the server (and the server's terminal).
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
-                                      POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   pid_t pid = 0;
   int err = ::posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
@@ -546,7 +556,7 @@ void JobService::follow(Supervised& s) {
   const std::string path = s.job_dir + "/events.jsonl";
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return;
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd.get(), &st) != 0 || st.st_size <= s.offset) return;
   std::string data(static_cast<size_t>(st.st_size - s.offset), '\0');
   ssize_t n = ::pread(fd.get(), data.data(), data.size(), s.offset);
@@ -612,8 +622,11 @@ void JobService::finish(Supervised& s, const std::string& lost_why) {
       job->state = "failed";
       job->exit_code = 1;
       job->reason = lost_why;
-      Json e = {{"event", "state"}, {"state", "failed"}, {"reason", lost_why},
-                {"t", job->ended}, {"time", isoTime(job->ended)}};
+      Json e = {{"event", "state"},
+                {"state", "failed"},
+                {"reason", lost_why},
+                {"t", job->ended},
+                {"time", isoTime(job->ended)}};
       (void)store_.appendEvents(id, {{0, job->ended, e.dump()}});
     }
     if (auto u = store_.updateJob(*job); !u) {

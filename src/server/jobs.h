@@ -23,19 +23,19 @@
 #include <vector>
 
 #include "sched/scheduler.h"
-#include "spec/job_spec.h"
 #include "server/access.h"
 #include "server/metrics.h"
+#include "spec/job_spec.h"
 #include "store/job_store.h"
 #include "util/result.h"
 
 namespace cohort::server {
 
 struct JobServiceOptions {
-  std::string data_root;    // jobs go to <data_root>/jobs/<id>
-  std::string cohort_bin;   // the binary coordinators run
+  std::string data_root;      // jobs go to <data_root>/jobs/<id>
+  std::string cohort_bin;     // the binary coordinators run
   sched::Resources capacity;  // the machine
-  bool isolate = false;     // run ranks under bubblewrap (cohort run --isolate)
+  bool isolate = false;       // run ranks under bubblewrap (cohort run --isolate)
   Millis poll_interval{100};  // how often running jobs' events and coordinators are looked at
 };
 
@@ -104,13 +104,13 @@ class JobService {
   std::condition_variable cv_;
   std::atomic<bool> dirty_{true};  // something changed: run a scheduling pass
   bool quit_ = false;
-  std::map<std::string, sched::Job> queue_;            // queued jobs, by id
-  std::map<std::string, sched::Running> running_;      // started jobs' holdings, by id
+  std::map<std::string, sched::Job> queue_;                        // queued jobs, by id
+  std::map<std::string, sched::Running> running_;                  // started jobs' holdings, by id
   std::map<std::string, std::unique_ptr<Supervised>> supervised_;  // by id (loop thread)
   std::mutex incoming_mu_;
-  std::vector<sched::Job> incoming_;                   // submitted, not yet in queue_
+  std::vector<sched::Job> incoming_;  // submitted, not yet in queue_
   mutable std::mutex waiting_mu_;
-  std::map<std::string, sched::Waiting> waiting_;      // from the latest pass
+  std::map<std::string, sched::Waiting> waiting_;  // from the latest pass
   std::atomic<int64_t> passes_{0};
   std::atomic<size_t> queue_length_{0};
   Histogram pass_latency_;

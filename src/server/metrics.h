@@ -13,9 +13,8 @@ namespace cohort::server {
 
 class Histogram {
  public:
-  static constexpr std::array<double, 14> kBounds = {0.0001, 0.00025, 0.0005, 0.001, 0.0025,
-                                                     0.005,  0.01,    0.025,  0.05,  0.1,
-                                                     0.25,   0.5,     1,      5};
+  static constexpr std::array<double, 14> kBounds = {
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5};
   void observe(double seconds);
   // The histogram's lines for metric `name` with `labels` ("" or `route="/v1/jobs"`).
   std::string render(const std::string& name, const std::string& labels) const;

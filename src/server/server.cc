@@ -1,6 +1,8 @@
 #include "server/server.h"
 
 #include <fcntl.h>
+#include <httplib.h>
+#include <openssl/evp.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,14 +12,11 @@
 #include <filesystem>
 #include <limits>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
 #include <type_traits>
 #include <unordered_map>
-
-#include <httplib.h>
-#include <nlohmann/json.hpp>
-#include <openssl/evp.h>
 
 #include "server/access.h"
 #include "server/console.h"
@@ -45,25 +44,35 @@ constexpr size_t kMaxJsonRead = 64 << 20;
 
 int httpStatus(Code code) {
   switch (code) {
-    case Code::kInvalidArgument: return 400;
-    case Code::kUnauthenticated: return 401;
-    case Code::kPermissionDenied: return 403;
-    case Code::kNotFound: return 404;
+    case Code::kInvalidArgument:
+      return 400;
+    case Code::kUnauthenticated:
+      return 401;
+    case Code::kPermissionDenied:
+      return 403;
+    case Code::kNotFound:
+      return 404;
     case Code::kAlreadyExists:
-    case Code::kFailedPrecondition: return 409;
-    case Code::kTooLarge: return 413;
-    case Code::kUnavailable: return 503;
-    case Code::kDeadlineExceeded: return 504;
+    case Code::kFailedPrecondition:
+      return 409;
+    case Code::kTooLarge:
+      return 413;
+    case Code::kUnavailable:
+      return 503;
+    case Code::kDeadlineExceeded:
+      return 504;
     case Code::kIo:
-    case Code::kInternal: return 500;
+    case Code::kInternal:
+      return 500;
   }
   return 500;
 }
 
 void writeError(Response& res, const Error& e) {
   res.status = httpStatus(e.code);
-  Json body = {{"error", {{"code", e.code == Code::kIo ? "internal" : codeName(e.code)},
-                          {"message", e.message}}}};
+  Json body = {
+      {"error",
+       {{"code", e.code == Code::kIo ? "internal" : codeName(e.code)}, {"message", e.message}}}};
   res.set_content(body.dump() + "\n", "application/json");
 }
 
@@ -145,8 +154,7 @@ Json listFiles(const std::string& dir) {
   std::vector<std::pair<std::string, uintmax_t>> found;
   for (; !ec && it != end; it.increment(ec)) {
     if (!it->is_regular_file(ec) || it->is_symlink(ec)) continue;
-    found.emplace_back(std::filesystem::relative(it->path(), dir, ec).string(),
-                       it->file_size(ec));
+    found.emplace_back(std::filesystem::relative(it->path(), dir, ec).string(), it->file_size(ec));
   }
   std::sort(found.begin(), found.end());
   for (const auto& [path, size] : found) files.push_back({{"path", path}, {"size", size}});
@@ -167,17 +175,16 @@ Result<void> sendFile(Response& res, const std::string& root, const std::string&
   int fd = ::open(r.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return failErrno("open " + what);
   auto file = std::make_shared<UniqueFd>(fd);
-  struct stat st{};
+  struct stat st {};
   ::fstat(fd, &st);
-  res.set_content_provider(
-      static_cast<size_t>(st.st_size), "application/octet-stream",
-      [file](size_t offset, size_t length, httplib::DataSink& sink) {
-        char buf[1 << 16];
-        ssize_t n = ::pread(file->get(), buf, std::min(length, sizeof buf),
-                            static_cast<off_t>(offset));
-        if (n <= 0) return false;
-        return sink.write(buf, static_cast<size_t>(n));
-      });
+  res.set_content_provider(static_cast<size_t>(st.st_size), "application/octet-stream",
+                           [file](size_t offset, size_t length, httplib::DataSink& sink) {
+                             char buf[1 << 16];
+                             ssize_t n = ::pread(file->get(), buf, std::min(length, sizeof buf),
+                                                 static_cast<off_t>(offset));
+                             if (n <= 0) return false;
+                             return sink.write(buf, static_cast<size_t>(n));
+                           });
   return {};
 }
 
@@ -185,23 +192,20 @@ Json accountJson(const store::Account& a) {
   return {{"name", a.name},
           {"admin", a.admin},
           {"max_gpus", a.max_gpus ? Json(*a.max_gpus) : Json(nullptr)},
-          {"max_cpus", a.max_cpu_millis ? Json(static_cast<double>(*a.max_cpu_millis) / 1000)
-                                        : Json(nullptr)},
+          {"max_cpus",
+           a.max_cpu_millis ? Json(static_cast<double>(*a.max_cpu_millis) / 1000) : Json(nullptr)},
           {"created", isoOrNull(a.created)}};
 }
 
 Json shareJson(const store::Share& s) {
-  return {{"id", s.id},
-          {"prefix", "store://" + s.bucket + "/" + s.prefix},
-          {"owner", s.owner},
-          {"with", s.grantee},
-          {"access", s.access},
-          {"created", isoOrNull(s.created)}};
+  return {{"id", s.id},         {"prefix", "store://" + s.bucket + "/" + s.prefix},
+          {"owner", s.owner},   {"with", s.grantee},
+          {"access", s.access}, {"created", isoOrNull(s.created)}};
 }
 
 Json tokenJson(const store::Token& t) {
-  return {{"id", t.id}, {"account", t.account}, {"label", t.label},
-          {"created", isoOrNull(t.created)}};
+  return {
+      {"id", t.id}, {"account", t.account}, {"label", t.label}, {"created", isoOrNull(t.created)}};
 }
 
 bool validAccountName(const std::string& name) {
@@ -300,11 +304,11 @@ struct Server::Impl {
                             {"([^/]+)/?(.*)", "{bucket}/{path}"},
                             {"([^/]+)", "{id}"},
                             {"(.+)", "{path}"}}) {
-      for (size_t at; (at = name.find(from)) != std::string::npos;) name.replace(at, from.size(), to);
+      for (size_t at; (at = name.find(from)) != std::string::npos;)
+        name.replace(at, from.size(), to);
     }
     route_names.push_back(method + " " + name);
-    auto wrapped = [this, method, name, authenticated, handler](const Request& req,
-                                                                  Response& res) {
+    auto wrapped = [this, method, name, authenticated, handler](const Request& req, Response& res) {
       auto t0 = std::chrono::steady_clock::now();
       Result<void> result = [&]() -> Result<void> {
         Caller caller;
@@ -351,10 +355,14 @@ struct Server::Impl {
     if (!job.root_cause_json.empty()) {
       Json rc = Json::parse(job.root_cause_json, nullptr, false);
       if (rc.is_object()) {
-        root_cause = {{"name", rc.value("name", "")},   {"role", rc.value("role", "")},
-                      {"rank", rc.value("rank", 0)},    {"node", rc.value("node", 0)},
-                      {"exit_code", rc.value("code", 0)}, {"signal", rc.value("signal", 0)},
-                      {"tail", rc.value("tail", Json::array())}, {"hint", rc.value("hint", "")}};
+        root_cause = {{"name", rc.value("name", "")},
+                      {"role", rc.value("role", "")},
+                      {"rank", rc.value("rank", 0)},
+                      {"node", rc.value("node", 0)},
+                      {"exit_code", rc.value("code", 0)},
+                      {"signal", rc.value("signal", 0)},
+                      {"tail", rc.value("tail", Json::array())},
+                      {"hint", rc.value("hint", "")}};
       }
     }
     return {{"id", job.id},
@@ -364,9 +372,10 @@ struct Server::Impl {
             {"priority", job.priority},
             {"framework", job.framework},
             {"ranks", job.ranks},
-            {"resources", {{"cpus", static_cast<double>(job.cpu_millis) / 1000},
-                           {"gpus", job.gpus},
-                           {"memory", job.memory_bytes}}},
+            {"resources",
+             {{"cpus", static_cast<double>(job.cpu_millis) / 1000},
+              {"gpus", job.gpus},
+              {"memory", job.memory_bytes}}},
             {"submitted", isoOrNull(job.submitted)},
             {"started", isoOrNull(job.started)},
             {"ended", isoOrNull(job.ended)},
@@ -406,35 +415,39 @@ struct Server::Impl {
 };
 
 void Server::Impl::jobRoutes() {
-  route("POST", "/v1/jobs", true, [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
-    COHORT_ASSIGN(Json body, jsonBody(req, {"job", "priority"}));
-    if (!body.contains("job") || !body["job"].is_object()) {
-      return fail(Code::kInvalidArgument, "field 'job' (the job file as a JSON object) is missing");
-    }
-    COHORT_ASSIGN(int priority, field<int>(body, "priority", 0));
-    COHORT_ASSIGN(store::Job job, jobs->submit(c, body["job"].dump(), priority));
-    writeJson(res, 201, jobJson(job));
-    return Result<void>();
-  });
-  route("GET", "/v1/jobs", true, [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
-    store::JobFilter filter;
-    if (!c.admin) filter.account = c.account;
-    for (size_t i = 0; i < req.get_param_value_count("state"); ++i) {
-      for (const std::string& s : split(req.get_param_value("state", i), ',')) {
-        if (!s.empty()) filter.states.push_back(s);
-      }
-    }
-    if (req.has_param("limit")) {
-      auto n = parseInt(req.get_param_value("limit"));
-      if (!n || *n < 1) return fail(Code::kInvalidArgument, "limit: expected a positive number");
-      filter.limit = *n;
-    }
-    COHORT_ASSIGN(std::vector<store::Job> list, store->jobs(filter));
-    Json out = Json::array();
-    for (const store::Job& job : list) out.push_back(jobJson(job));
-    writeJson(res, 200, {{"jobs", out}});
-    return Result<void>();
-  });
+  route("POST", "/v1/jobs", true,
+        [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
+          COHORT_ASSIGN(Json body, jsonBody(req, {"job", "priority"}));
+          if (!body.contains("job") || !body["job"].is_object()) {
+            return fail(Code::kInvalidArgument,
+                        "field 'job' (the job file as a JSON object) is missing");
+          }
+          COHORT_ASSIGN(int priority, field<int>(body, "priority", 0));
+          COHORT_ASSIGN(store::Job job, jobs->submit(c, body["job"].dump(), priority));
+          writeJson(res, 201, jobJson(job));
+          return Result<void>();
+        });
+  route("GET", "/v1/jobs", true,
+        [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
+          store::JobFilter filter;
+          if (!c.admin) filter.account = c.account;
+          for (size_t i = 0; i < req.get_param_value_count("state"); ++i) {
+            for (const std::string& s : split(req.get_param_value("state", i), ',')) {
+              if (!s.empty()) filter.states.push_back(s);
+            }
+          }
+          if (req.has_param("limit")) {
+            auto n = parseInt(req.get_param_value("limit"));
+            if (!n || *n < 1)
+              return fail(Code::kInvalidArgument, "limit: expected a positive number");
+            filter.limit = *n;
+          }
+          COHORT_ASSIGN(std::vector<store::Job> list, store->jobs(filter));
+          Json out = Json::array();
+          for (const store::Job& job : list) out.push_back(jobJson(job));
+          writeJson(res, 200, {{"jobs", out}});
+          return Result<void>();
+        });
   route("GET", R"(/v1/jobs/([^/]+))", true,
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
           COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[1]));
@@ -450,8 +463,10 @@ void Server::Impl::jobRoutes() {
           std::stable_sort(events.begin(), events.end(),
                            [](const auto& a, const auto& b) { return a.time < b.time; });
           Json out = Json::array();
-          out.push_back({{"time", isoTime(job.submitted)}, {"event", "submitted"},
-                         {"account", job.account}, {"priority", job.priority}});
+          out.push_back({{"time", isoTime(job.submitted)},
+                         {"event", "submitted"},
+                         {"account", job.account},
+                         {"priority", job.priority}});
           for (const store::Event& e : events) {
             Json j = Json::parse(e.json, nullptr, false);
             if (!j.is_object()) continue;
@@ -489,10 +504,15 @@ void Server::Impl::jobRoutes() {
             for (const Json& node : plan.value("nodes", Json::array())) {
               for (const Json& rp : node.value("ranks", Json::array())) {
                 std::string name = rp.value("name", "");
-                Json r = {{"name", name}, {"role", rp.value("role", "")},
-                          {"role_rank", rp.value("role_rank", 0)}, {"rank", rp.value("rank", 0)},
-                          {"node", rp.value("node", 0)}, {"state", "pending"},
-                          {"exit_code", nullptr}, {"signal", 0}, {"by_cohort", false}};
+                Json r = {{"name", name},
+                          {"role", rp.value("role", "")},
+                          {"role_rank", rp.value("role_rank", 0)},
+                          {"rank", rp.value("rank", 0)},
+                          {"node", rp.value("node", 0)},
+                          {"state", "pending"},
+                          {"exit_code", nullptr},
+                          {"signal", 0},
+                          {"by_cohort", false}};
                 if (auto it = exits.find(name); it != exits.end()) {
                   r["state"] = "exited";
                   r["exit_code"] = it->second.value("code", 0);
@@ -618,7 +638,7 @@ void Server::Impl::storeRoutes() {
           COHORT_TRY(checkStoreAccess(*store, c, bucket, key, Access::kRead, false));
           const std::string root = options.data_root + "/store/" + bucket;
           std::string path = key.empty() ? root : root + "/" + key;
-          struct stat st{};
+          struct stat st {};
           if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
             writeJson(res, 200, {{"files", listFiles(path)}});
             return Result<void>();
@@ -628,66 +648,71 @@ void Server::Impl::storeRoutes() {
           }
           return sendFile(res, root, key, "store://" + bucket + "/" + key);
         });
-  route("PUT", R"(/v1/store/([^/]+)/?(.*))", true,
-        [this, location](const Request& req, Response& res, const Caller& c) -> Result<void> {
-          COHORT_ASSIGN(auto where, location(req));
-          const auto& [bucket, key] = where;
-          if (key.empty()) return fail(Code::kInvalidArgument, "a file upload needs a path");
-          COHORT_TRY(checkStoreAccess(*store, c, bucket, key, Access::kWrite, true));
-          const std::string path = options.data_root + "/store/" + bucket + "/" + key;
-          struct stat st{};
-          if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-            return fail(Code::kFailedPrecondition, "store://" + bucket + "/" + key +
-                                                       " is a directory");
+  route(
+      "PUT", R"(/v1/store/([^/]+)/?(.*))", true,
+      [this, location](const Request& req, Response& res, const Caller& c) -> Result<void> {
+        COHORT_ASSIGN(auto where, location(req));
+        const auto& [bucket, key] = where;
+        if (key.empty()) return fail(Code::kInvalidArgument, "a file upload needs a path");
+        COHORT_TRY(checkStoreAccess(*store, c, bucket, key, Access::kWrite, true));
+        const std::string path = options.data_root + "/store/" + bucket + "/" + key;
+        struct stat st {};
+        if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+          return fail(Code::kFailedPrecondition,
+                      "store://" + bucket + "/" + key + " is a directory");
+        }
+        COHORT_TRY(makeDirs(path.substr(0, path.rfind('/'))));
+        COHORT_TRY(writeFileAtomic(path, req.body));
+        writeJson(res, 201, {{"uri", "store://" + bucket + "/" + key}, {"size", req.body.size()}});
+        return Result<void>();
+      });
+  route(
+      "GET", "/v1/buckets", true,
+      [this](const Request&, Response& res, const Caller& c) -> Result<void> {
+        COHORT_ASSIGN(std::vector<store::Bucket> list, store->buckets(c.account));
+        Json out = Json::array();
+        for (const auto& b : list) {
+          out.push_back({{"name", b.name}, {"owner", b.owner}, {"created", isoOrNull(b.created)}});
+        }
+        writeJson(res, 200, {{"buckets", out}});
+        return Result<void>();
+      });
+  route("POST", "/v1/shares", true,
+        [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
+          COHORT_ASSIGN(Json body, jsonBody(req, {"prefix", "with", "access"}));
+          COHORT_ASSIGN(std::string prefix, field<std::string>(body, "prefix", ""));
+          COHORT_ASSIGN(std::string with, field<std::string>(body, "with", ""));
+          COHORT_ASSIGN(std::string access, field<std::string>(body, "access", "read"));
+          auto where = storage::parseLocation(prefix);
+          if (!where || where->kind != storage::Location::Kind::kStore) {
+            return fail(Code::kInvalidArgument,
+                        "prefix: expected store://bucket/prefix, got '" + prefix + "'");
           }
-          COHORT_TRY(makeDirs(path.substr(0, path.rfind('/'))));
-          COHORT_TRY(writeFileAtomic(path, req.body));
-          writeJson(res, 201, {{"uri", "store://" + bucket + "/" + key}, {"size", req.body.size()}});
+          if (access != "read" && access != "write") {
+            return fail(Code::kInvalidArgument, "access: 'read' or 'write', got '" + access + "'");
+          }
+          COHORT_ASSIGN(std::optional<std::string> owner, store->bucketOwner(where->bucket));
+          if (!owner || (*owner != c.account && !c.admin)) {
+            return fail(Code::kNotFound, "bucket '" + where->bucket + "' not found among yours");
+          }
+          auto grantee = store->account(with);
+          if (!grantee) return fail(Code::kNotFound, "with: account '" + with + "' not found");
+          if (with == *owner) {
+            return fail(Code::kInvalidArgument, "with: '" + with + "' owns the bucket already");
+          }
+          store::Share share{0, where->bucket, where->key, *owner, with, access, nowUnixNanos()};
+          COHORT_ASSIGN(share.id, store->addShare(share));
+          writeJson(res, 201, shareJson(share));
           return Result<void>();
         });
-  route("GET", "/v1/buckets", true, [this](const Request&, Response& res, const Caller& c) -> Result<void> {
-    COHORT_ASSIGN(std::vector<store::Bucket> list, store->buckets(c.account));
-    Json out = Json::array();
-    for (const auto& b : list) {
-      out.push_back({{"name", b.name}, {"owner", b.owner}, {"created", isoOrNull(b.created)}});
-    }
-    writeJson(res, 200, {{"buckets", out}});
-    return Result<void>();
-  });
-  route("POST", "/v1/shares", true, [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
-    COHORT_ASSIGN(Json body, jsonBody(req, {"prefix", "with", "access"}));
-    COHORT_ASSIGN(std::string prefix, field<std::string>(body, "prefix", ""));
-    COHORT_ASSIGN(std::string with, field<std::string>(body, "with", ""));
-    COHORT_ASSIGN(std::string access, field<std::string>(body, "access", "read"));
-    auto where = storage::parseLocation(prefix);
-    if (!where || where->kind != storage::Location::Kind::kStore) {
-      return fail(Code::kInvalidArgument,
-                  "prefix: expected store://bucket/prefix, got '" + prefix + "'");
-    }
-    if (access != "read" && access != "write") {
-      return fail(Code::kInvalidArgument, "access: 'read' or 'write', got '" + access + "'");
-    }
-    COHORT_ASSIGN(std::optional<std::string> owner, store->bucketOwner(where->bucket));
-    if (!owner || (*owner != c.account && !c.admin)) {
-      return fail(Code::kNotFound, "bucket '" + where->bucket + "' not found among yours");
-    }
-    auto grantee = store->account(with);
-    if (!grantee) return fail(Code::kNotFound, "with: account '" + with + "' not found");
-    if (with == *owner) {
-      return fail(Code::kInvalidArgument, "with: '" + with + "' owns the bucket already");
-    }
-    store::Share share{0, where->bucket, where->key, *owner, with, access, nowUnixNanos()};
-    COHORT_ASSIGN(share.id, store->addShare(share));
-    writeJson(res, 201, shareJson(share));
-    return Result<void>();
-  });
-  route("GET", "/v1/shares", true, [this](const Request&, Response& res, const Caller& c) -> Result<void> {
-    COHORT_ASSIGN(std::vector<store::Share> list, store->shares(c.account));
-    Json out = Json::array();
-    for (const auto& s : list) out.push_back(shareJson(s));
-    writeJson(res, 200, {{"shares", out}});
-    return Result<void>();
-  });
+  route("GET", "/v1/shares", true,
+        [this](const Request&, Response& res, const Caller& c) -> Result<void> {
+          COHORT_ASSIGN(std::vector<store::Share> list, store->shares(c.account));
+          Json out = Json::array();
+          for (const auto& s : list) out.push_back(shareJson(s));
+          writeJson(res, 200, {{"shares", out}});
+          return Result<void>();
+        });
   route("DELETE", R"(/v1/shares/(\d+))", true,
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
           COHORT_ASSIGN(int64_t id, idParam(req.matches[1], "share"));
@@ -696,9 +721,9 @@ void Server::Impl::storeRoutes() {
             return fail(Code::kNotFound, "share " + std::to_string(id) + " not found");
           }
           if (share->owner != c.account && !c.admin) {
-            return fail(Code::kPermissionDenied,
-                        "share " + std::to_string(id) + " can be revoked only by its owner, '" +
-                            share->owner + "'");
+            return fail(Code::kPermissionDenied, "share " + std::to_string(id) +
+                                                     " can be revoked only by its owner, '" +
+                                                     share->owner + "'");
           }
           COHORT_TRY(store->deleteShare(id));
           res.status = 204;
@@ -707,10 +732,11 @@ void Server::Impl::storeRoutes() {
 }
 
 void Server::Impl::accountRoutes() {
-  route("GET", "/v1/whoami", true, [](const Request&, Response& res, const Caller& c) -> Result<void> {
-    writeJson(res, 200, {{"account", c.account}, {"admin", c.admin}});
-    return Result<void>();
-  });
+  route("GET", "/v1/whoami", true,
+        [](const Request&, Response& res, const Caller& c) -> Result<void> {
+          writeJson(res, 200, {{"account", c.account}, {"admin", c.admin}});
+          return Result<void>();
+        });
   auto adminOnly = [](const Caller& c) -> Result<void> {
     if (c.admin) return {};
     return fail(Code::kPermissionDenied, "only an admin account may do this");
@@ -724,7 +750,8 @@ void Server::Impl::accountRoutes() {
           if (!validAccountName(a.name)) {
             return fail(Code::kInvalidArgument,
                         "name: 1-64 of a-z, 0-9, '-' and '_', starting with a letter or digit; "
-                        "got '" + a.name + "'");
+                        "got '" +
+                            a.name + "'");
           }
           COHORT_ASSIGN(a.admin, field<bool>(body, "admin", false));
           COHORT_ASSIGN(int64_t gpus, field<int64_t>(body, "max_gpus", -1));
@@ -747,32 +774,35 @@ void Server::Impl::accountRoutes() {
           writeJson(res, 200, {{"accounts", out}});
           return Result<void>();
         });
-  route("GET", "/v1/tokens", true, [this](const Request&, Response& res, const Caller& c) -> Result<void> {
-    COHORT_ASSIGN(std::vector<store::Token> list,
-                  store->tokens(c.admin ? std::nullopt : std::optional(c.account)));
-    Json out = Json::array();
-    for (const auto& t : list) out.push_back(tokenJson(t));
-    writeJson(res, 200, {{"tokens", out}});
-    return Result<void>();
-  });
-  route("POST", "/v1/tokens", true, [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
-    COHORT_ASSIGN(Json body, jsonBody(req, {"label", "account"}));
-    COHORT_ASSIGN(std::string label, field<std::string>(body, "label", ""));
-    COHORT_ASSIGN(std::string account, field<std::string>(body, "account", c.account));
-    if (account != c.account && !c.admin) {
-      return fail(Code::kPermissionDenied, "only an admin may make tokens for another account");
-    }
-    if (!store->account(account)) {
-      return fail(Code::kNotFound, "account '" + account + "' not found");
-    }
-    std::string token = newToken();
-    COHORT_ASSIGN(int64_t id, store->addToken(account, sha256Hex(token), label));
-    COHORT_ASSIGN(store::Token t, store->token(id));
-    Json out = tokenJson(t);
-    out["token"] = token;
-    writeJson(res, 201, out);
-    return Result<void>();
-  });
+  route("GET", "/v1/tokens", true,
+        [this](const Request&, Response& res, const Caller& c) -> Result<void> {
+          COHORT_ASSIGN(std::vector<store::Token> list,
+                        store->tokens(c.admin ? std::nullopt : std::optional(c.account)));
+          Json out = Json::array();
+          for (const auto& t : list) out.push_back(tokenJson(t));
+          writeJson(res, 200, {{"tokens", out}});
+          return Result<void>();
+        });
+  route("POST", "/v1/tokens", true,
+        [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
+          COHORT_ASSIGN(Json body, jsonBody(req, {"label", "account"}));
+          COHORT_ASSIGN(std::string label, field<std::string>(body, "label", ""));
+          COHORT_ASSIGN(std::string account, field<std::string>(body, "account", c.account));
+          if (account != c.account && !c.admin) {
+            return fail(Code::kPermissionDenied,
+                        "only an admin may make tokens for another account");
+          }
+          if (!store->account(account)) {
+            return fail(Code::kNotFound, "account '" + account + "' not found");
+          }
+          std::string token = newToken();
+          COHORT_ASSIGN(int64_t id, store->addToken(account, sha256Hex(token), label));
+          COHORT_ASSIGN(store::Token t, store->token(id));
+          Json out = tokenJson(t);
+          out["token"] = token;
+          writeJson(res, 201, out);
+          return Result<void>();
+        });
   route("DELETE", R"(/v1/tokens/(\d+))", true,
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
           COHORT_ASSIGN(int64_t id, idParam(req.matches[1], "token"));
@@ -788,32 +818,37 @@ void Server::Impl::accountRoutes() {
 }
 
 void Server::Impl::routes() {
-  route("GET", "/v1/openapi.json", false, [](const Request&, Response& res, const Caller&) -> Result<void> {
-    res.set_content(openApiDocument(), "application/json");
-    return Result<void>();
-  });
-  route("GET", "/metrics", false, [this](const Request&, Response& res, const Caller&) -> Result<void> {
-    std::string out = "# HELP cohort_jobs Jobs by state.\n# TYPE cohort_jobs gauge\n";
-    std::map<std::string, int64_t> counts;
-    for (const char* s : {"queued", "starting", "staging", "running", "restarting", "stopping",
-                          "succeeded", "failed", "stopped"}) {
-      counts[s] = 0;
-    }
-    COHORT_ASSIGN(auto by_state, store->countJobsByState());
-    for (const auto& [state, n] : by_state) counts[state] = n;
-    for (const auto& [state, n] : counts) {
-      out += "cohort_jobs{state=\"" + state + "\"} " + std::to_string(n) + "\n";
-    }
-    SchedulerStats s = jobs->stats();
-    out += "# HELP cohort_queue_length Jobs waiting to start.\n# TYPE cohort_queue_length gauge\n";
-    out += "cohort_queue_length " + std::to_string(s.queue_length) + "\n";
-    out += "# HELP cohort_schedule_seconds Time of one scheduling pass.\n"
-           "# TYPE cohort_schedule_seconds histogram\n";
-    out += jobs->passLatency().render("cohort_schedule_seconds", "");
-    out += metrics.render();
-    res.set_content(out, "text/plain; version=0.0.4");
-    return Result<void>();
-  });
+  route("GET", "/v1/openapi.json", false,
+        [](const Request&, Response& res, const Caller&) -> Result<void> {
+          res.set_content(openApiDocument(), "application/json");
+          return Result<void>();
+        });
+  route(
+      "GET", "/metrics", false,
+      [this](const Request&, Response& res, const Caller&) -> Result<void> {
+        std::string out = "# HELP cohort_jobs Jobs by state.\n# TYPE cohort_jobs gauge\n";
+        std::map<std::string, int64_t> counts;
+        for (const char* s : {"queued", "starting", "staging", "running", "restarting", "stopping",
+                              "succeeded", "failed", "stopped"}) {
+          counts[s] = 0;
+        }
+        COHORT_ASSIGN(auto by_state, store->countJobsByState());
+        for (const auto& [state, n] : by_state) counts[state] = n;
+        for (const auto& [state, n] : counts) {
+          out += "cohort_jobs{state=\"" + state + "\"} " + std::to_string(n) + "\n";
+        }
+        SchedulerStats s = jobs->stats();
+        out +=
+            "# HELP cohort_queue_length Jobs waiting to start.\n# TYPE cohort_queue_length gauge\n";
+        out += "cohort_queue_length " + std::to_string(s.queue_length) + "\n";
+        out +=
+            "# HELP cohort_schedule_seconds Time of one scheduling pass.\n"
+            "# TYPE cohort_schedule_seconds histogram\n";
+        out += jobs->passLatency().render("cohort_schedule_seconds", "");
+        out += metrics.render();
+        res.set_content(out, "text/plain; version=0.0.4");
+        return Result<void>();
+      });
   jobRoutes();
   storeRoutes();
   accountRoutes();
@@ -821,9 +856,7 @@ void Server::Impl::routes() {
 
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-Server::~Server() {
-  stop();
-}
+Server::~Server() { stop(); }
 
 Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   auto impl = std::make_unique<Impl>();
@@ -887,13 +920,14 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   http.set_error_handler([](const Request& req, Response& res) {
     if (!res.body.empty()) return;
     std::string message =
-        res.status == 404   ? "no such endpoint: " + req.method + " " + req.path +
-                                  " (see /v1/openapi.json)"
+        res.status == 404
+            ? "no such endpoint: " + req.method + " " + req.path + " (see /v1/openapi.json)"
         : res.status == 413 ? std::string("the request body is too large")
-        : res.status == 400 ? std::string("the request could not be read (a POST or PUT needs "
-                                          "a body or Content-Length: 0)")
+        : res.status == 400 ? std::string(
+                                  "the request could not be read (a POST or PUT needs "
+                                  "a body or Content-Length: 0)")
                             : std::string("the request could not be served");
-    Code code = res.status == 404 ? Code::kNotFound
+    Code code = res.status == 404   ? Code::kNotFound
                 : res.status == 413 ? Code::kTooLarge
                 : res.status == 400 ? Code::kInvalidArgument
                                     : Code::kInternal;
@@ -903,11 +937,11 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   });
   impl->routes();
   serveConsole(http);  // the web page at / and /console, not an API route
-  int port = options.port == 0 ? http.bind_to_any_port(options.host)
-                               : (http.bind_to_port(options.host, options.port) ? options.port : -1);
+  int port = options.port == 0
+                 ? http.bind_to_any_port(options.host)
+                 : (http.bind_to_port(options.host, options.port) ? options.port : -1);
   if (port <= 0) {
-    return fail(Code::kIo, "cannot listen on " + options.host + ":" +
-                               std::to_string(options.port) +
+    return fail(Code::kIo, "cannot listen on " + options.host + ":" + std::to_string(options.port) +
                                " (in use? pick another with --listen HOST:PORT)");
   }
   impl->port = port;

@@ -16,13 +16,13 @@
 namespace cohort::server {
 
 struct ServerOptions {
-  std::string data_root;          // database, jobs and store live here
+  std::string data_root;  // database, jobs and store live here
   std::string host = "127.0.0.1";
-  int port = 8600;                // 0: any free port (see Server::port)
-  std::string cohort_bin;         // what job coordinators run
-  sched::Resources capacity;      // the machine's CPUs, memory and GPUs
-  bool isolate = false;           // run every job's ranks under bubblewrap
-  int http_threads = 32;          // each streaming log follower holds one
+  int port = 8600;            // 0: any free port (see Server::port)
+  std::string cohort_bin;     // what job coordinators run
+  sched::Resources capacity;  // the machine's CPUs, memory and GPUs
+  bool isolate = false;       // run every job's ranks under bubblewrap
+  int http_threads = 32;      // each streaming log follower holds one
 };
 
 class Server {

@@ -397,9 +397,9 @@ struct JobStore::Impl {
     if (self.done) return std::move(self.result);
 
     // Leader: the queue's first kMaxBatch entries, starting with self.
-    std::vector<Writer*> batch(writers.begin(),
-                               writers.begin() + static_cast<std::ptrdiff_t>(
-                                                     std::min(writers.size(), kMaxBatch)));
+    std::vector<Writer*> batch(
+        writers.begin(),
+        writers.begin() + static_cast<std::ptrdiff_t>(std::min(writers.size(), kMaxBatch)));
     lock.unlock();
     commitBatch(batch);
     lock.lock();
@@ -426,9 +426,9 @@ struct JobStore::Impl {
       w->result = (*w->fn)(*writer);
       if (sqlite3_get_autocommit(writer->db()) != 0) {
         // A disk or memory error rolled the whole transaction back: every write is lost.
-        return fail_all(w->result ? Error{Code::kIo, "database '" + path +
-                                                         "': transaction rolled back"}
-                                  : w->result.error());
+        return fail_all(w->result
+                            ? Error{Code::kIo, "database '" + path + "': transaction rolled back"}
+                            : w->result.error());
       }
       if (!w->result) (void)runCached("ROLLBACK TO write");
       (void)runCached("RELEASE write");
@@ -481,8 +481,10 @@ Result<void> migrate(Conn& conn, const std::string& path) {
     COHORT_ASSIGN(Query q, prepare(conn, "PRAGMA journal_mode=WAL"));
     COHORT_ASSIGN(bool row, q.step());
     if (!row || q.text(0) != "wal") {
-      return fail(Code::kIo, "database '" + path + "': cannot use write-ahead logging (journal "
-                                 "mode '" + (row ? q.text(0) : std::string()) + "')");
+      return fail(Code::kIo, "database '" + path +
+                                 "': cannot use write-ahead logging (journal "
+                                 "mode '" +
+                                 (row ? q.text(0) : std::string()) + "')");
     }
   }
   COHORT_TRY(conn.execute("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON"));
@@ -530,8 +532,7 @@ Result<std::unique_ptr<JobStore>> JobStore::open(const std::string& path) {
   }
   auto impl = std::make_unique<Impl>();
   impl->path = path;
-  COHORT_ASSIGN(impl->writer,
-                openConnection(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE));
+  COHORT_ASSIGN(impl->writer, openConnection(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE));
   COHORT_TRY(migrate(*impl->writer, path));
   return std::unique_ptr<JobStore>(new JobStore(std::move(impl)));
 }
@@ -645,8 +646,8 @@ Result<void> JobStore::deleteToken(int64_t id) {
 
 Result<void> JobStore::insertJob(const Job& job) {
   auto result = impl_->write([&](Conn& c) -> Result<void> {
-    static const std::string sql = "INSERT INTO jobs(" + std::string(kJobColumns) +
-                                   ") VALUES(" + placeholders(23) + ")";
+    static const std::string sql =
+        "INSERT INTO jobs(" + std::string(kJobColumns) + ") VALUES(" + placeholders(23) + ")";
     COHORT_ASSIGN(Query q, prepare(c, sql));
     q.bind(job.id);
     bindJobFields(q, job);
@@ -660,8 +661,7 @@ Result<void> JobStore::insertJob(const Job& job) {
 
 Result<Job> JobStore::job(const std::string& id) {
   return impl_->read([&](Conn& c) -> Result<Job> {
-    static const std::string sql =
-        "SELECT " + std::string(kJobColumns) + " FROM jobs WHERE id = ?";
+    static const std::string sql = "SELECT " + std::string(kJobColumns) + " FROM jobs WHERE id = ?";
     COHORT_ASSIGN(Query q, prepare(c, sql));
     q.bind(id);
     COHORT_ASSIGN(bool row, q.step());

@@ -40,35 +40,36 @@ struct Token {
 bool isFinalState(const std::string& state);
 
 struct Job {
-  std::string id;       // unique, chosen by the server
+  std::string id;  // unique, chosen by the server
   std::string account;
   std::string name;
-  std::string state;    // queued, starting, staging, running, restarting, stopping, succeeded, failed, stopped
+  std::string state;  // queued, starting, staging, running, restarting, stopping, succeeded,
+                      // failed, stopped
   int priority = 0;
   std::string framework;
-  int ranks = 0;               // world size
-  int64_t cpu_millis = 0;      // what the whole gang holds while it runs
+  int ranks = 0;           // world size
+  int64_t cpu_millis = 0;  // what the whole gang holds while it runs
   int64_t memory_bytes = 0;
   int64_t gpus = 0;
   std::optional<int64_t> max_runtime_ms;
-  std::string spec_json;       // the submitted job file as JSON
-  int64_t submitted = 0;       // unix nanos; 0 = not yet
+  std::string spec_json;  // the submitted job file as JSON
+  int64_t submitted = 0;  // unix nanos; 0 = not yet
   int64_t started = 0;
   int64_t ended = 0;
   std::optional<int> exit_code;
-  std::string reason;          // why it ended or is stopping
-  std::string root_cause_json; // "" when none
+  std::string reason;           // why it ended or is stopping
+  std::string root_cause_json;  // "" when none
   int attempts = 0;
-  std::string job_dir;         // "" until it starts
-  int64_t coordinator_pid = 0;       // 0 when none
-  int64_t coordinator_start = 0;     // the pid's start time (/proc/<pid>/stat field 22)
-  int64_t events_offset = 0;         // bytes of the job's events.jsonl already ingested
+  std::string job_dir;            // "" until it starts
+  int64_t coordinator_pid = 0;    // 0 when none
+  int64_t coordinator_start = 0;  // the pid's start time (/proc/<pid>/stat field 22)
+  int64_t events_offset = 0;      // bytes of the job's events.jsonl already ingested
 };
 
 struct Event {
-  int64_t seq = 0;     // 1, 2, ... per job, assigned by the store
-  int64_t time = 0;    // unix nanos
-  std::string json;    // one JSON object, as the coordinator or the server wrote it
+  int64_t seq = 0;   // 1, 2, ... per job, assigned by the store
+  int64_t time = 0;  // unix nanos
+  std::string json;  // one JSON object, as the coordinator or the server wrote it
 };
 
 struct JobFilter {
@@ -86,10 +87,10 @@ struct Bucket {
 struct Share {
   int64_t id = 0;
   std::string bucket;
-  std::string prefix;   // path inside the bucket, "" for all of it; no leading '/'
-  std::string owner;    // the bucket's owner when the share was made
+  std::string prefix;  // path inside the bucket, "" for all of it; no leading '/'
+  std::string owner;   // the bucket's owner when the share was made
   std::string grantee;
-  std::string access;   // "read" or "write"
+  std::string access;  // "read" or "write"
   int64_t created = 0;
 };
 
