@@ -35,7 +35,10 @@ Flags:
   --cpus N                 CPUs the scheduler hands out (default: this machine's)
   --memory SIZE            memory the scheduler hands out, e.g. 64Gi (default: this machine's)
   --gpus N                 GPUs the scheduler hands out (default: those nvidia-smi lists)
-  --isolate                run every job's ranks under bubblewrap (needs /usr/bin/bwrap)
+  --isolate                run every job's ranks under bubblewrap, where the store and other
+                           jobs' directories do not exist (the default when bubblewrap works;
+                           with --isolate the server refuses to start without it)
+  --no-isolate             run jobs without the sandbox
   --threads N              HTTP worker threads (default 32; each `logs -f` holds one)
 
 The API is described in docs/server-api.md and served at /v1/openapi.json; Prometheus metrics
@@ -48,6 +51,12 @@ int64_t memTotal() {
   auto at = text->find("MemTotal:");
   if (at == std::string::npos) return 0;
   return std::strtoll(text->c_str() + at + 9, nullptr, 10) * 1024;
+}
+
+// Whether bubblewrap can make a sandbox here (it needs unprivileged user namespaces or root).
+bool bubblewrapWorks() {
+  if (::access("/usr/bin/bwrap", X_OK) != 0) return false;
+  return std::system("/usr/bin/bwrap --dev-bind / / --tmpfs /tmp /bin/true >/dev/null 2>&1") == 0;
 }
 
 }  // namespace
@@ -63,17 +72,12 @@ int cmdServer(int argc, char** argv) {
   options.capacity.cpu_millis = static_cast<int64_t>(std::thread::hardware_concurrency()) * 1000;
   options.capacity.memory_bytes = memTotal();
   options.capacity.gpus = static_cast<int64_t>(backends::localGpus().size());
+  std::string isolate = "auto";
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
     std::string value;
-    if (arg == "--isolate") {
-      if (::access("/usr/bin/bwrap", X_OK) != 0) {
-        std::fprintf(stderr,
-                     "cohort server: --isolate needs bubblewrap (/usr/bin/bwrap): "
-                     "apt-get install bubblewrap\n");
-        return kExitUsage;
-      }
-      options.isolate = true;
+    if (arg == "--isolate" || arg == "--no-isolate") {
+      isolate = arg == "--isolate" ? "on" : "off";
       continue;
     }
     if (auto eq = arg.find('='); startsWith(arg, "--") && eq != std::string::npos) {
@@ -127,6 +131,16 @@ int cmdServer(int argc, char** argv) {
     if (::getcwd(cwd, sizeof cwd)) options.data_root = std::string(cwd) + "/" + options.data_root;
   }
   options.cohort_bin = backends::selfExecutable();
+  // Jobs of different accounts share the machine and the server's user: unless told otherwise,
+  // each job runs in a sandbox where the store and other jobs' directories do not exist.
+  const bool sandbox = bubblewrapWorks();
+  if (isolate == "on" && !sandbox) {
+    std::fprintf(stderr,
+                 "cohort server: --isolate needs a working bubblewrap (/usr/bin/bwrap): "
+                 "apt-get install bubblewrap, and allow unprivileged user namespaces\n");
+    return kExitUsage;
+  }
+  options.isolate = isolate == "on" || (isolate == "auto" && sandbox);
 
   // SIGINT/SIGTERM are taken by a thread of our own; every other thread leaves them blocked.
   sigset_t signals;
@@ -148,6 +162,12 @@ int cmdServer(int argc, char** argv) {
               (*server)->port());
   std::printf("cohort server: data root %s, %s\n", options.data_root.c_str(),
               sched::describe(options.capacity).c_str());
+  std::printf("cohort server: jobs run %s\n",
+              options.isolate     ? "isolated (bubblewrap: each sees only its own directory)"
+              : isolate == "off" ? "without isolation (--no-isolate)"
+                                 : "WITHOUT isolation: bubblewrap does not work here (apt-get "
+                                   "install bubblewrap); every job can read the store and other "
+                                   "jobs' files");
   if (!(*server)->firstAdminToken().empty()) {
     std::printf("cohort server: admin token: %s\n", (*server)->firstAdminToken().c_str());
     std::printf(

@@ -706,6 +706,33 @@ TEST_F(ServerIsolation, AShareRevokedWhileTheJobWaitsStopsItFromStarting) {
   EXPECT_TRUE(record["started"].is_string()) << record.dump();
 }
 
+TEST_F(ServerIsolation, AJobSeesNeitherTheStoreNorOtherJobsDirectories) {
+  if (!contains(fileText(dir_ + "/server-1.out"), "jobs run isolated")) {
+    GTEST_SKIP() << "bubblewrap does not work here: the server runs jobs without the sandbox";
+  }
+  const std::string alice = createAccount("alice");
+  const std::string bob = createAccount("bob");
+  ASSERT_EQ(call("PUT", "/v1/store/alice-data/run1/model.txt", alice, "secret-weights",
+                 "application/octet-stream").status, 201);
+  const std::string first = submit(alice, rankJob("alice-job", {"echo=alice-was-here"}));
+  waitFinal(alice, first);
+
+  Json snoop = {{"name", "snoop"}, {"framework", "generic"}, {"workdir", work_},
+                {"command", {"/bin/sh", "-c",
+                             "cat " + data_root_ + "/store/alice-data/run1/model.txt; "
+                             "cat " + data_root_ + "/jobs/" + first + "/console.log; "
+                             "ls " + data_root_ + "/jobs " + data_root_ + "/server; true"}}};
+  const std::string id = submit(bob, snoop);
+  Json record = waitFinal(bob, id);
+  EXPECT_EQ(record.value("state", ""), "succeeded") << record.dump();
+  const std::string log = get("/v1/jobs/" + id + "/logs?rank=0", bob).body;
+  EXPECT_FALSE(contains(log, "secret-weights")) << log;
+  EXPECT_FALSE(contains(log, "alice-was-here")) << log;
+  EXPECT_FALSE(contains(log, "\n" + first + "\n")) << "listed: " << log;
+  EXPECT_FALSE(contains(log, "cohort.db")) << log;
+  EXPECT_TRUE(contains(log, id)) << "its own directory is there: " << log;
+}
+
 TEST_F(ServerIsolation, TokensBelongToTheirAccountAndRevokingOneWorksAtOnce) {
   const std::string alice = createAccount("alice");
   const std::string bob = createAccount("bob");
