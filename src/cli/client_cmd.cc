@@ -823,6 +823,12 @@ Result<int> cmdSubmit(int argc, char** argv) {
     std::fflush(stdout);
   }
   if (!quiet) {
+    // The answer comes before the scheduler's next pass (a few ms later): ask once more, so
+    // that the line says whether the job started or why it waits.
+    if (str(record, "state") == "queued") {
+      std::this_thread::sleep_for(std::chrono::milliseconds(150));
+      if (auto again = api.call("GET", jobPath(id)); again) record = *again;
+    }
     std::fprintf(stderr, "cohort: submitted %s (%s)\n", id.c_str(), stateSummary(record).c_str());
   }
   if (!client.has("--wait")) {
