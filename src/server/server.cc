@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <httplib.h>
 #include <openssl/evp.h>
+#include <sys/file.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -259,6 +261,7 @@ struct Server::Impl {
   std::string first_admin_token;
   std::atomic<bool> stopping{false};
   std::vector<std::string> route_names;
+  UniqueFd lock;  // flock'd <data_root>/server/server.lock, held while the server lives
 
   std::mutex auth_mu;
   std::unordered_map<std::string, Caller> auth_cache;  // by token hash
@@ -863,6 +866,21 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   impl->options = options;
   const std::string dir = options.data_root + "/server";
   COHORT_TRY(makeDirs(dir));
+  // One server per data root: two would both start and follow the same jobs. The lock is not
+  // inherited by coordinators (close-on-exec), so a restarted server can take it while the
+  // jobs of the previous one still run.
+  const std::string lock_path = dir + "/server.lock";
+  impl->lock = UniqueFd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (!impl->lock.valid()) return failErrno("open '" + lock_path + "'");
+  if (::flock(impl->lock.get(), LOCK_EX | LOCK_NB) != 0) {
+    auto holder = readFile(lock_path);
+    std::string pid = holder ? holder->substr(0, holder->find('\n')) : std::string();
+    return fail(Code::kFailedPrecondition,
+                "another cohort server" + (pid.empty() ? std::string() : " (pid " + pid + ")") +
+                    " uses the data root '" + options.data_root + "'");
+  }
+  (void)::ftruncate(impl->lock.get(), 0);
+  (void)writeAll(impl->lock.get(), std::to_string(::getpid()) + "\n");
   COHORT_ASSIGN(impl->store, store::JobStore::open(dir + "/cohort.db"));
   COHORT_ASSIGN(std::vector<store::Account> accounts, impl->store->accounts());
   if (accounts.empty()) {
@@ -888,6 +906,12 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   // Headers and body leave in two writes: without this, each response waits for the client's
   // delayed ACK (about 40 ms).
   http.set_tcp_nodelay(true);
+  // cpp-httplib sets SO_REUSEPORT, which lets a second server bind the same port and take half
+  // of the connections. SO_REUSEADDR alone still allows a quick restart.
+  http.set_socket_options([](int sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   http.set_payload_max_length(kMaxUpload);
   Impl* self = impl.get();
   http.set_pre_routing_handler([self](const Request& req, Response& res) {

@@ -832,6 +832,22 @@ TEST_F(ServerMetrics, CountJobsTheQueueSchedulingPassesAndRequests) {
 
 using ServerRobustness = ServerFixture;
 
+TEST_F(ServerRobustness, ASecondServerOnTheSamePortOrDataRootIsRefused) {
+  const std::string other = dir_ + "/other";
+  RunResult port = runCohort({"server", "--listen", "127.0.0.1:" + std::to_string(port_),
+                              "--data-root", other},
+                             20s);
+  EXPECT_EQ(port.exit_code, 1) << port.out << port.err;
+  EXPECT_TRUE(contains(port.err, "cannot listen on 127.0.0.1:" + std::to_string(port_)))
+      << port.err;
+  RunResult root =
+      runCohort({"server", "--listen", "127.0.0.1:0", "--data-root", data_root_}, 20s);
+  EXPECT_EQ(root.exit_code, 1) << root.out << root.err;
+  EXPECT_TRUE(contains(root.err, "another cohort server (pid ")) << root.err;
+  // The first server still answers.
+  EXPECT_EQ(get("/v1/whoami", admin_).status, 200);
+}
+
 TEST_F(ServerRobustness, MalformedJsonIsAnInvalidArgument) {
   for (std::string body : {"{", "not json", "", "[1, 2]", "{\"job\": ", "\"text\""}) {
     Answer a = call("POST", "/v1/jobs", admin_, body);
