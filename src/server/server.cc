@@ -882,16 +882,6 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   (void)::ftruncate(impl->lock.get(), 0);
   (void)writeAll(impl->lock.get(), std::to_string(::getpid()) + "\n");
   COHORT_ASSIGN(impl->store, store::JobStore::open(dir + "/cohort.db"));
-  COHORT_ASSIGN(std::vector<store::Account> accounts, impl->store->accounts());
-  if (accounts.empty()) {
-    store::Account admin{"admin", true, std::nullopt, std::nullopt, nowUnixNanos()};
-    COHORT_TRY(impl->store->createAccount(admin));
-    std::string token = newToken();
-    COHORT_TRY(impl->store->addToken("admin", sha256Hex(token), "first admin token"));
-    const std::string path = dir + "/admin.token";
-    COHORT_TRY(writeFileAtomic(path, token + "\n", true, 0600));
-    impl->first_admin_token = token;
-  }
   JobServiceOptions jopts;
   jopts.data_root = options.data_root;
   jopts.cohort_bin = options.cohort_bin;
@@ -969,6 +959,17 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
                                " (in use? pick another with --listen HOST:PORT)");
   }
   impl->port = port;
+  // The first start makes the admin account, once the server is sure to serve.
+  COHORT_ASSIGN(std::vector<store::Account> accounts, impl->store->accounts());
+  if (accounts.empty()) {
+    store::Account admin{"admin", true, std::nullopt, std::nullopt, nowUnixNanos()};
+    COHORT_TRY(impl->store->createAccount(admin));
+    std::string token = newToken();
+    COHORT_TRY(impl->store->addToken("admin", sha256Hex(token), "first admin token"));
+    const std::string path = dir + "/admin.token";
+    COHORT_TRY(writeFileAtomic(path, token + "\n", true, 0600));
+    impl->first_admin_token = token;
+  }
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }
 
