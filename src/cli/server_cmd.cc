@@ -71,7 +71,8 @@ int cmdServer(int argc, char** argv) {
                                             : std::string(home ? home : "/tmp") + "/.cohort";
   options.capacity.cpu_millis = static_cast<int64_t>(std::thread::hardware_concurrency()) * 1000;
   options.capacity.memory_bytes = memTotal();
-  options.capacity.gpus = static_cast<int64_t>(backends::localGpus().size());
+  const std::vector<int> found_gpus = backends::localGpus();
+  int64_t gpus = static_cast<int64_t>(found_gpus.size());
   std::string isolate = "auto";
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
@@ -115,7 +116,7 @@ int cmdServer(int argc, char** argv) {
     } else if (arg == "--gpus") {
       auto n = parseInt(value);
       if (!n || *n < 0) return bad("expected a number of GPUs");
-      options.capacity.gpus = *n;
+      gpus = *n;
     } else if (arg == "--threads") {
       auto n = parseInt(value);
       if (!n || *n < 2) return bad("expected a number >= 2");
@@ -130,6 +131,13 @@ int cmdServer(int argc, char** argv) {
     char cwd[4096];
     if (::getcwd(cwd, sizeof cwd)) options.data_root = std::string(cwd) + "/" + options.data_root;
   }
+  // The GPUs handed out: those found first, then (when --gpus says more) the next indices.
+  for (int64_t i = 0; i < gpus; ++i) {
+    options.gpu_ids.push_back(i < static_cast<int64_t>(found_gpus.size())
+                                  ? found_gpus[static_cast<size_t>(i)]
+                                  : static_cast<int>(i));
+  }
+  options.capacity.gpus = gpus;
   options.cohort_bin = backends::selfExecutable();
   // Jobs of different accounts share the machine and the server's user: unless told otherwise,
   // each job runs in a sandbox where the store and other jobs' directories do not exist.
@@ -163,7 +171,7 @@ int cmdServer(int argc, char** argv) {
   std::printf("cohort server: data root %s, %s\n", options.data_root.c_str(),
               sched::describe(options.capacity).c_str());
   std::printf("cohort server: jobs run %s\n",
-              options.isolate     ? "isolated (bubblewrap: each sees only its own directory)"
+              options.isolate    ? "isolated (bubblewrap: each sees only its own directory)"
               : isolate == "off" ? "without isolation (--no-isolate)"
                                  : "WITHOUT isolation: bubblewrap does not work here (apt-get "
                                    "install bubblewrap); every job can read the store and other "

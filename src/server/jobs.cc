@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -56,6 +57,20 @@ std::string expand(std::string text, const std::string& job_id, const std::strin
       text.replace(at, key.size(), value);
   }
   return text;
+}
+
+// The GPUs a running coordinator was given (its CUDA_VISIBLE_DEVICES).
+std::vector<int> gpusOf(int64_t pid) {
+  std::vector<int> gpus;
+  auto environ_text = readFile("/proc/" + std::to_string(pid) + "/environ");
+  if (!environ_text) return gpus;
+  for (const std::string& var : split(*environ_text, '\0')) {
+    if (!startsWith(var, "CUDA_VISIBLE_DEVICES=")) continue;
+    for (const std::string& id : split(var.substr(21), ',')) {
+      if (auto n = parseInt(id)) gpus.push_back(*n);
+    }
+  }
+  return gpus;
 }
 
 }  // namespace
@@ -107,6 +122,19 @@ JobService::~JobService() {
 void JobService::wake() {
   dirty_ = true;
   cv_.notify_all();  // a wake-up lost to a race costs at most one poll interval
+}
+
+std::vector<int> JobService::freeGpus(int64_t count) const {
+  std::vector<int> free;
+  for (int gpu : options_.gpu_ids) {
+    if (static_cast<int64_t>(free.size()) == count) break;
+    bool held = false;
+    for (const auto& [id, gpus] : gpus_held_) {
+      held |= std::find(gpus.begin(), gpus.end(), gpu) != gpus.end();
+    }
+    if (!held) free.push_back(gpu);
+  }
+  return free;
 }
 
 void JobService::takeIncoming() {
@@ -168,6 +196,7 @@ Result<void> JobService::reconcile() {
       (void)store_.appendEvents(job.id, {{0, now, e.dump()}});
     };
     if (alive) {
+      gpus_held_[job.id] = gpusOf(job.coordinator_pid);
       record("still " + job.state + " (coordinator pid " + std::to_string(job.coordinator_pid) +
              ") after a server restart");
       reconciled_.push_back("job " + job.id + ": still " + job.state + " (coordinator pid " +
@@ -534,11 +563,24 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
   posix_spawnattr_setflags(&attr,
                            POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   pid_t pid = 0;
-  int err = ::posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), environ);
+  // The job's own GPUs, and no others: the coordinator hands them to its ranks.
+  const std::vector<int> gpus = freeGpus(job.gpus);
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) {
+    if (!startsWith(*e, "CUDA_VISIBLE_DEVICES=")) env_strings.emplace_back(*e);
+  }
+  std::vector<std::string> ids;
+  for (int gpu : gpus) ids.push_back(std::to_string(gpu));
+  env_strings.push_back("CUDA_VISIBLE_DEVICES=" + join(ids, ","));
+  std::vector<char*> envp;
+  for (std::string& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  int err = ::posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   if (err != 0) return failed(failErrno("start the coordinator '" + args[0] + "'", err).value());
 
+  gpus_held_[job.id] = gpus;
   auto st = procStat(pid);
   job.coordinator_pid = pid;
   job.coordinator_start = st ? st->start : 0;
@@ -634,6 +676,7 @@ void JobService::finish(Supervised& s, const std::string& lost_why) {
     }
   }
   running_.erase(id);
+  gpus_held_.erase(id);
   supervised_.erase(id);  // destroys s
   dirty_ = true;
 }

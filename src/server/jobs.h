@@ -35,6 +35,7 @@ struct JobServiceOptions {
   std::string data_root;      // jobs go to <data_root>/jobs/<id>
   std::string cohort_bin;     // the binary coordinators run
   sched::Resources capacity;  // the machine
+  std::vector<int> gpu_ids;   // its GPUs (capacity.gpus of them)
   bool isolate = false;       // run ranks under bubblewrap (cohort run --isolate)
   Millis poll_interval{100};  // how often running jobs' events and coordinators are looked at
 };
@@ -92,6 +93,8 @@ class JobService {
   void finish(Supervised& s, const std::string& lost_why);
   void wake();
   void takeIncoming();  // moves incoming_ into queue_ (holding mu_)
+  // GPUs no started job holds; the first `count` of them.
+  std::vector<int> freeGpus(int64_t count) const;
 
   store::JobStore& store_;
   const JobServiceOptions options_;
@@ -107,6 +110,7 @@ class JobService {
   std::map<std::string, sched::Job> queue_;                        // queued jobs, by id
   std::map<std::string, sched::Running> running_;                  // started jobs' holdings, by id
   std::map<std::string, std::unique_ptr<Supervised>> supervised_;  // by id (loop thread)
+  std::map<std::string, std::vector<int>> gpus_held_;              // started jobs' GPUs, by id
   std::mutex incoming_mu_;
   std::vector<sched::Job> incoming_;  // submitted, not yet in queue_
   mutable std::mutex waiting_mu_;

@@ -886,6 +886,7 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   jopts.data_root = options.data_root;
   jopts.cohort_bin = options.cohort_bin;
   jopts.capacity = options.capacity;
+  jopts.gpu_ids = options.gpu_ids;
   jopts.isolate = options.isolate;
   COHORT_ASSIGN(impl->jobs, JobService::create(*impl->store, jopts, impl->clock));
 

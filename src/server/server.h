@@ -21,6 +21,7 @@ struct ServerOptions {
   int port = 8600;            // 0: any free port (see Server::port)
   std::string cohort_bin;     // what job coordinators run
   sched::Resources capacity;  // the machine's CPUs, memory and GPUs
+  std::vector<int> gpu_ids;   // the GPUs' indices (capacity.gpus of them), handed out to jobs
   bool isolate = false;       // run every job's ranks under bubblewrap
   int http_threads = 32;      // each streaming log follower holds one
 };

@@ -771,6 +771,54 @@ TEST_F(ServerIsolation, OnlyAnAdminManagesAccounts) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// GPUs
+
+using ServerGpus = ServerFixture;
+
+// The value of `name` in a log of `env` output ("" when absent, "<unset>" when not there at all).
+std::string envValue(const std::string& log, const std::string& name) {
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(name + "=", 0) == 0) return line.substr(name.size() + 1);
+  }
+  return "<unset>";
+}
+
+TEST_F(ServerGpus, EachJobGetsGpusNoOtherRunningJobHolds) {
+  stopServer();
+  // No GPU here: --gpus makes the server hand out indices 0 and 1 all the same.
+  ASSERT_TRUE(startServer({"--cpus", "4", "--gpus", "2"}));
+  auto gpuJob = [&](const std::string& name, int gpus) {
+    Json job = rankJob(name, {"env", "sleep=2"});
+    job["roles"] = {{"worker", {{"nodes", 1}, {"resources", {{"gpus", gpus}}}}}};
+    return submit(admin_, job);
+  };
+  const std::string a = gpuJob("a", 1);
+  const std::string b = gpuJob("b", 1);
+  const std::string none = gpuJob("none", 0);
+  Json refused = rankJob("three", {"exit=0"});
+  refused["roles"] = {{"worker", {{"nodes", 3}, {"resources", {{"gpus", 1}}}}}};
+  Answer too_many = post("/v1/jobs", admin_, {{"job", refused}});
+  EXPECT_EQ(too_many.status, 400) << too_many;
+  EXPECT_TRUE(contains(too_many.message(), "3 GPUs")) << too_many;
+
+  // a and b run at the same time, on different GPUs; the job without GPUs sees none.
+  waitJob(admin_, a, isRunning);
+  waitJob(admin_, b, isRunning);
+  for (const std::string& id : {a, b, none}) waitFinal(admin_, id);
+  const std::string gpu_a = envValue(get("/v1/jobs/" + a + "/logs?rank=0", admin_).body,
+                                     "CUDA_VISIBLE_DEVICES");
+  const std::string gpu_b = envValue(get("/v1/jobs/" + b + "/logs?rank=0", admin_).body,
+                                     "CUDA_VISIBLE_DEVICES");
+  EXPECT_TRUE(gpu_a == "0" || gpu_a == "1") << gpu_a;
+  EXPECT_TRUE(gpu_b == "0" || gpu_b == "1") << gpu_b;
+  EXPECT_NE(gpu_a, gpu_b);
+  EXPECT_EQ(envValue(get("/v1/jobs/" + none + "/logs?rank=0", admin_).body,
+                     "CUDA_VISIBLE_DEVICES"),
+            "");
+}
+
+// ---------------------------------------------------------------------------------------------
 // Metrics
 
 // The value of the sample `name` (labels included, as written) in Prometheus text; -1 if absent.
