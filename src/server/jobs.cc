@@ -284,6 +284,8 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
     if (role.procs_per_node != spec::kAutoProcs) continue;
     int64_t per_node = options_.capacity.gpus / spec::totalNodes(spec);
     role.procs_per_node = static_cast<int>(std::max<int64_t>(per_node, 1));
+    // One process per GPU: each of them takes its GPU.
+    if (per_node > 0 && role.resources.gpus == 0) role.resources.gpus = 1;
   }
 
   store::Job job;
