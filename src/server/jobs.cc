@@ -663,12 +663,15 @@ void JobService::finish(Supervised& s, const std::string& lost_why) {
       job->attempts = result.value("attempts", job->attempts);
       if (result.contains("root_cause")) job->root_cause_json = result["root_cause"].dump();
     } else {
-      job->state = "failed";
-      job->exit_code = 1;
-      job->reason = lost_why;
+      // A stop asked for while the coordinator was still starting may end it before it can
+      // write a result: it was stopped, not lost. (Its agents, if any, follow it down.)
+      const bool stopped = job->state == "stopping";
+      job->state = stopped ? "stopped" : "failed";
+      job->exit_code = stopped ? 143 : 1;
+      if (!stopped) job->reason = lost_why;
       Json e = {{"event", "state"},
-                {"state", "failed"},
-                {"reason", lost_why},
+                {"state", job->state},
+                {"reason", job->reason},
                 {"t", job->ended},
                 {"time", isoTime(job->ended)}};
       (void)store_.appendEvents(id, {{0, job->ended, e.dump()}});

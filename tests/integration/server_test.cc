@@ -896,6 +896,20 @@ TEST_F(ServerRobustness, ASecondServerOnTheSamePortOrDataRootIsRefused) {
   EXPECT_EQ(get("/v1/whoami", admin_).status, 200);
 }
 
+TEST_F(ServerRobustness, AJobStoppedWhileItStartsEndsStoppedNotLost) {
+  // The stop lands at any point of the start: before the coordinator runs, while it sets up,
+  // or once the rank runs. Each ending is "stopped".
+  for (int delay_ms : {0, 5, 20, 60, 150}) {
+    Json job = rankJob("stop-" + std::to_string(delay_ms), {"sleep=60"});
+    job["policy"] = {{"grace_period", "1s"}};
+    const std::string id = submit(admin_, job);
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    EXPECT_EQ(post("/v1/jobs/" + id + "/stop", admin_, Json::object()).status, 202);
+    Json record = waitFinal(admin_, id);
+    EXPECT_EQ(record.value("state", ""), "stopped") << delay_ms << " ms: " << record.dump();
+  }
+}
+
 TEST_F(ServerRobustness, MalformedJsonIsAnInvalidArgument) {
   for (std::string body : {"{", "not json", "", "[1, 2]", "{\"job\": ", "\"text\""}) {
     Answer a = call("POST", "/v1/jobs", admin_, body);
