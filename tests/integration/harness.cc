@@ -215,11 +215,12 @@ std::string onlyJobDir(const std::string& data_root, const std::string& prefix) 
   return found;
 }
 
-bool waitFor(const std::function<bool()>& condition, std::chrono::milliseconds deadline) {
+bool waitFor(const std::function<bool()>& condition, std::chrono::milliseconds deadline,
+             std::chrono::milliseconds every) {
   auto until = std::chrono::steady_clock::now() + deadline;
   while (!condition()) {
     if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(5ms);
+    std::this_thread::sleep_for(every);
   }
   return true;
 }

@@ -85,7 +85,8 @@ std::string tempDir();
 // only one whose name starts with it.
 std::string onlyJobDir(const std::string& data_root, const std::string& prefix = "");
 
-bool waitFor(const std::function<bool()>& condition, std::chrono::milliseconds deadline);
+bool waitFor(const std::function<bool()>& condition, std::chrono::milliseconds deadline,
+             std::chrono::milliseconds every = 5ms);
 
 // Pids listed one per line in `path` (missing file: none).
 std::vector<pid_t> readPids(const std::string& path);

@@ -36,30 +36,13 @@ using Json = nlohmann::json;
 
 constexpr auto kDeadline = 20s;
 
-std::string fileText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-// Polls `condition` every 50 ms until it holds or `deadline` passed.
-bool pollUntil(const std::function<bool()>& condition, std::chrono::milliseconds deadline) {
-  auto until = std::chrono::steady_clock::now() + deadline;
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(50ms);
-  }
-  return true;
-}
-
 // A process's command line, its arguments split ("" when it is gone).
 std::vector<std::string> commandLine(pid_t pid) {
-  std::string text = fileText("/proc/" + std::to_string(pid) + "/cmdline");
+  std::string text = readText("/proc/" + std::to_string(pid) + "/cmdline");
   std::vector<std::string> args;
   std::string arg;
   for (char c : text) {
@@ -268,9 +251,9 @@ class ServerFixture : public ::testing::Test {
       _exit(127);
     }
     const bool first = admin_.empty();
-    bool up = pollUntil(
+    bool up = waitFor(
         [&] {
-          std::string text = fileText(out);
+          std::string text = readText(out);
           const std::string listening = "listening on http://127.0.0.1:";
           auto at = text.find(listening);
           if (at == std::string::npos || text.find('\n', at) == std::string::npos) return false;
@@ -283,9 +266,9 @@ class ServerFixture : public ::testing::Test {
           admin_ = text.substr(t + token.size(), end - t - token.size());
           return true;
         },
-        kDeadline);
+        kDeadline, 50ms);
     if (!up || port_ <= 0) {
-      ADD_FAILURE() << "the server did not come up:\n" << fileText(out) << fileText(server_err_);
+      ADD_FAILURE() << "the server did not come up:\n" << readText(out) << readText(server_err_);
       ::kill(server_, SIGKILL);
       ::waitpid(server_, nullptr, 0);
       server_ = -1;
@@ -298,8 +281,8 @@ class ServerFixture : public ::testing::Test {
   void stopServer(int sig = SIGTERM) {
     ::kill(server_, sig);
     int status = 0;
-    bool gone = pollUntil([&] { return ::waitpid(server_, &status, WNOHANG) == server_; },
-                          kDeadline);
+    bool gone = waitFor([&] { return ::waitpid(server_, &status, WNOHANG) == server_; },
+                          kDeadline, 50ms);
     if (!gone) {
       ADD_FAILURE() << "the server did not stop on signal " << sig;
       ::kill(server_, SIGKILL);
@@ -373,13 +356,13 @@ class ServerFixture : public ::testing::Test {
   Json waitJob(const std::string& token, const std::string& id,
                const std::function<bool(const Json&)>& until) {
     Json record;
-    bool ok = pollUntil(
+    bool ok = waitFor(
         [&] {
           Answer a = get("/v1/jobs/" + id, token);
           record = a.json;
           return a.status == 200 && until(record);
         },
-        kDeadline);
+        kDeadline, 50ms);
     EXPECT_TRUE(ok) << "job " << id << " never reached the state waited for; last: "
                     << record.dump();
     return record;
@@ -707,7 +690,7 @@ TEST_F(ServerIsolation, AShareRevokedWhileTheJobWaitsStopsItFromStarting) {
 }
 
 TEST_F(ServerIsolation, AJobSeesNeitherTheStoreNorOtherJobsDirectories) {
-  if (!contains(fileText(dir_ + "/server-1.out"), "jobs run isolated")) {
+  if (!contains(readText(dir_ + "/server-1.out"), "jobs run isolated")) {
     GTEST_SKIP() << "bubblewrap does not work here: the server runs jobs without the sandbox";
   }
   const std::string alice = createAccount("alice");
@@ -1058,7 +1041,7 @@ TEST_F(ServerRobustness, OutputPathsCannotLeaveTheOutputDirectory) {
   Answer list = get(base, alice);
   EXPECT_EQ(list.status, 200);
   EXPECT_FALSE(contains(list.body, "leak")) << list;
-  const std::string job_json = fileText(data_root_ + "/jobs/" + id + "/job.json");
+  const std::string job_json = readText(data_root_ + "/jobs/" + id + "/job.json");
   ASSERT_FALSE(job_json.empty());
   for (std::string path :
        {"/../job.json", "/%2e%2e%2fjob.json", "/%2E%2E/job.json", "/..%2fjob.json",
@@ -1139,7 +1122,7 @@ TEST_F(ServerRecovery, RunningJobFinishesAfterTheServerIsKilled) {
   waitJob(admin_, id, isRunning);
   stopServer(SIGKILL);
   const std::string console = data_root_ + "/jobs/" + id + "/console.log";
-  EXPECT_FALSE(contains(fileText(console), "after")) << "the job ended before the kill";
+  EXPECT_FALSE(contains(readText(console), "after")) << "the job ended before the kill";
   ASSERT_TRUE(startServer());
 
   Json record = waitFinal(admin_, id);
@@ -1165,10 +1148,10 @@ TEST_F(ServerRecovery, JobWhoseCoordinatorDiedWithTheServerIsLost) {
   ASSERT_FALSE(id.empty());
   waitJob(admin_, id, isRunning);
   pid_t coordinator = 0;
-  ASSERT_TRUE(pollUntil([&] { return (coordinator = coordinatorOf(id)) > 0; }, kDeadline));
+  ASSERT_TRUE(waitFor([&] { return (coordinator = coordinatorOf(id)) > 0; }, kDeadline, 50ms));
   stopServer(SIGKILL);
   ::kill(coordinator, SIGKILL);
-  EXPECT_TRUE(pollUntil([&] { return processGone(coordinator); }, kDeadline));
+  EXPECT_TRUE(waitFor([&] { return processGone(coordinator); }, kDeadline, 50ms));
   for (pid_t rank : readPids(pids)) ::kill(rank, SIGKILL);
   ASSERT_TRUE(startServer());
 
