@@ -59,6 +59,21 @@ std::string expand(std::string text, const std::string& job_id, const std::strin
   return text;
 }
 
+// Appends an event the server writes itself, stamped `at` like the coordinator's.
+Result<void> appendEvent(store::JobStore& store, const std::string& job_id, Json event,
+                         int64_t at) {
+  event["t"] = at;
+  event["time"] = isoTime(at);
+  return store.appendEvents(job_id, {{0, at, event.dump()}});
+}
+
+// Records a job the server itself ended (its state, reason and end time set) and its last event.
+Result<void> recordEnd(store::JobStore& store, const store::Job& job) {
+  COHORT_TRY(store.updateJob(job));
+  return appendEvent(store, job.id,
+                     {{"event", "state"}, {"state", job.state}, {"reason", job.reason}}, job.ended);
+}
+
 // The GPUs a running coordinator was given (its CUDA_VISIBLE_DEVICES).
 std::vector<int> gpusOf(int64_t pid) {
   std::vector<int> gpus;
@@ -191,9 +206,8 @@ Result<void> JobService::reconcile() {
     running_[job.id] = runningOf(job);
     // What the restarted server found is part of the job's history.
     auto record = [&](const std::string& found) {
-      int64_t now = nowUnixNanos();
-      Json e = {{"event", "reconciled"}, {"found", found}, {"t", now}, {"time", isoTime(now)}};
-      (void)store_.appendEvents(job.id, {{0, now, e.dump()}});
+      (void)appendEvent(store_, job.id, {{"event", "reconciled"}, {"found", found}},
+                        nowUnixNanos());
     };
     if (alive) {
       gpus_held_[job.id] = gpusOf(job.coordinator_pid);
@@ -360,13 +374,7 @@ Result<store::Job> JobService::stop(const std::string& id) {
     job.ended = nowUnixNanos();
     job.reason = "stopped before it started";
     job.exit_code = 143;
-    COHORT_TRY(store_.updateJob(job));
-    Json e = {{"event", "state"},
-              {"state", "stopped"},
-              {"reason", job.reason},
-              {"t", job.ended},
-              {"time", isoTime(job.ended)}};
-    COHORT_TRY(store_.appendEvents(id, {{0, job.ended, e.dump()}}));
+    COHORT_TRY(recordEnd(store_, job));
     queue_.erase(id);
     {
       std::lock_guard waiting_lock(waiting_mu_);
@@ -516,13 +524,7 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
     job.reason = "could not start: " + e.message;
     running_.erase(job.id);
     dirty_ = true;
-    COHORT_TRY(store_.updateJob(job));
-    Json event = {{"event", "state"},
-                  {"state", "failed"},
-                  {"reason", job.reason},
-                  {"t", job.ended},
-                  {"time", isoTime(job.ended)}};
-    COHORT_TRY(store_.appendEvents(job.id, {{0, job.ended, event.dump()}}));
+    COHORT_TRY(recordEnd(store_, job));
     return tl::unexpected<Error>(e);
   };
   {
@@ -656,7 +658,8 @@ void JobService::finish(Supervised& s, const std::string& lost_why) {
     job->ended = nowUnixNanos();
     auto text = readFile(s.job_dir + "/result.json");
     Json result = text ? Json::parse(*text, nullptr, false) : Json();
-    if (result.is_object() && finalState(result.value("state", ""))) {
+    const bool have_result = result.is_object() && finalState(result.value("state", ""));
+    if (have_result) {
       job->state = result.value("state", "failed");
       job->exit_code = result.value("exit_code", 1);
       job->reason = result.value("reason", "");
@@ -669,14 +672,10 @@ void JobService::finish(Supervised& s, const std::string& lost_why) {
       job->state = stopped ? "stopped" : "failed";
       job->exit_code = stopped ? 143 : 1;
       if (!stopped) job->reason = lost_why;
-      Json e = {{"event", "state"},
-                {"state", job->state},
-                {"reason", job->reason},
-                {"t", job->ended},
-                {"time", isoTime(job->ended)}};
-      (void)store_.appendEvents(id, {{0, job->ended, e.dump()}});
     }
-    if (auto u = store_.updateJob(*job); !u) {
+    // The coordinator wrote its own last event; the server writes one only for a job it ended.
+    auto u = have_result ? store_.updateJob(*job) : recordEnd(store_, *job);
+    if (!u) {
       std::fprintf(stderr, "cohort server: job %s: %s\n", id.c_str(), u.error().message.c_str());
     }
   }
