@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/args.h"
 #include "cli/client.h"
 #include "cli/job_options.h"
 #include "spec/job_spec.h"
@@ -306,71 +307,17 @@ Flags:
 // ---------------------------------------------------------------------------------------------
 // Flags
 
-struct FlagSpec {
-  std::string name;   // "--follow"
-  std::string alias;  // "-f" or ""
-  bool takes_value = false;
-};
-
-struct Args {
-  std::vector<std::string> positional;
-  std::map<std::string, std::vector<std::string>> flags;
-
-  bool has(const std::string& name) const { return flags.count(name) > 0; }
-  std::string get(const std::string& name, const std::string& fallback = "") const {
-    auto it = flags.find(name);
-    return it == flags.end() || it->second.empty() ? fallback : it->second.back();
-  }
-  std::vector<std::string> all(const std::string& name) const {
-    auto it = flags.find(name);
-    return it == flags.end() ? std::vector<std::string>{} : it->second;
-  }
-};
-
 tl::unexpected<Error> usage(const std::string& command, const std::string& message) {
   return fail(Code::kInvalidArgument,
               command + ": " + message + " (see cohort " + command + " --help)");
 }
 
-Result<Args> parseArgs(const std::string& command, int argc, char** argv,
-                       std::vector<FlagSpec> specs) {
+// The command's flags plus the two every client command takes.
+Result<Args> parseClientArgs(const std::string& command, int argc, char** argv,
+                             std::vector<FlagSpec> specs) {
   specs.push_back({"--server", "", true});
   specs.push_back({"--token", "", true});
-  Args args;
-  bool flags_done = false;
-  for (int i = 2; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (flags_done || arg.size() < 2 || arg[0] != '-') {
-      args.positional.push_back(arg);
-      continue;
-    }
-    if (arg == "--") {
-      flags_done = true;
-      continue;
-    }
-    std::string value;
-    bool inline_value = false;
-    if (size_t eq = arg.find('='); startsWith(arg, "--") && eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-      inline_value = true;
-    }
-    const FlagSpec* spec = nullptr;
-    for (const FlagSpec& s : specs) {
-      if (arg == s.name || (!s.alias.empty() && arg == s.alias)) spec = &s;
-    }
-    if (!spec) return usage(command, "unknown flag '" + arg + "'");
-    if (spec->takes_value) {
-      if (!inline_value) {
-        if (i + 1 >= argc) return usage(command, arg + " needs a value");
-        value = argv[++i];
-      }
-    } else if (inline_value) {
-      return usage(command, arg + " takes no value");
-    }
-    args.flags[spec->name].push_back(value);
-  }
-  return args;
+  return parseArgs(command, argc, argv, specs);
 }
 
 Result<ApiClient> connect(const Args& args) {
@@ -505,19 +452,6 @@ std::string durationBetween(const std::string& from, const std::string& to) {
       to.empty() ? std::optional<int64_t>(nowMillis()) : parseIsoMillis(to);
   if (!end) return "";
   return formatDuration(Millis(std::max<int64_t>(*end - *start, 0)));
-}
-
-std::string formatSize(double bytes) {
-  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int unit = 0;
-  while (bytes >= 1024 && unit < 4) {
-    bytes /= 1024;
-    ++unit;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, unit == 0 || bytes >= 100 ? "%.0f %s" : "%.1f %s", bytes,
-                kUnits[unit]);
-  return buf;
 }
 
 size_t displayWidth(const std::string& s) {
@@ -668,7 +602,7 @@ void reportEnd(const Json& job, bool quiet) {
 // Commands
 
 Result<int> cmdLogin(int argc, char** argv) {
-  COHORT_ASSIGN(Args args, parseArgs("login", argc, argv, {}));
+  COHORT_ASSIGN(Args args, parseClientArgs("login", argc, argv, {}));
   std::string url = args.get("--server");
   if (url.empty()) {
     if (args.positional.empty()) return usage("login", "expects the server's URL");
@@ -717,7 +651,7 @@ Result<int> cmdLogin(int argc, char** argv) {
 }
 
 Result<int> cmdWhoami(int argc, char** argv) {
-  COHORT_ASSIGN(Args args, parseArgs("whoami", argc, argv, {{"--json", "", false}}));
+  COHORT_ASSIGN(Args args, parseClientArgs("whoami", argc, argv, {{"--json", "", false}}));
   COHORT_TRY(expectPositional("whoami", args, {}));
   COHORT_ASSIGN(ApiClient api, connect(args));
   COHORT_ASSIGN(Json me, api.call("GET", "/v1/whoami"));
@@ -861,9 +795,10 @@ std::string psInfo(const Json& job) {
 }
 
 Result<int> cmdPs(int argc, char** argv) {
-  COHORT_ASSIGN(Args args,
-                parseArgs("ps", argc, argv,
-                          {{"--state", "", true}, {"--limit", "", true}, {"--json", "", false}}));
+  COHORT_ASSIGN(
+      Args args,
+      parseClientArgs("ps", argc, argv,
+                      {{"--state", "", true}, {"--limit", "", true}, {"--json", "", false}}));
   COHORT_TRY(expectPositional("ps", args, {}));
   QueryParams query;
   if (args.has("--state")) query.emplace_back("state", join(args.all("--state"), ","));
@@ -1021,8 +956,8 @@ std::string statusText(const Json& job, const Json& ranks, const Json& events) {
 }
 
 Result<int> cmdStatus(int argc, char** argv) {
-  COHORT_ASSIGN(Args args,
-                parseArgs("status", argc, argv, {{"--json", "", false}, {"--wait", "", false}}));
+  COHORT_ASSIGN(Args args, parseClientArgs("status", argc, argv,
+                                           {{"--json", "", false}, {"--wait", "", false}}));
   COHORT_TRY(expectPositional("status", args, {"JOB"}));
   const std::string id = args.positional[0];
   COHORT_ASSIGN(ApiClient api, connect(args));
@@ -1042,8 +977,8 @@ Result<int> cmdStatus(int argc, char** argv) {
 }
 
 Result<int> cmdLogs(int argc, char** argv) {
-  COHORT_ASSIGN(Args args,
-                parseArgs("logs", argc, argv, {{"--rank", "", true}, {"--follow", "-f", false}}));
+  COHORT_ASSIGN(Args args, parseClientArgs("logs", argc, argv,
+                                           {{"--rank", "", true}, {"--follow", "-f", false}}));
   COHORT_TRY(expectPositional("logs", args, {"JOB"}));
   QueryParams query;
   if (args.has("--rank")) {
@@ -1073,7 +1008,7 @@ Result<int> cmdLogs(int argc, char** argv) {
 }
 
 Result<int> cmdStop(int argc, char** argv) {
-  COHORT_ASSIGN(Args args, parseArgs("stop", argc, argv, {}));
+  COHORT_ASSIGN(Args args, parseClientArgs("stop", argc, argv, {}));
   COHORT_TRY(expectPositional("stop", args, {"JOB"}));
   COHORT_ASSIGN(ApiClient api, connect(args));
   COHORT_ASSIGN(Json job, api.call("POST", jobPath(args.positional[0]) + "/stop"));
@@ -1093,7 +1028,7 @@ Result<int> cmdStop(int argc, char** argv) {
 }
 
 Result<int> cmdDelete(int argc, char** argv) {
-  COHORT_ASSIGN(Args args, parseArgs("delete", argc, argv, {}));
+  COHORT_ASSIGN(Args args, parseClientArgs("delete", argc, argv, {}));
   COHORT_TRY(expectPositional("delete", args, {"JOB"}));
   COHORT_ASSIGN(ApiClient api, connect(args));
   COHORT_TRY(api.call("DELETE", jobPath(args.positional[0])));
@@ -1171,8 +1106,8 @@ Result<int64_t> downloadOutput(ApiClient& api, const std::string& id, const std:
 }
 
 Result<int> cmdOutputs(int argc, char** argv) {
-  COHORT_ASSIGN(Args args, parseArgs("outputs", argc, argv,
-                                     {{"--json", "", false}, {"--quiet", "-q", false}}));
+  COHORT_ASSIGN(Args args, parseClientArgs("outputs", argc, argv,
+                                           {{"--json", "", false}, {"--quiet", "-q", false}}));
   if (args.positional.empty()) return usage("outputs", "expects JOB");
   const bool download = args.positional.size() > 1;
   if (download) {
@@ -1230,9 +1165,10 @@ Result<int> cmdOutputs(int argc, char** argv) {
 }
 
 Result<int> cmdShare(int argc, char** argv) {
-  COHORT_ASSIGN(Args args,
-                parseArgs("share", argc, argv,
-                          {{"--with", "", true}, {"--access", "", true}, {"--json", "", false}}));
+  COHORT_ASSIGN(
+      Args args,
+      parseClientArgs("share", argc, argv,
+                      {{"--with", "", true}, {"--access", "", true}, {"--json", "", false}}));
   COHORT_TRY(expectPositional("share", args, {"store://BUCKET/PREFIX"}));
   const std::string prefix = args.positional[0];
   if (!startsWith(prefix, "store://") || prefix.size() <= std::strlen("store://")) {
@@ -1259,7 +1195,7 @@ Result<int> cmdShare(int argc, char** argv) {
 }
 
 Result<int> cmdShares(int argc, char** argv) {
-  COHORT_ASSIGN(Args args, parseArgs("shares", argc, argv, {{"--json", "", false}}));
+  COHORT_ASSIGN(Args args, parseClientArgs("shares", argc, argv, {{"--json", "", false}}));
   COHORT_TRY(expectPositional("shares", args, {}));
   COHORT_ASSIGN(ApiClient api, connect(args));
   COHORT_ASSIGN(Json answer, api.call("GET", "/v1/shares"));
@@ -1282,7 +1218,7 @@ Result<int> cmdShares(int argc, char** argv) {
 }
 
 Result<int> cmdUnshare(int argc, char** argv) {
-  COHORT_ASSIGN(Args args, parseArgs("unshare", argc, argv, {}));
+  COHORT_ASSIGN(Args args, parseClientArgs("unshare", argc, argv, {}));
   COHORT_TRY(expectPositional("unshare", args, {"ID"}));
   COHORT_ASSIGN(ApiClient api, connect(args));
   COHORT_TRY(api.call("DELETE", "/v1/shares/" + urlEncode(args.positional[0])));
@@ -1291,11 +1227,11 @@ Result<int> cmdUnshare(int argc, char** argv) {
 }
 
 Result<int> cmdAccounts(int argc, char** argv) {
-  COHORT_ASSIGN(Args args, parseArgs("accounts", argc, argv,
-                                     {{"--admin", "", false},
-                                      {"--max-gpus", "", true},
-                                      {"--max-cpus", "", true},
-                                      {"--json", "", false}}));
+  COHORT_ASSIGN(Args args, parseClientArgs("accounts", argc, argv,
+                                           {{"--admin", "", false},
+                                            {"--max-gpus", "", true},
+                                            {"--max-cpus", "", true},
+                                            {"--json", "", false}}));
   std::string sub = args.positional.empty() ? "list" : args.positional[0];
   if (sub == "list") {
     COHORT_TRY(expectPositional(
@@ -1360,9 +1296,10 @@ Result<int> cmdAccounts(int argc, char** argv) {
 }
 
 Result<int> cmdTokens(int argc, char** argv) {
-  COHORT_ASSIGN(Args args,
-                parseArgs("tokens", argc, argv,
-                          {{"--label", "", true}, {"--account", "", true}, {"--json", "", false}}));
+  COHORT_ASSIGN(
+      Args args,
+      parseClientArgs("tokens", argc, argv,
+                      {{"--label", "", true}, {"--account", "", true}, {"--json", "", false}}));
   std::string sub = args.positional.empty() ? "list" : args.positional[0];
   if (sub != "list" && sub != "create" && sub != "delete") {
     return usage("tokens", "unknown subcommand '" + sub + "' (list, create, delete)");

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/args.h"
 #include "storage/copy.h"
 #include "storage/uri.h"
 #include "util/text.h"
@@ -60,22 +61,6 @@ int usageError(const std::string& message) {
   return kExitUsage;
 }
 
-std::string formatSize(double bytes) {
-  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int unit = 0;
-  while (bytes >= 1024 && unit < 4) {
-    bytes /= 1024;
-    ++unit;
-  }
-  char buf[32];
-  if (unit == 0 || bytes >= 100) {
-    std::snprintf(buf, sizeof buf, "%.0f %s", bytes, kUnits[unit]);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.1f %s", bytes, kUnits[unit]);
-  }
-  return buf;
-}
-
 std::string formatSeconds(double seconds) {
   return formatDuration(Millis(static_cast<int64_t>(seconds * 1000)));
 }
@@ -87,8 +72,8 @@ void printProgress(const storage::CopyProgress& p) {
   std::fprintf(stderr, "\rcohort: cp: %lld/%lld files, %s/%s, %s/s, ETA %s\x1b[K",
                static_cast<long long>(p.files_done), static_cast<long long>(p.files_total),
                formatSize(static_cast<double>(p.bytes_done)).c_str(),
-               formatSize(static_cast<double>(p.bytes_total)).c_str(),
-               formatSize(rate).c_str(), eta.c_str());
+               formatSize(static_cast<double>(p.bytes_total)).c_str(), formatSize(rate).c_str(),
+               eta.c_str());
   std::fflush(stderr);
 }
 
@@ -100,50 +85,31 @@ struct CpArgs {
   bool help = false;
 };
 
-Result<CpArgs> parseArgs(int argc, char** argv) {
+Result<CpArgs> parseCpArgs(int argc, char** argv) {
+  COHORT_ASSIGN(Args parsed, parseArgs("cp", argc, argv,
+                                       {{"--help", "-h", false},
+                                        {"--quiet", "-q", false},
+                                        {"--checksum", "", false},
+                                        {"--workers", "", true},
+                                        {"--data-root", "", true}}));
   CpArgs args;
-  bool flags_done = false;
-  for (int i = 2; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (flags_done || arg.size() < 2 || arg[0] != '-') {
-      args.paths.push_back(arg);
-      continue;
+  args.paths = parsed.positional;
+  args.help = parsed.has("--help");
+  args.quiet = parsed.has("--quiet");
+  args.options.checksum = parsed.has("--checksum");
+  if (parsed.has("--workers")) {
+    std::string text = parsed.get("--workers");
+    auto workers = parseInt(text);
+    if (!workers || *workers < 1 || *workers > 256) {
+      return fail(Code::kInvalidArgument, "cp: --workers: expected a number from 1 to 256, got '" +
+                                              text + "' (see cohort cp --help)");
     }
-    if (arg == "--") {
-      flags_done = true;
-      continue;
-    }
-    std::string value;
-    bool has_value = false;
-    if (size_t eq = arg.find('='); startsWith(arg, "--") && eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-      has_value = true;
-    }
-    auto next = [&]() -> Result<std::string> {
-      if (has_value) return value;
-      if (i + 1 >= argc) return fail(Code::kInvalidArgument, arg + " needs a value");
-      return std::string(argv[++i]);
-    };
-    if (arg == "-h" || arg == "--help") {
-      args.help = true;
-    } else if (arg == "-q" || arg == "--quiet") {
-      args.quiet = true;
-    } else if (arg == "--checksum") {
-      args.options.checksum = true;
-    } else if (arg == "--workers") {
-      COHORT_ASSIGN(std::string text, next());
-      auto workers = parseInt(text);
-      if (!workers || *workers < 1 || *workers > 256) {
-        return fail(Code::kInvalidArgument,
-                    "--workers: expected a number from 1 to 256, got '" + text + "'");
-      }
-      args.options.workers = *workers;
-    } else if (arg == "--data-root") {
-      COHORT_ASSIGN(args.data_root, next());
-      if (args.data_root.empty()) return fail(Code::kInvalidArgument, "--data-root is empty");
-    } else {
-      return fail(Code::kInvalidArgument, "unknown flag '" + arg + "'");
+    args.options.workers = *workers;
+  }
+  if (parsed.has("--data-root")) {
+    args.data_root = parsed.get("--data-root");
+    if (args.data_root.empty()) {
+      return fail(Code::kInvalidArgument, "cp: --data-root is empty (see cohort cp --help)");
     }
   }
   return args;
@@ -159,9 +125,9 @@ std::string currentDir() {
 std::string dataRoot(const std::string& flag) {
   const char* env_root = std::getenv("COHORT_DATA_ROOT");
   const char* home = std::getenv("HOME");
-  std::string root = !flag.empty()                ? flag
-                     : env_root && *env_root      ? std::string(env_root)
-                                                  : std::string(home ? home : "/tmp") + "/.cohort";
+  std::string root = !flag.empty()           ? flag
+                     : env_root && *env_root ? std::string(env_root)
+                                             : std::string(home ? home : "/tmp") + "/.cohort";
   return root[0] == '/' ? root : currentDir() + "/" + root;
 }
 
@@ -172,7 +138,8 @@ Result<storage::CopyStats> copyInterruptibly(const std::string& src, const std::
   action.sa_handler = onSignal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
-  struct sigaction old_int {}, old_term {};
+  struct sigaction old_int {
+  }, old_term{};
   ::sigaction(SIGINT, &action, &old_int);
   ::sigaction(SIGTERM, &action, &old_term);
   options.cancel = &g_interrupted;
@@ -187,8 +154,11 @@ Result<storage::CopyStats> copyInterruptibly(const std::string& src, const std::
 const char* cpHelp() { return kCpHelp; }
 
 int cmdCp(int argc, char** argv) {
-  auto args = parseArgs(argc, argv);
-  if (!args) return usageError(args.error().message);
+  auto args = parseCpArgs(argc, argv);
+  if (!args) {
+    std::fprintf(stderr, "cohort: error: %s\n", args.error().message.c_str());
+    return kExitUsage;
+  }
   if (args->help) {
     std::fputs(kCpHelp, stdout);
     return 0;
@@ -218,8 +188,8 @@ int cmdCp(int argc, char** argv) {
     return kExitFailed;
   }
   if (!args->quiet) {
-    double rate = stats->seconds > 0 ? static_cast<double>(stats->bytes_copied) / stats->seconds
-                                     : 0;
+    double rate =
+        stats->seconds > 0 ? static_cast<double>(stats->bytes_copied) / stats->seconds : 0;
     std::fprintf(stderr, "cohort: copied %lld %s (%s) in %s, %s/s; %lld skipped\n",
                  static_cast<long long>(stats->files_copied),
                  stats->files_copied == 1 ? "file" : "files",

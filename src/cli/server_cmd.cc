@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "backends/local.h"
+#include "cli/args.h"
 #include "server/server.h"
 #include "util/fd.h"
 #include "util/text.h"
@@ -73,58 +74,59 @@ int cmdServer(int argc, char** argv) {
   options.capacity.memory_bytes = memTotal();
   const std::vector<int> found_gpus = backends::localGpus();
   int64_t gpus = static_cast<int64_t>(found_gpus.size());
-  std::string isolate = "auto";
-  for (int i = 2; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::string value;
-    if (arg == "--isolate" || arg == "--no-isolate") {
-      isolate = arg == "--isolate" ? "on" : "off";
-      continue;
-    }
-    if (auto eq = arg.find('='); startsWith(arg, "--") && eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      std::fprintf(stderr, "cohort server: %s needs a value (see cohort server --help)\n",
-                   arg.c_str());
-      return kExitUsage;
-    }
+  auto parsed = parseArgs("server", argc, argv,
+                          {{"--listen", "", true},
+                           {"--data-root", "", true},
+                           {"--cpus", "", true},
+                           {"--memory", "", true},
+                           {"--gpus", "", true},
+                           {"--threads", "", true},
+                           {"--isolate", "", false},
+                           {"--no-isolate", "", false}});
+  if (parsed && !parsed->positional.empty()) {
+    parsed = fail(Code::kInvalidArgument, "server: unexpected argument '" + parsed->positional[0] +
+                                              "' (see cohort server --help)");
+  }
+  if (!parsed) {
+    std::fprintf(stderr, "cohort: error: %s\n", parsed.error().message.c_str());
+    return kExitUsage;
+  }
+  const std::string isolate = parsed->has("--isolate")      ? "on"
+                              : parsed->has("--no-isolate") ? "off"
+                                                            : "auto";
+  for (const auto& [flag, values] : parsed->flags) {
+    const std::string& value = values.back();
     auto bad = [&](const std::string& what) {
-      std::fprintf(stderr, "cohort server: %s: %s, got '%s'\n", arg.c_str(), what.c_str(),
+      std::fprintf(stderr, "cohort: error: server: %s: %s, got '%s'\n", flag.c_str(), what.c_str(),
                    value.c_str());
       return kExitUsage;
     };
-    if (arg == "--listen") {
+    if (flag == "--listen") {
       auto colon = value.rfind(':');
       auto port = colon == std::string::npos ? Result<int>(-1) : parseInt(value.substr(colon + 1));
       if (!port || *port < 0 || *port > 65535) return bad("expected HOST:PORT");
       options.host = colon == 0 ? "0.0.0.0" : value.substr(0, colon);
       options.port = *port;
-    } else if (arg == "--data-root") {
+    } else if (flag == "--data-root") {
+      if (value.empty()) return bad("expected a directory");
       options.data_root = value;
-    } else if (arg == "--cpus") {
+    } else if (flag == "--cpus") {
       char* end = nullptr;
       double cpus = std::strtod(value.c_str(), &end);
       if (value.empty() || *end || cpus < 0) return bad("expected a number of CPUs");
       options.capacity.cpu_millis = static_cast<int64_t>(cpus * 1000);
-    } else if (arg == "--memory") {
+    } else if (flag == "--memory") {
       auto bytes = parseBytes(value);
       if (!bytes) return bad(bytes.error().message);
       options.capacity.memory_bytes = *bytes;
-    } else if (arg == "--gpus") {
+    } else if (flag == "--gpus") {
       auto n = parseInt(value);
       if (!n || *n < 0) return bad("expected a number of GPUs");
       gpus = *n;
-    } else if (arg == "--threads") {
+    } else if (flag == "--threads") {
       auto n = parseInt(value);
       if (!n || *n < 2) return bad("expected a number >= 2");
       options.http_threads = *n;
-    } else {
-      std::fprintf(stderr, "cohort server: unknown flag '%s' (see cohort server --help)\n",
-                   arg.c_str());
-      return kExitUsage;
     }
   }
   if (options.data_root[0] != '/') {

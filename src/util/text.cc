@@ -62,6 +62,19 @@ Result<Millis> parseDuration(std::string_view text) {
   return Millis(static_cast<int64_t>(total_ms + 0.5));
 }
 
+std::string formatSize(double bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (bytes >= 1024 && unit < 4) {
+    bytes /= 1024;
+    ++unit;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, unit == 0 || bytes >= 100 ? "%.0f %s" : "%.1f %s", bytes,
+                kUnits[unit]);
+  return buf;
+}
+
 std::string formatDuration(Millis d) {
   char buf[64];
   int64_t ms = d.count();

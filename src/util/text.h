@@ -18,6 +18,7 @@ using Millis = std::chrono::milliseconds;
 // "500ms", "30s", "15m", "2h", "1h30m", "1d"; a bare number means seconds.
 Result<Millis> parseDuration(std::string_view text);
 std::string formatDuration(Millis d);  // "1.5s", "2m03s", "2h00m"
+std::string formatSize(double bytes);  // "512 B", "1.5 KiB", "230 MiB"
 
 // "512Mi", "2Gi", "1G", "1000"; a bare number means bytes.
 Result<int64_t> parseBytes(std::string_view text);
