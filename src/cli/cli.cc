@@ -1,5 +1,6 @@
 #include "cli/cli.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -140,6 +141,13 @@ int cmdPlan(int argc, char** argv) {
 }
 
 int cmdRun(int argc, char** argv) {
+  // A stop that comes while the job is being prepared is held for the coordinator (its signalfd
+  // reads it), which then stops the job and writes its result, rather than ending cohort with no
+  // record of the job.
+  sigset_t stops;
+  sigemptyset(&stops);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stops, sig);
+  ::sigprocmask(SIG_BLOCK, &stops, nullptr);
   auto options = parseJobOptions(argc, argv, 2);
   if (!options) return reportError(options.error());
   auto job = prepareJob(*options);

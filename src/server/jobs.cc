@@ -666,8 +666,8 @@ void JobService::finish(Supervised& s, const std::string& lost_why) {
       job->attempts = result.value("attempts", job->attempts);
       if (result.contains("root_cause")) job->root_cause_json = result["root_cause"].dump();
     } else {
-      // A stop asked for while the coordinator was still starting may end it before it can
-      // write a result: it was stopped, not lost. (Its agents, if any, follow it down.)
+      // A stop that reached the coordinator before it blocked signals (first thing in `cohort
+      // run`) ended it without a result: the job was stopped, not lost. Nothing had started.
       const bool stopped = job->state == "stopping";
       job->state = stopped ? "stopped" : "failed";
       job->exit_code = stopped ? 143 : 1;
