@@ -140,16 +140,27 @@ int main(int argc, char** argv) {
       appendLine(std::string(dir ? dir : ".") + "/" + value,
                  "rank " + std::to_string(envInt("COHORT_RANK")));
     } else if (key == "setsid-child") {
+      // The rank goes on only once the grandchild has written its pid: a test that reads the
+      // file after the job must see every grandchild, however fast the job ends.
+      int ready[2];
+      if (::pipe(ready) != 0) return 65;
       pid_t pid = ::fork();
       if (pid == 0) {
         ::setsid();
         if (::fork() == 0) {
           ::signal(SIGTERM, SIG_IGN);
           appendLine(value, std::to_string(::getpid()));
+          ::close(ready[1]);
           for (;;) ::pause();
+        }
+        ::close(ready[1]);
+        char byte;
+        while (::read(ready[0], &byte, 1) < 0) {
         }
         _exit(0);
       }
+      ::close(ready[1]);
+      ::close(ready[0]);
       int status = 0;
       ::waitpid(pid, &status, 0);
     } else if (key == "flood") {
