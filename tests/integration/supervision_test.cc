@@ -126,7 +126,8 @@ TEST(Supervision, RankIgnoringSigtermIsKilledAfterTheGracePeriod) {
   auto start = std::chrono::steady_clock::now();
   auto r = runCohort({"run", "--data-root", root, "--nodes", "2", "--grace-period", "500ms",
                       "--", testRank(), "ignore-term", "pidfile=" + root + "/pids",
-                      "rank1:sleep=0.1", "rank1:exit=1", "sleep=60"});
+                      "rank0:touch=" + root + "/ignoring", "rank1:wait-file=" + root + "/ignoring",
+                      "rank1:exit=1", "sleep=60"});
   auto took = std::chrono::steady_clock::now() - start;
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_LT(took, 15s);

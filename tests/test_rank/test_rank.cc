@@ -9,6 +9,7 @@
 //   flood=BYTES      write BYTES of numbered lines as fast as possible   session (setsid), writes
 //   partial=TEXT     print TEXT without newline                          its pid to PATH, sleeps
 //   touch=PATH       create PATH           stamp=PATH     append "<rank> <unix nanos>\n" to PATH
+//   wait-file=PATH   wait until PATH exists (to order ranks without guessing at sleeps)
 //   work-file=REL    exit 3 unless $COHORT_WORK_DIR/REL exists (a staged input)
 //   output-file=NAME write "rank <rank>\n" to $COHORT_OUTPUT_DIR/NAME
 //   absent=PATH      exit 4 if PATH exists (what an isolated rank must not see)
@@ -116,6 +117,9 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     } else if (key == "pidfile") {
       appendLine(value, std::to_string(::getpid()));
+    } else if (key == "wait-file") {
+      timespec tick{0, 5'000'000};
+      while (::access(value.c_str(), F_OK) != 0) nanosleep(&tick, nullptr);
     } else if (key == "touch") {
       appendLine(value, "");
     } else if (key == "stamp") {
