@@ -345,6 +345,11 @@ class ServerFixture : public ::testing::Test {
     return {{"name", name}, {"framework", "generic"}, {"workdir", work_}, {"command", command}};
   }
 
+  // A rank action that waits until openGate() creates the file: the test decides when the job
+  // goes on, instead of racing a sleep.
+  std::string gate(const std::string& name) const { return "wait-file=" + work_ + "/" + name; }
+  void openGate(const std::string& name) const { std::ofstream(work_ + "/" + name).put('\n'); }
+
   // Submits; returns the job id ("" after a failed expectation).
   std::string submit(const std::string& token, const Json& job) {
     Answer a = post("/v1/jobs", token, {{"job", job}});
@@ -772,7 +777,7 @@ TEST_F(ServerGpus, EachJobGetsGpusNoOtherRunningJobHolds) {
   // No GPU here: --gpus makes the server hand out indices 0 and 1 all the same.
   ASSERT_TRUE(startServer({"--cpus", "4", "--gpus", "2"}));
   auto gpuJob = [&](const std::string& name, int gpus) {
-    Json job = rankJob(name, {"env", "sleep=2"});
+    Json job = rankJob(name, {"env", gate("go")});
     job["roles"] = {{"worker", {{"nodes", 1}, {"resources", {{"gpus", gpus}}}}}};
     return submit(admin_, job);
   };
@@ -788,6 +793,7 @@ TEST_F(ServerGpus, EachJobGetsGpusNoOtherRunningJobHolds) {
   // a and b run at the same time, on different GPUs; the job without GPUs sees none.
   waitJob(admin_, a, isRunning);
   waitJob(admin_, b, isRunning);
+  openGate("go");
   for (const std::string& id : {a, b, none}) waitFinal(admin_, id);
   const std::string gpu_a = envValue(get("/v1/jobs/" + a + "/logs?rank=0", admin_).body,
                                      "CUDA_VISIBLE_DEVICES");
@@ -1086,7 +1092,8 @@ TEST_F(ServerRobustness, LogFollowersThatHangUpDoNotHoldTheServer) {
   // Few HTTP threads: followers that stayed attached would leave none for other requests.
   stopServer();
   ASSERT_TRUE(startServer({"--cpus", "4", "--threads", "3"}));
-  const std::string id = submit(admin_, rankJob("quiet", {"echo=before", "sleep=3", "echo=after"}));
+  const std::string id =
+      submit(admin_, rankJob("quiet", {"echo=before", gate("go"), "echo=after"}));
   ASSERT_FALSE(id.empty());
   waitJob(admin_, id, isRunning);
   const std::string request = "GET /v1/jobs/" + id + "/logs?follow=1 HTTP/1.1\r\nHost: x\r\n"
@@ -1102,6 +1109,7 @@ TEST_F(ServerRobustness, LogFollowersThatHangUpDoNotHoldTheServer) {
       << "the server answered only after the job ended: hung-up followers held its threads";
 
   // A follower that stays gets every line until the job ends.
+  openGate("go");
   Answer followed = get("/v1/jobs/" + id + "/logs?follow=1&rank=0", admin_);
   EXPECT_EQ(followed.status, 200);
   EXPECT_EQ(followed.body, "before\nafter\n");
@@ -1117,13 +1125,14 @@ using ServerRecovery = ServerFixture;
 
 TEST_F(ServerRecovery, RunningJobFinishesAfterTheServerIsKilled) {
   const std::string id =
-      submit(admin_, rankJob("survivor", {"echo=before", "sleep=2", "echo=after"}));
+      submit(admin_, rankJob("survivor", {"echo=before", gate("go"), "echo=after"}));
   ASSERT_FALSE(id.empty());
   waitJob(admin_, id, isRunning);
   stopServer(SIGKILL);
   const std::string console = data_root_ + "/jobs/" + id + "/console.log";
   EXPECT_FALSE(contains(readText(console), "after")) << "the job ended before the kill";
   ASSERT_TRUE(startServer());
+  openGate("go");
 
   Json record = waitFinal(admin_, id);
   EXPECT_EQ(record.value("state", ""), "succeeded") << record.dump();
@@ -1166,7 +1175,7 @@ TEST_F(ServerRecovery, JobWhoseCoordinatorDiedWithTheServerIsLost) {
 TEST_F(ServerRecovery, QueuedJobStaysQueuedAcrossARestartAndThenRuns) {
   stopServer();
   ASSERT_TRUE(startServer({"--cpus", "1"}));
-  const std::string first = submit(admin_, rankJob("first", {"sleep=3", "echo=first"}));
+  const std::string first = submit(admin_, rankJob("first", {gate("go"), "echo=first"}));
   ASSERT_FALSE(first.empty());
   waitJob(admin_, first, isRunning);
   const std::string second = submit(admin_, rankJob("second", {"echo=second"}));
@@ -1181,6 +1190,7 @@ TEST_F(ServerRecovery, QueuedJobStaysQueuedAcrossARestartAndThenRuns) {
   ASSERT_TRUE(startServer({"--cpus", "1"}));
   Json after = get("/v1/jobs/" + second, admin_).json;
   EXPECT_EQ(after.value("state", ""), "queued") << after.dump();
+  openGate("go");
   Json one = waitFinal(admin_, first);
   Json two = waitFinal(admin_, second);
   EXPECT_EQ(one.value("state", ""), "succeeded") << one.dump();
