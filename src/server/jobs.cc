@@ -204,7 +204,9 @@ Result<void> JobService::reconcile() {
     auto st = job.coordinator_pid ? procStat(job.coordinator_pid) : std::nullopt;
     bool alive = st && st->start == job.coordinator_start && st->state != 'Z';
     running_[job.id] = runningOf(job);
-    // What the restarted server found is part of the job's history.
+    // What the coordinator wrote while the server was down comes first in the job's history,
+    // then what the restarted server found.
+    follow(*s);
     auto record = [&](const std::string& found) {
       (void)appendEvent(store_, job.id, {{"event", "reconciled"}, {"found", found}},
                         nowUnixNanos());

@@ -461,8 +461,7 @@ void Server::Impl::jobRoutes() {
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
           COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[1]));
           COHORT_ASSIGN(std::vector<store::Event> events, store->events(job.id));
-          // In time order: events the coordinator wrote while the server was down are read
-          // after the server's own note of the restart.
+          // In time order: the coordinator and the server both write a job's events.
           std::stable_sort(events.begin(), events.end(),
                            [](const auto& a, const auto& b) { return a.time < b.time; });
           Json out = Json::array();

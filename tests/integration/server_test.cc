@@ -1132,6 +1132,8 @@ TEST_F(ServerRecovery, RunningJobFinishesAfterTheServerIsKilled) {
   const std::string console = data_root_ + "/jobs/" + id + "/console.log";
   EXPECT_FALSE(contains(readText(console), "after")) << "the job ended before the kill";
   ASSERT_TRUE(startServer());
+  EXPECT_TRUE(contains(readText(server_err_), "job " + id + ": still running"))
+      << readText(server_err_);
   openGate("go");
 
   Json record = waitFinal(admin_, id);
@@ -1149,6 +1151,39 @@ TEST_F(ServerRecovery, RunningJobFinishesAfterTheServerIsKilled) {
   EXPECT_TRUE(contains(logs.body, "before")) << logs;
   EXPECT_TRUE(contains(logs.body, "after")) << logs;
   EXPECT_EQ(get("/v1/jobs/" + id + "/logs?rank=0", admin_).body, "before\nafter\n");
+}
+
+TEST_F(ServerRecovery, JobThatEndedWhileTheServerWasDownIsRecordedFromItsResult) {
+  const std::string id = submit(admin_, rankJob("ends-alone", {gate("go"), "echo=bye", "exit=3"}));
+  ASSERT_FALSE(id.empty());
+  waitJob(admin_, id, isRunning);
+  stopServer(SIGKILL);
+  openGate("go");
+  const std::string result = data_root_ + "/jobs/" + id + "/result.json";
+  ASSERT_TRUE(waitFor([&] { return !readText(result).empty(); }, kDeadline, 20ms));
+  ASSERT_TRUE(startServer());
+  EXPECT_TRUE(contains(readText(server_err_), "job " + id + ": ended while the server was down"))
+      << readText(server_err_);
+
+  // Recorded before the server listened: the first answer is already final.
+  Json record = get("/v1/jobs/" + id, admin_).json;
+  EXPECT_EQ(record.value("state", ""), "failed") << record.dump();
+  EXPECT_EQ(record["exit_code"], Json(3)) << record.dump();
+  EXPECT_TRUE(record["ended"].is_string()) << record.dump();
+  // The coordinator's account of the end, then the server's note of what it found.
+  Answer events = get("/v1/jobs/" + id + "/events", admin_);
+  std::vector<std::string> kinds;
+  for (const Json& e : events.json.value("events", Json::array())) {
+    std::string kind = e.value("event", "");
+    if (kind == "state") kind += ":" + e.value("state", "");
+    if (kind == "reconciled") kind += ":" + e.value("found", "");
+    kinds.push_back(kind);
+  }
+  ASSERT_GE(kinds.size(), 2u);
+  EXPECT_EQ(kinds[kinds.size() - 2], "state:failed") << ::testing::PrintToString(kinds);
+  EXPECT_EQ(kinds.back(), "reconciled:ended while the server was down")
+      << ::testing::PrintToString(kinds);
+  EXPECT_EQ(get("/v1/jobs/" + id + "/logs?rank=0", admin_).body, "bye\n");
 }
 
 TEST_F(ServerRecovery, JobWhoseCoordinatorDiedWithTheServerIsLost) {
