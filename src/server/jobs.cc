@@ -207,6 +207,7 @@ Result<void> JobService::reconcile() {
     // What the coordinator wrote while the server was down comes first in the job's history,
     // then what the restarted server found.
     follow(*s);
+    if (auto now = store_.job(job.id)) job.state = now->state;  // as those events left it
     auto record = [&](const std::string& found) {
       (void)appendEvent(store_, job.id, {{"event", "reconciled"}, {"found", found}},
                         nowUnixNanos());
