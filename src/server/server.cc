@@ -265,6 +265,7 @@ struct Server::Impl {
 
   std::mutex auth_mu;
   std::unordered_map<std::string, Caller> auth_cache;  // by token hash
+  uint64_t auth_generation = 0;  // bumped when a token is revoked
 
   using Handler = std::function<Result<void>(const Request&, Response&, const Caller&)>;
 
@@ -275,10 +276,12 @@ struct Server::Impl {
                   "no token: send 'Authorization: Bearer <token>' (cohort login URL)");
     }
     std::string hash = sha256Hex(header.substr(7));
+    uint64_t generation;
     {
       std::lock_guard lock(auth_mu);
       auto it = auth_cache.find(hash);
       if (it != auth_cache.end()) return it->second;
+      generation = auth_generation;
     }
     auto token = store->tokenByHash(hash);
     if (!token) {
@@ -290,13 +293,15 @@ struct Server::Impl {
     COHORT_ASSIGN(store::Account account, store->account(token->account));
     Caller caller{account.name, account.admin};
     std::lock_guard lock(auth_mu);
-    auth_cache[hash] = caller;
+    // A token revoked while it was read from the store is not cached.
+    if (generation == auth_generation) auth_cache[hash] = caller;
     return caller;
   }
 
   void forgetTokens() {
     std::lock_guard lock(auth_mu);
     auth_cache.clear();
+    ++auth_generation;
   }
 
   void route(const std::string& method, const std::string& pattern, bool authenticated,
@@ -912,11 +917,21 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
     if (req.has_param("follow") && req.path.ends_with("/logs")) {
       const_cast<Request&>(req).headers.erase("Accept-Encoding");
     }
+    // cpp-httplib inflates a compressed body whole, with no limit to refuse it by.
+    const std::string encoding = req.get_header_value("Content-Encoding");
+    if (!encoding.empty() && encoding != "identity") {
+      writeError(res, Error{Code::kInvalidArgument,
+                            "send the request body uncompressed (Content-Encoding '" + encoding +
+                                "' is not accepted)"});
+      res.set_header("Connection", "close");
+      return httplib::Server::HandlerResponse::Handled;
+    }
     // Refuse big bodies before reading them: only store uploads may be large, and only from a
-    // caller with a valid token.
+    // caller with a valid token. A chunked body has no length to go by, so its caller must
+    // have a valid token before any of it is read.
     size_t length = std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10);
     bool upload = req.method == "PUT" && req.path.rfind("/v1/store/", 0) == 0;
-    if (upload && length > kMaxJsonRead) {
+    if ((upload && length > kMaxJsonRead) || req.has_header("Transfer-Encoding")) {
       if (auto caller = self->authenticate(req); !caller) {
         writeError(res, caller.error());
         res.set_header("Connection", "close");

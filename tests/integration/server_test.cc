@@ -1088,6 +1088,24 @@ std::string hangUpAfter(int port, const std::string& request, const std::string&
   return got;
 }
 
+TEST_F(ServerRobustness, ChunkedBodiesNeedATokenBeforeAnyIsReadAndCompressedOnesAreRefused) {
+  // Only the headers are sent: the answer comes before any of the body.
+  std::string chunked = hangUpAfter(port_,
+                                    "POST /v1/jobs HTTP/1.1\r\nHost: x\r\n"
+                                    "Transfer-Encoding: chunked\r\n\r\n",
+                                    "}}");
+  EXPECT_TRUE(contains(chunked, "HTTP/1.1 401")) << chunked;
+  EXPECT_TRUE(contains(chunked, "unauthenticated")) << chunked;
+  std::string gzip = hangUpAfter(port_,
+                                 "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                                     admin_ + "\r\nContent-Encoding: gzip\r\n"
+                                              "Content-Length: 1000000\r\n\r\n",
+                                 "}}");
+  EXPECT_TRUE(contains(gzip, "HTTP/1.1 400")) << gzip;
+  EXPECT_TRUE(contains(gzip, "send the request body uncompressed")) << gzip;
+  EXPECT_EQ(get("/v1/whoami", admin_).status, 200);
+}
+
 TEST_F(ServerRobustness, LogFollowersThatHangUpDoNotHoldTheServer) {
   // Few HTTP threads: followers that stayed attached would leave none for other requests.
   stopServer();
