@@ -496,7 +496,11 @@ void JobService::schedulePass() {
   }
   for (const sched::Placement& placement : decision->start) {
     auto job = store_.job(placement.job_id);
-    if (!job) continue;
+    if (!job || job->state != "queued") {
+      // Stopped or removed while a submission was still on its way to the queue.
+      if (job || job.error().code == Code::kNotFound) queue_.erase(placement.job_id);
+      continue;
+    }
     if (auto started = startJob(*job, placement); !started) {
       std::fprintf(stderr, "cohort server: job %s: %s\n", placement.job_id.c_str(),
                    started.error().message.c_str());

@@ -265,7 +265,7 @@ struct Server::Impl {
 
   std::mutex auth_mu;
   std::unordered_map<std::string, Caller> auth_cache;  // by token hash
-  uint64_t auth_generation = 0;  // bumped when a token is revoked
+  uint64_t auth_generation = 0;                        // bumped when a token is revoked
 
   using Handler = std::function<Result<void>(const Request&, Response&, const Caller&)>;
 
@@ -629,14 +629,14 @@ void Server::Impl::jobRoutes() {
 }
 
 void Server::Impl::storeRoutes() {
-  auto location = [this](const Request& req) -> Result<std::pair<std::string, std::string>> {
-    std::string bucket = req.matches[1];
-    COHORT_ASSIGN(std::string key, containedPath(req.matches[2]));
-    while (!key.empty() && key.back() == '/') key.pop_back();
-    if (!storage::validBucketName(bucket)) {
-      return fail(Code::kNotFound, "store://" + bucket + "/" + key + ": not found");
-    }
-    return std::pair{bucket, key};
+  // The bucket and the normalised key, as in share prefixes: "a//b/./c/" is "a/b/c".
+  auto location = [](const Request& req) -> Result<std::pair<std::string, std::string>> {
+    const std::string uri =
+        "store://" + std::string(req.matches[1]) + "/" + std::string(req.matches[2]);
+    if (!storage::validBucketName(req.matches[1]))
+      return fail(Code::kNotFound, uri + ": not found");
+    COHORT_ASSIGN(storage::Location where, storage::parseLocation(uri));
+    return std::pair{where.bucket, where.key};
   };
   route("GET", R"(/v1/store/([^/]+)/?(.*))", true,
         [this, location](const Request& req, Response& res, const Caller& c) -> Result<void> {
@@ -668,6 +668,16 @@ void Server::Impl::storeRoutes() {
           return fail(Code::kFailedPrecondition,
                       "store://" + bucket + "/" + key + " is a directory");
         }
+        // A file where a directory of the path should be: say which, not a server error.
+        for (size_t slash = key.find('/'); slash != std::string::npos;
+             slash = key.find('/', slash + 1)) {
+          const std::string parent = key.substr(0, slash);
+          std::string dir = options.data_root + "/store/" + bucket + "/" + parent;
+          if (::lstat(dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+            return fail(Code::kFailedPrecondition, "store://" + bucket + "/" + parent +
+                                                       " is a file, so nothing can go under it");
+          }
+        }
         COHORT_TRY(makeDirs(path.substr(0, path.rfind('/'))));
         COHORT_TRY(writeFileAtomic(path, req.body));
         writeJson(res, 201, {{"uri", "store://" + bucket + "/" + key}, {"size", req.body.size()}});
@@ -691,7 +701,8 @@ void Server::Impl::storeRoutes() {
           COHORT_ASSIGN(std::string with, field<std::string>(body, "with", ""));
           COHORT_ASSIGN(std::string access, field<std::string>(body, "access", "read"));
           auto where = storage::parseLocation(prefix);
-          if (!where || where->kind != storage::Location::Kind::kStore) {
+          if (!where) return withContext(where.error(), "prefix");
+          if (where->kind != storage::Location::Kind::kStore) {
             return fail(Code::kInvalidArgument,
                         "prefix: expected store://bucket/prefix, got '" + prefix + "'");
           }

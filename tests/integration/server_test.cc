@@ -595,6 +595,29 @@ TEST_F(ServerIsolation, AnotherAccountsJobIsNotFoundOnEveryEndpoint) {
   EXPECT_FALSE(contains(get("/v1/jobs?state=succeeded", bob).body, name));
 }
 
+TEST_F(ServerIsolation, StorePathsAreNormalisedAsSharesAreAndAFileIsNoDirectory) {
+  const std::string alice = createAccount("alice");
+  const std::string bob = createAccount("bob");
+  Answer up = call("PUT", "/v1/store/alice-data/run1/model.txt", alice, "weights",
+                   "application/octet-stream");
+  ASSERT_EQ(up.status, 201) << up;
+  ASSERT_EQ(post("/v1/shares", alice,
+                 {{"prefix", "store://alice-data/run1"}, {"with", "bob"}, {"access", "read"}})
+                .status,
+            201);
+  // The share's prefix is normalised; so is the path it is checked against.
+  Answer odd = get("/v1/store/alice-data/./run1//model.txt", bob);
+  EXPECT_EQ(odd.status, 200) << odd;
+  EXPECT_EQ(odd.body, "weights");
+
+  Answer under = call("PUT", "/v1/store/alice-data/run1/model.txt/more.txt", alice, "x",
+                      "application/octet-stream");
+  EXPECT_EQ(under.status, 409) << under;
+  EXPECT_EQ(under.code(), "failed_precondition") << under;
+  EXPECT_TRUE(contains(under.message(), "store://alice-data/run1/model.txt is a file")) << under;
+  EXPECT_FALSE(contains(under.body, data_root_)) << under;
+}
+
 TEST_F(ServerIsolation, StoreNeedsAShareAndRevokingItWorksAtOnce) {
   const std::string alice = createAccount("alice");
   const std::string bob = createAccount("bob");
