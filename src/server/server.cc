@@ -129,9 +129,9 @@ Result<T> field(const Json& body, const std::string& name, T fallback) {
 }
 
 Result<int64_t> idParam(const std::string& text, const std::string& what) {
-  auto n = parseInt(text);
+  auto n = parseInt64(text);
   if (!n) return fail(Code::kNotFound, what + " '" + text + "' not found");
-  return static_cast<int64_t>(*n);
+  return *n;
 }
 
 // A relative path inside a directory: no "..", no absolute path, no empty parts.
@@ -544,7 +544,7 @@ void Server::Impl::jobRoutes() {
           COHORT_ASSIGN(std::string path, logFile(job, rank));  // checks the rank now
           int64_t start = 0;
           if (req.has_param("offset")) {
-            auto n = parseInt(req.get_param_value("offset"));
+            auto n = parseInt64(req.get_param_value("offset"));
             if (!n || *n < 0) return fail(Code::kInvalidArgument, "offset: expected bytes >= 0");
             start = *n;
           }

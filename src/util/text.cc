@@ -126,14 +126,22 @@ Result<std::set<int>> parseRankList(std::string_view text) {
   return ranks;
 }
 
-Result<int> parseInt(std::string_view text) {
-  int value = 0;
+namespace {
+
+template <typename Int>
+Result<Int> parseInteger(std::string_view text) {
+  Int value = 0;
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc() || ptr != text.data() + text.size() || text.empty()) {
     return fail(Code::kInvalidArgument, "'" + std::string(text) + "' is not an integer");
   }
   return value;
 }
+
+}  // namespace
+
+Result<int> parseInt(std::string_view text) { return parseInteger<int>(text); }
+Result<int64_t> parseInt64(std::string_view text) { return parseInteger<int64_t>(text); }
 
 std::vector<std::string> split(std::string_view text, char sep) {
   std::vector<std::string> parts;

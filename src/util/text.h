@@ -27,6 +27,7 @@ Result<int64_t> parseBytes(std::string_view text);
 Result<std::set<int>> parseRankList(std::string_view text);
 
 Result<int> parseInt(std::string_view text);
+Result<int64_t> parseInt64(std::string_view text);
 
 std::vector<std::string> split(std::string_view text, char sep);
 std::string join(const std::vector<std::string>& parts, std::string_view sep);

@@ -31,6 +31,17 @@ TEST(ParseBytes, BinaryAndDecimalUnits) {
   EXPECT_FALSE(parseBytes("2 GB"));
 }
 
+TEST(ParseInt, WholeTextOnlyAndInRange) {
+  EXPECT_EQ(*parseInt("-12"), -12);
+  EXPECT_EQ(*parseInt64("4294967296"), 4294967296LL);  // a log offset past 4 GiB
+  for (const char* bad : {"", "12x", " 1", "1.5", "2147483648"}) {
+    auto n = parseInt(bad);
+    ASSERT_FALSE(n) << bad;
+    EXPECT_EQ(n.error().code, Code::kInvalidArgument) << bad;
+  }
+  EXPECT_FALSE(parseInt64("9223372036854775808"));
+}
+
 TEST(ParseRankList, RangesAndAll) {
   EXPECT_TRUE(parseRankList("all")->empty());
   EXPECT_EQ(*parseRankList("0,2-4"), (std::set<int>{0, 2, 3, 4}));
