@@ -129,7 +129,7 @@ def resolve_settings(server: Optional[str] = None, token: Optional[str] = None,
         token = os.environ.get("COHORT_TOKEN")
     if not token and config.get("token"):
         config_server = config.get("server")
-        if not config_server or _normalize_server(config_server) == chosen:
+        if config_server and _normalize_server(config_server) == chosen:
             token = config["token"]
     return chosen, token or None
 
@@ -300,8 +300,9 @@ class Client:
         return Job(self, record)
 
     def submit_file(self, path: str, priority: int = 0) -> "Job":
-        """Submits a JSON job file. Its ``workdir`` (default: the file's directory) is made
-        absolute against the file's directory, as ``cohort run -f`` does."""
+        """Submits a JSON job file. Its ``workdir`` (default: the file's directory) and its
+        local ``inputs[].source`` paths are made absolute against the file's directory, as
+        ``cohort submit -f`` does."""
         path = os.path.abspath(os.path.expanduser(os.fspath(path)))
         with open(path, encoding="utf-8") as f:
             try:
@@ -315,6 +316,10 @@ class Client:
         if workdir is None or isinstance(workdir, str):
             workdir = os.path.expanduser(workdir or ".")
             job["workdir"] = os.path.normpath(os.path.join(base, workdir))
+        for item in job.get("inputs") or []:
+            source = item.get("source") if isinstance(item, dict) else None
+            if isinstance(source, str) and source and "://" not in source:
+                item["source"] = os.path.normpath(os.path.join(base, os.path.expanduser(source)))
         return self.submit(job, priority)
 
     def job(self, job_id: str) -> "Job":

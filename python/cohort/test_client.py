@@ -69,6 +69,13 @@ class Settings(unittest.TestCase):
             c = Client("http://config:1/", config_path=self.config)  # the same server
             self.assertEqual(c._token, "cohort_config")
 
+    def test_config_token_without_a_server_is_not_sent_anywhere(self):
+        self.write_config({"token": "cohort_config"})
+        with mock.patch.dict(os.environ, dict(_CLEAN, COHORT_SERVER="http://other:2"),
+                             clear=True):
+            c = Client(config_path=self.config)
+        self.assertEqual((c.server, c._token), ("http://other:2", None))
+
     def test_no_server_anywhere_says_where_to_put_one(self):
         with mock.patch.dict(os.environ, _CLEAN, clear=True):
             with self.assertRaises(CohortError) as caught:
@@ -198,6 +205,23 @@ class JobWithoutServer(unittest.TestCase):
             f.write("name: yaml")
         with self.assertRaisesRegex(CohortError, "job file '%s'" % re.escape(path)):
             c.submit_file(path)
+
+    def test_submit_file_makes_local_inputs_absolute_but_not_store_ones(self):
+        tmp = tempfile.mkdtemp(prefix="cohort-client-test-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        c = Client("http://127.0.0.1:1", token="t", config_path=_NO_CONFIG)
+        sent = []
+        c._call = lambda method, path, body=None, **kw: sent.append(body) or \
+            {"id": "j1", "state": "queued"}
+        path = os.path.join(tmp, "job.json")
+        with open(path, "w") as f:
+            json.dump({"name": "x", "command": ["true"],
+                       "inputs": [{"source": "data", "target": "in"},
+                                  {"source": "store://b/p", "target": "s"},
+                                  {"source": "/abs", "target": "a"}]}, f)
+        c.submit_file(path)
+        self.assertEqual([i["source"] for i in sent[0]["job"]["inputs"]],
+                         [os.path.join(tmp, "data"), "store://b/p", "/abs"])
 
     def test_wait_raises_timeout_error_naming_the_job(self):
         fake = _FakeClient({("GET", "/v1/jobs/j1"): {"id": "j1", "state": "queued"}})

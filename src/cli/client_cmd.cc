@@ -27,6 +27,7 @@
 #include "cli/client.h"
 #include "cli/job_options.h"
 #include "spec/job_spec.h"
+#include "storage/uri.h"
 #include "util/fd.h"
 #include "util/text.h"
 
@@ -738,11 +739,10 @@ Result<int> cmdSubmit(int argc, char** argv) {
   // The server runs the job elsewhere: nothing may stay relative to this directory.
   spec.workdir = absoluteIn(spec.workdir.empty() ? "." : spec.workdir, spec.base_dir);
   for (spec::Input& in : spec.inputs) {
-    if (startsWith(in.source, "store://") || startsWith(in.source, "file://") ||
-        in.source.find("://") != std::string::npos) {
-      continue;
+    auto where = storage::parseLocation(in.source);
+    if (where && where->kind == storage::Location::Kind::kLocal) {
+      in.source = absoluteIn(where->path, spec.base_dir);
     }
-    in.source = absoluteIn(in.source, spec.base_dir);
   }
   Json job = Json::parse(spec::toJobFile(spec), nullptr, false);
   if (job.is_discarded()) return fail(Code::kInternal, "submit: the job file is not JSON");

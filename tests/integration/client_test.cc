@@ -489,6 +489,20 @@ TEST_F(LiveClient, SubmitMakesTheWorkdirAndLocalInputsAbsolute) {
   EXPECT_EQ(job["inputs"][0]["source"], dir + "/data");
 }
 
+TEST_F(LiveClient, SubmitMakesARelativeFileUriInputAbsoluteToo) {
+  const std::string dir = tempDir();
+  std::filesystem::create_directories(dir + "/data");
+  std::ofstream(dir + "/data/a.txt") << "a\n";
+  std::ofstream(dir + "/job.yaml") << "name: file-uri\nframework: generic\n"
+                                      "command: [" + testRank() + ", work-file=in/a.txt]\n"
+                                      "inputs: [{source: 'file://data', target: in}]\n";
+  RunResult r = admin({"submit", "--wait", "-f", dir + "/job.yaml"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << server_->log();
+  const std::string id = r.out.substr(0, r.out.find('\n'));
+  nlohmann::json job = readJson(server_->dataRoot() + "/jobs/" + id + "/job.json");
+  EXPECT_EQ(job["inputs"][0]["source"], dir + "/data");
+}
+
 TEST_F(LiveClient, PsListsJobsWithTheirState) {
   const std::string id = runJob({"echo=hello"});
   RunResult r = admin({"ps"});
