@@ -1273,13 +1273,9 @@ Result<int> cmdAccounts(int argc, char** argv) {
     body["max_gpus"] = *n;
   }
   if (args.has("--max-cpus")) {
-    std::string v = args.get("--max-cpus");
-    char* end = nullptr;
-    double n = std::strtod(v.c_str(), &end);
-    if (v.empty() || *end != '\0' || !(n >= 0)) {
-      return usage("accounts", "--max-cpus: expected a number >= 0, got '" + v + "'");
-    }
-    body["max_cpus"] = n;
+    auto n = parseCpus(args.get("--max-cpus"));
+    if (!n) return usage("accounts", "--max-cpus: " + n.error().message);
+    body["max_cpus"] = *n;
   }
   COHORT_ASSIGN(ApiClient api, connect(args));
   COHORT_ASSIGN(Json answer, api.call("POST", "/v1/accounts", body));

@@ -91,6 +91,12 @@ int cmdServer(int argc, char** argv) {
     std::fprintf(stderr, "cohort: error: %s\n", parsed.error().message.c_str());
     return kExitUsage;
   }
+  if (parsed->has("--isolate") && parsed->has("--no-isolate")) {
+    std::fprintf(stderr,
+                 "cohort: error: server: --isolate and --no-isolate contradict each "
+                 "other: give one\n");
+    return kExitUsage;
+  }
   const std::string isolate = parsed->has("--isolate")      ? "on"
                               : parsed->has("--no-isolate") ? "off"
                                                             : "auto";
@@ -111,10 +117,9 @@ int cmdServer(int argc, char** argv) {
       if (value.empty()) return bad("expected a directory");
       options.data_root = value;
     } else if (flag == "--cpus") {
-      char* end = nullptr;
-      double cpus = std::strtod(value.c_str(), &end);
-      if (value.empty() || *end || cpus < 0) return bad("expected a number of CPUs");
-      options.capacity.cpu_millis = static_cast<int64_t>(cpus * 1000);
+      auto cpus = parseCpus(value);
+      if (!cpus) return bad("expected a number of CPUs (examples: 4, 0.5)");
+      options.capacity.cpu_millis = static_cast<int64_t>(*cpus * 1000);
     } else if (flag == "--memory") {
       auto bytes = parseBytes(value);
       if (!bytes) return bad(bytes.error().message);

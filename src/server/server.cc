@@ -772,10 +772,17 @@ void Server::Impl::accountRoutes() {
                             a.name + "'");
           }
           COHORT_ASSIGN(a.admin, field<bool>(body, "admin", false));
-          COHORT_ASSIGN(int64_t gpus, field<int64_t>(body, "max_gpus", -1));
-          COHORT_ASSIGN(double cpus, field<double>(body, "max_cpus", -1));
-          if (gpus >= 0) a.max_gpus = gpus;
-          if (cpus >= 0) a.max_cpu_millis = static_cast<int64_t>(cpus * 1000);
+          // Absent or null: no limit.
+          if (body.contains("max_gpus") && !body["max_gpus"].is_null()) {
+            COHORT_ASSIGN(int64_t gpus, field<int64_t>(body, "max_gpus", 0));
+            if (gpus < 0) return fail(Code::kInvalidArgument, "max_gpus: expected >= 0");
+            a.max_gpus = gpus;
+          }
+          if (body.contains("max_cpus") && !body["max_cpus"].is_null()) {
+            COHORT_ASSIGN(double cpus, field<double>(body, "max_cpus", 0));
+            if (cpus < 0) return fail(Code::kInvalidArgument, "max_cpus: expected >= 0");
+            a.max_cpu_millis = static_cast<int64_t>(cpus * 1000);
+          }
           a.created = nowUnixNanos();
           COHORT_TRY(store->createAccount(a));
           std::string token = newToken();

@@ -185,11 +185,11 @@ class Parser {
             COHORT_ASSIGN(res.gpus, integer(value, sub, 0));
           } else if (key == "cpus") {
             COHORT_ASSIGN(std::string text, scalar(value, sub));
-            char* end = nullptr;
-            res.cpus = std::strtod(text.c_str(), &end);
-            if (text.empty() || *end != '\0' || res.cpus <= 0) {
+            auto cpus = parseCpus(text);
+            if (!cpus || *cpus <= 0) {
               return bad(value, sub, "expected a positive number of CPUs, got '" + text + "'");
             }
+            res.cpus = *cpus;
           } else {
             COHORT_ASSIGN(std::string text, scalar(value, sub));
             auto bytes = parseBytes(text);

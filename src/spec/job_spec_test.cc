@@ -73,6 +73,16 @@ TEST(ParseJobFile, WrongTypeIsNamed) {
       << msg;
 }
 
+TEST(ParseJobFile, CpusMustBeAPositiveFiniteNumber) {
+  for (const char* cpus : {"nan", "inf", "-1", "0", "1e3", "two"}) {
+    std::string msg = errorOf(std::string("name: x\ncommand: [a]\nroles:\n  worker: "
+                                          "{resources: {cpus: ") + cpus + "}}\n");
+    EXPECT_NE(msg.find("roles.worker.resources.cpus: expected a positive number of CPUs"),
+              std::string::npos)
+        << cpus << ": " << msg;
+  }
+}
+
 TEST(ParseJobFile, ZeroNodesIsRefused) {
   std::string msg = errorOf("name: x\ncommand: [a]\nroles:\n  worker: {nodes: 0}\n");
   EXPECT_NE(msg.find("roles.worker.nodes: must be at least 1, got 0"), std::string::npos) << msg;

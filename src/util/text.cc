@@ -140,6 +140,16 @@ Result<Int> parseInteger(std::string_view text) {
 
 }  // namespace
 
+Result<double> parseCpus(std::string_view text) {
+  std::string_view rest = text;
+  double value = 0;
+  if (!readNumber(rest, value) || !rest.empty()) {
+    return fail(Code::kInvalidArgument,
+                "'" + std::string(text) + "' is not a number of CPUs (examples: 4, 0.5)");
+  }
+  return value;
+}
+
 Result<int> parseInt(std::string_view text) { return parseInteger<int>(text); }
 Result<int64_t> parseInt64(std::string_view text) { return parseInteger<int64_t>(text); }
 

@@ -26,6 +26,10 @@ Result<int64_t> parseBytes(std::string_view text);
 // "all" (empty set), "0", "0,2-3". Ranks must be >= 0.
 Result<std::set<int>> parseRankList(std::string_view text);
 
+// A number of CPUs: decimal digits with an optional fraction ("4", "0.5"); never negative,
+// NaN or infinite.
+Result<double> parseCpus(std::string_view text);
+
 Result<int> parseInt(std::string_view text);
 Result<int64_t> parseInt64(std::string_view text);
 

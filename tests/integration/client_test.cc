@@ -365,6 +365,10 @@ TEST(ClientUsage, MissingOrExtraArgumentsExitTwo) {
     std::string message;
   };
   const std::vector<Case> cases = {
+      {{"accounts", "create", "x", "--max-cpus", "nan"},
+       "accounts: --max-cpus: 'nan' is not a number of CPUs"},
+      {{"server", "--cpus", "inf"}, "server: --cpus: expected a number of CPUs"},
+      {{"server", "--isolate", "--no-isolate"}, "server: --isolate and --no-isolate contradict"},
       {{"status"}, "status: expects JOB"},
       {{"ps", "extra"}, "ps: unexpected argument 'extra'"},
       {{"logs", "j", "--rank", "x"}, "logs: --rank: expected a rank number"},

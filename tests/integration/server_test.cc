@@ -1049,6 +1049,13 @@ TEST_F(ServerRobustness, WrongTypesAndBadParametersAnswer4xxWithoutInternals) {
   EXPECT_EQ(get("/v1/whoami", alice).status, 200);
   EXPECT_TRUE(contains(get("/v1/jobs", alice).body, "\"jobs\":[]"));
   EXPECT_TRUE(std::filesystem::exists(data_root_ + "/server/cohort.db"));
+  // Quotas are checked as an admin gives them, not only refused to others.
+  for (const char* quota : {R"("max_gpus": -1)", R"("max_cpus": -0.5)"}) {
+    Answer a = call("POST", "/v1/accounts", admin_,
+                    std::string(R"({"name": "dave", )") + quota + "}");
+    EXPECT_EQ(a.status, 400) << quota << ": " << a;
+    EXPECT_TRUE(contains(a.message(), std::string(quota).substr(1, 8))) << a;
+  }
 }
 
 TEST_F(ServerRobustness, OutputPathsCannotLeaveTheOutputDirectory) {
