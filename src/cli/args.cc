@@ -4,6 +4,21 @@
 
 namespace cohort::cli {
 
+int exitCodeFor(const Error& e) {
+  switch (e.code) {
+    case Code::kInvalidArgument:
+    case Code::kNotFound:
+    case Code::kAlreadyExists:
+    case Code::kFailedPrecondition:
+    case Code::kUnauthenticated:
+    case Code::kPermissionDenied:
+    case Code::kTooLarge:
+      return kExitUsage;
+    default:
+      return kExitFailed;
+  }
+}
+
 std::string Args::get(const std::string& name, const std::string& fallback) const {
   auto it = flags.find(name);
   return it == flags.end() || it->second.empty() ? fallback : it->second.back();

@@ -1,6 +1,6 @@
 // Flags and positional arguments of a subcommand, parsed from a table of the flags it takes:
 // "--name VALUE", "--name=VALUE", a short alias ("-f"), repeated flags, and "--" ending the
-// flags. Pure; any thread.
+// flags; and the exit codes the subcommands share. Pure; any thread.
 #pragma once
 
 #include <map>
@@ -10,6 +10,12 @@
 #include "util/result.h"
 
 namespace cohort::cli {
+
+// Exit codes every subcommand shares: 1 when something failed, 2 when the request itself was
+// wrong (a bad flag, job file, token or name; something not found or not allowed).
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+int exitCodeFor(const Error& e);
 
 struct FlagSpec {
   std::string name;   // "--follow"

@@ -12,6 +12,7 @@
 #include "agent/coordinator.h"
 #include "agent/node_agent.h"
 #include "backends/local.h"
+#include "cli/args.h"
 #include "cli/client_cmd.h"
 #include "cli/cp_cmd.h"
 #include "cli/job_options.h"
@@ -28,7 +29,6 @@ namespace cohort::cli {
 
 namespace {
 
-constexpr int kExitUsage = 2;
 
 const char* kMainHelp = R"(cohort: run distributed training jobs, on this machine or a cluster
 
@@ -108,10 +108,7 @@ Reads the job secret from COHORT_JOB_SECRET, dials the coordinator, runs this no
 
 int reportError(const Error& e) {
   std::fprintf(stderr, "cohort: error: %s\n", e.message.c_str());
-  return e.code == Code::kInvalidArgument || e.code == Code::kNotFound ||
-                 e.code == Code::kFailedPrecondition
-             ? kExitUsage
-             : 1;
+  return exitCodeFor(e);
 }
 
 // The job's own directory must be new (jobs never share directories), unless `cohort server`

@@ -152,15 +152,19 @@ Error errorFromAnswer(int status, const std::string& body, const std::string& ta
   Code code = Code::kInternal;
   switch (status) {
     case 400:
-    case 413:
       code = Code::kInvalidArgument;
       break;
     case 401:
-      code = Code::kInvalidArgument;
-      message += " (log in with cohort login URL, pass --token or set COHORT_TOKEN)";
+      code = Code::kUnauthenticated;
+      if (message.find("cohort login") == std::string::npos) {
+        message += " (log in with cohort login URL, pass --token or set COHORT_TOKEN)";
+      }
       break;
     case 403:
-      code = Code::kFailedPrecondition;
+      code = Code::kPermissionDenied;
+      break;
+    case 413:
+      code = Code::kTooLarge;
       break;
     case 404:
       code = Code::kNotFound;

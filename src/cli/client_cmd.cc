@@ -38,8 +38,6 @@ namespace {
 using Json = nlohmann::json;
 using Row = std::vector<std::string>;
 
-constexpr int kExitFailed = 1;
-constexpr int kExitUsage = 2;
 constexpr auto kPollInterval = std::chrono::milliseconds(300);
 // While waiting for a job, how long a server that went away (a restart) is retried.
 constexpr auto kWaitRetryFor = std::chrono::seconds(30);
@@ -1360,18 +1358,6 @@ Result<int> dispatch(const std::string& command, int argc, char** argv) {
   if (command == "accounts") return cmdAccounts(argc, argv);
   if (command == "tokens") return cmdTokens(argc, argv);
   return fail(Code::kInvalidArgument, "unknown command '" + command + "' (see cohort --help)");
-}
-
-int exitCodeFor(const Error& e) {
-  switch (e.code) {
-    case Code::kInvalidArgument:
-    case Code::kNotFound:
-    case Code::kAlreadyExists:
-    case Code::kFailedPrecondition:
-      return kExitUsage;
-    default:
-      return kExitFailed;
-  }
 }
 
 }  // namespace

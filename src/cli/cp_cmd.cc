@@ -19,8 +19,6 @@ namespace cohort::cli {
 
 namespace {
 
-constexpr int kExitFailed = 1;
-constexpr int kExitUsage = 2;
 constexpr int kExitInterrupted = 128 + SIGINT;
 
 const char* kCpHelp = R"(cohort cp: copy files and directory trees in parallel, verifying every file

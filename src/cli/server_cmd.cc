@@ -18,7 +18,6 @@ namespace cohort::cli {
 
 namespace {
 
-constexpr int kExitUsage = 2;
 
 const char* kServerHelp =
     R"(cohort server: the multi-user job service (queue, gang scheduler, accounts, shares)

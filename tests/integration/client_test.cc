@@ -288,6 +288,20 @@ TEST(ClientServer, ErrorAnswersMapToExitCodes) {
     EXPECT_EQ(r.exit_code, 2);
     EXPECT_TRUE(Contains(r.err, "cohort: error: bad token (log in with cohort login URL"));
   }
+  {
+    // The server's own message already says how to log in: said once.
+    FakeServer server(401, R"j({"error": {"code": "unauthenticated", "message": )j"
+                           R"j("no token: send it (cohort login URL)"}})j");
+    RunResult r = env.run({"whoami", "--server", server.url()});
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_EQ(r.err, "cohort: error: no token: send it (cohort login URL)\n");
+  }
+  for (int status : {403, 413}) {
+    FakeServer server(status, R"({"error": {"code": "x", "message": "refused"}})");
+    RunResult r = env.run({"whoami", "--server", server.url()});
+    EXPECT_EQ(r.exit_code, 2) << status;
+    EXPECT_EQ(r.err, "cohort: error: refused\n") << status;
+  }
 }
 
 TEST(ClientOutputs, DownloadRefusesPathsLeavingTheDestination) {
