@@ -120,11 +120,6 @@ ServerProcess::~ServerProcess() {
 
 std::string ServerProcess::log() const { return readText(out_path_) + readText(err_path_); }
 
-bool serverBuilt() {
-  static const bool built = runCohort({"server", "--help"}, 30s).exit_code == 0;
-  return built;
-}
-
 std::unique_ptr<ServerProcess> startServer(std::string* why,
                                            const std::vector<std::string>& flags) {
   std::unique_ptr<ServerProcess> server(new ServerProcess);

@@ -66,9 +66,6 @@ class ServerProcess {
   std::string url_, admin_token_, data_root_, out_path_, err_path_;
 };
 
-// True when this build has `cohort server` (`cohort server --help` succeeds).
-bool serverBuilt();
-
 // Starts a server (with `flags` after the listen address and data root) and waits (up to 30 s)
 // until it printed its URL and admin token. Returns null when it did not come up, with what it
 // printed in `why`.
