@@ -220,6 +220,7 @@ TEST_F(ConsoleInChromium, ALinkWithTheTokenSignsInAndListsTheJobWithItsState) {
   EXPECT_FALSE(contains(dom, "\"use strict\"")) << "the script is still in the checked DOM";
   // The token left the address bar and is nowhere in the page.
   EXPECT_FALSE(contains(dom, server_->adminToken())) << dom;
+  EXPECT_TRUE(contains(dom, "data-route=\"#/jobs\"")) << "the address bar is not #/jobs:\n" << dom;
 }
 
 TEST_F(ConsoleInChromium, TheJobViewShowsItsRanksEventsAndLog) {
@@ -238,6 +239,7 @@ TEST_F(ConsoleInChromium, TheJobViewShowsItsRanksEventsAndLog) {
   EXPECT_TRUE(contains(log, "hello-console")) << "the log line is not shown:\n" << dom;
   EXPECT_TRUE(contains(dom, ">Delete</button>")) << "a final job can be deleted:\n" << dom;
   EXPECT_FALSE(contains(dom, server_->adminToken())) << dom;
+  EXPECT_TRUE(contains(dom, "data-route=\"#/jobs/" + id + "\"")) << dom;
 }
 
 TEST_F(ConsoleInChromium, ARunningJobsLogIsFollowedLive) {
