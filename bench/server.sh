@@ -15,8 +15,14 @@
 # Needs wrk, curl, python3 and a built build/cohort, build/cohort-test-rank, build/sched_bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-COHORT=$(realpath "${COHORT:-build/cohort}")
+COHORT=$(realpath -m "${COHORT:-build/cohort}")
 BUILD=$(dirname "$COHORT")
+for need in "$COHORT" "$BUILD/cohort-test-rank" "$BUILD/sched_bench"; do
+  [ -x "$need" ] || { echo "bench/server.sh: $need is missing: run scripts/setup first" >&2; exit 2; }
+done
+for tool in wrk curl python3; do
+  command -v "$tool" >/dev/null || { echo "bench/server.sh: needs $tool: run scripts/setup" >&2; exit 2; }
+done
 GET_RUNS=${GET_RUNS:-"1x8 2x16 2x32"}; POST_RUNS=${POST_RUNS:-"1x8 2x16 2x32"}
 DURATION=${DURATION:-10}
 TMP=$(mktemp -d /tmp/cohort-bench-server.XXXXXX)
