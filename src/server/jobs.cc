@@ -243,6 +243,9 @@ Result<void> JobService::reconcile() {
 Result<void> JobService::checkData(const Caller& caller, const spec::JobSpec& spec,
                                    const std::string& job_id) {
   const std::string root = options_.data_root + "/";
+  std::error_code root_ec;
+  const std::string real_root =
+      std::filesystem::weakly_canonical(options_.data_root, root_ec).string() + "/";
   for (size_t i = 0; i < spec.inputs.size(); ++i) {
     std::string field = "inputs[" + std::to_string(i) + "].source";
     auto where = storage::parseLocation(spec.inputs[i].source);
@@ -259,7 +262,10 @@ Result<void> JobService::checkData(const Caller& caller, const spec::JobSpec& sp
                                               "the server's machine, got '" +
                                               path + "'");
     }
-    if ((path + "/").rfind(root, 0) == 0) {
+    // Compared resolved, so that neither '..' nor a link leads into the data root.
+    std::error_code ec;
+    const std::string real = std::filesystem::weakly_canonical(path, ec).string();
+    if ((path + "/").rfind(root, 0) == 0 || (!ec && (real + "/").rfind(real_root, 0) == 0)) {
       return fail(Code::kInvalidArgument,
                   field + ": '" + path + "' is inside the server's data root; use store://");
     }

@@ -618,6 +618,17 @@ TEST_F(ServerIsolation, StorePathsAreNormalisedAsSharesAreAndAFileIsNoDirectory)
   EXPECT_FALSE(contains(under.body, data_root_)) << under;
 }
 
+TEST_F(ServerIsolation, ALocalInputCannotReachIntoTheDataRootByDotDotOrALink) {
+  std::filesystem::create_symlink(data_root_ + "/server", work_ + "/sneak");
+  for (const std::string& source : {work_ + "/../data/server", work_ + "/sneak"}) {
+    Json job = rankJob("sneaky", {});
+    job["inputs"] = Json::array({{{"source", source}, {"target", "in"}}});
+    Answer a = post("/v1/jobs", admin_, {{"job", job}});
+    EXPECT_EQ(a.status, 400) << source << ": " << a;
+    EXPECT_TRUE(contains(a.message(), "inside the server's data root")) << a;
+  }
+}
+
 TEST_F(ServerIsolation, StoreNeedsAShareAndRevokingItWorksAtOnce) {
   const std::string alice = createAccount("alice");
   const std::string bob = createAccount("bob");
