@@ -107,17 +107,7 @@ Result<UniqueFd> connectTcp(const std::string& addr, int port, Millis timeout) {
   }
 }
 
-Result<std::string> makeSecret() {
-  unsigned char bytes[16];
-  if (::getrandom(bytes, sizeof bytes, 0) != sizeof bytes) return failErrno("getrandom");
-  static const char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char b : bytes) {
-    out += kHex[b >> 4];
-    out += kHex[b & 15];
-  }
-  return out;
-}
+Result<std::string> makeSecret() { return randomHex(16); }
 
 bool secretsEqual(const std::string& a, const std::string& b) {
   if (a.size() != b.size()) return false;

@@ -96,11 +96,8 @@ std::string newJobId(const std::string& name) {
   ::localtime_r(&now, &local);
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &local);
-  unsigned char r[3] = {0, 0, 0};
-  (void)::getrandom(r, sizeof r, 0);
-  char suffix[8];
-  std::snprintf(suffix, sizeof suffix, "%02x%02x%02x", r[0], r[1], r[2]);
-  return name + "-" + stamp + "-" + suffix;
+  // Unique enough with the stamp: submit draws again on a collision.
+  return name + "-" + stamp + "-" + randomHex(3).value_or("000000");
 }
 
 struct JobService::Supervised {

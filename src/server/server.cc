@@ -219,36 +219,21 @@ bool validAccountName(const std::string& name) {
   return name[0] != '-' && name[0] != '_';
 }
 
-}  // namespace
-
+// The SHA-256 of `text` in lowercase hex (tokens are stored so).
 std::string sha256Hex(const std::string& text) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
   EVP_Digest(text.data(), text.size(), digest, &length, EVP_sha256(), nullptr);
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < length; ++i) {
-    out += hex[digest[i] >> 4];
-    out += hex[digest[i] & 15];
-  }
-  return out;
+  return hexEncode(digest, length);
 }
 
-std::string newToken() {
-  unsigned char bytes[32];
-  size_t got = 0;
-  while (got < sizeof bytes) {
-    ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
-    if (n > 0) got += static_cast<size_t>(n);
-  }
-  static const char* hex = "0123456789abcdef";
-  std::string out = "cohort_";
-  for (unsigned char b : bytes) {
-    out += hex[b >> 4];
-    out += hex[b & 15];
-  }
-  return out;
+// A new bearer token: "cohort_" and 32 random bytes in hex.
+Result<std::string> newToken() {
+  COHORT_ASSIGN(std::string random, randomHex(32));
+  return "cohort_" + random;
 }
+
+}  // namespace
 
 struct Server::Impl {
   ServerOptions options;
@@ -785,7 +770,7 @@ void Server::Impl::accountRoutes() {
           }
           a.created = nowUnixNanos();
           COHORT_TRY(store->createAccount(a));
-          std::string token = newToken();
+          COHORT_ASSIGN(std::string token, newToken());
           COHORT_TRY(store->addToken(a.name, sha256Hex(token), "created with the account"));
           writeJson(res, 201, {{"account", accountJson(a)}, {"token", token}});
           return Result<void>();
@@ -820,7 +805,7 @@ void Server::Impl::accountRoutes() {
           if (!store->account(account)) {
             return fail(Code::kNotFound, "account '" + account + "' not found");
           }
-          std::string token = newToken();
+          COHORT_ASSIGN(std::string token, newToken());
           COHORT_ASSIGN(int64_t id, store->addToken(account, sha256Hex(token), label));
           COHORT_ASSIGN(store::Token t, store->token(id));
           Json out = tokenJson(t);
@@ -997,7 +982,7 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   if (accounts.empty()) {
     store::Account admin{"admin", true, std::nullopt, std::nullopt, nowUnixNanos()};
     COHORT_TRY(impl->store->createAccount(admin));
-    std::string token = newToken();
+    COHORT_ASSIGN(std::string token, newToken());
     COHORT_TRY(impl->store->addToken("admin", sha256Hex(token), "first admin token"));
     const std::string path = dir + "/admin.token";
     COHORT_TRY(writeFileAtomic(path, token + "\n", true, 0600));

@@ -55,12 +55,6 @@ class Server {
   std::unique_ptr<Impl> impl_;
 };
 
-// The SHA-256 of `text` in lowercase hex.
-std::string sha256Hex(const std::string& text);
-
-// A new bearer token: "cohort_" and 32 random bytes in hex.
-std::string newToken();
-
 // The OpenAPI 3.0 document of the API, as served at /v1/openapi.json.
 const std::string& openApiDocument();
 

@@ -1,5 +1,9 @@
 #include "util/text.h"
 
+#include <sys/random.h>
+
+#include <cerrno>
+
 #include <charconv>
 #include <cstdio>
 #include <ctime>
@@ -139,6 +143,29 @@ Result<Int> parseInteger(std::string_view text) {
 }
 
 }  // namespace
+
+std::string hexEncode(const unsigned char* data, size_t size) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(size * 2);
+  for (size_t i = 0; i < size; ++i) {
+    out += kHex[data[i] >> 4];
+    out += kHex[data[i] & 15];
+  }
+  return out;
+}
+
+Result<std::string> randomHex(size_t bytes) {
+  std::vector<unsigned char> data(bytes);
+  size_t got = 0;
+  while (got < bytes) {
+    ssize_t n = ::getrandom(data.data() + got, bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return failErrno("getrandom");
+    got += static_cast<size_t>(n);
+  }
+  return hexEncode(data.data(), bytes);
+}
 
 Result<double> parseCpus(std::string_view text) {
   std::string_view rest = text;

@@ -26,6 +26,13 @@ Result<int64_t> parseBytes(std::string_view text);
 // "all" (empty set), "0", "0,2-3". Ranks must be >= 0.
 Result<std::set<int>> parseRankList(std::string_view text);
 
+// Lower-case hex of `size` bytes.
+std::string hexEncode(const unsigned char* data, size_t size);
+
+// `bytes` random bytes from the kernel (getrandom), as lower-case hex: secrets, tokens, ids.
+// Errors: kIo when the kernel gives none (getrandom fails).
+Result<std::string> randomHex(size_t bytes);
+
 // A number of CPUs: decimal digits with an optional fraction ("4", "0.5"); never negative,
 // NaN or infinite.
 Result<double> parseCpus(std::string_view text);

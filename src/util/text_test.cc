@@ -42,6 +42,16 @@ TEST(ParseInt, WholeTextOnlyAndInRange) {
   EXPECT_FALSE(parseInt64("9223372036854775808"));
 }
 
+TEST(Hex, EncodesBytesAndDrawsRandomOnes) {
+  const unsigned char bytes[] = {0x00, 0x0f, 0xa5, 0xff};
+  EXPECT_EQ(hexEncode(bytes, sizeof bytes), "000fa5ff");
+  auto a = randomHex(32), b = randomHex(32);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->size(), 64u);
+  EXPECT_EQ(a->find_first_not_of("0123456789abcdef"), std::string::npos) << *a;
+  EXPECT_NE(*a, *b);
+}
+
 TEST(ParseRankList, RangesAndAll) {
   EXPECT_TRUE(parseRankList("all")->empty());
   EXPECT_EQ(*parseRankList("0,2-4"), (std::set<int>{0, 2, 3, 4}));
