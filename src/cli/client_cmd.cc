@@ -28,6 +28,7 @@
 #include "cli/job_options.h"
 #include "spec/job_spec.h"
 #include "storage/uri.h"
+#include "store/job_store.h"
 #include "util/fd.h"
 #include "util/text.h"
 
@@ -374,10 +375,6 @@ std::optional<int64_t> integer(const Json& v) {
   return std::nullopt;
 }
 
-bool isFinal(const std::string& state) {
-  return state == "succeeded" || state == "failed" || state == "stopped";
-}
-
 std::string jobPath(const std::string& id) { return "/v1/jobs/" + urlEncode(id); }
 
 // ---------------------------------------------------------------------------------------------
@@ -527,7 +524,7 @@ std::string stateSummary(const Json& job) {
     if (!reason.empty()) return state + ": " + reason;
   }
   std::string reason = str(job, "reason");
-  if (isFinal(state) || state == "stopping") {
+  if (store::isFinalState(state) || state == "stopping") {
     std::string out = state;
     if (auto code = integer(at(job, "exit_code"))) {
       out += " (exit code " + std::to_string(*code) + ")";
@@ -565,7 +562,7 @@ Result<Json> waitForJob(ApiClient& api, Json job, bool quiet) {
   const std::string id = str(job, "id");
   std::string shown = stateSummary(job);
   auto failing_since = std::chrono::steady_clock::time_point::max();
-  while (!isFinal(str(job, "state"))) {
+  while (!store::isFinalState(str(job, "state"))) {
     std::this_thread::sleep_for(kPollInterval);
     auto next = api.call("GET", jobPath(id));
     if (!next) {
@@ -579,7 +576,7 @@ Result<Json> waitForJob(ApiClient& api, Json job, bool quiet) {
     failing_since = std::chrono::steady_clock::time_point::max();
     job = std::move(*next);
     std::string summary = stateSummary(job);
-    if (!quiet && summary != shown && !isFinal(str(job, "state"))) {
+    if (!quiet && summary != shown && !store::isFinalState(str(job, "state"))) {
       std::fprintf(stderr, "cohort: job %s %s\n", id.c_str(), summary.c_str());
     }
     shown = summary;
@@ -780,7 +777,7 @@ std::string psInfo(const Json& job) {
     std::string reason = str(at(job, "waiting"), "reason");
     return reason.empty() ? str(at(job, "waiting"), "kind") : reason;
   }
-  if (isFinal(state)) {
+  if (store::isFinalState(state)) {
     std::string out;
     if (auto code = integer(at(job, "exit_code"))) out = "exit " + std::to_string(*code);
     std::string ran = durationBetween(str(job, "started"), str(job, "ended"));

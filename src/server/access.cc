@@ -11,14 +11,13 @@ bool prefixCovers(const std::string& prefix, const std::string& key) {
 }
 
 Result<void> checkStoreAccess(store::JobStore& store, const Caller& caller,
-                              const std::string& bucket, const std::string& key, Access access,
-                              bool claim) {
+                              const std::string& bucket, const std::string& key, Access access) {
   auto not_found = [&] {
     return fail(Code::kNotFound, "store://" + bucket + "/" + key + ": not found");
   };
   COHORT_ASSIGN(std::optional<std::string> owner, store.bucketOwner(bucket));
   if (!owner) {
-    if (access == Access::kWrite && claim) {
+    if (access == Access::kWrite) {
       COHORT_ASSIGN(std::string claimed, store.claimBucket(bucket, caller.account));
       if (claimed == caller.account || caller.admin) return {};
     }

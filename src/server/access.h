@@ -19,12 +19,11 @@ struct Caller {
 enum class Access { kRead, kWrite };
 
 // Whether `caller` may read (or write) `key` in `bucket`. A bucket nobody owns: reading answers
-// kNotFound; writing claims it for the caller (when `claim`). Errors: kNotFound (the bucket does
+// kNotFound; writing claims it for the caller. Errors: kNotFound (the bucket does
 // not exist or the caller may not see it: existence never leaks), kPermissionDenied (writing
 // under a read-only share), kIo from the store.
 Result<void> checkStoreAccess(store::JobStore& store, const Caller& caller,
-                              const std::string& bucket, const std::string& key, Access access,
-                              bool claim);
+                              const std::string& bucket, const std::string& key, Access access);
 
 // Whether share `prefix` covers `key`: "" covers everything; "a/b" covers "a/b" and "a/b/...".
 bool prefixCovers(const std::string& prefix, const std::string& key);

@@ -48,8 +48,6 @@ std::optional<ProcStat> procStat(int64_t pid) {
   return st;
 }
 
-bool finalState(const std::string& state) { return store::isFinalState(state); }
-
 std::string expand(std::string text, const std::string& job_id, const std::string& name) {
   for (const auto& [key, value] :
        {std::pair<std::string, std::string>{"{job}", job_id}, {"{name}", name}}) {
@@ -248,7 +246,7 @@ Result<void> JobService::checkData(const Caller& caller, const spec::JobSpec& sp
     auto where = storage::parseLocation(spec.inputs[i].source);
     if (!where) return withContext(where.error(), field);
     if (where->kind == storage::Location::Kind::kStore) {
-      auto ok = checkStoreAccess(store_, caller, where->bucket, where->key, Access::kRead, false);
+      auto ok = checkStoreAccess(store_, caller, where->bucket, where->key, Access::kRead);
       if (!ok) return withContext(ok.error(), field);
       continue;
     }
@@ -281,7 +279,7 @@ Result<void> JobService::checkData(const Caller& caller, const spec::JobSpec& sp
                       ": a server job writes its outputs to store://bucket/path (its "
                       "output/ directory can always be downloaded with cohort outputs)");
     }
-    auto ok = checkStoreAccess(store_, caller, where->bucket, where->key, Access::kWrite, true);
+    auto ok = checkStoreAccess(store_, caller, where->bucket, where->key, Access::kWrite);
     if (!ok) return withContext(ok.error(), field);
   }
 
@@ -374,7 +372,7 @@ Result<store::Job> JobService::stop(const std::string& id) {
   std::lock_guard lock(mu_);
   takeIncoming();
   COHORT_ASSIGN(store::Job job, store_.job(id));
-  if (finalState(job.state)) return job;
+  if (store::isFinalState(job.state)) return job;
   if (job.state == "queued") {
     job.state = "stopped";
     job.ended = nowUnixNanos();
@@ -403,7 +401,7 @@ Result<store::Job> JobService::stop(const std::string& id) {
 
 Result<void> JobService::remove(const std::string& id) {
   COHORT_ASSIGN(store::Job job, store_.job(id));
-  if (!finalState(job.state)) {
+  if (!store::isFinalState(job.state)) {
     return fail(Code::kFailedPrecondition,
                 "job '" + id + "' is " + job.state + ": stop it first (cohort stop " + id + ")");
   }
@@ -421,8 +419,6 @@ std::optional<sched::Waiting> JobService::waiting(const std::string& id) const {
   if (it == waiting_.end()) return std::nullopt;
   return it->second;
 }
-
-SchedulerStats JobService::stats() const { return {passes_.load(), queue_length_.load()}; }
 
 void JobService::loop() {
   using Clock = std::chrono::steady_clock;
@@ -487,7 +483,6 @@ void JobService::schedulePass() {
   sched_options.utc_offset = std::chrono::minutes(local.tm_gmtoff / 60);
   auto decision = sched::schedule(state, clock_, sched_options);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ++passes_;
   pass_latency_.observe(seconds);
   if (!decision) {
     std::fprintf(stderr, "cohort server: scheduling: %s\n", decision.error().message.c_str());
@@ -633,7 +628,7 @@ void JobService::follow(Supervised& s) {
     events.push_back({0, t ? t : nowUnixNanos(), line});
     if (e.value("event", "") == "state") {
       std::string st_name = e.value("state", "");
-      if (!finalState(st_name)) state = st_name;
+      if (!store::isFinalState(st_name)) state = st_name;
       if (st_name == "running") attempts = e.value("attempt", 0) + 1;
     }
   }
@@ -646,7 +641,7 @@ void JobService::follow(Supervised& s) {
   s.offset = offset;
   if (!state && !attempts) return;
   auto job = store_.job(s.id);
-  if (!job || finalState(job->state)) return;
+  if (!job || store::isFinalState(job->state)) return;
   bool changed = false;
   // A stop asked for stays "stopping" until the job ends.
   if (state && job->state != "stopping" && job->state != *state) {
@@ -664,11 +659,11 @@ void JobService::finish(Supervised& s, const std::string& lost_why) {
   follow(s);
   const std::string id = s.id;
   auto job = store_.job(id);
-  if (job && !finalState(job->state)) {
+  if (job && !store::isFinalState(job->state)) {
     job->ended = nowUnixNanos();
     auto text = readFile(s.job_dir + "/result.json");
     Json result = text ? Json::parse(*text, nullptr, false) : Json();
-    const bool have_result = result.is_object() && finalState(result.value("state", ""));
+    const bool have_result = result.is_object() && store::isFinalState(result.value("state", ""));
     if (have_result) {
       job->state = result.value("state", "failed");
       job->exit_code = result.value("exit_code", 1);

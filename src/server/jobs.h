@@ -40,11 +40,6 @@ struct JobServiceOptions {
   Millis poll_interval{100};  // how often running jobs' events and coordinators are looked at
 };
 
-struct SchedulerStats {
-  int64_t passes = 0;
-  size_t queue_length = 0;
-};
-
 class JobService {
  public:
   // Reconciles the jobs in `store` (see above) and starts the loop thread. `store` must outlive
@@ -74,7 +69,7 @@ class JobService {
 
   // Why a queued job waits, as of the latest scheduling pass.
   std::optional<sched::Waiting> waiting(const std::string& id) const;
-  SchedulerStats stats() const;
+  size_t queueLength() const { return queue_length_.load(); }
   const Histogram& passLatency() const { return pass_latency_; }
 
  private:
@@ -115,7 +110,6 @@ class JobService {
   std::vector<sched::Job> incoming_;  // submitted, not yet in queue_
   mutable std::mutex waiting_mu_;
   std::map<std::string, sched::Waiting> waiting_;  // from the latest pass
-  std::atomic<int64_t> passes_{0};
   std::atomic<size_t> queue_length_{0};
   Histogram pass_latency_;
   std::thread thread_;

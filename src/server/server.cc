@@ -627,7 +627,7 @@ void Server::Impl::storeRoutes() {
         [this, location](const Request& req, Response& res, const Caller& c) -> Result<void> {
           COHORT_ASSIGN(auto where, location(req));
           const auto& [bucket, key] = where;
-          COHORT_TRY(checkStoreAccess(*store, c, bucket, key, Access::kRead, false));
+          COHORT_TRY(checkStoreAccess(*store, c, bucket, key, Access::kRead));
           const std::string root = options.data_root + "/store/" + bucket;
           std::string path = key.empty() ? root : root + "/" + key;
           struct stat st {};
@@ -646,7 +646,7 @@ void Server::Impl::storeRoutes() {
         COHORT_ASSIGN(auto where, location(req));
         const auto& [bucket, key] = where;
         if (key.empty()) return fail(Code::kInvalidArgument, "a file upload needs a path");
-        COHORT_TRY(checkStoreAccess(*store, c, bucket, key, Access::kWrite, true));
+        COHORT_TRY(checkStoreAccess(*store, c, bucket, key, Access::kWrite));
         const std::string path = options.data_root + "/store/" + bucket + "/" + key;
         struct stat st {};
         if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
@@ -847,10 +847,9 @@ void Server::Impl::routes() {
         for (const auto& [state, n] : counts) {
           out += "cohort_jobs{state=\"" + state + "\"} " + std::to_string(n) + "\n";
         }
-        SchedulerStats s = jobs->stats();
         out +=
             "# HELP cohort_queue_length Jobs waiting to start.\n# TYPE cohort_queue_length gauge\n";
-        out += "cohort_queue_length " + std::to_string(s.queue_length) + "\n";
+        out += "cohort_queue_length " + std::to_string(jobs->queueLength()) + "\n";
         out +=
             "# HELP cohort_schedule_seconds Time of one scheduling pass.\n"
             "# TYPE cohort_schedule_seconds histogram\n";

@@ -2,7 +2,6 @@
 
 #include <sqlite3.h>
 
-#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
@@ -12,6 +11,8 @@
 #include <string_view>
 #include <system_error>
 #include <utility>
+
+#include "util/text.h"
 
 namespace cohort::store {
 namespace {
@@ -93,11 +94,6 @@ constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 constexpr size_t kMaxBatch = 1024;
 constexpr int kBusyTimeoutMs = 5000;
 
-int64_t nowNanos() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // The canonical code for an SQLite result code (extended codes are on).
 Code codeFor(int rc) {
@@ -547,7 +543,7 @@ Result<void> JobStore::createAccount(const Account& account) {
                                    "INSERT INTO accounts(name, admin, max_gpus, max_cpu_millis, "
                                    "created) VALUES(?, ?, ?, ?, ?)"));
     q.bind(account.name).bind(account.admin).bind(account.max_gpus).bind(account.max_cpu_millis);
-    q.bind(account.created != 0 ? account.created : nowNanos());
+    q.bind(account.created != 0 ? account.created : nowUnixNanos());
     return q.run();
   });
   if (!result && result.error().code == Code::kAlreadyExists) {
@@ -582,7 +578,7 @@ Result<int64_t> JobStore::addToken(const std::string& account, const std::string
     COHORT_ASSIGN(Query q, prepare(c,
                                    "INSERT INTO tokens(account, label, hash, created) "
                                    "VALUES(?, ?, ?, ?)"));
-    q.bind(account).bind(label).bind(hash).bind(nowNanos());
+    q.bind(account).bind(label).bind(hash).bind(nowUnixNanos());
     COHORT_TRY(q.run());
     id = sqlite3_last_insert_rowid(c.db());
     return {};
@@ -800,7 +796,7 @@ Result<std::string> JobStore::claimBucket(const std::string& name, const std::st
       COHORT_ASSIGN(Query q, prepare(c,
                                      "INSERT INTO buckets(name, owner, created) VALUES(?, ?, ?) "
                                      "ON CONFLICT(name) DO NOTHING"));
-      q.bind(name).bind(owner).bind(nowNanos());
+      q.bind(name).bind(owner).bind(nowUnixNanos());
       COHORT_TRY(q.run());
     }
     COHORT_ASSIGN(Query q, prepare(c, "SELECT owner FROM buckets WHERE name = ?"));
@@ -844,7 +840,7 @@ Result<int64_t> JobStore::addShare(const Share& share) {
                                    "INSERT INTO shares(bucket, prefix, owner, grantee, access, "
                                    "created) VALUES(?, ?, ?, ?, ?, ?)"));
     q.bind(share.bucket).bind(share.prefix).bind(share.owner).bind(share.grantee);
-    q.bind(share.access).bind(share.created != 0 ? share.created : nowNanos());
+    q.bind(share.access).bind(share.created != 0 ? share.created : nowUnixNanos());
     COHORT_TRY(q.run());
     id = sqlite3_last_insert_rowid(c.db());
     return {};
