@@ -986,19 +986,19 @@ Result<int> cmdLogs(int argc, char** argv) {
   const bool follow = args.has("--follow");
   if (follow) query.emplace_back("follow", "1");
   COHORT_ASSIGN(ApiClient api, connect(args));
-  bool write_failed = false;
+  int write_errno = 0;  // saved at once: the HTTP client makes more calls before we report
   auto status = api.stream(
       jobPath(args.positional[0]) + "/logs", query,
       [&](const char* data, size_t size) {
         if (std::fwrite(data, 1, size, stdout) != size || std::fflush(stdout) != 0) {
-          write_failed = true;
+          write_errno = errno ? errno : EIO;
           return false;
         }
         return true;
       },
       follow);
   if (!status) return tl::unexpected<Error>(status.error());
-  if (write_failed) return failErrno("logs: write to stdout");
+  if (write_errno) return failErrno("logs: write to stdout", write_errno);
   return 0;
 }
 

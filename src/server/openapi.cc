@@ -9,6 +9,7 @@
 #include <string>
 
 #include "server/server.h"
+#include "store/job_store.h"
 
 namespace cohort::server {
 namespace {
@@ -86,8 +87,7 @@ Json pathParameter(const std::string& name, const std::string& description,
 const Json kJobId = pathParameter("id", "the job id");
 
 Json jobPaths() {
-  const Json states = {"queued",   "starting",  "staging", "running", "restarting",
-                       "stopping", "succeeded", "failed",  "stopped"};
+  const Json states = store::kJobStates;
   Json list = operation("The caller's jobs (an admin's: every account's), newest first", "listJobs",
                         200, "the jobs", json("JobList"), {400, 401, 500});
   Json state =

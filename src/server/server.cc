@@ -426,7 +426,13 @@ void Server::Impl::jobRoutes() {
           if (!c.admin) filter.account = c.account;
           for (size_t i = 0; i < req.get_param_value_count("state"); ++i) {
             for (const std::string& s : split(req.get_param_value("state", i), ',')) {
-              if (!s.empty()) filter.states.push_back(s);
+              if (s.empty()) continue;
+              if (std::find(store::kJobStates.begin(), store::kJobStates.end(), s) ==
+                  store::kJobStates.end()) {
+                return fail(Code::kInvalidArgument, "state: no job state '" + s + "' (states: " +
+                                                        join(store::kJobStates, ", ") + ")");
+              }
+              filter.states.push_back(s);
             }
           }
           if (req.has_param("limit")) {
@@ -838,10 +844,7 @@ void Server::Impl::routes() {
       [this](const Request&, Response& res, const Caller&) -> Result<void> {
         std::string out = "# HELP cohort_jobs Jobs by state.\n# TYPE cohort_jobs gauge\n";
         std::map<std::string, int64_t> counts;
-        for (const char* s : {"queued", "starting", "staging", "running", "restarting", "stopping",
-                              "succeeded", "failed", "stopped"}) {
-          counts[s] = 0;
-        }
+        for (const std::string& s : store::kJobStates) counts[s] = 0;
         COHORT_ASSIGN(auto by_state, store->countJobsByState());
         for (const auto& [state, n] : by_state) counts[state] = n;
         for (const auto& [state, n] : counts) {

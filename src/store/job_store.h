@@ -36,6 +36,11 @@ struct Token {
   int64_t created = 0;
 };
 
+// Every state a job can be in, in the order a job goes through them; the last three are final.
+inline const std::vector<std::string> kJobStates = {"queued",    "starting",   "staging",
+                                                    "running",   "restarting", "stopping",
+                                                    "succeeded", "failed",     "stopped"};
+
 // Final states: succeeded, failed, stopped.
 bool isFinalState(const std::string& state);
 

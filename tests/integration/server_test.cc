@@ -1039,6 +1039,7 @@ TEST_F(ServerRobustness, WrongTypesAndBadParametersAnswer4xxWithoutInternals) {
                                  "access": "all"})"},
       {"POST", "/v1/shares", R"({"prefix": "/etc", "with": "alice"})"},
       {"POST", "/v1/tokens", R"({"label": {"a": 1}})"},
+      {"GET", "/v1/jobs?state=runing", ""},
       {"GET", "/v1/jobs?limit=abc", ""},
       {"GET", "/v1/jobs?limit=-1", ""},
       {"GET", "/v1/jobs/x/logs?rank=abc", ""},
