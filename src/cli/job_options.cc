@@ -292,14 +292,8 @@ Result<PreparedJob> prepareJob(const JobOptions& o) {
   }
   for (size_t i = 0; i < s.outputs.size(); ++i) {
     spec::Output& out = s.outputs[i];
-    std::string target = out.target;
-    for (const auto& [key, value] : {std::pair<std::string, std::string>{"{job}", job_id},
-                                     {"{name}", s.name}}) {
-      for (size_t at; (at = target.find(key)) != std::string::npos;) {
-        target.replace(at, key.size(), value);
-      }
-    }
-    auto path = storage::resolve(target, job.data_root, s.base_dir);
+    auto path = storage::resolve(spec::expandTarget(out.target, job_id, s.name), job.data_root,
+                                 s.base_dir);
     if (!path) return withContext(path.error(), "outputs[" + std::to_string(i) + "].target");
     out.target_path = *path;
   }

@@ -48,15 +48,6 @@ std::optional<ProcStat> procStat(int64_t pid) {
   return st;
 }
 
-std::string expand(std::string text, const std::string& job_id, const std::string& name) {
-  for (const auto& [key, value] :
-       {std::pair<std::string, std::string>{"{job}", job_id}, {"{name}", name}}) {
-    for (size_t at; (at = text.find(key)) != std::string::npos;)
-      text.replace(at, key.size(), value);
-  }
-  return text;
-}
-
 // Appends an event the server writes itself, stamped `at` like the coordinator's.
 Result<void> appendEvent(store::JobStore& store, const std::string& job_id, Json event,
                          int64_t at) {
@@ -271,7 +262,7 @@ Result<void> JobService::checkData(const Caller& caller, const spec::JobSpec& sp
   }
   for (size_t i = 0; i < spec.outputs.size(); ++i) {
     std::string field = "outputs[" + std::to_string(i) + "].target";
-    auto where = storage::parseLocation(expand(spec.outputs[i].target, job_id, spec.name));
+    auto where = storage::parseLocation(spec::expandTarget(spec.outputs[i].target, job_id, spec.name));
     if (!where) return withContext(where.error(), field);
     if (where->kind != storage::Location::Kind::kStore) {
       return fail(Code::kInvalidArgument,

@@ -570,4 +570,15 @@ std::string toJobFile(const JobSpec& spec) {
   return job.dump();
 }
 
+std::string expandTarget(std::string target, const std::string& job_id,
+                         const std::string& name) {
+  for (const auto& [key, value] :
+       {std::pair<std::string, std::string>{"{job}", job_id}, {"{name}", name}}) {
+    for (size_t at; (at = target.find(key)) != std::string::npos;) {
+      target.replace(at, key.size(), value);
+    }
+  }
+  return target;
+}
+
 }  // namespace cohort::spec

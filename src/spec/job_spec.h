@@ -73,6 +73,9 @@ struct Output {
   bool always = false;      // also when the job failed (when: always)
 };
 
+// An output target with its placeholders filled in: {job} is the job id, {name} the job's name.
+std::string expandTarget(std::string target, const std::string& job_id, const std::string& name);
+
 struct JobSpec {
   std::string name;
   Framework framework = Framework::kPyTorch;  // what most users run; generic sets COHORT_* only
