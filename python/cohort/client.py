@@ -173,6 +173,7 @@ def _write_stream(response, target: str) -> int:
                     break
                 f.write(chunk)
                 size += len(chunk)
+        os.chmod(tmp, 0o644)  # as cohort outputs download writes it, not mkstemp's 0600
         os.replace(tmp, target)
     except BaseException:
         try:
@@ -528,7 +529,7 @@ class Job:
     def download_outputs(self, dest: str) -> List[str]:
         """Downloads every output file under ``dest`` (created, with subdirectories); returns
         the paths written. A path that would land outside ``dest`` is refused before anything
-        is written."""
+        is written; a link inside ``dest`` that leads out of it, before that file is written."""
         root = os.path.realpath(os.fspath(dest))
         plan = [(f["path"], safe_join(root, f["path"])) for f in self.outputs()]
         os.makedirs(root, exist_ok=True)

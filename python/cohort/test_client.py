@@ -541,6 +541,7 @@ class RealServer(unittest.TestCase):
             self.assertEqual(f.read(), "hi\n")
         with open(written[1]) as f:
             self.assertEqual(f.read(), "there\n")
+        self.assertEqual(os.stat(written[0]).st_mode & 0o777, 0o644)
 
     def test_another_accounts_job_is_not_found(self):
         alice, bob = self.account("alice"), self.account("bob")
