@@ -28,10 +28,6 @@ using Json = nlohmann::json;
 
 constexpr auto kBrowserDeadline = 60s;
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
 // The chromium binary: $COHORT_CHROMIUM, else the first of the usual names on PATH ("" if none).
 std::string findChromium() {
   if (const char* set = std::getenv("COHORT_CHROMIUM"); set && *set) return set;

@@ -92,6 +92,9 @@ std::vector<pid_t> readPids(const std::string& path);
 bool processGone(pid_t pid);
 
 std::string readText(const std::string& path);
+inline bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
 nlohmann::json readJson(const std::string& path);
 std::vector<nlohmann::json> readJsonLines(const std::string& path);
 

@@ -36,10 +36,6 @@ using Json = nlohmann::json;
 
 constexpr auto kDeadline = 20s;
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
 // A process's command line, its arguments split ("" when it is gone).
 std::vector<std::string> commandLine(pid_t pid) {
   std::string text = readText("/proc/" + std::to_string(pid) + "/cmdline");
