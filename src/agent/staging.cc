@@ -51,6 +51,11 @@ Result<StagingResult> stageInputs(const plan::NodePlan& node) {
     result.files += copied->files_copied + copied->files_skipped;
     result.bytes += copied->bytes_copied;
   }
+  // Ranks that run as a user of their own may write beside their inputs (not into them).
+  if (!node.ranks.empty() && node.ranks.front().uid >= 0 &&
+      ::chown(node.work_dir.c_str(), node.ranks.front().uid, node.ranks.front().gid) < 0) {
+    return failErrno("chown '" + node.work_dir + "'");
+  }
   result.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;

@@ -17,6 +17,7 @@
 #include "cli/cp_cmd.h"
 #include "cli/job_options.h"
 #include "cli/server_cmd.h"
+#include "job/layout.h"
 #include "plan/port_lease.h"
 #include "util/fd.h"
 #include "util/text.h"
@@ -72,7 +73,8 @@ MASTER_PORT (a free port leased for this job), ...), so torchrun scripts run unc
 When one rank fails, every rank is stopped and the first failure is reported with its last
 log lines. The job directory (<data-root>/jobs/<id>/) holds logs/<role>-<rank>.log, output/
 (COHORT_OUTPUT_DIR), work/node<i>/ (COHORT_WORK_DIR, where inputs are staged before any rank
-starts), plan.json, events.jsonl and result.json.
+starts), files/ (the rank table and other files cohort writes for the ranks), and the job's
+record: plan.json, events.jsonl and result.json. Ranks may write only work/ and output/.
 
 )") + jobFlagsHelp() + R"(
 Output:
@@ -112,15 +114,20 @@ int reportError(const Error& e) {
 }
 
 // The job's own directory must be new (jobs never share directories), unless `cohort server`
-// made it for this job (--job-id) and put the job file and console log there.
-Result<void> makeJobDirs(const std::string& job_dir, bool made_by_server) {
+// made it for this job (--job-id) and put the job file and console log there. Ranks that run as
+// an identity of their own (`uid` >= 0) own work/ and output/ and nothing else.
+Result<void> makeJobDirs(const std::string& job_dir, bool made_by_server, int uid, int gid) {
+  const job::Layout layout(job_dir);
   COHORT_TRY(makeDirs(job_dir.substr(0, job_dir.rfind('/'))));
   if (::mkdir(job_dir.c_str(), 0755) < 0 && !(made_by_server && errno == EEXIST)) {
     return failErrno("create '" + job_dir + "'");
   }
-  for (const char* sub : {"work", "output", "logs"}) {
-    std::string dir = job_dir + "/" + sub;
+  for (const std::string& dir : {layout.filesDir(), layout.logsDir()}) {
     if (::mkdir(dir.c_str(), 0755) < 0) return failErrno("create '" + dir + "'");
+  }
+  for (const std::string& dir : {layout.workDir(), layout.outputDir()}) {
+    if (::mkdir(dir.c_str(), 0755) < 0) return failErrno("create '" + dir + "'");
+    if (uid >= 0 && ::chown(dir.c_str(), uid, gid) < 0) return failErrno("chown '" + dir + "'");
   }
   return {};
 }
@@ -159,9 +166,14 @@ int cmdRun(int argc, char** argv) {
   auto plan = plan::makePlan(job->spec, job->context);
   if (!plan) return reportError(plan.error());
 
-  if (auto made = makeJobDirs(plan->job_dir, !options->job_id.empty()); !made) return reportError(made.error());
+  if (auto made = makeJobDirs(plan->job_dir, !options->job_id.empty(), job->context.uid,
+                              job->context.gid);
+      !made) {
+    return reportError(made.error());
+  }
   // The plan and the files made from it can be made again: no fsync on the way to the start.
-  if (auto w = writeFileAtomic(plan->job_dir + "/plan.json", plan::toJson(*plan), false); !w) {
+  if (auto w = writeFileAtomic(job::Layout(plan->job_dir).planFile(), plan::toJson(*plan), false);
+      !w) {
     return reportError(w.error());
   }
   for (const plan::GeneratedFile& f : plan->files) {

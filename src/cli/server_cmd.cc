@@ -1,6 +1,7 @@
 #include "cli/server_cmd.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -39,6 +40,11 @@ Flags:
                            jobs' directories do not exist (the default when bubblewrap works;
                            with --isolate the server refuses to start without it)
   --no-isolate             run jobs without the sandbox
+  --rank-uids FIRST-LAST   as root, account number N's ranks run as uid and gid FIRST-1+N
+                           (default 2000001-2100000): no account can read, signal or trace
+                           another's processes or files
+  --single-user            every account is one person: ranks run as the server's own user
+                           (needed to serve several accounts without root)
   --threads N              HTTP worker threads (default 32; each `logs -f` holds one)
 
 The API is described in docs/server-api.md and served at /v1/openapi.json; Prometheus metrics
@@ -51,6 +57,29 @@ int64_t memTotal() {
   auto at = text->find("MemTotal:");
   if (at == std::string::npos) return 0;
   return std::strtoll(text->c_str() + at + 9, nullptr, 10) * 1024;
+}
+
+constexpr int64_t kDefaultFirstRankUid = 2000001;
+constexpr int64_t kDefaultRankUids = 100000;
+
+// Every directory from / down to `dir` (those that exist) can be entered by any user.
+Result<void> searchableByAll(const std::string& dir) {
+  std::string path;
+  for (const std::string& part : split(dir, '/')) {
+    if (part.empty()) continue;
+    path += "/" + part;
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return {};
+    if ((st.st_mode & S_IXOTH) == 0) {
+      return fail(Code::kFailedPrecondition,
+                  "the data root's directory '" + path +
+                      "' cannot be entered by other users, so the jobs' own users (uids " +
+                      std::to_string(kDefaultFirstRankUid) +
+                      " and up) cannot reach their work/ and output/: chmod o+x '" + path +
+                      "', choose another --data-root, or run with --single-user");
+    }
+  }
+  return {};
 }
 
 // Whether bubblewrap can make a sandbox here (it needs unprivileged user namespaces or root).
@@ -80,6 +109,8 @@ int cmdServer(int argc, char** argv) {
                            {"--memory", "", true},
                            {"--gpus", "", true},
                            {"--threads", "", true},
+                           {"--rank-uids", "", true},
+                           {"--single-user", "", false},
                            {"--isolate", "", false},
                            {"--no-isolate", "", false}});
   if (parsed && !parsed->positional.empty()) {
@@ -127,6 +158,15 @@ int cmdServer(int argc, char** argv) {
       auto n = parseInt(value);
       if (!n || *n < 0) return bad("expected a number of GPUs");
       gpus = *n;
+    } else if (flag == "--rank-uids") {
+      auto dash = value.find('-');
+      auto first = parseInt64(value.substr(0, dash));
+      auto last = dash == std::string::npos ? first : parseInt64(value.substr(dash + 1));
+      if (!first || !last || *first < 1000 || *last < *first || *last > 4000000000) {
+        return bad("expected FIRST-LAST, two uids between 1000 and 4000000000");
+      }
+      options.identities.first = *first - 1;  // account number 1 runs as FIRST
+      options.identities.count = *last - *first + 1;
     } else if (flag == "--threads") {
       auto n = parseInt(value);
       if (!n || *n < 2) return bad("expected a number >= 2");
@@ -155,6 +195,27 @@ int cmdServer(int argc, char** argv) {
     return kExitUsage;
   }
   options.isolate = isolate == "on" || (isolate == "auto" && sandbox);
+  options.identities.single_user = parsed->has("--single-user");
+  if (::geteuid() != 0) {
+    if (parsed->has("--rank-uids")) {
+      std::fprintf(stderr, "cohort server: --rank-uids needs root: only root can run ranks "
+                           "as other users\n");
+      return kExitUsage;
+    }
+  } else if (options.identities.single_user) {
+    options.identities.first = -1;
+  } else {
+    if (options.identities.first < 0) {
+      options.identities.first = kDefaultFirstRankUid - 1;
+      options.identities.count = kDefaultRankUids;
+    }
+    // Ranks run as those uids, in a sandbox where only their job's directories are bound: every
+    // directory above the data root must let them through.
+    if (auto open = searchableByAll(options.data_root); !open) {
+      std::fprintf(stderr, "cohort server: %s\n", open.error().message.c_str());
+      return kExitUsage;
+    }
+  }
 
   // SIGINT/SIGTERM are taken by a thread of our own; every other thread leaves them blocked.
   sigset_t signals;
@@ -182,6 +243,14 @@ int cmdServer(int argc, char** argv) {
                                  : "WITHOUT isolation: bubblewrap does not work here (apt-get "
                                    "install bubblewrap); every job can read the store and other "
                                    "jobs' files");
+  if (options.identities.first >= 0) {
+    std::printf("cohort server: each account's ranks run as a user of its own (uids %lld-%lld)\n",
+                static_cast<long long>(options.identities.first + 1),
+                static_cast<long long>(options.identities.first + options.identities.count));
+  } else {
+    std::printf("cohort server: every job runs as this server's user (%s)\n",
+                options.identities.single_user ? "--single-user" : "not root: one account only");
+  }
   if (!(*server)->firstAdminToken().empty()) {
     std::printf("cohort server: admin token: %s\n", (*server)->firstAdminToken().c_str());
     std::printf(

@@ -1,10 +1,22 @@
-// --isolate: every process of the job runs under bubblewrap in a private mount namespace where
-// cohort's data root (every job's directory and the store) is hidden behind an empty tmpfs, and
-// only this job's own directory, plus the store paths its inputs link to (read-only), are put
-// back. The rest of the machine stays as it is (devices, network, /tmp), so GPUs and rendezvous
-// over the network work unchanged. bubblewrap starts a sandbox in a few milliseconds and needs no
-// daemon; it is run without a PID namespace or a new session so that cohort's signals to the
-// rank's process group still reach the rank.
+// --isolate: every process of the job runs under bubblewrap, in namespaces of its own:
+// - a mount namespace where cohort's data root (every job's directory, the store, the server's
+//   database and tokens) is hidden behind an empty tmpfs, and only this job's work/ and output/
+//   (read-write), its files/ and logs/ (read-only), and the store paths its inputs link to
+//   (read-only) are put back, and the rest of it is read-only; the job's record (plan, events,
+//   result) is not there at all;
+// - a PID namespace with its own /proc: no other process of the machine can be seen, signalled
+//   or traced, and when the sandbox's first process dies (it dies with the agent), the kernel
+//   kills everything in it, setsid descendants included;
+// - a user namespace when the rank runs as an ordinary user (the agent sets the rank's uid
+//   before bubblewrap starts); run as root, bubblewrap drops every capability.
+// The rest of the machine stays as it is (devices, network, /tmp), so GPUs and rendezvous over
+// the network work unchanged.
+//
+// Signals: cohort stops a rank by signalling its process group, which holds the outer
+// bubblewrap as well as the rank inside. bubblewrap would die of SIGTERM and take the rank with
+// it before it could save anything, so it is started with the stop signals ignored
+// (`env --ignore-signal`), and the rank's own defaults are restored inside
+// (`env --default-signal`). A rank killed by a signal inside exits with 128 + the signal.
 #include "plan/wiring.h"
 #include "util/text.h"
 
@@ -12,8 +24,13 @@ namespace cohort::plan {
 
 void isolate(Builder& b) {
   const std::string& root = b.ctx.data_root;
-  std::vector<std::string> common = {"bwrap", "--dev-bind", "/", "/", "--tmpfs", root,
-                                     "--bind", b.ctx.job_dir, b.ctx.job_dir};
+  const job::Layout layout(b.ctx.job_dir);
+  std::vector<std::string> common = {
+      "env",      "--ignore-signal=TERM,INT,HUP", "bwrap",         "--dev-bind", "/", "/",
+      "--tmpfs",  root,                           "--ro-bind",     layout.filesDir(),
+      layout.filesDir(), "--ro-bind",             layout.logsDir(), layout.logsDir(),
+      "--bind",   layout.workDir(),               layout.workDir(), "--bind",
+      layout.outputDir(), layout.outputDir()};
   if (startsWith(b.ctx.workdir, root + "/")) {
     for (const char* arg : {"--ro-bind", b.ctx.workdir.c_str(), b.ctx.workdir.c_str()}) {
       common.emplace_back(arg);
@@ -28,10 +45,20 @@ void isolate(Builder& b) {
         }
       }
     }
-    node_args.emplace_back("--die-with-parent");
-    node_args.emplace_back("--");
+    // What is left of the data root is the empty tmpfs with the mount points: read-only, so that
+    // a write to the job's record fails instead of landing in the tmpfs.
+    node_args.emplace_back("--remount-ro");
+    node_args.emplace_back(root);
+    for (const char* arg : {"--unshare-pid", "--proc", "/proc", "--die-with-parent"}) {
+      node_args.emplace_back(arg);
+    }
     for (RankPlan& r : node.ranks) {
       std::vector<std::string> argv = node_args;
+      if (r.uid < 0 && b.ctx.as_root) {
+        argv.emplace_back("--cap-drop");
+        argv.emplace_back("ALL");
+      }
+      for (const char* arg : {"--", "env", "--default-signal=TERM,INT,HUP"}) argv.emplace_back(arg);
       argv.insert(argv.end(), r.argv.begin(), r.argv.end());
       r.argv = std::move(argv);
     }

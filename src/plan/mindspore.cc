@@ -60,7 +60,7 @@ std::string rankTable(const Builder& b) {
 
 void wireMindSpore(Builder& b) {
   if (b.spec.mindspore_mode == spec::MindSporeMode::kRankTable) {
-    const std::string path = b.ctx.job_dir + "/hccl_rank_table.json";
+    const std::string path = job::Layout(b.ctx.job_dir).filesDir() + "/hccl_rank_table.json";
     b.plan.files.push_back({path, rankTable(b)});
     b.forEachRank([&](NodePlan&, RankPlan& r) {
       setEnv(r.env, "RANK_TABLE_FILE", path);
@@ -92,7 +92,7 @@ void wireMindSpore(Builder& b) {
   sched.rank = b.plan.world_size;
   sched.local_rank = static_cast<int>(first.ranks.size());
   sched.key = false;
-  sched.log_file = b.ctx.job_dir + "/logs/scheduler-0.log";
+  sched.log_file = job::Layout(b.ctx.job_dir).logFile("scheduler-0");
   for (const char* key : {"COHORT_RANK", "COHORT_LOCAL_RANK", "COHORT_ROLE_RANK", "MS_NODE_ID",
                           "CUDA_VISIBLE_DEVICES"}) {
     unsetEnv(sched.env, key);

@@ -26,7 +26,7 @@ void wireModelArts(Builder& b) {
   for (const NodePlan& node : b.plan.nodes) {
     role_hosts[node.ranks.front().role].push_back(node.host);
   }
-  const std::string dir = b.ctx.job_dir + "/volcano";
+  const std::string dir = job::Layout(b.ctx.job_dir).filesDir() + "/volcano";
   for (const auto& [role, hosts] : role_hosts) {
     b.plan.files.push_back({dir + "/" + role + ".host", join(hosts, "\n") + "\n"});
   }
@@ -49,7 +49,7 @@ void wireModelArts(Builder& b) {
     setEnv(env, "MA_VJ_NAME", b.plan.job_id);
     setEnv(env, "MA_CURRENT_INSTANCE_NAME", b.plan.job_id + "-" + r.role + "-" +
                                                 std::to_string(task_index));
-    setEnv(env, "MA_LOG_DIR", b.ctx.job_dir + "/logs");
+    setEnv(env, "MA_LOG_DIR", job::Layout(b.ctx.job_dir).logsDir());
     setEnv(env, "VC_TASK_INDEX", std::to_string(task_index));
     setEnv(env, "VK_TASK_INDEX", std::to_string(task_index));
     for (const auto& [role, hosts] : role_hosts) {

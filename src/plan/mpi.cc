@@ -7,7 +7,7 @@
 namespace cohort::plan {
 
 void wireMpi(Builder& b) {
-  const std::string path = b.ctx.job_dir + "/hostfile";
+  const std::string path = job::Layout(b.ctx.job_dir).filesDir() + "/hostfile";
   std::vector<std::pair<std::string, int>> slots;  // in node order, one line per host
   for (const NodePlan& node : b.plan.nodes) {
     auto it = std::find_if(slots.begin(), slots.end(),
@@ -28,7 +28,7 @@ void wireMpi(Builder& b) {
   mpirun.name = "mpirun/0";
   mpirun.role_rank = 0;
   mpirun.rank = 0;
-  mpirun.log_file = b.ctx.job_dir + "/logs/mpirun-0.log";
+  mpirun.log_file = job::Layout(b.ctx.job_dir).logFile("mpirun-0");
   for (const char* key : {"COHORT_RANK", "COHORT_LOCAL_RANK", "COHORT_ROLE_RANK"}) {
     unsetEnv(mpirun.env, key);
   }

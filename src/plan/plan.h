@@ -31,6 +31,8 @@ struct RankPlan {
   std::string log_file;
   bool key = false;      // a key role: its exits decide the job
   bool console = true;   // its output is echoed on the merged console stream
+  int uid = -1;          // the Unix identity it runs as; -1: the agent's own
+  int gid = -1;
 };
 
 // One input to stage on a node before any rank starts: a copy, or a symbolic link.
@@ -92,6 +94,8 @@ struct PlanContext {
   std::string data_root;  // absolute; hidden from the ranks when isolated
   std::string cohort_bin;  // the cohort binary, for cohort.copy() inside ranks
   bool isolate = false;   // run every process under bubblewrap (see isolation.cc)
+  int uid = -1;           // every rank's Unix identity (cohort server gives each account its
+  int gid = -1;           // own); -1: the identity cohort runs as
 };
 
 // How many ports makePlan wants leased in PlanContext::ports.

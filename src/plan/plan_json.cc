@@ -30,6 +30,10 @@ Json nodeJson(const NodePlan& node) {
                      {"argv", r.argv},
                      {"env", envJson(r.env)},
                      {"log_file", r.log_file}});
+    if (r.uid >= 0) {
+      ranks.back()["uid"] = r.uid;
+      ranks.back()["gid"] = r.gid;
+    }
   }
   Json inputs = Json::array();
   for (const StagedInput& in : node.inputs) {
@@ -99,6 +103,8 @@ Result<NodePlan> nodeFromJson(const std::string& text) {
         r.env.emplace_back(key, value.get<std::string>());
       }
       r.log_file = jr.at("log_file").get<std::string>();
+      r.uid = jr.value("uid", -1);
+      r.gid = jr.value("gid", -1);
       node.ranks.push_back(std::move(r));
     }
     return node;

@@ -209,6 +209,12 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
     case spec::Framework::kMpi: wireMpi(b); break;
     case spec::Framework::kGeneric: break;
   }
+  for (NodePlan& node : plan.nodes) {
+    for (RankPlan& r : node.ranks) {
+      r.uid = ctx.uid;
+      r.gid = ctx.gid;
+    }
+  }
   if (ctx.isolate) isolate(b);
   return plan;
 }

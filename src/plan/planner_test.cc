@@ -212,7 +212,7 @@ TEST(Planner, MpirunRunsOnceWithTheHostfile) {
   EXPECT_EQ(mpirun.argv.back(), "./hello");
   std::string hostfile;
   for (const auto& f : plan->files) {
-    if (f.path == "/data/jobs/digits-ddp-1/hostfile") hostfile = f.content;
+    if (f.path == "/data/jobs/digits-ddp-1/files/hostfile") hostfile = f.content;
   }
   EXPECT_EQ(hostfile, "127.0.0.1 slots=4\n") << "simulated nodes share one host line";
 }
@@ -232,7 +232,7 @@ TEST(Planner, ModelArtsVariablesAndHostFiles) {
   EXPECT_EQ(envOf(w2, "MA_NUM_GPUS"), "2") << "the user's value wins";
   bool host_file = false;
   for (const auto& f : plan->files) {
-    host_file |= f.path == "/data/jobs/digits-ddp-1/volcano/worker.host" &&
+    host_file |= f.path == "/data/jobs/digits-ddp-1/files/volcano/worker.host" &&
                  f.content == "127.0.0.1\n127.0.0.1\n127.0.0.1\n";
   }
   EXPECT_TRUE(host_file);

@@ -63,7 +63,7 @@ void wirePyTorch(Builder& b) {
             std::string("--monitor_interval=0.1"),
             // Explicit log flags: torch 1.13's defaults crash on Python 3.11.
             std::string("--redirects=1"), std::string("--tee=1"),
-            "--log_dir=" + b.ctx.job_dir + "/logs/torchrun-node" + std::to_string(node.node)}) {
+            "--log_dir=" + node.work_dir + "/torchrun"}) {
         argv.push_back(flag);
       }
       if (isPython(cmd)) {

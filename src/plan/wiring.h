@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "job/layout.h"
 #include "plan/plan.h"
 
 namespace cohort::plan {

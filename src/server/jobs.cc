@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -16,12 +15,14 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/local.h"
+#include "job/events.h"
+#include "job/id.h"
+#include "job/layout.h"
 #include "spec/job_spec.h"
 #include "storage/uri.h"
 #include "util/fd.h"
 #include "util/text.h"
 
-extern char** environ;
 
 namespace cohort::server {
 
@@ -29,83 +30,52 @@ using Json = nlohmann::json;
 
 namespace {
 
-// A process's state letter and start time (clock ticks since boot) from /proc/<pid>/stat.
-struct ProcStat {
-  char state = '?';
-  int64_t start = 0;
-};
-
-std::optional<ProcStat> procStat(int64_t pid) {
-  auto text = readFile("/proc/" + std::to_string(pid) + "/stat");
-  if (!text) return std::nullopt;
-  auto paren = text->rfind(')');
-  if (paren == std::string::npos) return std::nullopt;
-  std::vector<std::string> fields = split(text->substr(paren + 2), ' ');
-  if (fields.size() < 20) return std::nullopt;
-  ProcStat st;
-  st.state = fields[0].empty() ? '?' : fields[0][0];
-  st.start = std::strtoll(fields[19].c_str(), nullptr, 10);
-  return st;
-}
-
-// Appends an event the server writes itself, stamped `at` like the coordinator's.
-Result<void> appendEvent(store::JobStore& store, const std::string& job_id, Json event,
-                         int64_t at) {
-  event["t"] = at;
-  event["time"] = isoTime(at);
-  return store.appendEvents(job_id, {{0, at, event.dump()}});
+// Appends an event the server writes itself.
+Result<void> appendEvent(store::JobStore& store, const std::string& job_id,
+                         const job::Event& event) {
+  return store.appendEvents(job_id, {{0, event.t, job::encodeEvent(event)}});
 }
 
 // Records a job the server itself ended (its state, reason and end time set) and its last event.
 Result<void> recordEnd(store::JobStore& store, const store::Job& job) {
   COHORT_TRY(store.updateJob(job));
-  return appendEvent(store, job.id,
-                     {{"event", "state"}, {"state", job.state}, {"reason", job.reason}}, job.ended);
-}
-
-// The GPUs a running coordinator was given (its CUDA_VISIBLE_DEVICES).
-std::vector<int> gpusOf(int64_t pid) {
-  std::vector<int> gpus;
-  auto environ_text = readFile("/proc/" + std::to_string(pid) + "/environ");
-  if (!environ_text) return gpus;
-  for (const std::string& var : split(*environ_text, '\0')) {
-    if (!startsWith(var, "CUDA_VISIBLE_DEVICES=")) continue;
-    for (const std::string& id : split(var.substr(21), ',')) {
-      if (auto n = parseInt(id)) gpus.push_back(*n);
-    }
-  }
-  return gpus;
+  job::Event e = job::stateEvent(job.ended, job.state, job.reason);
+  e.exit_code = job.exit_code;
+  return appendEvent(store, job.id, e);
 }
 
 }  // namespace
 
-std::string newJobId(const std::string& name) {
-  time_t now = ::time(nullptr);
-  tm local{};
-  ::localtime_r(&now, &local);
-  char stamp[32];
-  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &local);
-  // Unique enough with the stamp: submit draws again on a collision.
-  return name + "-" + stamp + "-" + randomHex(3).value_or("000000");
-}
-
 struct JobService::Supervised {
   std::string id;
-  int64_t pid = 0;
-  int64_t start_ticks = 0;
-  bool child = false;  // spawned by this server: it must reap it
+  std::string handle;  // the backend's
   std::string job_dir;
   int64_t offset = 0;  // of the events file, ingested
 };
 
 JobService::JobService(store::JobStore& store, JobServiceOptions options, const sched::Clock& clock)
-    : store_(store), options_(std::move(options)), clock_(clock) {}
+    : store_(store),
+      options_(std::move(options)),
+      backend_(backends::makeLocalBackend(options_.cohort_bin)),
+      clock_(clock) {}
 
 Result<std::unique_ptr<JobService>> JobService::create(store::JobStore& store,
                                                        JobServiceOptions options,
                                                        const sched::Clock& clock) {
   std::unique_ptr<JobService> service(new JobService(store, std::move(options), clock));
-  COHORT_TRY(makeDirs(service->options_.data_root + "/jobs"));
+  COHORT_TRY(makeDirs(job::jobsDir(service->options_.data_root)));
+  const Identities& ids = service->options_.identities;
+  if (ids.first < 0 && !ids.single_user) {
+    COHORT_ASSIGN(std::vector<store::Account> accounts, store.accounts());
+    if (accounts.size() > 1) {
+      return fail(Code::kFailedPrecondition,
+                  std::to_string(accounts.size()) +
+                      " accounts share this data root, but this server cannot give each "
+                      "account's jobs a Unix identity of its own (it does not run as root): "
+                      "run it as root, or with --single-user if one person owns every account "
+                      "(docs/security.md)");
+    }
+  }
   COHORT_TRY(service->reconcile());
   service->thread_ = std::thread([s = service.get()] { s->loop(); });
   return service;
@@ -118,6 +88,10 @@ JobService::~JobService() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+}
+
+void JobService::notify(const std::string& job_id) const {
+  if (options_.on_events) options_.on_events(job_id);
 }
 
 void JobService::wake() {
@@ -183,36 +157,36 @@ Result<void> JobService::reconcile() {
     }
     auto s = std::make_unique<Supervised>();
     s->id = job.id;
-    s->pid = job.coordinator_pid;
-    s->start_ticks = job.coordinator_start;
+    s->handle = job.handle;
     s->job_dir = job.job_dir;
     s->offset = job.events_offset;
-    auto st = job.coordinator_pid ? procStat(job.coordinator_pid) : std::nullopt;
-    bool alive = st && st->start == job.coordinator_start && st->state != 'Z';
+    const backends::Found found = backend_->recover(job.handle);
+    const std::string where = backend_->describe(job.handle);
     running_[job.id] = runningOf(job);
     // What the coordinator wrote while the server was down comes first in the job's history,
     // then what the restarted server found.
     follow(*s);
     if (auto now = store_.job(job.id)) job.state = now->state;  // as those events left it
     auto record = [&](const std::string& found) {
-      (void)appendEvent(store_, job.id, {{"event", "reconciled"}, {"found", found}},
-                        nowUnixNanos());
+      job::Event e;
+      e.t = nowUnixNanos();
+      e.kind = job::EventKind::kReconciled;
+      e.found = found;
+      (void)appendEvent(store_, job.id, e);
     };
-    if (alive) {
-      gpus_held_[job.id] = gpusOf(job.coordinator_pid);
-      record("still " + job.state + " (coordinator pid " + std::to_string(job.coordinator_pid) +
-             ") after a server restart");
-      reconciled_.push_back("job " + job.id + ": still " + job.state + " (coordinator pid " +
-                            std::to_string(job.coordinator_pid) + "), following it again");
+    if (found.running) {
+      gpus_held_[job.id] = found.gpus;
+      record("still " + job.state + " (" + where + ") after a server restart");
+      reconciled_.push_back("job " + job.id + ": still " + job.state + " (" + where +
+                            "), following it again");
       supervised_[job.id] = std::move(s);
       continue;
     }
     record("ended while the server was down");
     Supervised& ref = *s;
     supervised_[job.id] = std::move(s);
-    finish(ref, job.coordinator_pid
-                    ? "lost: its coordinator (pid " + std::to_string(job.coordinator_pid) +
-                          ") ended without a result while the server was down"
+    finish(ref, !job.handle.empty()
+                    ? "lost: its " + where + " ended without a result while the server was down"
                     : "lost: the server stopped while starting it");
     auto after = store_.job(job.id);
     reconciled_.push_back(
@@ -232,6 +206,18 @@ Result<void> JobService::checkData(const Caller& caller, const spec::JobSpec& sp
   std::error_code root_ec;
   const std::string real_root =
       std::filesystem::weakly_canonical(options_.data_root, root_ec).string() + "/";
+  // Compared as written and resolved, so that neither '..' nor a link leads into the data root
+  // (the server's database and tokens, every job's directory, every bucket).
+  auto inside_root = [&](const std::string& path) {
+    std::error_code ec;
+    const std::string real = std::filesystem::weakly_canonical(path, ec).string();
+    return (path + "/").rfind(root, 0) == 0 || (!ec && (real + "/").rfind(real_root, 0) == 0);
+  };
+  if (inside_root(spec.workdir)) {
+    return fail(Code::kInvalidArgument,
+                "workdir: '" + spec.workdir +
+                    "' is inside the server's data root; a job's code must live outside it");
+  }
   for (size_t i = 0; i < spec.inputs.size(); ++i) {
     std::string field = "inputs[" + std::to_string(i) + "].source";
     auto where = storage::parseLocation(spec.inputs[i].source);
@@ -248,10 +234,7 @@ Result<void> JobService::checkData(const Caller& caller, const spec::JobSpec& sp
                                               "the server's machine, got '" +
                                               path + "'");
     }
-    // Compared resolved, so that neither '..' nor a link leads into the data root.
-    std::error_code ec;
-    const std::string real = std::filesystem::weakly_canonical(path, ec).string();
-    if ((path + "/").rfind(root, 0) == 0 || (!ec && (real + "/").rfind(real_root, 0) == 0)) {
+    if (inside_root(path)) {
       return fail(Code::kInvalidArgument,
                   field + ": '" + path + "' is inside the server's data root; use store://");
     }
@@ -277,6 +260,56 @@ Result<void> JobService::checkData(const Caller& caller, const spec::JobSpec& sp
   return {};
 }
 
+Result<std::pair<int, int>> JobService::identityOf(const std::string& account_name) {
+  const Identities& ids = options_.identities;
+  if (ids.first < 0) return std::pair<int, int>{-1, -1};
+  COHORT_ASSIGN(store::Account account, store_.account(account_name));
+  if (account.number < 1 || account.number > ids.count) {
+    return fail(Code::kFailedPrecondition,
+                "account '" + account_name + "' is number " + std::to_string(account.number) +
+                    ", beyond the server's " + std::to_string(ids.count) +
+                    " rank identities (cohort server --rank-uids)");
+  }
+  const int id = static_cast<int>(ids.first + account.number);
+  return std::pair<int, int>{id, id};
+}
+
+// Each account's ranks need an identity of their own, and must be able to read the job's code.
+Result<void> JobService::checkIdentity(const Caller& caller, const spec::JobSpec& spec) {
+  const Identities& ids = options_.identities;
+  if (ids.first < 0) {
+    if (ids.single_user) return {};
+    COHORT_ASSIGN(std::vector<store::Account> accounts, store_.accounts());
+    if (accounts.size() > 1) {
+      return fail(Code::kFailedPrecondition,
+                  "this server cannot give each account's jobs a Unix identity of its own (it "
+                  "does not run as root), and " + std::to_string(accounts.size()) +
+                      " accounts share it: run it as root, or with --single-user if one "
+                      "person owns every account (docs/security.md)");
+    }
+    return {};
+  }
+  COHORT_ASSIGN(auto id, identityOf(caller.account));
+  // The ranks run as `id`, not as the server: the code must be readable by anyone.
+  std::string path;
+  for (const std::string& part : split(spec.workdir, '/')) {
+    if (part.empty()) continue;
+    path += "/" + part;
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) break;  // checkCommand names a missing workdir
+    const mode_t need = path == spec.workdir || path + "/" == spec.workdir ? (S_IROTH | S_IXOTH)
+                                                                           : S_IXOTH;
+    if ((st.st_mode & need) != need) {
+      return fail(Code::kInvalidArgument,
+                  "workdir: the job's ranks run as account '" + caller.account +
+                      "''s own user (uid " + std::to_string(id.first) + "), who cannot " +
+                      (need == S_IXOTH ? "enter '" : "read '") + path +
+                      "': make it readable by others (chmod o+rx)");
+    }
+  }
+  return {};
+}
+
 Result<store::Job> JobService::submit(const Caller& caller, const std::string& job_file,
                                       int priority) {
   COHORT_ASSIGN(spec::JobSpec spec, spec::parseJobFile(job_file, "job"));
@@ -289,6 +322,7 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
         "workdir: must be an absolute path on the server's machine, got '" + spec.workdir + "'");
   }
   COHORT_TRY(backends::checkCommand(spec));
+  COHORT_TRY(checkIdentity(caller, spec));
   for (spec::Role& role : spec.roles) {
     if (role.procs_per_node != spec::kAutoProcs) continue;
     int64_t per_node = options_.capacity.gpus / spec::totalNodes(spec);
@@ -298,7 +332,7 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
   }
 
   store::Job job;
-  job.id = newJobId(spec.name);
+  job.id = job::newJobId(spec.name);
   job.account = caller.account;
   job.name = spec.name;
   job.state = "queued";
@@ -348,7 +382,7 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
     if (inserted.error().code != Code::kAlreadyExists || tries == 5) {
       return tl::unexpected<Error>(inserted.error());
     }
-    job.id = newJobId(spec.name);
+    job.id = job::newJobId(spec.name);
     job.spec_json = spec::toJobFile(spec);
   }
   {
@@ -370,6 +404,7 @@ Result<store::Job> JobService::stop(const std::string& id) {
     job.reason = "stopped before it started";
     job.exit_code = 143;
     COHORT_TRY(recordEnd(store_, job));
+    notify(id);
     queue_.erase(id);
     {
       std::lock_guard waiting_lock(waiting_mu_);
@@ -378,14 +413,12 @@ Result<store::Job> JobService::stop(const std::string& id) {
     wake();
     return job;
   }
-  auto st = job.coordinator_pid ? procStat(job.coordinator_pid) : std::nullopt;
-  if (st && st->start == job.coordinator_start && st->state != 'Z') {
-    ::kill(static_cast<pid_t>(job.coordinator_pid), SIGTERM);
-  }
+  if (!job.handle.empty()) backend_->cancel(job.handle);
   if (job.state != "stopping") {
     job.state = "stopping";
     job.reason = "stopped on request";
     COHORT_TRY(store_.updateJob(job));
+    notify(id);
   }
   return job;
 }
@@ -429,15 +462,8 @@ void JobService::loop() {
         Supervised& s = *it->second;
         ++it;  // finish() erases s
         follow(s);
-        auto st = procStat(s.pid);
-        bool alive = st && st->start == s.start_ticks && st->state != 'Z';
-        if (alive) continue;
-        if (s.child) {
-          int status = 0;
-          ::waitpid(static_cast<pid_t>(s.pid), &status, WNOHANG);
-        }
-        finish(s, "lost: its coordinator (pid " + std::to_string(s.pid) +
-                      ") ended without writing a result");
+        if (backend_->running(s.handle)) continue;
+        finish(s, "lost: its " + backend_->describe(s.handle) + " ended without writing a result");
       }
       next_poll = Clock::now() + options_.poll_interval;
     }
@@ -506,10 +532,11 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
   }
   job.state = "starting";
   job.started = nowUnixNanos();
-  job.job_dir = options_.data_root + "/jobs/" + job.id;
+  job.job_dir = job::Layout::of(options_.data_root, job.id).dir();
   // Recorded before the coordinator exists: a server that dies now finds the job lost, never a
   // coordinator it does not know about.
   COHORT_TRY(store_.updateJob(job));
+  notify(job.id);
   running_[job.id] = sched::runningFrom(
       queued, placement, sched::TimePoint(std::chrono::milliseconds(job.started / 1000000)));
 
@@ -521,6 +548,7 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
     running_.erase(job.id);
     dirty_ = true;
     COHORT_TRY(recordEnd(store_, job));
+    notify(job.id);
     return tl::unexpected<Error>(e);
   };
   {
@@ -534,68 +562,37 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
   }
   if (::mkdir(job.job_dir.c_str(), 0755) != 0)
     return failed(failErrno("create " + job.job_dir).value());
-  const std::string job_file = job.job_dir + "/job.json";
+  const job::Layout layout(job.job_dir);
+  const std::string job_file = layout.specFile();
   if (auto w = writeFileAtomic(job_file, job.spec_json, false); !w) return failed(w.error());
 
-  std::vector<std::string> args = {options_.cohort_bin, "run", "--job-id", job.id, "--data-root",
-                                   options_.data_root,  "-f",  job_file};
-  if (options_.isolate) args.push_back("--isolate");
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  const std::string console = job.job_dir + "/console.log";
-  posix_spawn_file_actions_addopen(&actions, 1, console.c_str(), O_WRONLY | O_CREAT | O_APPEND,
-                                   0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, defaults;
-  sigemptyset(&none);
-  sigemptyset(&defaults);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGCHLD}) sigaddset(&defaults, sig);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  // Its own session: the job survives the server (and the server's terminal).
-  posix_spawnattr_setflags(&attr,
-                           POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  pid_t pid = 0;
-  // The job's own GPUs, and no others: the coordinator hands them to its ranks.
-  const std::vector<int> gpus = freeGpus(job.gpus);
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e) {
-    if (!startsWith(*e, "CUDA_VISIBLE_DEVICES=")) env_strings.emplace_back(*e);
-  }
-  std::vector<std::string> ids;
-  for (int gpu : gpus) ids.push_back(std::to_string(gpu));
-  env_strings.push_back("CUDA_VISIBLE_DEVICES=" + join(ids, ","));
-  std::vector<char*> envp;
-  for (std::string& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  int err = ::posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  if (err != 0) return failed(failErrno("start the coordinator '" + args[0] + "'", err).value());
-
-  gpus_held_[job.id] = gpus;
-  auto st = procStat(pid);
-  job.coordinator_pid = pid;
-  job.coordinator_start = st ? st->start : 0;
+  backends::JobLaunch launch;
+  launch.job_id = job.id;
+  launch.job_dir = job.job_dir;
+  launch.data_root = options_.data_root;
+  launch.isolate = options_.isolate;
+  auto id = identityOf(job.account);
+  if (!id) return failed(id.error());
+  launch.uid = id->first;
+  launch.gid = id->second;
+  launch.gpus = freeGpus(job.gpus);
+  auto handle = backend_->submit(launch);
+  if (!handle) return failed(handle.error());
+  gpus_held_[job.id] = launch.gpus;
+  job.backend = backend_->name();
+  job.handle = *handle;
   auto s = std::make_unique<Supervised>();
   s->id = job.id;
-  s->pid = pid;
-  s->start_ticks = job.coordinator_start;
-  s->child = true;
+  s->handle = job.handle;
   s->job_dir = job.job_dir;
   supervised_[job.id] = std::move(s);
-  return store_.updateJob(job);
+  COHORT_TRY(store_.updateJob(job));
+  notify(job.id);
+  return {};
 }
 
 void JobService::follow(Supervised& s) {
-  const std::string path = s.job_dir + "/events.jsonl";
+  const std::string path = job::Layout(s.job_dir).eventsFile();
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return;
   struct stat st {};
@@ -613,14 +610,17 @@ void JobService::follow(Supervised& s) {
   std::optional<int> attempts;
   for (const std::string& line : split(data, '\n')) {
     if (line.empty()) continue;
-    Json e = Json::parse(line, nullptr, false);
-    if (e.is_discarded() || !e.is_object()) continue;
-    int64_t t = e.value("t", int64_t{0});
-    events.push_back({0, t ? t : nowUnixNanos(), line});
-    if (e.value("event", "") == "state") {
-      std::string st_name = e.value("state", "");
-      if (!store::isFinalState(st_name)) state = st_name;
-      if (st_name == "running") attempts = e.value("attempt", 0) + 1;
+    // Only what decodes is kept, and as cohort encodes it, never as the bytes that came.
+    auto e = job::decodeEvent(line);
+    if (!e) {
+      std::fprintf(stderr, "cohort server: job %s: %s: refused\n", s.id.c_str(),
+                   e.error().message.c_str());
+      continue;
+    }
+    events.push_back({0, e->t ? e->t : nowUnixNanos(), job::encodeEvent(*e)});
+    if (e->kind == job::EventKind::kState) {
+      if (!store::isFinalState(e->state)) state = e->state;
+      if (e->state == "running") attempts = e->attempt.value_or(0) + 1;
     }
   }
   int64_t offset = s.offset + static_cast<int64_t>(end + 1);
@@ -630,6 +630,7 @@ void JobService::follow(Supervised& s) {
     return;
   }
   s.offset = offset;
+  notify(s.id);
   if (!state && !attempts) return;
   auto job = store_.job(s.id);
   if (!job || store::isFinalState(job->state)) return;
@@ -643,7 +644,7 @@ void JobService::follow(Supervised& s) {
     job->attempts = *attempts;
     changed = true;
   }
-  if (changed) (void)store_.updateJob(*job);
+  if (changed && store_.updateJob(*job)) notify(s.id);
 }
 
 void JobService::finish(Supervised& s, const std::string& lost_why) {
@@ -652,15 +653,19 @@ void JobService::finish(Supervised& s, const std::string& lost_why) {
   auto job = store_.job(id);
   if (job && !store::isFinalState(job->state)) {
     job->ended = nowUnixNanos();
-    auto text = readFile(s.job_dir + "/result.json");
-    Json result = text ? Json::parse(*text, nullptr, false) : Json();
-    const bool have_result = result.is_object() && store::isFinalState(result.value("state", ""));
+    auto text = readFile(job::Layout(s.job_dir).resultFile());
+    auto result = text ? job::decodeResult(*text) : Result<job::JobResult>(tl::unexpected(text.error()));
+    if (text && !result) {
+      std::fprintf(stderr, "cohort server: job %s: %s\n", id.c_str(),
+                   result.error().message.c_str());
+    }
+    const bool have_result = result.has_value();
     if (have_result) {
-      job->state = result.value("state", "failed");
-      job->exit_code = result.value("exit_code", 1);
-      job->reason = result.value("reason", "");
-      job->attempts = result.value("attempts", job->attempts);
-      if (result.contains("root_cause")) job->root_cause_json = result["root_cause"].dump();
+      job->state = result->state;
+      job->exit_code = result->exit_code;
+      job->reason = result->reason;
+      if (result->attempts > 0) job->attempts = result->attempts;
+      job->root_cause_json = result->root_cause_json;
     } else {
       // A stop that reached the coordinator before it blocked signals (first thing in `cohort
       // run`) ended it without a result: the job was stopped, not lost. Nothing had started.
@@ -674,6 +679,7 @@ void JobService::finish(Supervised& s, const std::string& lost_why) {
     if (!u) {
       std::fprintf(stderr, "cohort server: job %s: %s\n", id.c_str(), u.error().message.c_str());
     }
+    notify(id);
   }
   running_.erase(id);
   gpus_held_.erase(id);

@@ -1,11 +1,12 @@
 // JobService: the life of the server's jobs. `submit` validates a job and records it queued
 // (durably) before it answers. One loop thread then does everything else: it runs the gang
-// scheduler (src/sched) whenever something changed, starts each placed job by spawning its
-// coordinator (`cohort run --job-id ...`, in its own session, so that the coordinator and the
-// job outlive a server restart), follows every coordinator's events file into the store, and
-// records the job's end from its result file when the coordinator exits. On creation it
-// reconciles every job the store knew: still running (followed again), finished while the
-// server was down (its result recorded) or lost (failed, saying why).
+// scheduler (src/sched) whenever something changed, starts each placed job through its backend
+// (src/backends/backend.h; the local one spawns the job's coordinator in its own session, so that
+// the coordinator and the job outlive a server restart), follows every coordinator's events file
+// into the store through the typed codec, and records the job's end from its result file when
+// the backend says it ended. On creation it reconciles every job the store knew, from the
+// handle its backend gave it: still running (followed again), finished while the server was
+// down (its result recorded) or lost (failed, saying why).
 //
 // The machine is one scheduling node: simulated nodes share it, so a job asks for the sum of its
 // ranks' resources (each rank: its role's `resources`, default 1 CPU). Thread-safe: every public
@@ -14,6 +15,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -22,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends/backend.h"
 #include "sched/scheduler.h"
 #include "server/access.h"
 #include "server/metrics.h"
@@ -31,13 +34,29 @@
 
 namespace cohort::server {
 
+// Which Unix user runs each account's ranks. As root, the server gives every account an identity
+// of its own: uid and gid `first + account number` (a range nothing else on the machine uses),
+// so that no account's ranks can read, signal or trace another's. Without root there is only the
+// server's own user; then one person must own every account (`single_user`), and a job of a
+// second account is refused.
+struct Identities {
+  int64_t first = -1;  // -1: ranks run as the server's user
+  int64_t count = 0;
+  bool single_user = false;
+};
+
 struct JobServiceOptions {
   std::string data_root;      // jobs go to <data_root>/jobs/<id>
   std::string cohort_bin;     // the binary coordinators run
   sched::Resources capacity;  // the machine
   std::vector<int> gpu_ids;   // its GPUs (capacity.gpus of them)
   bool isolate = false;       // run ranks under bubblewrap (cohort run --isolate)
+  Identities identities;
   Millis poll_interval{100};  // how often running jobs' events and coordinators are looked at
+  // Called (from the service's threads, maybe holding its lock: it must not call back into
+  // the service) after new events or a new state
+  // of `job_id` are in the store, so that followers waiting for them can be woken.
+  std::function<void(const std::string& job_id)> on_events;
 };
 
 class JobService {
@@ -78,6 +97,9 @@ class JobService {
 
   Result<void> checkData(const Caller& caller, const spec::JobSpec& spec,
                          const std::string& job_id);
+  // The uid and gid that run `account`'s ranks; {-1, -1}: the server's own.
+  Result<std::pair<int, int>> identityOf(const std::string& account);
+  Result<void> checkIdentity(const Caller& caller, const spec::JobSpec& spec);
   Result<void> reconcile();
   void loop();
   void schedulePass();
@@ -87,12 +109,14 @@ class JobService {
   // The coordinator is gone: records the result (or that it was lost).
   void finish(Supervised& s, const std::string& lost_why);
   void wake();
+  void notify(const std::string& job_id) const;  // options_.on_events
   void takeIncoming();  // moves incoming_ into queue_ (holding mu_)
   // GPUs no started job holds; the first `count` of them.
   std::vector<int> freeGpus(int64_t count) const;
 
   store::JobStore& store_;
   const JobServiceOptions options_;
+  std::unique_ptr<backends::Backend> backend_;  // where jobs run
   const sched::Clock& clock_;
   std::vector<std::string> reconciled_;
 
@@ -114,9 +138,5 @@ class JobService {
   Histogram pass_latency_;
   std::thread thread_;
 };
-
-// A job id from its name: "<name>-<yyyymmdd-hhmmss>-<6 hex digits>", the time local. Used by
-// `cohort run` too, so that local and server jobs are named alike.
-std::string newJobId(const std::string& name);
 
 }  // namespace cohort::server

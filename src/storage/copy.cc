@@ -98,7 +98,24 @@ struct Tree {
   std::vector<DirEntry> dirs;  // parents before children; dirs[0] is the root
   std::vector<FileEntry> files;
   int64_t bytes = 0;
+  bool refuse_links = false;  // CopyOptions::refuse_links
 };
+
+// Why an untrusted source's entry is refused, or "" when it may be copied.
+std::string refusal(const struct stat& st) {
+  if (S_ISLNK(st.st_mode)) {
+    return "a symbolic link: only regular files and directories are copied out of a job, "
+           "never what a link points to (copy the file itself into the directory)";
+  }
+  if (S_ISREG(st.st_mode) && st.st_nlink > 1) {
+    return "a file with " + std::to_string(st.st_nlink) +
+           " hard links: only files with one link are copied out of a job (copy it instead)";
+  }
+  if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+    return "not a regular file or directory (socket, FIFO or device)";
+  }
+  return "";
+}
 
 // Lists `dir` (a source directory, already in tree.dirs) and everything below it, following
 // symbolic links. `ancestors` holds the directories from the root down to `dir`.
@@ -106,8 +123,16 @@ Result<void> walkDir(size_t dir_index, std::vector<std::pair<dev_t, ino_t>>& anc
                      std::vector<std::string>& ancestor_paths, Tree& tree) {
   const std::string src_dir = tree.dirs[dir_index].src;
   const std::string dst_dir = tree.dirs[dir_index].dst;
-  UniqueFd fd(::open(src_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd fd(::open(src_dir.c_str(),
+                     O_RDONLY | O_DIRECTORY | O_CLOEXEC | (tree.refuse_links ? O_NOFOLLOW : 0)));
   if (!fd.valid()) return failCopy(src_dir, "open directory", errno);
+  if (tree.refuse_links) {
+    struct stat now {};
+    const struct stat& listed = tree.dirs[dir_index].st;
+    if (::fstat(fd.get(), &now) < 0 || now.st_ino != listed.st_ino || now.st_dev != listed.st_dev) {
+      return fail(Code::kInvalidArgument, "copy '" + src_dir + "': changed while it was copied");
+    }
+  }
   DIR* listing = ::fdopendir(fd.get());
   if (!listing) return failCopy(src_dir, "open directory", errno);
   fd.release();
@@ -126,7 +151,15 @@ Result<void> walkDir(size_t dir_index, std::vector<std::pair<dev_t, ino_t>>& anc
   for (const std::string& name : names) {
     std::string path = joinPath(src_dir, name);
     struct stat st {};
-    if (::fstatat(::dirfd(listing), name.c_str(), &st, 0) < 0) {
+    if (tree.refuse_links) {
+      if (::fstatat(::dirfd(listing), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0) {
+        if (errno == ENOENT) continue;
+        return failCopy(path, "stat", errno);
+      }
+      if (std::string why = refusal(st); !why.empty()) {
+        return fail(Code::kInvalidArgument, "copy '" + path + "': " + why);
+      }
+    } else if (::fstatat(::dirfd(listing), name.c_str(), &st, 0) < 0) {
       int err = errno;
       struct stat link {};
       bool is_link = ::fstatat(::dirfd(listing), name.c_str(), &link, AT_SYMLINK_NOFOLLOW) == 0 &&
@@ -451,8 +484,17 @@ class CopyJob {
         return false;
       }
     }
-    UniqueFd in(::open(file.src.c_str(), O_RDONLY | O_CLOEXEC));
+    UniqueFd in(::open(file.src.c_str(),
+                       O_RDONLY | O_CLOEXEC | (tree_.refuse_links ? O_NOFOLLOW | O_NONBLOCK : 0)));
     if (!in.valid()) return failCopy(file.src, "open", errno);
+    if (tree_.refuse_links) {
+      struct stat now {};
+      if (::fstat(in.get(), &now) < 0 || now.st_ino != file.st.st_ino ||
+          now.st_dev != file.st.st_dev || !S_ISREG(now.st_mode) || now.st_nlink > 1) {
+        return fail(Code::kInvalidArgument,
+                    "copy '" + file.src + "': changed while it was copied");
+      }
+    }
     if (file.st.st_size >= kLargeFile) ::posix_fadvise(in.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
     COHORT_ASSIGN(auto created, createTemporary(file));
     auto& [out, tmp] = created;
@@ -599,7 +641,7 @@ Result<Tree> planFileCopy(const std::string& src, const struct stat& src_st,
 
 // Lists a directory source and creates dst.
 Result<Tree> planTreeCopy(const std::string& src, const struct stat& src_st,
-                          const std::string& dst_arg, CopyStats& stats) {
+                          const std::string& dst_arg, CopyStats& stats, bool refuse_links) {
   std::string dst = trimSlashes(dst_arg);
   std::string src_real = canonicalPath(src);
   std::string dst_real = canonicalPath(dst);
@@ -608,6 +650,7 @@ Result<Tree> planTreeCopy(const std::string& src, const struct stat& src_st,
                 "copy '" + src + "': the destination '" + dst + "' is inside the source");
   }
   Tree tree;
+  tree.refuse_links = refuse_links;
   tree.dirs.push_back(DirEntry{src, dst, src_st, false});
   std::vector<std::pair<dev_t, ino_t>> ancestors = {{src_st.st_dev, src_st.st_ino}};
   std::vector<std::string> ancestor_paths = {src};
@@ -651,16 +694,23 @@ Result<CopyStats> copyTree(const std::string& src_arg, const std::string& dst_ar
   const std::string src = trimSlashes(src_arg);
   struct stat src_st {};
   if (::stat(src.c_str(), &src_st) < 0) return failErrno("copy: source '" + src + "'");
+  if (options.refuse_links) {
+    if (::lstat(src.c_str(), &src_st) < 0) return failErrno("copy: source '" + src + "'");
+    if (std::string why = refusal(src_st); !why.empty()) {
+      return fail(Code::kInvalidArgument, "copy '" + src + "': " + why);
+    }
+  }
   CopyStats stats;
   Tree tree;
   if (S_ISREG(src_st.st_mode)) {
     COHORT_ASSIGN(tree, planFileCopy(src, src_st, dst_arg));
   } else if (S_ISDIR(src_st.st_mode)) {
-    COHORT_ASSIGN(tree, planTreeCopy(src, src_st, dst_arg, stats));
+    COHORT_ASSIGN(tree, planTreeCopy(src, src_st, dst_arg, stats, options.refuse_links));
   } else {
     return fail(Code::kInvalidArgument,
                 "copy: source '" + src + "' is not a regular file or directory");
   }
+  tree.refuse_links = options.refuse_links;
   CopyJob job(options, std::move(tree));
   COHORT_ASSIGN(stats, job.run(start, stats));
   COHORT_TRY(finishDirectories(job.tree()));

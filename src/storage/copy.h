@@ -71,6 +71,12 @@ struct CopyOptions {
   // When set and true, the copy stops early and returns kFailedPrecondition "interrupted"
   // (for a signal handler). Not owned.
   const std::atomic<bool>* cancel = nullptr;
+  // For a source that someone else may have written (a job's output/ or work/, copied out by
+  // cohort with more rights than the job has): a symbolic link, a file with more than one hard
+  // link, or anything but a regular file or a directory anywhere in the source is an error
+  // naming it, nothing is read through a link, and a file that changed since it was listed is
+  // an error.
+  bool refuse_links = false;
   // Test hook, -1 = off: after this many bytes written by this copy (all files together), every
   // write fails with ENOSPC, as on a full disk.
   int64_t fail_write_after_bytes = -1;

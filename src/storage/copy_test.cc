@@ -519,3 +519,60 @@ TEST_F(CopyTest, RefusesBadWorkerCounts) {
 
 }  // namespace
 }  // namespace cohort::storage
+
+namespace cohort::storage {
+namespace {
+
+// A job's output/ is copied out by cohort, which may read what the job cannot: a link there
+// must never take the copy to another account's files or the server's.
+TEST_F(CopyTest, UntrustedSourceRefusesLinksAndSpecialFilesAndNamesThem) {
+  writeFile(root_ + "/secret", "admin token");
+  writeFile(src_ + "/model.pt", "weights");
+  ASSERT_EQ(::symlink((root_ + "/secret").c_str(), (src_ + "/loot").c_str()), 0);
+  CopyOptions untrusted;
+  untrusted.refuse_links = true;
+  auto copied = copyTree(src_, dst_, untrusted);
+  ASSERT_FALSE(copied);
+  EXPECT_NE(copied.error().message.find("loot': a symbolic link"), std::string::npos)
+      << copied.error().message;
+  EXPECT_FALSE(exists(dst_ + "/loot"));
+
+  ASSERT_EQ(::unlink((src_ + "/loot").c_str()), 0);
+  ASSERT_EQ(::mkdir((src_ + "/sub").c_str(), 0755), 0);
+  ASSERT_EQ(::symlink(root_.c_str(), (src_ + "/sub/up").c_str()), 0);
+  copied = copyTree(src_, dst_, untrusted);
+  ASSERT_FALSE(copied);
+  EXPECT_NE(copied.error().message.find("sub/up': a symbolic link"), std::string::npos);
+
+  ASSERT_EQ(::unlink((src_ + "/sub/up").c_str()), 0);
+  ASSERT_EQ(::link((root_ + "/secret").c_str(), (src_ + "/sub/hard").c_str()), 0);
+  copied = copyTree(src_, dst_, untrusted);
+  ASSERT_FALSE(copied);
+  EXPECT_NE(copied.error().message.find("2 hard links"), std::string::npos)
+      << copied.error().message;
+
+  ASSERT_EQ(::unlink((src_ + "/sub/hard").c_str()), 0);
+  ASSERT_EQ(::mkfifo((src_ + "/sub/fifo").c_str(), 0644), 0);  // would block a reader forever
+  copied = copyTree(src_, dst_, untrusted);
+  ASSERT_FALSE(copied);
+  EXPECT_NE(copied.error().message.find("FIFO"), std::string::npos);
+
+  ASSERT_EQ(::unlink((src_ + "/sub/fifo").c_str()), 0);
+  copied = copyTree(src_, dst_, untrusted);
+  ASSERT_TRUE(copied) << copied.error().message;
+  EXPECT_EQ(readText(dst_ + "/model.pt"), "weights");
+}
+
+TEST_F(CopyTest, UntrustedSourceThatIsItselfALinkIsRefused) {
+  writeFile(root_ + "/secret", "admin token");
+  ASSERT_EQ(::symlink((root_ + "/secret").c_str(), (root_ + "/out").c_str()), 0);
+  CopyOptions untrusted;
+  untrusted.refuse_links = true;
+  auto copied = copyTree(root_ + "/out", dst_, untrusted);
+  ASSERT_FALSE(copied);
+  EXPECT_NE(copied.error().message.find("a symbolic link"), std::string::npos);
+  EXPECT_FALSE(exists(dst_));
+}
+
+}  // namespace
+}  // namespace cohort::storage

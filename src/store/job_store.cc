@@ -87,6 +87,22 @@ CREATE TABLE shares(
 CREATE INDEX shares_bucket_grantee ON shares(bucket, grantee);
 CREATE INDEX shares_owner ON shares(owner);
 )sql",
+    // Each account gets a number of its own, never reused: its ranks' Unix identity.
+    R"sql(
+ALTER TABLE accounts ADD COLUMN number INTEGER NOT NULL DEFAULT 0;
+UPDATE accounts SET number = rowid;
+CREATE UNIQUE INDEX accounts_number ON accounts(number);
+)sql",
+    // A job's row names its backend and holds the backend's opaque handle, not pid columns.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN backend TEXT NOT NULL DEFAULT 'local';
+ALTER TABLE jobs ADD COLUMN handle TEXT NOT NULL DEFAULT '';
+UPDATE jobs SET handle = json_object('pid', coordinator_pid, 'start', coordinator_start,
+                                     'gpus', json_array())
+  WHERE coordinator_pid != 0;
+ALTER TABLE jobs DROP COLUMN coordinator_pid;
+ALTER TABLE jobs DROP COLUMN coordinator_start;
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -253,7 +269,7 @@ Result<std::unique_ptr<Conn>> openConnection(const std::string& path, int flags)
 constexpr std::string_view kJobColumns =
     "id, account, name, state, priority, framework, ranks, cpu_millis, memory_bytes, gpus, "
     "max_runtime_ms, spec_json, submitted, started, ended, exit_code, reason, root_cause_json, "
-    "attempts, job_dir, coordinator_pid, coordinator_start, events_offset";
+    "attempts, job_dir, backend, handle, events_offset";
 
 Job readJob(const Query& q) {
   Job job;
@@ -277,8 +293,8 @@ Job readJob(const Query& q) {
   job.root_cause_json = q.text(17);
   job.attempts = static_cast<int>(q.integer(18));
   job.job_dir = q.text(19);
-  job.coordinator_pid = q.integer(20);
-  job.coordinator_start = q.integer(21);
+  job.backend = q.text(20);
+  job.handle = q.text(21);
   job.events_offset = q.integer(22);
   return job;
 }
@@ -289,19 +305,20 @@ void bindJobFields(Query& q, const Job& job) {
   q.bind(job.ranks).bind(job.cpu_millis).bind(job.memory_bytes).bind(job.gpus);
   q.bind(job.max_runtime_ms).bind(job.spec_json).bind(job.submitted).bind(job.started);
   q.bind(job.ended).bind(job.exit_code).bind(job.reason).bind(job.root_cause_json);
-  q.bind(job.attempts).bind(job.job_dir).bind(job.coordinator_pid).bind(job.coordinator_start);
+  q.bind(job.attempts).bind(job.job_dir).bind(job.backend).bind(job.handle);
   q.bind(job.events_offset);
 }
 
 constexpr const char* kAccountSelect =
-    "SELECT name, admin, max_gpus, max_cpu_millis, created FROM accounts";
+    "SELECT name, admin, max_gpus, max_cpu_millis, created, number FROM accounts";
 
 Account readAccount(const Query& q) {
   return Account{.name = q.text(0),
                  .admin = q.integer(1) != 0,
                  .max_gpus = q.optionalInteger(2),
                  .max_cpu_millis = q.optionalInteger(3),
-                 .created = q.integer(4)};
+                 .created = q.integer(4),
+                 .number = q.integer(5)};
 }
 
 constexpr const char* kTokenSelect = "SELECT id, account, label, hash, created FROM tokens";
@@ -347,10 +364,6 @@ std::string placeholders(size_t n) {
 }
 
 }  // namespace
-
-bool isFinalState(const std::string& state) {
-  return state == "succeeded" || state == "failed" || state == "stopped";
-}
 
 // The writer connection with its group commit, and a pool of read-only connections.
 //
@@ -541,7 +554,8 @@ Result<void> JobStore::createAccount(const Account& account) {
   auto result = impl_->write([&](Conn& c) -> Result<void> {
     COHORT_ASSIGN(Query q, prepare(c,
                                    "INSERT INTO accounts(name, admin, max_gpus, max_cpu_millis, "
-                                   "created) VALUES(?, ?, ?, ?, ?)"));
+                                   "created, number) VALUES(?, ?, ?, ?, ?, "
+                                   "(SELECT COALESCE(MAX(number), 0) + 1 FROM accounts))"));
     q.bind(account.name).bind(account.admin).bind(account.max_gpus).bind(account.max_cpu_millis);
     q.bind(account.created != 0 ? account.created : nowUnixNanos());
     return q.run();

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "job/state.h"
 #include "util/result.h"
 
 namespace cohort::store {
@@ -26,6 +27,8 @@ struct Account {
   std::optional<int64_t> max_gpus;        // quota; absent: unlimited
   std::optional<int64_t> max_cpu_millis;  // quota in millicores; absent: unlimited
   int64_t created = 0;                    // unix nanos
+  int64_t number = 0;  // 1, 2, ... in the order accounts were made, never reused: the offset of
+                       // the account's ranks' Unix identity in the server's range
 };
 
 struct Token {
@@ -36,13 +39,9 @@ struct Token {
   int64_t created = 0;
 };
 
-// Every state a job can be in, in the order a job goes through them; the last three are final.
-inline const std::vector<std::string> kJobStates = {"queued",    "starting",   "staging",
-                                                    "running",   "restarting", "stopping",
-                                                    "succeeded", "failed",     "stopped"};
-
-// Final states: succeeded, failed, stopped.
-bool isFinalState(const std::string& state);
+// The job states are job::kJobStates (src/job/state.h): one list for every module.
+using job::isFinalState;
+using job::kJobStates;
 
 struct Job {
   std::string id;  // unique, chosen by the server
@@ -66,8 +65,9 @@ struct Job {
   std::string root_cause_json;  // "" when none
   int attempts = 0;
   std::string job_dir;            // "" until it starts
-  int64_t coordinator_pid = 0;    // 0 when none
-  int64_t coordinator_start = 0;  // the pid's start time (/proc/<pid>/stat field 22)
+  std::string backend = "local";  // where it runs (src/backends)
+  std::string handle;             // the backend's own, opaque: how it finds the job again; ""
+                                  // until it starts
   int64_t events_offset = 0;      // bytes of the job's events.jsonl already ingested
 };
 

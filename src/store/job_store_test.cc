@@ -92,8 +92,8 @@ Job fullJob(const std::string& id) {
   job.root_cause_json = R"({"rank":3})";
   job.attempts = 2;
   job.job_dir = "/var/lib/cohort/jobs/" + id;
-  job.coordinator_pid = 4242;
-  job.coordinator_start = 987654321;
+  job.backend = "local";
+  job.handle = R"({"pid":4242,"start":987654321})";
   job.events_offset = 1234;
   return job;
 }
@@ -119,8 +119,8 @@ void expectSameJob(const Job& a, const Job& b) {
   EXPECT_EQ(a.root_cause_json, b.root_cause_json);
   EXPECT_EQ(a.attempts, b.attempts);
   EXPECT_EQ(a.job_dir, b.job_dir);
-  EXPECT_EQ(a.coordinator_pid, b.coordinator_pid);
-  EXPECT_EQ(a.coordinator_start, b.coordinator_start);
+  EXPECT_EQ(a.backend, b.backend);
+  EXPECT_EQ(a.handle, b.handle);
   EXPECT_EQ(a.events_offset, b.events_offset);
 }
 
@@ -191,7 +191,7 @@ TEST_F(JobStoreTest, RefusesAFileFromANewerCohort) {
   ASSERT_FALSE(store);
   EXPECT_EQ(store.error().code, Code::kFailedPrecondition);
   EXPECT_EQ(store.error().message, "database '" + path_ +
-                                       "' has schema version 99; this cohort knows up to 1: "
+                                       "' has schema version 99; this cohort knows up to 3: "
                                        "upgrade cohort");
   EXPECT_EQ(rawQuery(path_, "PRAGMA user_version"), 99);
 }

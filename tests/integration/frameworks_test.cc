@@ -99,7 +99,7 @@ TEST(RealMpi, MpirunRunsOnceWithTheHostfile) {
     EXPECT_NE(r.out.find("rank " + std::to_string(rank) + "/4 on"), std::string::npos) << r.out;
   }
   EXPECT_NE(r.out.find(": sum 6"), std::string::npos) << r.out;
-  EXPECT_EQ(readText(onlyJobDir(root) + "/hostfile"), "127.0.0.1 slots=4\n");
+  EXPECT_EQ(readText(onlyJobDir(root) + "/files/hostfile"), "127.0.0.1 slots=4\n");
 }
 
 // MindSpore and TensorFlow come from PyPI into the venv scripts/frameworks-venv makes.

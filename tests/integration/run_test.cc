@@ -88,7 +88,7 @@ TEST(Run, EveryRankGetsTheContractAndTorchrunVariables) {
   }
   ASSERT_EQ(ports.size(), 1u);
   EXPECT_NE(*ports.begin(), "29500");
-  auto table = readJson(job + "/rank_table.json");
+  auto table = readJson(job + "/files/rank_table.json");
   EXPECT_EQ(table["ranks"].size(), 6u);
   EXPECT_EQ(table["ranks"][4]["node"], 1);
 }

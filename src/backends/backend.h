@@ -1,0 +1,54 @@
+// Backend: where a server job runs. The job service hands a backend a job to start and keeps,
+// in the job's row, the opaque handle the backend returns; with that handle alone (also after a
+// restart of the server) the backend tells whether the job still runs, stops it, and gives back
+// what it held (Mesos's launcher `recover`). The local backend runs each job's coordinator
+// (`cohort run --job-id`) as a process of this machine in a session of its own, so that jobs
+// outlive the server; the Slurm and Volcano backends plug in here. Not thread-safe: the job
+// service calls it from its loop thread (holding its lock).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "util/result.h"
+
+namespace cohort::backends {
+
+struct JobLaunch {
+  std::string job_id;
+  std::string job_dir;    // made by the service, with the job file in it
+  std::string data_root;
+  bool isolate = false;   // ranks run under bubblewrap
+  int uid = -1, gid = -1; // the account's identity for the ranks; -1: the server's
+  std::vector<int> gpus;  // the job's own GPUs (CUDA_VISIBLE_DEVICES of its coordinator)
+};
+
+// What a backend finds behind a handle.
+struct Found {
+  bool running = false;
+  std::vector<int> gpus;  // what it holds, when running
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+
+  // Starts the job. Returns its handle. Errors: kIo when the coordinator cannot be started.
+  virtual Result<std::string> submit(const JobLaunch& launch) = 0;
+  // Whether the job behind `handle` still runs, and what it holds. Never an error: a handle it
+  // cannot read is a job that does not run.
+  virtual Found recover(const std::string& handle) = 0;
+  // True while it runs; once it is seen ended, the backend has released it (reaped it).
+  virtual bool running(const std::string& handle) = 0;
+  // Asks the job to stop gracefully (its coordinator stops the ranks and records the end).
+  virtual void cancel(const std::string& handle) = 0;
+  // For a person: "coordinator pid 4242".
+  virtual std::string describe(const std::string& handle) const = 0;
+};
+
+// `cohort_bin` is the binary coordinators run.
+std::unique_ptr<Backend> makeLocalBackend(std::string cohort_bin);
+
+}  // namespace cohort::backends

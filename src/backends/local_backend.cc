@@ -1,0 +1,174 @@
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+
+#include "backends/backend.h"
+#include "job/layout.h"
+#include "util/fd.h"
+#include "util/text.h"
+
+extern char** environ;
+
+namespace cohort::backends {
+
+namespace {
+
+using Json = nlohmann::json;
+
+// A process's state letter and start time (clock ticks since boot) from /proc/<pid>/stat.
+struct ProcStat {
+  char state = '?';
+  int64_t start = 0;
+};
+
+std::optional<ProcStat> procStat(int64_t pid) {
+  auto text = readFile("/proc/" + std::to_string(pid) + "/stat");
+  if (!text) return std::nullopt;
+  auto paren = text->rfind(')');
+  if (paren == std::string::npos) return std::nullopt;
+  std::vector<std::string> fields = split(text->substr(paren + 2), ' ');
+  if (fields.size() < 20) return std::nullopt;
+  ProcStat st;
+  st.state = fields[0].empty() ? '?' : fields[0][0];
+  st.start = std::strtoll(fields[19].c_str(), nullptr, 10);
+  return st;
+}
+
+// The handle: the coordinator's pid and its start time (so that a reused pid is never taken for
+// it), and the GPUs it was given.
+struct Handle {
+  int64_t pid = 0;
+  int64_t start = 0;
+  std::vector<int> gpus;
+};
+
+std::string encode(const Handle& h) {
+  return Json{{"pid", h.pid}, {"start", h.start}, {"gpus", h.gpus}}.dump();
+}
+
+std::optional<Handle> decode(const std::string& text) {
+  Json j = Json::parse(text, nullptr, false);
+  if (!j.is_object()) return std::nullopt;
+  auto pid = j.find("pid");
+  auto start = j.find("start");
+  auto gpus = j.find("gpus");
+  if (pid == j.end() || !pid->is_number_integer() || start == j.end() ||
+      !start->is_number_integer()) {
+    return std::nullopt;
+  }
+  Handle h{pid->get<int64_t>(), start->get<int64_t>(), {}};
+  if (gpus != j.end() && gpus->is_array()) {
+    for (const Json& g : *gpus) {
+      if (g.is_number_integer()) h.gpus.push_back(g.get<int>());
+    }
+  }
+  if (h.pid <= 0) return std::nullopt;
+  return h;
+}
+
+bool alive(const Handle& h) {
+  auto st = procStat(h.pid);
+  return st && st->start == h.start && st->state != 'Z';
+}
+
+class LocalBackend : public Backend {
+ public:
+  explicit LocalBackend(std::string cohort_bin) : cohort_bin_(std::move(cohort_bin)) {}
+
+  const char* name() const override { return "local"; }
+
+  Result<std::string> submit(const JobLaunch& l) override {
+    const job::Layout layout(l.job_dir);
+    std::vector<std::string> args = {cohort_bin_,  "run",       "--job-id", l.job_id,
+                                     "--data-root", l.data_root, "-f",       layout.specFile()};
+    if (l.isolate) args.push_back("--isolate");
+    if (l.uid >= 0) {
+      args.push_back("--run-as");
+      args.push_back(std::to_string(l.uid) + ":" + std::to_string(l.gid));
+    }
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    const std::string console = layout.consoleLog();
+    posix_spawn_file_actions_addopen(&actions, 1, console.c_str(), O_WRONLY | O_CREAT | O_APPEND,
+                                     0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t none, defaults;
+    sigemptyset(&none);
+    sigemptyset(&defaults);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGCHLD}) sigaddset(&defaults, sig);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &defaults);
+    // Its own session: the job survives the server (and the server's terminal).
+    posix_spawnattr_setflags(&attr,
+                             POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    // The job's own GPUs, and no others: the coordinator hands them to its ranks.
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e; ++e) {
+      if (!startsWith(*e, "CUDA_VISIBLE_DEVICES=")) env_strings.emplace_back(*e);
+    }
+    std::vector<std::string> ids;
+    for (int gpu : l.gpus) ids.push_back(std::to_string(gpu));
+    env_strings.push_back("CUDA_VISIBLE_DEVICES=" + join(ids, ","));
+    std::vector<char*> envp;
+    for (std::string& e : env_strings) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    pid_t pid = 0;
+    int err = ::posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attr);
+    if (err != 0) return failErrno("start the coordinator '" + args[0] + "'", err);
+    children_.insert(pid);
+    auto st = procStat(pid);
+    return encode(Handle{pid, st ? st->start : 0, l.gpus});
+  }
+
+  Found recover(const std::string& handle) override {
+    auto h = decode(handle);
+    if (!h || !alive(*h)) return {};
+    return {true, h->gpus};
+  }
+
+  bool running(const std::string& handle) override {
+    auto h = decode(handle);
+    if (h && alive(*h)) return true;
+    if (h && children_.erase(static_cast<pid_t>(h->pid))) {
+      ::waitpid(static_cast<pid_t>(h->pid), nullptr, WNOHANG);
+    }
+    return false;
+  }
+
+  void cancel(const std::string& handle) override {
+    auto h = decode(handle);
+    if (h && alive(*h)) ::kill(static_cast<pid_t>(h->pid), SIGTERM);
+  }
+
+  std::string describe(const std::string& handle) const override {
+    auto h = decode(handle);
+    return h ? "coordinator pid " + std::to_string(h->pid) : "no coordinator";
+  }
+
+ private:
+  std::string cohort_bin_;
+  std::set<pid_t> children_;  // spawned by this server: reaped by it
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> makeLocalBackend(std::string cohort_bin) {
+  return std::make_unique<LocalBackend>(std::move(cohort_bin));
+}
+
+}  // namespace cohort::backends

@@ -1,0 +1,48 @@
+// Layout: where everything of a job lives in its directory, `<data-root>/jobs/<id>`. The only
+// place in cohort that knows these names; every other module asks here.
+//
+//   job.json plan.json events.jsonl result.json console.log   the job's record: written by
+//                                    cohort's own processes (server, coordinator), never by ranks
+//   files/     what cohort generates for the ranks to read: rank tables, hostfile, <role>.host
+//   logs/      one log per process, written by the node agents
+//   work/      the ranks' scratch space; work/node<i> holds node i's staged inputs
+//   output/    what the ranks save ($COHORT_OUTPUT_DIR), copied out when the job ends
+//
+// Ranks may write only under work/ and output/; the sandbox binds files/ and logs/ read-only
+// and the record not at all. Pure string functions, thread-safe.
+#pragma once
+
+#include <string>
+
+namespace cohort::job {
+
+// <data_root>/jobs
+std::string jobsDir(const std::string& data_root);
+
+class Layout {
+ public:
+  explicit Layout(std::string dir) : dir_(std::move(dir)) {}
+  static Layout of(const std::string& data_root, const std::string& job_id) {
+    return Layout(jobsDir(data_root) + "/" + job_id);
+  }
+
+  const std::string& dir() const { return dir_; }
+  std::string specFile() const { return dir_ + "/job.json"; }
+  std::string planFile() const { return dir_ + "/plan.json"; }
+  std::string eventsFile() const { return dir_ + "/events.jsonl"; }
+  std::string resultFile() const { return dir_ + "/result.json"; }
+  std::string consoleLog() const { return dir_ + "/console.log"; }
+  std::string filesDir() const { return dir_ + "/files"; }
+  std::string rankTableFile() const { return filesDir() + "/rank_table.json"; }
+  std::string logsDir() const { return dir_ + "/logs"; }
+  // logs/<base>.log, where `base` is "<role>-<index>" (or "torchrun-node1", "scheduler-0").
+  std::string logFile(const std::string& base) const { return logsDir() + "/" + base + ".log"; }
+  std::string workDir() const { return dir_ + "/work"; }
+  std::string nodeWorkDir(int node) const { return workDir() + "/node" + std::to_string(node); }
+  std::string outputDir() const { return dir_ + "/output"; }
+
+ private:
+  std::string dir_;
+};
+
+}  // namespace cohort::job
