@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -20,6 +21,7 @@
 #include "agent/rank_output.h"
 #include "agent/staging.h"
 #include "plan/plan.h"
+#include "proc/cgroup.h"
 #include "proc/event_loop.h"
 #include "proc/spawn.h"
 #include "util/text.h"
@@ -54,6 +56,32 @@ std::vector<pid_t> childrenOf(pid_t parent) {
   return out;
 }
 
+// A job id as one cgroup name: letters, digits, '.', '_' and '-' only, never "." or "..".
+std::string cgroupName(const std::string& id) {
+  std::string name;
+  for (char c : id) {
+    bool plain = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+    name.push_back(plain ? c : '_');
+  }
+  if (name.empty() || name[0] == '.') name.insert(0, "job");
+  return name.substr(0, 200);
+}
+
+// Where cohort puts a node's ranks: <the agent's own cgroup>/cohort/<job id>/node<i>, and the
+// watchdog that removes it if the agent dies. Empty when the machine gives no writable cgroup.
+struct CgroupSupport {
+  std::optional<std::string> base;
+  std::optional<proc::CgroupWatchdog> watchdog;
+};
+
+// Said once per agent, on stderr: the job runs, with the weaker guarantee.
+void sayNoCgroup(int node, const std::string& why) {
+  std::fprintf(stderr,
+               "cohort exec: node %d: no cgroup for the ranks (%s): a process that leaves its "
+               "process group is only found while this agent lives\n",
+               node, why.c_str());
+}
+
 struct Rank {
   plan::RankPlan plan;
   proc::Child child;
@@ -66,12 +94,13 @@ struct Rank {
 class Agent {
  public:
   Agent(const AgentOptions& options, proc::EventLoop& loop, proc::SignalFd signals,
-        proc::Timer grace, Channel channel)
+        proc::Timer grace, Channel channel, CgroupSupport cgroups)
       : options_(options),
         loop_(loop),
         signals_(std::move(signals)),
         grace_(std::move(grace)),
         channel_(std::move(channel)),
+        cgroups_(std::move(cgroups)),
         console_(STDOUT_FILENO) {}
   ~Agent() {
     if (staging_.joinable()) staging_.join();
@@ -86,6 +115,13 @@ class Agent {
     COHORT_TRY(loop_.add(signals_.fd(), EPOLLIN, [this](uint32_t) { onSignal(); }));
     COHORT_TRY(loop_.add(grace_.fd(), EPOLLIN, [this](uint32_t) { onGraceOver(); }));
     COHORT_TRY(loop_.run());
+    if (cgroup_) {
+      if (auto removed = cgroup_->remove(); !removed) {
+        std::fprintf(stderr, "cohort exec: node %d: %s\n", options_.node,
+                     removed.error().message.c_str());
+      }
+      cgroup_.reset();
+    }
     return lost_coordinator_ ? 1 : 0;
   }
 
@@ -121,6 +157,7 @@ class Agent {
       node_ = std::move(*node);
       workdir_ = m.value("workdir", ".");
       trim_after_message_ = true;  // the plan's JSON was large and is garbage now
+      setUpCgroup();
     } else if (type == "stage") {
       startStaging();
     } else if (type == "start") {
@@ -179,8 +216,39 @@ class Agent {
     exitWhenDone(Millis(3000));
   }
 
+  // The node's cgroup, made before any rank starts, and handed to the watchdog.
+  void setUpCgroup() {
+    if (!cgroups_.base || cgroup_) return;
+    std::string job_id;
+    for (const auto& [key, value] : node_.ranks.empty() ? plan::KeyValues{} : node_.ranks[0].env) {
+      if (key == "COHORT_JOB_ID") job_id = value;
+    }
+    std::string name = "cohort/" + cgroupName(job_id) + "/node" + std::to_string(options_.node);
+    auto cgroup = proc::Cgroup::create(*cgroups_.base, name);
+    if (!cgroup && cgroup.error().code == Code::kAlreadyExists) {
+      cgroup = proc::Cgroup::create(*cgroups_.base, name + "-" + std::to_string(::getpid()));
+    }
+    if (!cgroup) {
+      withoutCgroup(cgroup.error().message);
+      return;
+    }
+    if (auto watched = cgroups_.watchdog->watch(*cgroup); !watched) {
+      withoutCgroup(watched.error().message);  // the cgroup goes with `cgroup`
+      return;
+    }
+    cgroup_ = std::move(*cgroup);
+  }
+
+  // Says once why this node runs without a cgroup, and from then on does without.
+  void withoutCgroup(const std::string& why) {
+    sayNoCgroup(options_.node, why);
+    cgroups_.base.reset();
+    cgroup_.reset();
+  }
+
   void onSignal() {
     while (int sig = signals_.next()) {
+      if (sig == SIGCHLD) reapOrphans();
       if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP) {
         // Our parent (cohort run or the cluster's launcher) is going away: end the job here;
         // a second signal kills at once.
@@ -212,6 +280,7 @@ class Agent {
   void startAttempt(int attempt) {
     attempt_ = attempt;
     stopping_ = false;
+    grace_.disarm();  // the last attempt's stop is over: its SIGKILL must not hit this one
     ranks_.clear();
     ranks_.resize(node_.ranks.size());
     for (size_t i = 0; i < node_.ranks.size(); ++i) {
@@ -249,7 +318,17 @@ class Agent {
     req.env = rankEnvironment(p);
     req.cwd = workdir_;
     req.stdout_fd = write_end.get();
+    req.uid = p.uid;
+    req.gid = p.gid;
+    req.cgroup_fd = cgroup_ ? cgroup_->fd() : -1;
     auto child = proc::spawn(req);
+    if (!child && child.error().code == Code::kFailedPrecondition && cgroup_ && !cgroup_joined_) {
+      // The cgroup could be made but not joined (a delegation that stops short): do without.
+      withoutCgroup(child.error().message);
+      req.cgroup_fd = -1;
+      child = proc::spawn(req);
+    }
+    if (child && cgroup_) cgroup_joined_ = true;
     if (!child) {
       return withContext(child.error(), p.name);
     }
@@ -295,7 +374,43 @@ class Agent {
     pump(index, std::numeric_limits<int>::max());
     rank.output->finish();
     report(rank, status ? *status : proc::ExitStatus{1, 0}, time, "");
+    reapOrphans();  // what waited behind this rank's exit
     if (running_count_ == 0) attemptOver();
+  }
+
+  // The fallback without a cgroup: kill and reap every child we still have (found in /proc),
+  // but the watchdog, until none is left.
+  void killOrphans() {
+    const pid_t watchdog = cgroups_.watchdog ? cgroups_.watchdog->pid() : -1;
+    for (int round = 0; round < 100; ++round) {
+      std::vector<pid_t> orphans = childrenOf(::getpid());
+      std::erase(orphans, watchdog);
+      if (orphans.empty()) break;
+      for (pid_t pid : orphans) {
+        ::kill(-pid, SIGKILL);
+        ::kill(pid, SIGKILL);
+      }
+      for (pid_t pid : orphans) ::waitpid(pid, nullptr, 0);
+    }
+  }
+
+  // Reaps the children that came back to us as the subreaper and have exited. A rank is left to
+  // onExit, which reaps it through its pidfd: waitid only peeks (WNOWAIT) at whoever is
+  // waiting before reaping that one pid.
+  void reapOrphans() {
+    for (;;) {
+      siginfo_t info{};
+      if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) < 0 || info.si_pid == 0) return;
+      for (const Rank& rank : ranks_) {
+        if (rank.running && rank.child.pid == info.si_pid) return;
+      }
+      if (cgroups_.watchdog && info.si_pid == cgroups_.watchdog->pid()) {
+        std::fprintf(stderr, "cohort exec: node %d: the cgroup watchdog exited\n",
+                     options_.node);
+      }
+      const pid_t pid = info.si_pid;
+      if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG) < 0) return;
+    }
   }
 
   void report(const Rank& rank, const proc::ExitStatus& status, int64_t time,
@@ -317,35 +432,42 @@ class Agent {
   void stopRanks(Millis grace) {
     if (!stopping_ || grace.count() == 0) {
       int sig = grace.count() == 0 ? SIGKILL : SIGTERM;
+      bool any = false;
       for (Rank& rank : ranks_) {
         if (!rank.running) continue;
         rank.signalled = true;
         ::kill(-rank.child.pid, sig);
+        any = true;
       }
-      if (sig == SIGTERM) grace_.arm(grace);
+      // Only ranks that got SIGTERM need the SIGKILL: a timer armed with nothing running would
+      // go off in the next attempt and kill its ranks.
+      if (sig == SIGTERM && any) grace_.arm(grace);
     }
     stopping_ = true;
   }
 
   void onGraceOver() {
     grace_.consume();
+    if (!stopping_) return;
     for (Rank& rank : ranks_) {
       if (rank.running) ::kill(-rank.child.pid, SIGKILL);
     }
   }
 
-  // Every rank has exited: kill what they left behind (escaped children came back to us as the
-  // subreaper), close their pipes, and tell the coordinator.
+  // Every rank has exited: kill what they left behind (everything still in the node's cgroup;
+  // without one, the escaped children that came back to us as the subreaper), close their
+  // pipes, and tell the coordinator.
   void attemptOver() {
     grace_.disarm();
-    for (int round = 0; round < 100; ++round) {
-      std::vector<pid_t> orphans = childrenOf(::getpid());
-      if (orphans.empty()) break;
-      for (pid_t pid : orphans) {
-        ::kill(-pid, SIGKILL);
-        ::kill(pid, SIGKILL);
+    if (cgroup_) {
+      if (auto killed = cgroup_->killAll(Millis(10000)); !killed) {
+        std::fprintf(stderr, "cohort exec: node %d: %s\n", options_.node,
+                     killed.error().message.c_str());
+        killOrphans();
       }
-      for (pid_t pid : orphans) ::waitpid(pid, nullptr, 0);
+      reapOrphans();
+    } else {
+      killOrphans();
     }
     for (size_t i = 0; i < ranks_.size(); ++i) {
       if (ranks_[i].out.valid()) {
@@ -363,6 +485,9 @@ class Agent {
   proc::SignalFd signals_;
   proc::Timer grace_;
   Channel channel_;
+  CgroupSupport cgroups_;
+  std::optional<proc::Cgroup> cgroup_;  // this node's ranks, when cgroups_ has a base
+  bool cgroup_joined_ = false;          // a rank has started in it
   Console console_;
   plan::NodePlan node_;
   std::string workdir_;
@@ -382,14 +507,29 @@ class Agent {
 
 Result<int> runNodeAgent(const AgentOptions& options) {
   // Signals first, before the console thread exists, so no thread can take them.
-  COHORT_ASSIGN(proc::SignalFd signals, proc::SignalFd::create({SIGTERM, SIGINT, SIGHUP}));
+  COHORT_ASSIGN(proc::SignalFd signals,
+                proc::SignalFd::create({SIGTERM, SIGINT, SIGHUP, SIGCHLD}));
   ::signal(SIGPIPE, SIG_IGN);
   if (::prctl(PR_SET_CHILD_SUBREAPER, 1) < 0) return failErrno("prctl(PR_SET_CHILD_SUBREAPER)");
+  // The watchdog is forked, so it must come before any thread (and before the socket, which it
+  // must not hold).
+  CgroupSupport cgroups;
+  std::string no_cgroup;
+  if (auto base = proc::ownWritableCgroup(); !base) {
+    no_cgroup = base.error().message;
+  } else if (auto watchdog = proc::CgroupWatchdog::start(); !watchdog) {
+    no_cgroup = watchdog.error().message;
+  } else {
+    cgroups.base = *base;
+    cgroups.watchdog = std::move(*watchdog);
+  }
+  if (!no_cgroup.empty()) sayNoCgroup(options.node, no_cgroup);
   COHORT_ASSIGN(UniqueFd sock, connectTcp(options.coordinator_addr, options.coordinator_port,
                                           Millis(30000)));
   COHORT_ASSIGN(auto loop, proc::EventLoop::create());
   COHORT_ASSIGN(proc::Timer grace, proc::Timer::create());
-  Agent agent(options, *loop, std::move(signals), std::move(grace), Channel(std::move(sock)));
+  Agent agent(options, *loop, std::move(signals), std::move(grace), Channel(std::move(sock)),
+              std::move(cgroups));
   return agent.run();
 }
 

@@ -1,11 +1,14 @@
 // The node agent (`cohort exec`): one per node of a job. It dials the job's coordinator, receives
-// its node's part of the plan, and on "start" spawns its ranks, pumps their output, watches them
-// (one event loop over pidfds, a signalfd, a timerfd, the ranks' pipes and the control channel)
-// and reports every exit with its time and last log lines. On "stop" it sends SIGTERM to every
-// rank's process group and SIGKILL after the grace period. It is a child subreaper: processes
-// that escape with setsid come back to it and are killed when the attempt ends, so no process of
-// the job survives. If the coordinator disappears, or the agent gets SIGTERM, it stops its ranks
-// and exits. Single-threaded except for the console writer.
+// its node's part of the plan, and on "start" spawns its ranks (each under the Unix identity its
+// plan names), pumps their output, watches them (one event loop over pidfds, a signalfd, a
+// timerfd, the ranks' pipes and the control channel) and reports every exit with its time and
+// last log lines. On "stop" it sends SIGTERM to every rank's process group and SIGKILL after the
+// grace period. Where the machine allows, the node's ranks run in a cgroup of their own, killed
+// whole when an attempt ends and, by a watchdog process, when the agent dies (even by kill -9);
+// elsewhere it is a child subreaper: processes that escape with setsid come back to it and are
+// killed when the attempt ends. Either way no process of the job survives the job. If the
+// coordinator disappears, or the agent gets SIGTERM, it stops its ranks and exits.
+// Single-threaded except for the console writer.
 #pragma once
 
 #include <memory>

@@ -19,6 +19,34 @@
 
 namespace cohort::proc {
 
+namespace {
+
+// Where a child failed before exec; it sends the stage and errno through a pipe.
+enum Stage {
+  kStagePrctl = 1,
+  kStageSetpgid,
+  kStageChdir,
+  kStageDup2,
+  kStageExec,
+  kStageCgroup,
+  kStageSetgroups,
+  kStageSetresgid,
+  kStageSetresuid,
+};
+
+// The 32-bit-id calls where an architecture has both.
+#ifdef SYS_setresuid32
+constexpr long kSysSetgroups = SYS_setgroups32;
+constexpr long kSysSetresgid = SYS_setresgid32;
+constexpr long kSysSetresuid = SYS_setresuid32;
+#else
+constexpr long kSysSetgroups = SYS_setgroups;
+constexpr long kSysSetresgid = SYS_setresgid;
+constexpr long kSysSetresuid = SYS_setresuid;
+#endif
+
+}  // namespace
+
 int openPidfd(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 
 std::string ExitStatus::describe() const {
@@ -69,6 +97,19 @@ Result<Child> spawn(const SpawnRequest& req) {
   for (const auto& e : req.env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
 
+  // The cgroup's cgroup.procs, opened here: the child only writes to it.
+  UniqueFd cgroup_procs;
+  if (req.cgroup_fd >= 0) {
+    cgroup_procs.reset(::openat(req.cgroup_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC));
+    if (!cgroup_procs.valid()) {
+      return fail(Code::kFailedPrecondition,
+                  "open the cgroup's 'cgroup.procs' for '" + req.argv[0] + "': " +
+                      std::strerror(errno));
+    }
+  }
+  const bool change_identity = req.uid >= 0 || req.gid >= 0;
+  const long uid = req.uid, gid = req.gid;
+
   int err_pipe[2];
   if (::pipe2(err_pipe, O_CLOEXEC) < 0) return failErrno("pipe2");
   UniqueFd err_read(err_pipe[0]);
@@ -92,20 +133,27 @@ Result<Child> spawn(const SpawnRequest& req) {
       (void)n;
       _exit(127);
     };
-    if (req.death_signal && ::prctl(PR_SET_PDEATHSIG, req.death_signal) < 0) die(1);
+    if (req.new_process_group && ::setpgid(0, 0) < 0) die(kStageSetpgid);
+    if (cgroup_procs.valid() && ::write(cgroup_procs.get(), "0", 1) != 1) die(kStageCgroup);
+    // Raw system calls: glibc's wrappers would make every thread of the parent change identity
+    // too, by signalling them, which a vfork child must never do.
+    if (change_identity && ::syscall(kSysSetgroups, 0, nullptr) < 0) die(kStageSetgroups);
+    if (gid >= 0 && ::syscall(kSysSetresgid, gid, gid, gid) < 0) die(kStageSetresgid);
+    if (uid >= 0 && ::syscall(kSysSetresuid, uid, uid, uid) < 0) die(kStageSetresuid);
+    // After the identity: changing it clears the death signal.
+    if (req.death_signal && ::prctl(PR_SET_PDEATHSIG, req.death_signal) < 0) die(kStagePrctl);
     if (::getppid() != parent) _exit(127);
-    if (req.new_process_group && ::setpgid(0, 0) < 0) die(2);
     for (int s = 1; s < NSIG; ++s) ::signal(s, SIG_DFL);
     ::sigprocmask(SIG_SETMASK, &empty, nullptr);
-    if (!req.cwd.empty() && ::chdir(req.cwd.c_str()) < 0) die(3);
+    if (!req.cwd.empty() && ::chdir(req.cwd.c_str()) < 0) die(kStageChdir);
     int in = req.stdin_fd >= 0 ? req.stdin_fd : dev_null.get();
-    if (in >= 0 && ::dup2(in, 0) < 0) die(4);
+    if (in >= 0 && ::dup2(in, 0) < 0) die(kStageDup2);
     if (req.stdout_fd >= 0) {
-      if (::dup2(req.stdout_fd, 1) < 0) die(4);
-      if (req.merge_stderr && ::dup2(req.stdout_fd, 2) < 0) die(4);
+      if (::dup2(req.stdout_fd, 1) < 0) die(kStageDup2);
+      if (req.merge_stderr && ::dup2(req.stdout_fd, 2) < 0) die(kStageDup2);
     }
     ::execve(program.c_str(), argv.data(), envp.data());
-    die(5);
+    die(kStageExec);
   }
   err_write.reset();
   Child child;
@@ -120,11 +168,32 @@ Result<Child> spawn(const SpawnRequest& req) {
     // The child failed before exec; reap it now.
     siginfo_t info{};
     ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED);
-    static const char* kStage[] = {"", "prctl", "setpgid", "chdir", "dup2", "exec"};
-    std::string what = code[0] == 3 ? "chdir '" + req.cwd + "'"
-                                    : std::string(kStage[code[0] < 6 ? code[0] : 0]) + " '" +
-                                          req.argv[0] + "'";
-    return failErrno(what, code[1]);
+    const std::string program_name = "'" + req.argv[0] + "'";
+    const std::string reason = std::strerror(code[1]);
+    switch (code[0]) {
+      case kStageChdir:
+        return failErrno("chdir '" + req.cwd + "'", code[1]);
+      case kStageCgroup:
+        return fail(Code::kFailedPrecondition, "join the cgroup for " + program_name + ": " +
+                                                   reason);
+      case kStageSetgroups:
+        return fail(Code::kPermissionDenied,
+                    "clear the supplementary groups for " + program_name + ": " + reason);
+      case kStageSetresgid:
+        return fail(Code::kPermissionDenied, "set gid " + std::to_string(gid) + " for " +
+                                                 program_name + ": " + reason);
+      case kStageSetresuid:
+        return fail(Code::kPermissionDenied, "set uid " + std::to_string(uid) + " for " +
+                                                 program_name + ": " + reason);
+      case kStagePrctl:
+        return failErrno("prctl " + program_name, code[1]);
+      case kStageSetpgid:
+        return failErrno("setpgid " + program_name, code[1]);
+      case kStageDup2:
+        return failErrno("dup2 " + program_name, code[1]);
+      default:
+        return failErrno("exec " + program_name, code[1]);
+    }
   }
   if (!child.pidfd.valid()) return failErrno("pidfd_open");
   return child;

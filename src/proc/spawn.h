@@ -24,6 +24,11 @@ struct SpawnRequest {
   bool merge_stderr = true;      // send stderr to stdout_fd too
   bool new_process_group = true;
   int death_signal = SIGKILL;    // sent to the child when the spawning thread dies
+  // The Unix identity the child runs as (-1: unchanged); setting either also clears the
+  // supplementary groups. Needs the privilege to change identity (root).
+  int uid = -1;
+  int gid = -1;
+  int cgroup_fd = -1;  // a cgroup v2 directory the child joins before exec; -1: ours
 };
 
 struct Child {
@@ -31,8 +36,14 @@ struct Child {
   UniqueFd pidfd;  // readable when the child has exited
 };
 
-// Starts the process. Errors: kNotFound when the program is not found on PATH (of `env`) or in
-// `cwd`; kIo for other exec or fork failures, naming the program.
+// Starts the process. In the child, before exec: its own process group, the cgroup, then the
+// identity (supplementary groups, gid, uid, with raw system calls: a vfork child must not run
+// glibc's setuid family, which signals every thread of the parent), then the death signal
+// (a change of identity clears it), the signal mask, the directory and the descriptors.
+// Errors: kNotFound when the program is not found on PATH (of `env`) or in `cwd`;
+// kFailedPrecondition when the child cannot join `cgroup_fd`; kPermissionDenied when the
+// identity cannot be taken (naming the uid or gid); kIo for other exec or fork failures, naming
+// the program.
 Result<Child> spawn(const SpawnRequest& request);
 
 // How a process ended.

@@ -1,7 +1,15 @@
 #include "proc/spawn.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
 
 namespace cohort::proc {
 namespace {
@@ -54,6 +62,83 @@ TEST(Spawn, PidfdBecomesReadableAtExit) {
   pollfd p{child->pidfd.get(), POLLIN, 0};
   EXPECT_EQ(::poll(&p, 1, 5000), 1);
   EXPECT_EQ(reap(child->pidfd.get())->code, 0);
+}
+
+// Everything `fd` delivers until its writers are gone.
+std::string readAll(int fd) {
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+bool processGone(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  auto close = text.rfind(')');
+  return !stat || close == std::string::npos || text.size() < close + 3 || text[close + 2] == 'Z';
+}
+
+TEST(Spawn, ChildRunsUnderTheRequestedIdentityWithNoSupplementaryGroups) {
+  if (::geteuid() != 0) GTEST_SKIP() << "changing a child's identity needs root";
+  int fds[2];
+  ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+  UniqueFd read_end(fds[0]), write_end(fds[1]);
+  SpawnRequest req;
+  req.argv = {"/bin/sh", "-c", "id -u; id -g; grep '^Groups:' /proc/self/status"};
+  req.env = {"PATH=/usr/bin:/bin"};
+  req.cwd = "/";
+  req.stdout_fd = write_end.get();
+  req.uid = 12345;
+  req.gid = 12345;
+  auto child = spawn(req);
+  ASSERT_TRUE(child) << child.error().message;
+  write_end.reset();
+  std::string out = readAll(read_end.get());
+  EXPECT_EQ(reap(child->pidfd.get())->code, 0) << out;
+  // The kernel prints "Groups:\t" then one "N " per supplementary group: none here.
+  auto groups = out.find("Groups:");
+  ASSERT_NE(groups, std::string::npos) << out;
+  EXPECT_EQ(out.substr(0, groups), "12345\n12345\n");
+  EXPECT_EQ(out.substr(groups + 7).find_first_not_of(" \t\n"), std::string::npos) << out;
+}
+
+TEST(Spawn, ChildThatChangedIdentityStillDiesWithItsParent) {
+  if (::geteuid() != 0) GTEST_SKIP() << "changing a child's identity needs root";
+  int fds[2];
+  ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+  UniqueFd read_end(fds[0]), write_end(fds[1]);
+  // An intermediate process spawns the child (as uid 12345), reports its pid and exits: the
+  // kernel clears a death signal on a change of identity, so spawn() must set it after.
+  pid_t parent = ::fork();
+  ASSERT_GE(parent, 0);
+  if (parent == 0) {
+    SpawnRequest req;
+    req.argv = {"/bin/sleep", "60"};
+    req.cwd = "/";
+    req.uid = 12345;
+    req.gid = 12345;
+    auto child = spawn(req);
+    pid_t pid = child ? child->pid : -1;
+    ssize_t n = ::write(write_end.get(), &pid, sizeof pid);
+    _exit(n == sizeof pid ? 0 : 1);
+  }
+  write_end.reset();
+  pid_t pid = -1;
+  ASSERT_EQ(::read(read_end.get(), &pid, sizeof pid), static_cast<ssize_t>(sizeof pid));
+  ::waitpid(parent, nullptr, 0);
+  ASSERT_GT(pid, 0) << "spawn failed in the intermediate process";
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!processGone(pid) && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  bool gone = processGone(pid);
+  if (!gone) ::kill(pid, SIGKILL);
+  EXPECT_TRUE(gone) << "the child outlived its parent: no death signal after setresuid";
 }
 
 TEST(FindProgram, RelativePathsResolveFromWorkdir) {

@@ -1,13 +1,18 @@
 // Supervision semantics of DESIGN.md, driven through the real binary with cohort-test-rank
 // playing the ranks: fail-fast across nodes, key roles, restarts, grace escalation, max_runtime,
-// signals, and no process left behind after any ending.
+// signals, and no process left behind after any ending (kill -9 of an agent included, where
+// the machine gives cohort a cgroup).
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <fstream>
+#include <map>
 
 #include "harness.h"
+#include "proc/cgroup.h"
 
 namespace cohort::testing {
 namespace {
@@ -23,7 +28,57 @@ std::vector<nlohmann::json> rankExits(const std::string& job) {
 void expectAllGone(const std::vector<pid_t>& pids) {
   for (pid_t pid : pids) {
     EXPECT_TRUE(waitFor([&] { return processGone(pid); }, 5s)) << "process " << pid << " survived";
+    if (!processGone(pid)) ::kill(pid, SIGKILL);  // not left to the next test
   }
+}
+
+// The node agents (`cohort exec`) that `cohort` started, by node index, from /proc.
+std::map<int, pid_t> agentsOf(pid_t cohort) {
+  std::map<int, pid_t> agents;
+  DIR* dir = ::opendir("/proc");
+  if (!dir) return agents;
+  while (dirent* entry = ::readdir(dir)) {
+    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+    std::string proc = std::string("/proc/") + entry->d_name;
+    std::string stat = readText(proc + "/stat");
+    size_t close = stat.rfind(')');
+    if (close == std::string::npos || std::atoi(stat.c_str() + close + 4) != cohort) continue;
+    std::vector<std::string> args;
+    std::string cmdline = readText(proc + "/cmdline");
+    for (size_t at = 0; at < cmdline.size(); at = cmdline.find('\0', at) + 1) {
+      args.emplace_back(cmdline.c_str() + at);
+    }
+    for (size_t i = 0; i + 1 < args.size(); ++i) {
+      if (args[1] == "exec" && args[i] == "--node") {
+        agents[std::atoi(args[i + 1].c_str())] = std::atoi(entry->d_name);
+      }
+    }
+  }
+  ::closedir(dir);
+  return agents;
+}
+
+// The directory in which cohort makes its cgroups (the test's own cgroup, which the agents
+// share), or "" with the reason in `why` when the machine has no writable cgroup v2 tree.
+std::string cgroupBase(std::string* why) {
+  auto base = proc::ownWritableCgroup();
+  if (!base) {
+    *why = base.error().message;
+    return "";
+  }
+  return *base;
+}
+
+bool pathExists(const std::string& path) {
+  struct stat st{};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// The cgroup path /proc says `pid` is in ("" when gone).
+std::string cgroupOf(pid_t pid) {
+  std::string text = readText("/proc/" + std::to_string(pid) + "/cgroup");
+  auto at = text.find("0::");
+  return at == std::string::npos ? "" : text.substr(at + 3, text.find('\n', at) - at - 3);
 }
 
 TEST(Supervision, FirstFailureStopsEveryRankOnEveryNode) {
@@ -109,6 +164,25 @@ TEST(Supervision, RestartsTheWholeGangWithTheRestartCount) {
     if (e["event"] == "state" && e["state"] == "restarting") ++restarting;
   }
   EXPECT_EQ(restarting, 1);
+}
+
+// The node whose rank failed has nothing to stop when the coordinator says "stop": no SIGKILL
+// may be left armed for the restarted gang, which here runs well past the grace period.
+TEST(Supervision, RestartedGangOutlivesTheGracePeriodOfTheStopBeforeIt) {
+  std::string root = tempDir();
+  auto r = runCohort({"run", "--data-root", root, "--nodes", "2", "--max-restarts", "1",
+                      "--grace-period", "1s", "--", testRank(), "attempt0:rank1:exit=3",
+                      "attempt0:sleep=60", "attempt1:sleep=3", "echo=done"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::string job = onlyJobDir(root);
+  EXPECT_EQ(readJson(job + "/result.json")["attempts"], 2);
+  for (const auto& e : rankExits(job)) {
+    if (e["attempt"] == 1) {
+      EXPECT_EQ(e["code"], 0) << e.dump();
+      EXPECT_EQ(e["signal"], 0) << e.dump();
+    }
+  }
+  EXPECT_NE(readText(job + "/logs/worker-1.log").find("done"), std::string::npos);
 }
 
 TEST(Supervision, RestartBudgetIsGlobalAndRunsOut) {
@@ -221,6 +295,45 @@ TEST(Supervision, KillDashNineOfCohortLeavesNoProcess) {
   ::kill(job.cohort.pid(), SIGKILL);
   job.cohort.wait(20s);
   job.expectNothingLeft();
+}
+
+TEST(Supervision, KillDashNineOfOneAgentLeavesNoProcessOfItsNode) {
+  std::string why;
+  std::string base = cgroupBase(&why);
+  if (base.empty()) GTEST_SKIP() << "no writable cgroup v2 tree: " << why;
+  SleepingJob job;
+  ASSERT_TRUE(job.waitUntilRunning());
+  const std::string job_id = onlyJobDir(job.root).substr(job.root.size() + 6);
+  const std::string cgroup = base + "/cohort/" + job_id;
+  // The escaped grandchildren are where the agents put them, one cgroup per node.
+  for (pid_t pid : readPids(job.root + "/escaped")) {
+    EXPECT_NE(cgroupOf(pid).find("/cohort/" + job_id + "/node"), std::string::npos)
+        << "process " << pid << " is in '" << cgroupOf(pid) << "'";
+  }
+  auto agents = agentsOf(job.cohort.pid());
+  ASSERT_EQ(agents.size(), 2u);
+  ASSERT_EQ(::kill(agents[1], SIGKILL), 0);
+  auto r = job.cohort.wait(30s);
+  EXPECT_GT(r.exit_code, 0) << "a job that lost a node must fail: " << r.err;
+  job.expectNothingLeft();
+  EXPECT_TRUE(waitFor([&] { return !pathExists(cgroup); }, 10s)) << cgroup << " is left";
+}
+
+TEST(Supervision, KillDashNineOfCohortAndEveryAgentLeavesNoProcess) {
+  std::string why;
+  std::string base = cgroupBase(&why);
+  if (base.empty()) GTEST_SKIP() << "no writable cgroup v2 tree: " << why;
+  SleepingJob job;
+  ASSERT_TRUE(job.waitUntilRunning());
+  const std::string cgroup = base + "/cohort/" + onlyJobDir(job.root).substr(job.root.size() + 6);
+  auto agents = agentsOf(job.cohort.pid());
+  ASSERT_EQ(agents.size(), 2u);
+  // Nobody gets to clean up: neither the agents (SIGTERM from their dying parent) nor cohort.
+  for (const auto& [node, pid] : agents) ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  ASSERT_EQ(::kill(job.cohort.pid(), SIGKILL), 0);
+  job.cohort.wait(20s);
+  job.expectNothingLeft();
+  EXPECT_TRUE(waitFor([&] { return !pathExists(cgroup); }, 10s)) << cgroup << " is left";
 }
 
 TEST(Supervision, ExitCodeZeroOnlyWhenEveryKeyRankSucceeded) {

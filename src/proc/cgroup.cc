@@ -1,0 +1,334 @@
+#include "proc/cgroup.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "proc/spawn.h"
+
+namespace cohort::proc {
+
+namespace {
+
+// mountinfo escapes space, tab, newline and backslash as \ooo.
+std::string unescapeMountField(const std::string& field) {
+  auto octal = [&](size_t i) { return field[i] >= '0' && field[i] <= '7'; };
+  std::string out;
+  for (size_t i = 0; i < field.size(); ++i) {
+    if (field[i] == '\\' && i + 3 < field.size() && octal(i + 1) && octal(i + 2) &&
+        octal(i + 3)) {
+      out.push_back(static_cast<char>((field[i + 1] - '0') * 64 + (field[i + 2] - '0') * 8 +
+                                      (field[i + 3] - '0')));
+      i += 3;
+    } else {
+      out.push_back(field[i]);
+    }
+  }
+  return out;
+}
+
+bool isDirectory(const std::string& path) {
+  struct stat st{};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::string parentOf(const std::string& path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos || slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// "populated 1" in cgroup.events. Returns 0 or 1, or -1 when the file cannot be read.
+int populated(int events_fd) {
+  char buf[256];
+  ssize_t n = ::pread(events_fd, buf, sizeof buf - 1, 0);
+  if (n < 0) return -1;
+  buf[n] = 0;
+  const char* at = std::strstr(buf, "populated ");
+  if (!at) return -1;
+  return at[10] == '0' ? 0 : 1;
+}
+
+int64_t millisLeft(std::chrono::steady_clock::time_point until) {
+  auto left = std::chrono::duration_cast<Millis>(until - std::chrono::steady_clock::now());
+  return std::max<int64_t>(left.count(), 0);
+}
+
+std::vector<pid_t> listedProcesses(const std::string& path) {
+  std::vector<pid_t> pids;
+  auto text = readFile(path + "/cgroup.procs");
+  if (!text) return pids;
+  for (const std::string& line : split(*text, '\n')) {
+    if (!line.empty()) pids.push_back(static_cast<pid_t>(std::atol(line.c_str())));
+  }
+  return pids;
+}
+
+// The watchdog's body, in the forked child: wait until the creator is gone, then clean up.
+[[noreturn]] void runWatchdog(int input, int creator) {
+  ::setpgid(0, 0);  // out of the agent's process group: a signal to that group spares us
+  ::prctl(PR_SET_NAME, "cohort-watchdog");
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) ::signal(sig, SIG_IGN);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null >= 0) {
+    ::dup2(null, 0);
+    ::dup2(null, 1);
+  }
+  // Keep stdin, stdout, stderr and our two descriptors; the creator's sockets and pipes must not
+  // stay open in here (a peer would not see them close).
+  int low = std::min(input, creator), high = std::max(input, creator);
+  if (low > 3) ::close_range(3, static_cast<unsigned>(low - 1), 0);
+  if (high > low + 1) ::close_range(static_cast<unsigned>(low + 1),
+                                    static_cast<unsigned>(high - 1), 0);
+  ::close_range(static_cast<unsigned>(high + 1), ~0U, 0);
+
+  std::string received;
+  char buf[4096];
+  pollfd fds[2] = {{creator, POLLIN, 0}, {input, POLLIN, 0}};
+  for (;;) {
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno != EINTR) ::poll(nullptr, 0, 100);  // never taken for the creator's end
+      continue;
+    }
+    if (fds[0].revents) break;  // the creator is gone
+    if (fds[1].revents) {
+      ssize_t got = ::read(input, buf, sizeof buf);
+      if (got > 0) {
+        received.append(buf, static_cast<size_t>(got));
+      } else if (got == 0 || errno != EINTR) {
+        fds[1].fd = -1;  // closed; the pidfd still says when the creator is gone
+      }
+    }
+  }
+  // Whatever the creator wrote before it went is still in the pipe.
+  (void)setNonBlocking(input);
+  for (ssize_t got; (got = ::read(input, buf, sizeof buf)) > 0;) {
+    received.append(buf, static_cast<size_t>(got));
+  }
+  for (const std::string& line : split(received, '\n')) {
+    size_t space = line.find(' ');
+    if (space == std::string::npos) continue;
+    int parents = std::atoi(line.substr(0, space).c_str());
+    std::string path = line.substr(space + 1);
+    auto done = killCgroup(path, Millis(10000));
+    if (done) done = removeCgroup(path, parents);
+    if (!done) std::fprintf(stderr, "cohort watchdog: %s\n", done.error().message.c_str());
+  }
+  _exit(0);
+}
+
+}  // namespace
+
+Result<std::string> ownWritableCgroup() {
+  auto own = readFile("/proc/self/cgroup");
+  if (!own) return fail(Code::kNotFound, own.error().message);
+  std::string relative;
+  bool found = false;
+  for (const std::string& line : split(*own, '\n')) {
+    if (startsWith(line, "0::")) {
+      relative = line.substr(3);
+      found = true;
+    }
+  }
+  if (!found) return fail(Code::kNotFound, "no cgroup v2 hierarchy ('/proc/self/cgroup')");
+  auto mounts = readFile("/proc/self/mountinfo");
+  if (!mounts) return fail(Code::kNotFound, mounts.error().message);
+  std::string dir;
+  for (const std::string& line : split(*mounts, '\n')) {
+    // id parent major:minor root mount-point options [optional...] - type source super-options
+    std::vector<std::string> fields = split(line, ' ');
+    auto dash = std::find(fields.begin(), fields.end(), "-");
+    if (fields.size() < 5 || dash == fields.end() || dash + 1 == fields.end() ||
+        *(dash + 1) != "cgroup2") {
+      continue;
+    }
+    std::string root = unescapeMountField(fields[3]);
+    std::string mount_point = unescapeMountField(fields[4]);
+    std::string candidate;
+    if (root == "/") {
+      candidate = mount_point + (relative == "/" ? "" : relative);
+    } else if (relative == root || startsWith(relative, root + "/")) {
+      candidate = mount_point + relative.substr(root.size());
+    } else {
+      continue;  // this mount shows another part of the tree
+    }
+    if (isDirectory(candidate)) {
+      dir = candidate;
+      break;
+    }
+  }
+  if (dir.empty()) {
+    return fail(Code::kNotFound, "no cgroup v2 hierarchy mounted that shows cgroup '" +
+                                     relative + "'");
+  }
+  if (::access(dir.c_str(), W_OK) != 0 || ::access((dir + "/cgroup.procs").c_str(), W_OK) != 0) {
+    return fail(Code::kPermissionDenied,
+                "cgroup '" + dir + "' is not writable: " + std::strerror(errno));
+  }
+  return dir;
+}
+
+Result<Cgroup> Cgroup::create(const std::string& base, const std::string& relative) {
+  std::vector<std::string> parts;
+  for (const std::string& part : split(relative, '/')) {
+    if (part.empty()) continue;
+    if (part == "." || part == "..") {
+      return fail(Code::kInvalidArgument, "cgroup name '" + relative + "' leaves its parent");
+    }
+    parts.push_back(part);
+  }
+  if (parts.empty()) return fail(Code::kInvalidArgument, "empty cgroup name");
+  Cgroup cgroup;
+  // Another agent may remove a shared parent ("cohort") the moment it is empty: start again.
+  for (int attempt = 0; attempt < 20 && cgroup.path_.empty(); ++attempt) {
+    std::string path = base;
+    bool again = false;
+    for (size_t i = 0; i < parts.size() && !again; ++i) {
+      path += "/" + parts[i];
+      if (::mkdir(path.c_str(), 0755) == 0) continue;
+      int err = errno;
+      if (err == EEXIST && i + 1 < parts.size()) continue;
+      if (err == EEXIST) return fail(Code::kAlreadyExists, "cgroup '" + path + "' exists");
+      if (err == ENOENT && i > 0) {
+        again = true;
+      } else if (err == EACCES || err == EPERM || err == EROFS) {
+        return fail(Code::kPermissionDenied,
+                    "create cgroup '" + path + "': " + std::strerror(err));
+      } else {
+        return failErrno("create cgroup '" + path + "'", err);
+      }
+    }
+    if (!again) cgroup.path_ = path;
+  }
+  if (cgroup.path_.empty()) return fail(Code::kIo, "create cgroup '" + relative + "': raced");
+  cgroup.parents_ = static_cast<int>(parts.size()) - 1;
+  cgroup.dir_.reset(::open(cgroup.path_.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC));
+  if (!cgroup.dir_.valid()) {
+    auto error = failErrno("open cgroup '" + cgroup.path_ + "'");
+    (void)cgroup.remove();
+    return error;
+  }
+  return cgroup;
+}
+
+Cgroup::Cgroup(Cgroup&& other) noexcept
+    : path_(std::exchange(other.path_, std::string())),
+      dir_(std::move(other.dir_)),
+      parents_(other.parents_) {}
+
+Cgroup& Cgroup::operator=(Cgroup&& other) noexcept {
+  if (this != &other) {
+    if (!path_.empty()) (void)remove();
+    path_ = std::exchange(other.path_, std::string());
+    dir_ = std::move(other.dir_);
+    parents_ = other.parents_;
+  }
+  return *this;
+}
+
+Cgroup::~Cgroup() {
+  if (!path_.empty()) (void)remove();
+}
+
+Result<void> Cgroup::killAll(Millis deadline) const {
+  if (path_.empty()) return {};
+  return killCgroup(path_, deadline);
+}
+
+Result<void> Cgroup::remove(Millis deadline) {
+  if (path_.empty()) return {};
+  dir_.reset();
+  std::string path = std::exchange(path_, std::string());
+  COHORT_TRY(killCgroup(path, deadline));
+  return removeCgroup(path, parents_);
+}
+
+Result<void> killCgroup(const std::string& path, Millis deadline) {
+  auto until = std::chrono::steady_clock::now() + deadline;
+  UniqueFd events(::open((path + "/cgroup.events").c_str(), O_RDONLY | O_CLOEXEC));
+  if (!events.valid()) {
+    if (errno == ENOENT) return {};  // no such cgroup: nothing runs in it
+    return failErrno("open '" + path + "/cgroup.events'");
+  }
+  bool have_kill = false;
+  {
+    UniqueFd kill(::open((path + "/cgroup.kill").c_str(), O_WRONLY | O_CLOEXEC));
+    if (kill.valid()) {
+      if (::write(kill.get(), "1", 1) != 1) return failErrno("kill cgroup '" + path + "'");
+      have_kill = true;
+    } else if (errno != ENOENT) {
+      return failErrno("open '" + path + "/cgroup.kill'");
+    }
+  }
+  for (;;) {
+    // Without cgroup.kill (kernels before 5.14) kill what is listed, again and again: a process
+    // may fork while we look.
+    if (!have_kill) {
+      for (pid_t pid : listedProcesses(path)) ::kill(pid, SIGKILL);
+    }
+    int state = populated(events.get());
+    if (state == 0) return {};
+    if (state < 0) return failErrno("read '" + path + "/cgroup.events'");
+    int64_t left = millisLeft(until);
+    if (left == 0) {
+      return fail(Code::kDeadlineExceeded, "cgroup '" + path + "' still has processes after " +
+                                               std::to_string(deadline.count()) + " ms");
+    }
+    // cgroup.events wakes a poller with POLLPRI when "populated" changes.
+    pollfd p{events.get(), POLLPRI, 0};
+    ::poll(&p, 1, static_cast<int>(have_kill ? left : std::min<int64_t>(left, 10)));
+  }
+}
+
+Result<void> removeCgroup(const std::string& path, int parents) {
+  // A process that was just killed may keep the cgroup busy for a moment after "populated 0".
+  for (int attempt = 0; ::rmdir(path.c_str()) != 0; ++attempt) {
+    if (errno == ENOENT) break;
+    if (errno != EBUSY || attempt == 200) return failErrno("remove cgroup '" + path + "'");
+    ::poll(nullptr, 0, 5);
+  }
+  std::string dir = path;
+  for (int i = 0; i < parents; ++i) {
+    dir = parentOf(dir);
+    if (::rmdir(dir.c_str()) != 0) break;  // not empty (another node's cgroup), or gone
+  }
+  return {};
+}
+
+Result<CgroupWatchdog> CgroupWatchdog::start() {
+  UniqueFd self(openPidfd(::getpid()));
+  if (!self.valid()) return failErrno("pidfd_open");
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) < 0) return failErrno("pipe2");
+  UniqueFd read_end(fds[0]);
+  CgroupWatchdog watchdog;
+  watchdog.pipe_.reset(fds[1]);
+  pid_t pid = ::fork();
+  if (pid < 0) return failErrno("fork the cgroup watchdog");
+  if (pid == 0) runWatchdog(read_end.get(), self.get());
+  watchdog.pid_ = pid;
+  return watchdog;
+}
+
+Result<void> CgroupWatchdog::watch(const Cgroup& cgroup) {
+  if (!pipe_.valid()) return fail(Code::kFailedPrecondition, "no cgroup watchdog");
+  auto written = writeAll(pipe_.get(), std::to_string(cgroup.parents()) + " " + cgroup.path() +
+                                           "\n");
+  if (!written) return withContext(written.error(), "tell the cgroup watchdog");
+  return {};
+}
+
+}  // namespace cohort::proc

@@ -1,0 +1,94 @@
+// Cgroups for ranks: a cgroup v2 directory per node that holds every process of that node's
+// ranks, including those that leave their process group with setsid, so they can all be killed
+// at once (cgroup.kill); and a watchdog process that kills and removes that cgroup when the
+// process that made it dies, however it dies (kill -9 included). The agent, as root or inside a
+// delegated subtree, creates the cgroup under its own and places each child in it between fork
+// and exec (SpawnRequest::cgroup_fd), so a rank that runs under another uid needs no access to
+// it. Where no writable cgroup v2 tree exists, ownWritableCgroup() says why and callers keep to
+// process groups and the child subreaper. Not thread-safe: a Cgroup or a CgroupWatchdog belongs
+// to one owner.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "util/fd.h"
+#include "util/result.h"
+#include "util/text.h"
+
+namespace cohort::proc {
+
+// The directory of this process's own cgroup in the cgroup v2 hierarchy (found from
+// /proc/self/mountinfo and /proc/self/cgroup), when this process may create cgroups in it and
+// move processes into them. Errors: kNotFound when no cgroup v2 hierarchy is mounted or this
+// process's cgroup is not visible in it; kPermissionDenied when it is not writable.
+Result<std::string> ownWritableCgroup();
+
+// One cgroup made by this process. Moving it transfers the duty to remove it.
+class Cgroup {
+ public:
+  // Creates `base`/`relative` ("cohort/<job>/node0") and the missing directories between.
+  // Errors: kAlreadyExists when the leaf exists; kPermissionDenied when the kernel refuses;
+  // kIo otherwise.
+  static Result<Cgroup> create(const std::string& base, const std::string& relative);
+
+  Cgroup(Cgroup&& other) noexcept;
+  Cgroup& operator=(Cgroup&& other) noexcept;
+  ~Cgroup();  // remove(), quietly
+
+  const std::string& path() const { return path_; }
+  // The cgroup's directory (O_DIRECTORY), for SpawnRequest::cgroup_fd.
+  int fd() const { return dir_.get(); }
+  // How many directories above path() create() may remove when they are empty.
+  int parents() const { return parents_; }
+
+  // Kills every process in it and waits until none is left. Errors: kDeadlineExceeded after
+  // `deadline`, kIo.
+  Result<void> killAll(Millis deadline) const;
+  // killAll(), then removes the cgroup and, when empty, the directories above it that
+  // create() was given. Errors: as killAll(), or kIo when the directory cannot be removed.
+  Result<void> remove(Millis deadline = Millis(10000));
+
+ private:
+  Cgroup() = default;
+  std::string path_;
+  UniqueFd dir_;
+  int parents_ = 0;
+};
+
+// Kills every process in the cgroup at `path` (cgroup.kill; on kernels without it, SIGKILL to
+// each listed process until none is left) and waits until it is empty. A cgroup that does not
+// exist is empty. Errors: kDeadlineExceeded, kIo.
+Result<void> killCgroup(const std::string& path, Millis deadline);
+
+// Removes the cgroup at `path`, then up to `parents` directories above it, stopping at the first
+// that is not empty. Errors: kIo when `path` itself cannot be removed.
+Result<void> removeCgroup(const std::string& path, int parents);
+
+// A small process that outlives its creator by moments: when the process that started it is
+// gone (exit, crash or kill -9), it kills and removes every cgroup it was told about, then
+// exits. It sits in a process group of its own, ignores SIGINT/SIGTERM/SIGHUP, and holds a
+// pidfd of its creator, so it neither dies with a terminal's Ctrl-C nor mistakes a new process
+// with a reused pid for its creator.
+class CgroupWatchdog {
+ public:
+  // Forks the watchdog. Call it before the process starts any thread: the child runs ordinary
+  // code after fork. Errors: kIo.
+  static Result<CgroupWatchdog> start();
+
+  CgroupWatchdog(CgroupWatchdog&&) noexcept = default;
+  CgroupWatchdog& operator=(CgroupWatchdog&&) noexcept = default;
+
+  pid_t pid() const { return pid_; }
+  // From now on the watchdog removes `cgroup` when this process is gone. Errors: kIo when the
+  // watchdog is no longer there.
+  Result<void> watch(const Cgroup& cgroup);
+
+ private:
+  CgroupWatchdog() = default;
+  pid_t pid_ = -1;
+  UniqueFd pipe_;  // write end; the watchdog reads one "<parents> <path>\n" per cgroup
+};
+
+}  // namespace cohort::proc

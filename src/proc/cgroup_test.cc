@@ -1,0 +1,150 @@
+#include "proc/cgroup.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include "proc/spawn.h"
+
+namespace cohort::proc {
+namespace {
+
+bool waitUntil(const std::function<bool()>& condition, std::chrono::milliseconds deadline) {
+  auto until = std::chrono::steady_clock::now() + deadline;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+bool exists(const std::string& path) {
+  struct stat st{};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+std::vector<pid_t> members(const std::string& cgroup) {
+  std::vector<pid_t> pids;
+  std::ifstream in(cgroup + "/cgroup.procs");
+  for (long pid; in >> pid;) pids.push_back(static_cast<pid_t>(pid));
+  return pids;
+}
+
+// Gone, or a zombie nobody reaped yet.
+bool processGone(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  auto close = text.rfind(')');
+  return !stat || close == std::string::npos || text.size() < close + 3 || text[close + 2] == 'Z';
+}
+
+// A name no other test process uses, under the test's own cgroup.
+std::string uniqueName() { return "cohort-test-" + std::to_string(::getpid()); }
+
+#define SKIP_WITHOUT_CGROUP(base)                                                          \
+  auto base = ownWritableCgroup();                                                         \
+  if (!base) GTEST_SKIP() << "no writable cgroup v2 here: " << base.error().message
+
+TEST(Cgroup, EveryProcessOfAChildIsKilledAtOnceAndTheTreeRemoved) {
+  SKIP_WITHOUT_CGROUP(base);
+  auto cgroup = Cgroup::create(*base, uniqueName() + "/job/node0");
+  ASSERT_TRUE(cgroup) << cgroup.error().message;
+  std::string path = cgroup->path();
+  SpawnRequest req;
+  // A child with a grandchild that leaves its session: only the cgroup still holds both.
+  req.argv = {"/bin/sh", "-c", "setsid sleep 60 & exec sleep 60"};
+  req.env = {"PATH=/usr/bin:/bin"};
+  req.cgroup_fd = cgroup->fd();
+  auto child = spawn(req);
+  ASSERT_TRUE(child) << child.error().message;
+  ASSERT_TRUE(waitUntil([&] { return members(path).size() == 2; }, std::chrono::seconds(10)));
+  std::ifstream own("/proc/" + std::to_string(child->pid) + "/cgroup");
+  std::string line;
+  while (std::getline(own, line) && line.rfind("0::", 0) != 0) {
+  }
+  EXPECT_NE(line.find("/" + uniqueName() + "/job/node0"), std::string::npos) << line;
+
+  ASSERT_TRUE(cgroup->killAll(Millis(10000)));
+  EXPECT_TRUE(members(path).empty());
+  EXPECT_EQ(reap(child->pidfd.get())->signal, SIGKILL);
+  ASSERT_TRUE(cgroup->remove());
+  EXPECT_FALSE(exists(path));
+  EXPECT_FALSE(exists(*base + "/" + uniqueName())) << "the empty parents stay behind";
+}
+
+TEST(Cgroup, AnExistingCgroupIsNotTakenOver) {
+  SKIP_WITHOUT_CGROUP(base);
+  auto first = Cgroup::create(*base, uniqueName() + "/node0");
+  ASSERT_TRUE(first) << first.error().message;
+  auto second = Cgroup::create(*base, uniqueName() + "/node0");
+  ASSERT_FALSE(second);
+  EXPECT_EQ(second.error().code, Code::kAlreadyExists);
+  auto sibling = Cgroup::create(*base, uniqueName() + "/node1");
+  ASSERT_TRUE(sibling) << sibling.error().message;
+  ASSERT_TRUE(first->remove());
+  EXPECT_TRUE(exists(*base + "/" + uniqueName())) << "a parent with another cgroup was removed";
+}
+
+TEST(Cgroup, NamesThatLeaveTheParentAreRefused) {
+  auto cgroup = Cgroup::create("/nonexistent", "cohort/../../etc");
+  ASSERT_FALSE(cgroup);
+  EXPECT_EQ(cgroup.error().code, Code::kInvalidArgument);
+}
+
+TEST(CgroupWatchdog, KillsAndRemovesTheCgroupWhenItsCreatorIsKilled) {
+  SKIP_WITHOUT_CGROUP(base);
+  int fds[2];
+  ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+  UniqueFd read_end(fds[0]), write_end(fds[1]);
+  const std::string name = uniqueName() + "/watched";
+  // The creator: starts a watchdog, makes the cgroup, starts a process in it that would
+  // outlive it (no death signal, its own session), reports, and waits to be killed.
+  pid_t creator = ::fork();
+  ASSERT_GE(creator, 0);
+  if (creator == 0) {
+    auto watchdog = CgroupWatchdog::start();
+    auto cgroup = watchdog ? Cgroup::create(*base, name) : Result<Cgroup>(fail(Code::kIo, ""));
+    pid_t pid = -1;
+    if (cgroup && watchdog->watch(*cgroup)) {
+      SpawnRequest req;
+      req.argv = {"/bin/sh", "-c", "exec setsid sleep 60"};
+      req.env = {"PATH=/usr/bin:/bin"};
+      req.death_signal = 0;
+      req.cgroup_fd = cgroup->fd();
+      auto child = spawn(req);
+      if (child) pid = child->pid;
+    }
+    pid_t report[2] = {pid, watchdog ? watchdog->pid() : -1};
+    if (::write(write_end.get(), report, sizeof report) != sizeof report) _exit(1);
+    for (;;) ::pause();
+  }
+  write_end.reset();
+  pid_t report[2] = {-1, -1};
+  ASSERT_EQ(::read(read_end.get(), report, sizeof report), static_cast<ssize_t>(sizeof report));
+  const std::string path = *base + "/" + name;
+  if (report[0] <= 0) {
+    ::kill(creator, SIGKILL);
+    ::waitpid(creator, nullptr, 0);
+    FAIL() << "the creator could not start its process in a cgroup";
+  }
+  EXPECT_TRUE(exists(path));
+  EXPECT_FALSE(members(path).empty());
+  ASSERT_EQ(::kill(creator, SIGKILL), 0);
+  ::waitpid(creator, nullptr, 0);
+  EXPECT_TRUE(waitUntil([&] { return !exists(path); }, std::chrono::seconds(10)))
+      << "the watchdog left '" << path << "' (and what runs in it)";
+  EXPECT_FALSE(exists(*base + "/" + uniqueName()));
+  EXPECT_TRUE(waitUntil([&] { return processGone(report[1]); }, std::chrono::seconds(10)))
+      << "the watchdog did not exit";
+}
+
+}  // namespace
+}  // namespace cohort::proc
