@@ -1,10 +1,11 @@
 // The coordinator: one per job. It listens on the control channel, has the backend start one
 // node agent per node, hands each agent its part of the plan, starts every node's ranks at once
-// when all agents are there, and decides the job's fate from the exits the agents report:
-// success when every rank of the key roles exited 0 (the other roles are then stopped),
-// failure at the first non-zero exit (every agent is told to stop its ranks at once), whole-gang
-// restarts within `max_restarts`, `max_runtime`, and a graceful stop on SIGINT/SIGTERM (a second
-// signal kills at once). It writes the job's events file and result, and names the root cause.
+// when all agents are there, and ends the job as JobDecisions (decisions.h) decides from what the
+// agents report: success when every rank of the key roles exited 0, failure at the first failure
+// cohort did not cause, whole-gang restarts within `max_restarts`, `max_runtime`, a graceful stop
+// on SIGINT/SIGTERM (a second signal kills at once). This file is the shell around that state
+// machine: the sockets, the timers, the signalfd, the job's record (events file and result) and
+// the output copies; it feeds events in and carries actions out, and decides nothing itself.
 // Runs on the calling thread; blocks SIGINT, SIGTERM and SIGHUP while it runs.
 #pragma once
 
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/decisions.h"
 #include "agent/root_cause.h"
 #include "plan/plan.h"
 #include "util/result.h"
@@ -31,18 +33,6 @@ class AgentLauncher {
   virtual void reap(Millis deadline) = 0;
 };
 
-enum class JobState { kSucceeded, kFailed, kStopped };
-const char* jobStateName(JobState state);
-
-struct JobOutcome {
-  JobState state = JobState::kFailed;
-  int exit_code = 1;     // what `cohort run` exits with
-  std::string reason;    // one line for a person
-  std::optional<RankExit> root_cause;
-  std::vector<RankExit> exits;  // every rank exit of every attempt
-  int attempts = 0;
-};
-
 struct CoordinatorOptions {
   std::string listen_addr = "127.0.0.1";
   Millis connect_timeout{60000};  // for every agent to dial in
@@ -50,7 +40,8 @@ struct CoordinatorOptions {
 };
 
 // Runs the job to its end. Errors: only when the coordinator itself cannot work (no socket, no
-// job directory); everything that happens to the job is in the JobOutcome.
+// job directory); everything that happens to the job is in the JobOutcome, including a job
+// record (events.jsonl, result.json) that could not be written, which fails the job.
 Result<JobOutcome> runCoordinator(const plan::Plan& plan, AgentLauncher& launcher,
                                   const CoordinatorOptions& options);
 

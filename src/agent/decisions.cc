@@ -1,0 +1,473 @@
+#include "agent/decisions.h"
+
+#include <signal.h>
+#include <string.h>
+
+#include <cstdio>
+
+namespace cohort::agent {
+
+const char* jobStateName(JobState state) {
+  switch (state) {
+    case JobState::kSucceeded: return "succeeded";
+    case JobState::kFailed: return "failed";
+    case JobState::kStopped: return "stopped";
+  }
+  return "failed";
+}
+
+namespace {
+
+constexpr Millis kExitDeadline{10000};  // for agents told to exit to go
+
+std::string signalName(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return std::string("SIG") + (abbrev ? abbrev : std::to_string(sig));
+}
+
+double secondsBetween(TimePoint from, TimePoint to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+}  // namespace
+
+JobDecisions::JobDecisions(const plan::Plan& plan, Millis connect_timeout)
+    : nodes_(plan.nodes.size()),
+      outputs_(plan.outputs),
+      max_restarts_(plan.max_restarts),
+      grace_ms_(plan.grace_period_ms),
+      max_runtime_ms_(plan.max_runtime_ms),
+      connect_timeout_(connect_timeout) {
+  for (size_t n = 0; n < plan.nodes.size(); ++n) {
+    nodes_[n].has_inputs = !plan.nodes[n].inputs.empty();
+    for (const plan::RankPlan& r : plan.nodes[n].ranks) {
+      if (r.rank < 0) continue;
+      if (static_cast<size_t>(r.rank) >= ranks_.size()) ranks_.resize(r.rank + 1);
+      ranks_[r.rank] = Rank{r.name, r.role, r.log_file, r.role_rank, r.key};
+      if (r.key) ++key_total_;
+    }
+  }
+}
+
+std::vector<JobAction> JobDecisions::handle(const JobInput& input, TimePoint now) {
+  Actions out;
+  if (finished_ && !std::holds_alternative<RecordWriteFailed>(input)) return out;
+  now_ = now;
+  std::visit([&](const auto& e) { on(e, out); }, input);
+  return out;
+}
+
+// ---- helpers ---------------------------------------------------------------------------------
+
+void JobDecisions::say(Actions& out, std::string line, bool always) const {
+  out.push_back(Say{std::move(line), always});
+}
+
+void JobDecisions::state(Actions& out, const std::string& name, std::optional<int> attempt,
+                         const std::string& reason) const {
+  job::Event e = job::stateEvent(0, name, reason);
+  e.attempt = attempt;
+  out.push_back(WriteEvent{std::move(e)});
+}
+
+void JobDecisions::startAttempt(Actions& out) {
+  key_ok_ = 0;
+  started_nodes_ = 0;
+  started_processes_ = 0;
+  attempt_started_ = now_;
+  for (Node& node : nodes_) node.idle = false;
+  state(out, "running", attempt_);
+  out.push_back(SendStart{attempt_});
+}
+
+// The attempt ends: say why once, tell every agent to stop its ranks, and see whether that is
+// already done (nothing ran yet).
+void JobDecisions::beginStop(Ending ending, const std::string& why, Actions& out) {
+  if (ending_ == Ending::kNone) {
+    ending_ = ending;
+    why_ = why;
+    if (ending != Ending::kSucceeded) {
+      say(out, why + "; stopping every rank", ending == Ending::kRecordFailed);
+    }
+    state(out, "stopping", attempt_, why);
+  }
+  out.push_back(SendStop{grace_ms_});
+  maybeAttemptOver(out);
+}
+
+// When no connected agent runs anything of the attempt, the attempt is over: restart the whole
+// gang if the budget allows, or finish.
+void JobDecisions::maybeAttemptOver(Actions& out) {
+  if (finishing_ || ending_ == Ending::kNone) return;
+  for (const Node& node : nodes_) {
+    if (node.connected && !node.idle) return;
+  }
+  if (ending_ == Ending::kFailed && attempt_ < max_restarts_ && !no_restart_ &&
+      connected_ == static_cast<int>(nodes_.size())) {
+    ++attempt_;
+    say(out, "attempt " + std::to_string(attempt_) + " failed (" + why_ + "); restarting (" +
+                 std::to_string(attempt_) + " of " + std::to_string(max_restarts_) +
+                 " restarts)");
+    state(out, "restarting", attempt_, why_);
+    ending_ = Ending::kNone;
+    startAttempt(out);
+    return;
+  }
+  finish(ending_, why_, out);
+}
+
+// Nothing of the job runs any more (or nothing ever will): the agents are told to exit.
+void JobDecisions::finish(Ending ending, const std::string& why, Actions& out) {
+  ending_ = ending;
+  why_ = why;
+  finishing_ = true;
+  out.push_back(DisarmTimer{TimerKind::kConnect});
+  out.push_back(DisarmTimer{TimerKind::kRuntime});
+  out.push_back(SendExit{});
+  out.push_back(ArmTimer{TimerKind::kExit, kExitDeadline});
+  if (connected_ == 0) agentsGone(out);
+}
+
+void JobDecisions::agentsGone(Actions& out) {
+  if (reaped_) return;
+  reaped_ = true;
+  out.push_back(DisarmTimer{TimerKind::kExit});
+  out.push_back(ReapAgents{});
+  // The job's results go where the job file says; after a failure only the `always` ones.
+  copy_all_outputs_ = ending_ == Ending::kSucceeded;
+  nextOutput(out);
+}
+
+void JobDecisions::nextOutput(Actions& out) {
+  while (next_output_ < outputs_.size()) {
+    size_t index = next_output_++;
+    if (copy_all_outputs_ || outputs_[index].always) {
+      out.push_back(CopyOutput{index});
+      return;  // the next one after its answer
+    }
+  }
+  complete(out);
+}
+
+JobOutcome JobDecisions::outcome() const {
+  JobOutcome o;
+  o.exits = exits_;
+  o.outputs = output_results_;
+  o.attempts = attempt_ + 1;
+  o.reason = why_;
+  o.duration_s = secondsBetween(began_, now_);
+  switch (ending_) {
+    case Ending::kSucceeded:
+      o.state = JobState::kSucceeded;
+      o.exit_code = 0;
+      break;
+    case Ending::kFailed: {
+      std::vector<RankExit> last;
+      for (const RankExit& e : exits_) {
+        if (e.attempt == attempt_) last.push_back(e);
+      }
+      o.state = JobState::kFailed;
+      o.root_cause = firstFailure(last);
+      o.exit_code = o.root_cause ? o.root_cause->shellCode() : 1;
+      if (o.exit_code == 0) o.exit_code = 1;
+      break;
+    }
+    case Ending::kStopped:
+      o.state = JobState::kStopped;
+      o.exit_code = 128 + (stop_signal_ ? stop_signal_ : SIGTERM);
+      break;
+    case Ending::kTimedOut:
+      o.state = JobState::kFailed;
+      o.exit_code = 124;
+      break;
+    case Ending::kNone:  // cannot end so; never report success for it
+    case Ending::kLost:
+    case Ending::kStagingFailed:
+    case Ending::kOutputFailed:
+    case Ending::kRecordFailed:
+      o.state = JobState::kFailed;
+      o.exit_code = 1;
+      break;
+  }
+  return o;
+}
+
+// The last step: the result, then the final state as an event, then the job is over. The result
+// comes first so that when it cannot be written the events never say "succeeded" at all.
+void JobDecisions::complete(Actions& out) {
+  completed_ = true;
+  JobOutcome o = outcome();
+  out.push_back(WriteResult{o});
+  job::Event e = job::stateEvent(0, jobStateName(o.state), o.reason);
+  e.exit_code = o.exit_code;
+  out.push_back(WriteEvent{std::move(e)});
+  final_ = o;
+  finished_ = true;
+  out.push_back(Finish{std::move(o)});
+}
+
+// ---- events ----------------------------------------------------------------------------------
+
+void JobDecisions::on(const JobBegins&, Actions& out) {
+  began_ = now_;
+  state(out, "starting", std::nullopt);
+  out.push_back(ArmTimer{TimerKind::kConnect, connect_timeout_});
+  out.push_back(LaunchAgents{});
+}
+
+void JobDecisions::on(const AgentLaunchFailed& e, Actions& out) {
+  if (finishing_) return;
+  finish(Ending::kLost,
+         "could not start node " + std::to_string(e.node) + "'s agent: " + e.error, out);
+}
+
+void JobDecisions::on(const AgentConnected& e, Actions& out) {
+  if (e.node < 0 || e.node >= static_cast<int>(nodes_.size())) return;
+  Node& node = nodes_[e.node];
+  if (node.connected) return;
+  const bool again = node.ever_connected;
+  node.connected = true;
+  node.ever_connected = true;
+  node.idle = true;
+  ++connected_;
+  if (finishing_ || again) {
+    // Too late to take part (or it came back after it was lost): it only has to go.
+    out.push_back(SendExit{e.node});
+    return;
+  }
+  out.push_back(SendPlan{e.node});
+  if (connected_ == static_cast<int>(nodes_.size()) && ending_ == Ending::kNone) {
+    // Every node stages its inputs; ranks start only when all have (the start barrier).
+    out.push_back(DisarmTimer{TimerKind::kConnect});
+    state(out, "staging", std::nullopt);
+    out.push_back(SendStage{});
+  }
+}
+
+void JobDecisions::on(const NodeStaged& e, Actions& out) {
+  job::Event staged;
+  staged.kind = job::EventKind::kStaged;
+  staged.node = e.node;
+  staged.seconds = e.seconds;
+  staged.files = e.files;
+  staged.bytes = e.bytes;
+  out.push_back(WriteEvent{std::move(staged)});
+  if (e.node >= 0 && e.node < static_cast<int>(nodes_.size()) && nodes_[e.node].has_inputs) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "node %d staged %lld file(s), %.1f MiB in %.2fs", e.node,
+                  static_cast<long long>(e.files), static_cast<double>(e.bytes) / (1 << 20),
+                  e.seconds);
+    say(out, buf);
+  }
+  if (++staged_nodes_ == static_cast<int>(nodes_.size()) && ending_ == Ending::kNone) {
+    if (max_runtime_ms_ > 0) out.push_back(ArmTimer{TimerKind::kRuntime, Millis(max_runtime_ms_)});
+    startAttempt(out);
+  }
+}
+
+void JobDecisions::on(const StagingFailed& e, Actions& out) {
+  job::Event failed;
+  failed.kind = job::EventKind::kStageFailed;
+  failed.node = e.node;
+  failed.error = e.error;
+  out.push_back(WriteEvent{std::move(failed)});
+  no_restart_ = true;
+  if (ending_ != Ending::kNone || finishing_) return;
+  std::string why = "staging on node " + std::to_string(e.node) + " failed: " +
+                    (e.error.empty() ? std::string("unknown error") : e.error);
+  say(out, why);
+  finish(Ending::kStagingFailed, why, out);
+}
+
+void JobDecisions::on(const NodeStarted& e, Actions& out) {
+  if (e.attempt != attempt_) return;
+  started_processes_ += e.count;
+  if (++started_nodes_ == static_cast<int>(nodes_.size())) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%d process(es) started on %zu node(s) in %.3fs",
+                  started_processes_, nodes_.size(), secondsBetween(attempt_started_, now_));
+    say(out, buf);
+  }
+}
+
+void JobDecisions::on(const RankExited& e, Actions& out) {
+  if (e.attempt != attempt_) return;
+  if (e.rank < 0 || static_cast<size_t>(e.rank) >= ranks_.size() || !ranks_[e.rank]) return;
+  const Rank& r = *ranks_[e.rank];
+  RankExit x;
+  x.attempt = attempt_;
+  x.name = r.name;
+  x.role = r.role;
+  x.role_rank = r.role_rank;
+  x.rank = e.rank;
+  x.node = e.node;
+  x.code = e.code;
+  x.signal = e.signal;
+  x.by_cohort = e.by_cohort;
+  x.time_ns = e.time_ns;
+  x.tail = e.tail;
+  x.log_file = r.log_file;
+  exits_.push_back(x);
+  job::Event ev;
+  ev.kind = job::EventKind::kRankExit;
+  ev.attempt = attempt_;
+  ev.name = x.name;
+  ev.role = x.role;
+  ev.role_rank = x.role_rank;
+  ev.rank = x.rank;
+  ev.node = x.node;
+  ev.code = x.code;
+  ev.signal = x.signal;
+  ev.by_cohort = x.by_cohort;
+  ev.exit_time = x.time_ns;
+  out.push_back(WriteEvent{std::move(ev)});
+  if (ending_ != Ending::kNone || finishing_) return;
+  if (x.failed() && !x.by_cohort) {
+    beginStop(Ending::kFailed, x.label() + " " + x.describe(), out);
+  } else if (r.key && ++key_ok_ == key_total_) {
+    beginStop(Ending::kSucceeded, "every rank of the key role(s) exited 0", out);
+  }
+}
+
+void JobDecisions::on(const NodeIdle& e, Actions& out) {
+  if (e.attempt != attempt_) return;
+  if (e.node < 0 || e.node >= static_cast<int>(nodes_.size())) return;
+  nodes_[e.node].idle = true;
+  maybeAttemptOver(out);
+}
+
+void JobDecisions::on(const AgentLost& e, Actions& out) {
+  if (e.node < 0 || e.node >= static_cast<int>(nodes_.size())) return;
+  Node& node = nodes_[e.node];
+  if (!node.connected) return;
+  node.connected = false;
+  node.idle = true;  // it cannot run or report ranks any more
+  --connected_;
+  if (finishing_) {
+    if (connected_ == 0) agentsGone(out);
+    return;
+  }
+  no_restart_ = true;  // a gang without one of its nodes cannot start again
+  beginStop(Ending::kLost, "node " + std::to_string(e.node) + "'s agent was lost", out);
+}
+
+void JobDecisions::on(const StopSignal& e, Actions& out) {
+  ++signals_seen_;
+  if (!stop_signal_) stop_signal_ = e.signal;
+  if (finishing_) return;
+  if (signals_seen_ > 1) {
+    say(out, "second signal: killing every rank now");
+    out.push_back(SendStop{0});
+    return;
+  }
+  std::string name = signalName(e.signal);
+  std::string why = "stopped by " + name;
+  no_restart_ = true;
+  if (connected_ < static_cast<int>(nodes_.size()) && ending_ == Ending::kNone) {
+    finish(Ending::kStopped, why, out);  // nothing runs yet
+    return;
+  }
+  say(out, name + " received: stopping the job (send it again to kill at once)");
+  beginStop(Ending::kStopped, why, out);
+}
+
+void JobDecisions::on(const MaxRuntimeOver&, Actions& out) {
+  if (finishing_) return;
+  beginStop(Ending::kTimedOut,
+            "max_runtime " + formatDuration(Millis(max_runtime_ms_)) + " exceeded", out);
+}
+
+void JobDecisions::on(const ConnectDeadlineOver&, Actions& out) {
+  if (finishing_ || connected_ == static_cast<int>(nodes_.size())) return;
+  std::vector<std::string> missing;
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    if (!nodes_[n].connected) missing.push_back(std::to_string(n));
+  }
+  finish(Ending::kLost, "the agent(s) of node(s) " + join(missing, ", ") +
+                            " did not connect within " + formatDuration(connect_timeout_),
+         out);
+}
+
+void JobDecisions::on(const ExitDeadlineOver&, Actions& out) {
+  if (finishing_) agentsGone(out);  // reaping kills the agents that did not say goodbye
+}
+
+void JobDecisions::on(const OutputCopied& e, Actions& out) {
+  if (!reaped_ || completed_ || e.index >= outputs_.size()) return;
+  const plan::OutputPlan& plan = outputs_[e.index];
+  OutputResult r{plan.source, plan.target, e.files, e.bytes, ""};
+  char buf[64];
+  std::snprintf(buf, sizeof buf, " (%lld file(s), %.1f MiB)", static_cast<long long>(e.files),
+                static_cast<double>(e.bytes) / (1 << 20));
+  say(out, "output " + plan.source + " -> " + plan.target + buf);
+  job::Event ev;
+  ev.kind = job::EventKind::kOutput;
+  ev.source = r.source;
+  ev.target = r.target;
+  ev.files = r.files;
+  ev.bytes = r.bytes;
+  out.push_back(WriteEvent{std::move(ev)});
+  output_results_.push_back(std::move(r));
+  nextOutput(out);
+}
+
+void JobDecisions::on(const OutputCopyFailed& e, Actions& out) {
+  if (!reaped_ || completed_ || e.index >= outputs_.size()) return;
+  const plan::OutputPlan& plan = outputs_[e.index];
+  OutputResult r{plan.source, plan.target, 0, 0, e.error};
+  // A copy that fails fails the job (the results are still in the job directory).
+  std::string why = "copying output '" + plan.source + "' failed: " + e.error;
+  say(out, why);
+  if (ending_ == Ending::kSucceeded) {
+    ending_ = Ending::kOutputFailed;
+    why_ = why;
+  }
+  job::Event ev;
+  ev.kind = job::EventKind::kOutput;
+  ev.source = r.source;
+  ev.target = r.target;
+  ev.error = r.error;
+  out.push_back(WriteEvent{std::move(ev)});
+  output_results_.push_back(std::move(r));
+  nextOutput(out);
+}
+
+// A job whose record is incomplete must not say it succeeded: whoever reads the record (the
+// server, a script) would believe a job that may have lost its events or its result.
+void JobDecisions::on(const RecordWriteFailed& e, Actions& out) {
+  const bool first_for_file = unwritable_.insert(e.file).second;
+  const std::string why = "could not write the job's record '" + e.name + "': " + e.error;
+  no_restart_ = true;
+  if (completed_) {
+    if (!final_ || final_->state != JobState::kSucceeded) {
+      if (first_for_file) say(out, why, true);
+      return;
+    }
+    // The final answer said "succeeded": take it back, and record the failure where we still
+    // can.
+    ending_ = Ending::kRecordFailed;
+    why_ = why;
+    JobOutcome o = outcome();
+    o.outputs = final_->outputs;
+    o.duration_s = final_->duration_s;
+    say(out, why, true);
+    if (e.file != RecordFile::kResult) out.push_back(WriteResult{o});
+    job::Event ev = job::stateEvent(0, jobStateName(o.state), o.reason);
+    ev.exit_code = o.exit_code;
+    out.push_back(WriteEvent{std::move(ev)});
+    final_ = o;
+    out.push_back(Finish{std::move(o)});
+    return;
+  }
+  if (ending_ == Ending::kNone && !finishing_) {
+    beginStop(Ending::kRecordFailed, why, out);  // says it, always
+    return;
+  }
+  if (ending_ == Ending::kSucceeded) {
+    ending_ = Ending::kRecordFailed;
+    why_ = why;
+  }
+  if (first_for_file) say(out, why, true);
+}
+
+}  // namespace cohort::agent

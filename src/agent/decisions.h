@@ -1,0 +1,218 @@
+// Decisions: what a job's coordinator decides, apart from what it does. JobDecisions is a state
+// machine: the coordinator's shell (coordinator.cc) feeds it events (an agent connected, a node
+// staged, a rank exited, a signal came, a timer ran out, a file of the job's record could not be
+// written) with the time they happened, and carries out the actions it returns (send a message
+// to the agents, arm a timer, write an event, say a line, copy an output, finish with an
+// outcome), in order. It does no I/O and reads no clock: the time comes with each event, so its
+// decision table is a unit test (decisions_test.cc). The rules, in docs/architecture.md:
+// key roles decide success, the first failure cohort did not cause stops every rank, the whole
+// gang restarts within `max_restarts` (never after a stop, a staging failure, a lost agent or a
+// record that cannot be written), `max_runtime` ends with exit code 124, and a job whose record
+// cannot be written never reports success. One owner, one thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "agent/root_cause.h"
+#include "job/events.h"
+#include "plan/plan.h"
+#include "util/text.h"
+
+namespace cohort::agent {
+
+using DecisionClock = std::chrono::steady_clock;
+using TimePoint = DecisionClock::time_point;
+
+enum class JobState { kSucceeded, kFailed, kStopped };
+const char* jobStateName(JobState state);
+
+// One output of the plan after its copy.
+struct OutputResult {
+  std::string source;
+  std::string target;
+  int64_t files = 0;
+  int64_t bytes = 0;
+  std::string error;  // empty when it was copied
+};
+
+struct JobOutcome {
+  JobState state = JobState::kFailed;
+  int exit_code = 1;     // what `cohort run` exits with
+  std::string reason;    // one line for a person
+  std::optional<RankExit> root_cause;
+  std::vector<RankExit> exits;  // every rank exit of every attempt
+  std::vector<OutputResult> outputs;
+  int attempts = 0;
+  double duration_s = 0;
+};
+
+// The files of the job's record the coordinator writes.
+enum class RecordFile { kEvents, kResult };
+
+// ---- Events: what happened -------------------------------------------------------------------
+
+struct JobBegins {};                                   // the coordinator listens
+struct AgentLaunchFailed { int node; std::string error; };
+struct AgentConnected { int node; };                   // said hello with the job's secret
+struct NodeStaged { int node; int64_t files; int64_t bytes; double seconds; };
+struct StagingFailed { int node; std::string error; };
+struct NodeStarted { int node; int attempt; int count; };  // every rank of the node spawned
+struct RankExited {
+  int node;
+  int attempt;
+  int rank;  // global rank
+  int code;
+  int signal;
+  bool by_cohort;   // the agent signalled it first
+  int64_t time_ns;  // unix nanos, the agent's clock
+  std::vector<std::string> tail;
+};
+struct NodeIdle { int node; int attempt; };  // no process of the attempt is left on the node
+struct AgentLost { int node; };              // its connection closed
+struct StopSignal { int signal; };           // SIGINT, SIGTERM or SIGHUP reached the coordinator
+struct MaxRuntimeOver {};
+struct ConnectDeadlineOver {};
+struct ExitDeadlineOver {};  // agents told to exit did not all go in time
+struct OutputCopied { size_t index; int64_t files; int64_t bytes; };
+struct OutputCopyFailed { size_t index; std::string error; };
+struct RecordWriteFailed {
+  RecordFile file;
+  std::string name;   // "events.jsonl"
+  std::string error;  // "No space left on device"
+};
+
+using JobInput = std::variant<JobBegins, AgentLaunchFailed, AgentConnected, NodeStaged,
+                              StagingFailed, NodeStarted, RankExited, NodeIdle, AgentLost,
+                              StopSignal, MaxRuntimeOver, ConnectDeadlineOver, ExitDeadlineOver,
+                              OutputCopied, OutputCopyFailed, RecordWriteFailed>;
+
+// ---- Actions: what to do, in order -----------------------------------------------------------
+
+enum class TimerKind { kConnect, kRuntime, kExit };
+
+struct LaunchAgents {};              // have the launcher start one agent per node
+struct SendPlan { int node; };       // the node's part of the plan, to its agent
+struct SendStage {};                 // to every connected agent
+struct SendStart { int attempt; };   // to every connected agent
+struct SendStop { int64_t grace_ms; };  // to every connected agent; 0: SIGKILL at once
+struct SendExit { std::optional<int> node; };  // to one agent, or to every connected one
+struct ArmTimer { TimerKind timer; Millis after; };
+struct DisarmTimer { TimerKind timer; };
+struct WriteEvent { job::Event event; };  // `t` is left for the writer to stamp
+struct Say {
+  std::string line;
+  bool always = false;  // a failure of the coordinator itself: said even without progress
+};
+struct ReapAgents {};  // every agent is gone or out of time: wait for them, kill what is left
+struct CopyOutput { size_t index; };  // plan.outputs[index]; answer OutputCopied or ...Failed
+struct WriteResult { JobOutcome outcome; };  // result.json
+struct Finish { JobOutcome outcome; };  // the job is over; nothing after this is carried out
+
+using JobAction = std::variant<LaunchAgents, SendPlan, SendStage, SendStart, SendStop, SendExit,
+                               ArmTimer, DisarmTimer, WriteEvent, Say, ReapAgents, CopyOutput,
+                               WriteResult, Finish>;
+
+// ---- The machine -----------------------------------------------------------------------------
+
+class JobDecisions {
+ public:
+  // Copies what it needs from `plan`. `connect_timeout`: how long every agent has to dial in.
+  JobDecisions(const plan::Plan& plan, Millis connect_timeout);
+
+  // What to do about `input`, which happened at `now`. Inputs that no longer matter (a stale
+  // attempt's report, a timer after the end) return nothing.
+  std::vector<JobAction> handle(const JobInput& input, TimePoint now);
+
+  // True once Finish was returned.
+  bool finished() const { return finished_; }
+
+ private:
+  enum class Ending {
+    kNone, kSucceeded, kFailed, kStopped, kTimedOut, kLost, kStagingFailed, kOutputFailed,
+    kRecordFailed
+  };
+  struct Rank {
+    std::string name, role, log_file;
+    int role_rank = 0;
+    bool key = false;
+  };
+  struct Node {
+    bool connected = false;
+    bool ever_connected = false;
+    bool idle = true;
+    bool has_inputs = false;
+  };
+  using Actions = std::vector<JobAction>;
+
+  void on(const JobBegins&, Actions& out);
+  void on(const AgentLaunchFailed& e, Actions& out);
+  void on(const AgentConnected& e, Actions& out);
+  void on(const NodeStaged& e, Actions& out);
+  void on(const StagingFailed& e, Actions& out);
+  void on(const NodeStarted& e, Actions& out);
+  void on(const RankExited& e, Actions& out);
+  void on(const NodeIdle& e, Actions& out);
+  void on(const AgentLost& e, Actions& out);
+  void on(const StopSignal& e, Actions& out);
+  void on(const MaxRuntimeOver&, Actions& out);
+  void on(const ConnectDeadlineOver&, Actions& out);
+  void on(const ExitDeadlineOver&, Actions& out);
+  void on(const OutputCopied& e, Actions& out);
+  void on(const OutputCopyFailed& e, Actions& out);
+  void on(const RecordWriteFailed& e, Actions& out);
+
+  void say(Actions& out, std::string line, bool always = false) const;
+  void state(Actions& out, const std::string& name, std::optional<int> attempt,
+             const std::string& reason = {}) const;
+  void startAttempt(Actions& out);
+  void beginStop(Ending ending, const std::string& why, Actions& out);
+  void maybeAttemptOver(Actions& out);
+  void finish(Ending ending, const std::string& why, Actions& out);
+  void agentsGone(Actions& out);
+  void nextOutput(Actions& out);
+  void complete(Actions& out);
+  JobOutcome outcome() const;
+
+  // From the plan.
+  std::vector<Node> nodes_;
+  std::vector<std::optional<Rank>> ranks_;  // by global rank
+  std::vector<plan::OutputPlan> outputs_;
+  int key_total_ = 0;
+  int max_restarts_ = 0;
+  int64_t grace_ms_ = 0;
+  int64_t max_runtime_ms_ = 0;
+  Millis connect_timeout_;
+
+  TimePoint now_{};
+  TimePoint began_{};
+  TimePoint attempt_started_{};
+  int connected_ = 0;
+  int staged_nodes_ = 0;
+  int started_nodes_ = 0;
+  int started_processes_ = 0;
+  int key_ok_ = 0;
+  int attempt_ = 0;
+  int signals_seen_ = 0;
+  int stop_signal_ = 0;
+  Ending ending_ = Ending::kNone;
+  std::string why_;
+  bool no_restart_ = false;
+  bool finishing_ = false;  // agents were told to exit
+  bool reaped_ = false;
+  bool copy_all_outputs_ = false;
+  size_t next_output_ = 0;
+  bool completed_ = false;  // the final state and result were asked for
+  bool finished_ = false;
+  std::vector<RankExit> exits_;
+  std::vector<OutputResult> output_results_;
+  std::set<RecordFile> unwritable_;  // record files that failed, each said once
+  std::optional<JobOutcome> final_;
+};
+
+}  // namespace cohort::agent

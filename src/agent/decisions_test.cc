@@ -1,0 +1,743 @@
+// The coordinator's decision table: JobDecisions driven by events and a fake time, one test per
+// rule. No process, socket or timer is involved: the agents' reports are events, and what the
+// coordinator would do is the list of actions.
+#include "agent/decisions.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <string>
+#include <vector>
+
+namespace cohort::agent {
+namespace {
+
+using namespace std::chrono_literals;
+
+// `nodes` nodes of `per_node` ranks of role "worker" (all key), plus `ps` ranks of role "ps"
+// (not key) on node 0.
+plan::Plan makePlan(int nodes, int per_node, int ps = 0) {
+  plan::Plan p;
+  p.job_id = "j1";
+  p.job_name = "test";
+  p.grace_period_ms = 30000;
+  int rank = 0;
+  for (int n = 0; n < nodes; ++n) {
+    plan::NodePlan node;
+    node.node = n;
+    auto add = [&](const std::string& role, int role_rank, bool key) {
+      plan::RankPlan r;
+      r.role = role;
+      r.role_rank = role_rank;
+      r.name = role + "/" + std::to_string(role_rank);
+      r.rank = rank++;
+      r.node = n;
+      r.key = key;
+      r.log_file = "logs/" + role + "-" + std::to_string(role_rank) + ".log";
+      node.ranks.push_back(r);
+    };
+    if (n == 0) {
+      for (int i = 0; i < ps; ++i) add("ps", i, false);
+    }
+    for (int i = 0; i < per_node; ++i) add("worker", n * per_node + i, true);
+    p.nodes.push_back(node);
+  }
+  return p;
+}
+
+template <class A>
+std::vector<A> all(const std::vector<JobAction>& actions) {
+  std::vector<A> out;
+  for (const JobAction& a : actions) {
+    if (auto* x = std::get_if<A>(&a)) out.push_back(*x);
+  }
+  return out;
+}
+
+template <class A>
+bool has(const std::vector<JobAction>& actions) {
+  return !all<A>(actions).empty();
+}
+
+// The states written as events, in order.
+std::vector<std::string> states(const std::vector<JobAction>& actions) {
+  std::vector<std::string> out;
+  for (const WriteEvent& w : all<WriteEvent>(actions)) {
+    if (w.event.kind == job::EventKind::kState) out.push_back(w.event.state);
+  }
+  return out;
+}
+
+std::vector<std::string> said(const std::vector<JobAction>& actions) {
+  std::vector<std::string> out;
+  for (const Say& s : all<Say>(actions)) out.push_back(s.line);
+  return out;
+}
+
+bool saidSomething(const std::vector<JobAction>& actions, const std::string& part) {
+  for (const std::string& line : said(actions)) {
+    if (line.find(part) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// A job driven the way the coordinator's shell drives it: every input at a fake time, every
+// action kept. The helpers play the agents.
+class Job {
+ public:
+  explicit Job(const plan::Plan& plan, Millis connect_timeout = Millis(60000))
+      : plan_(plan), decisions_(plan, connect_timeout) {}
+
+  std::vector<JobAction> feed(const JobInput& input, Millis after = Millis(0)) {
+    now_ += after;
+    auto actions = decisions_.handle(input, now_);
+    for (const JobAction& a : actions) {
+      if (auto* f = std::get_if<Finish>(&a)) finish_ = f->outcome;
+    }
+    log_.insert(log_.end(), actions.begin(), actions.end());
+    return actions;
+  }
+
+  int nodes() const { return static_cast<int>(plan_.nodes.size()); }
+  int attempt() const { return attempt_; }
+
+  void connectAll() {
+    feed(JobBegins{});
+    for (int n = 0; n < nodes(); ++n) feed(AgentConnected{n});
+  }
+  void stageAll() {
+    for (int n = 0; n < nodes(); ++n) feed(NodeStaged{n, 0, 0, 0.0});
+  }
+  // Up to every rank of attempt 0 running.
+  void runAll() {
+    connectAll();
+    stageAll();
+    startAll();
+  }
+  void startAll() {
+    for (int n = 0; n < nodes(); ++n) {
+      feed(NodeStarted{n, attempt_, static_cast<int>(plan_.nodes[n].ranks.size())});
+    }
+  }
+  std::vector<JobAction> exit(int rank, int code, int signal = 0, bool by_cohort = false,
+                              int64_t time_ns = 0) {
+    int node = 0;
+    for (const plan::NodePlan& n : plan_.nodes) {
+      for (const plan::RankPlan& r : n.ranks) {
+        if (r.rank == rank) node = n.node;
+      }
+    }
+    if (time_ns == 0) time_ns = ++clock_ns_;
+    return feed(RankExited{node, attempt_, rank, code, signal, by_cohort, time_ns, {"last line"}});
+  }
+  // The agents stop whatever still runs (SIGTERM, reported as cohort's doing) and go idle.
+  std::vector<JobAction> stopRest(const std::vector<int>& running) {
+    std::vector<JobAction> out;
+    for (int rank : running) {
+      auto a = exit(rank, 0, SIGTERM, true);
+      out.insert(out.end(), a.begin(), a.end());
+    }
+    for (int n = 0; n < nodes(); ++n) {
+      auto a = feed(NodeIdle{n, attempt_});
+      out.insert(out.end(), a.begin(), a.end());
+    }
+    return out;
+  }
+  // The agents, told to exit, close their connections.
+  std::vector<JobAction> agentsExit() {
+    std::vector<JobAction> out;
+    for (int n = 0; n < nodes(); ++n) {
+      auto a = feed(AgentLost{n});
+      out.insert(out.end(), a.begin(), a.end());
+    }
+    return out;
+  }
+  void nextAttempt() { ++attempt_; }
+
+  const std::optional<JobOutcome>& outcome() const { return finish_; }
+  const std::vector<JobAction>& log() const { return log_; }
+  JobDecisions& decisions() { return decisions_; }
+
+ private:
+  plan::Plan plan_;
+  JobDecisions decisions_;
+  TimePoint now_{};
+  int64_t clock_ns_ = 1000;
+  int attempt_ = 0;
+  std::optional<JobOutcome> finish_;
+  std::vector<JobAction> log_;
+};
+
+// ---- the way to running ----------------------------------------------------------------------
+
+TEST(JobDecisions, BeginningArmsTheConnectDeadlineAndLaunchesTheAgents) {
+  Job job(makePlan(2, 1), Millis(5000));
+  auto a = job.feed(JobBegins{});
+  EXPECT_EQ(states(a), std::vector<std::string>{"starting"});
+  auto timers = all<ArmTimer>(a);
+  ASSERT_EQ(timers.size(), 1u);
+  EXPECT_EQ(timers[0].timer, TimerKind::kConnect);
+  EXPECT_EQ(timers[0].after, Millis(5000));
+  EXPECT_TRUE(has<LaunchAgents>(a));
+}
+
+TEST(JobDecisions, StagingBeginsOnlyWhenEveryAgentConnected) {
+  Job job(makePlan(2, 1));
+  job.feed(JobBegins{});
+  auto first = job.feed(AgentConnected{0});
+  ASSERT_EQ(all<SendPlan>(first).size(), 1u);
+  EXPECT_EQ(all<SendPlan>(first)[0].node, 0);
+  EXPECT_FALSE(has<SendStage>(first));
+  auto second = job.feed(AgentConnected{1});
+  EXPECT_EQ(all<SendPlan>(second)[0].node, 1);
+  EXPECT_TRUE(has<SendStage>(second));
+  EXPECT_EQ(states(second), std::vector<std::string>{"staging"});
+  ASSERT_EQ(all<DisarmTimer>(second).size(), 1u);
+  EXPECT_EQ(all<DisarmTimer>(second)[0].timer, TimerKind::kConnect);
+}
+
+TEST(JobDecisions, RanksStartOnlyWhenEveryNodeStaged) {
+  plan::Plan plan = makePlan(2, 1);
+  plan.max_runtime_ms = 300;
+  Job job(plan);
+  job.connectAll();
+  auto first = job.feed(NodeStaged{0, 3, 1 << 20, 0.5});
+  EXPECT_FALSE(has<SendStart>(first));
+  ASSERT_EQ(all<WriteEvent>(first).size(), 1u);
+  EXPECT_EQ(all<WriteEvent>(first)[0].event.kind, job::EventKind::kStaged);
+  EXPECT_EQ(all<WriteEvent>(first)[0].event.files, 3);
+  auto second = job.feed(NodeStaged{1, 0, 0, 0.1});
+  ASSERT_EQ(all<SendStart>(second).size(), 1u);
+  EXPECT_EQ(all<SendStart>(second)[0].attempt, 0);
+  EXPECT_EQ(states(second), std::vector<std::string>{"running"});
+  auto timers = all<ArmTimer>(second);
+  ASSERT_EQ(timers.size(), 1u);
+  EXPECT_EQ(timers[0].timer, TimerKind::kRuntime);
+  EXPECT_EQ(timers[0].after, Millis(300));
+}
+
+TEST(JobDecisions, StagedLineOnlyForNodesWithInputs) {
+  plan::Plan plan = makePlan(2, 1);
+  plan.nodes[1].inputs.push_back({"/in", "/work/node1/in", false});
+  Job job(plan);
+  job.connectAll();
+  EXPECT_TRUE(said(job.feed(NodeStaged{0, 0, 0, 0.0})).empty());
+  EXPECT_EQ(said(job.feed(NodeStaged{1, 2, 3 << 20, 1.5})),
+            std::vector<std::string>{"node 1 staged 2 file(s), 3.0 MiB in 1.50s"});
+}
+
+TEST(JobDecisions, StartedLineCountsEveryProcessAndTheTimeSinceStart) {
+  Job job(makePlan(2, 2));
+  job.connectAll();
+  job.stageAll();
+  EXPECT_TRUE(said(job.feed(NodeStarted{0, 0, 2}, 100ms)).empty());
+  EXPECT_EQ(said(job.feed(NodeStarted{1, 0, 2}, 150ms)),
+            std::vector<std::string>{"4 process(es) started on 2 node(s) in 0.250s"});
+}
+
+// ---- success and failure ---------------------------------------------------------------------
+
+TEST(JobDecisions, KeyRoleSuccessStopsOtherRoles) {
+  Job job(makePlan(2, 1, /*ps=*/1));  // rank 0: ps (node 0); ranks 1, 2: workers
+  job.runAll();
+  EXPECT_FALSE(has<SendStop>(job.exit(1, 0)));
+  auto last = job.exit(2, 0);
+  EXPECT_EQ(states(last), std::vector<std::string>{"stopping"});
+  ASSERT_EQ(all<SendStop>(last).size(), 1u);
+  EXPECT_EQ(all<SendStop>(last)[0].grace_ms, 30000);
+  EXPECT_TRUE(said(last).empty()) << "success is not a failure to announce";
+  auto idle = job.stopRest({0});
+  EXPECT_TRUE(has<SendExit>(idle));
+  auto end = job.agentsExit();
+  EXPECT_TRUE(has<ReapAgents>(end));
+  EXPECT_EQ(states(end), std::vector<std::string>{"succeeded"});
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->state, JobState::kSucceeded);
+  EXPECT_EQ(job.outcome()->exit_code, 0);
+  EXPECT_EQ(job.outcome()->reason, "every rank of the key role(s) exited 0");
+  EXPECT_FALSE(job.outcome()->root_cause);
+  EXPECT_EQ(job.outcome()->exits.size(), 3u);
+  ASSERT_EQ(all<WriteResult>(end).size(), 1u);
+  EXPECT_EQ(all<WriteResult>(end)[0].outcome.state, JobState::kSucceeded);
+}
+
+TEST(JobDecisions, SuccessNeedsEveryKeyRank) {
+  Job job(makePlan(2, 1));
+  job.runAll();
+  auto a = job.exit(0, 0);
+  EXPECT_FALSE(has<SendStop>(a));
+  EXPECT_TRUE(states(a).empty());
+}
+
+TEST(JobDecisions, FirstKeyRankFailureStopsEveryRank) {
+  Job job(makePlan(2, 2));
+  job.runAll();
+  auto a = job.exit(3, 7);
+  EXPECT_EQ(said(a), std::vector<std::string>{
+                         "worker/3 on node 1 exited with code 7; stopping every rank"});
+  EXPECT_EQ(states(a), std::vector<std::string>{"stopping"});
+  EXPECT_TRUE(has<SendStop>(a));
+  job.stopRest({0, 1, 2});
+  job.agentsExit();
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->state, JobState::kFailed);
+  EXPECT_EQ(job.outcome()->exit_code, 7);
+  ASSERT_TRUE(job.outcome()->root_cause);
+  EXPECT_EQ(job.outcome()->root_cause->rank, 3);
+  EXPECT_EQ(job.outcome()->root_cause->node, 1);
+  EXPECT_EQ(job.outcome()->root_cause->log_file, "logs/worker-3.log");
+}
+
+TEST(JobDecisions, UnexpectedSignalOfAnyRankFailsTheJobWithAShellStyleCode) {
+  Job job(makePlan(1, 1, /*ps=*/1));  // rank 0: ps, not key
+  job.runAll();
+  auto a = job.exit(0, 0, SIGKILL);
+  EXPECT_TRUE(saidSomething(a, "ps/0 on node 0 was killed by SIGKILL"));
+  job.stopRest({1});
+  job.agentsExit();
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->exit_code, 128 + SIGKILL);
+}
+
+// What the coordinator does today for a rank of a role outside `policy.success`: its non-zero
+// exit that cohort did not cause is a failure like any other.
+TEST(JobDecisions, NonKeyRankNonZeroExitFailsTheJob) {
+  Job job(makePlan(1, 1, /*ps=*/1));
+  job.runAll();
+  EXPECT_TRUE(has<SendStop>(job.exit(0, 2)));
+}
+
+TEST(JobDecisions, NonKeyRankExitingZeroChangesNothing) {
+  Job job(makePlan(1, 1, /*ps=*/1));
+  job.runAll();
+  auto a = job.exit(0, 0);
+  EXPECT_FALSE(has<SendStop>(a));
+  EXPECT_TRUE(states(a).empty());
+}
+
+TEST(JobDecisions, RootCauseIsTheFirstFailureInTimeNotTheFirstReported) {
+  Job job(makePlan(1, 3));
+  job.runAll();
+  job.exit(1, 1, 0, false, /*time_ns=*/2000);  // reported first, happened later
+  job.exit(0, 0, SIGTERM, true, /*time_ns=*/500);  // stopped by cohort: a consequence
+  job.exit(2, 2, 0, false, /*time_ns=*/1500);  // the first failure
+  job.stopRest({});
+  job.agentsExit();
+  ASSERT_TRUE(job.outcome());
+  ASSERT_TRUE(job.outcome()->root_cause);
+  EXPECT_EQ(job.outcome()->root_cause->rank, 2);
+  EXPECT_EQ(job.outcome()->exit_code, 2);
+}
+
+TEST(JobDecisions, ExitsCohortCausedNeverDecideTheJob) {
+  Job job(makePlan(1, 2));
+  job.runAll();
+  auto a = job.exit(0, 0, SIGTERM, /*by_cohort=*/true);
+  EXPECT_FALSE(has<SendStop>(a));
+}
+
+// ---- restarts --------------------------------------------------------------------------------
+
+TEST(JobDecisions, FailureWithinBudgetRestartsTheWholeGang) {
+  plan::Plan plan = makePlan(2, 1);
+  plan.max_restarts = 2;
+  Job job(plan);
+  job.runAll();
+  job.exit(1, 3);
+  auto a = job.stopRest({0});
+  EXPECT_FALSE(has<SendExit>(a));
+  EXPECT_EQ(said(a), std::vector<std::string>{
+                         "attempt 1 failed (worker/1 on node 1 exited with code 3); restarting "
+                         "(1 of 2 restarts)"});
+  EXPECT_EQ(states(a), (std::vector<std::string>{"restarting", "running"}));
+  ASSERT_EQ(all<SendStart>(a).size(), 1u);
+  EXPECT_EQ(all<SendStart>(a)[0].attempt, 1);
+  job.nextAttempt();
+  job.startAll();
+  job.exit(0, 0);
+  job.exit(1, 0);
+  job.stopRest({});
+  job.agentsExit();
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->state, JobState::kSucceeded);
+  EXPECT_EQ(job.outcome()->attempts, 2);
+  EXPECT_EQ(job.outcome()->exits.size(), 4u) << "every attempt's exits are kept";
+}
+
+TEST(JobDecisions, RestartBudgetRunsOutAndTheLastAttemptNamesTheCause) {
+  plan::Plan plan = makePlan(2, 1);
+  plan.max_restarts = 1;
+  Job job(plan);
+  job.runAll();
+  job.exit(1, 5);
+  job.stopRest({0});
+  job.nextAttempt();
+  job.startAll();
+  job.exit(0, 6);
+  auto a = job.stopRest({1});
+  EXPECT_FALSE(has<SendStart>(a));
+  EXPECT_TRUE(has<SendExit>(a));
+  job.agentsExit();
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->attempts, 2);
+  ASSERT_TRUE(job.outcome()->root_cause);
+  EXPECT_EQ(job.outcome()->root_cause->attempt, 1);
+  EXPECT_EQ(job.outcome()->root_cause->rank, 0);
+  EXPECT_EQ(job.outcome()->exit_code, 6);
+}
+
+TEST(JobDecisions, ReportsOfAnEarlierAttemptAreIgnored) {
+  plan::Plan plan = makePlan(1, 2);
+  plan.max_restarts = 1;
+  Job job(plan);
+  job.runAll();
+  job.exit(0, 1);
+  job.stopRest({1});
+  // Attempt 1 runs; a late report of attempt 0 must not end it.
+  EXPECT_TRUE(job.feed(RankExited{0, 0, 1, 9, 0, false, 99, {}}).empty());
+  EXPECT_TRUE(job.feed(NodeIdle{0, 0}).empty());
+}
+
+TEST(JobDecisions, NoRestartAfterAUserStop) {
+  plan::Plan plan = makePlan(2, 1);
+  plan.max_restarts = 2;
+  Job job(plan);
+  job.runAll();
+  auto a = job.feed(StopSignal{SIGINT});
+  EXPECT_EQ(said(a), (std::vector<std::string>{
+                         "SIGINT received: stopping the job (send it again to kill at once)",
+                         "stopped by SIGINT; stopping every rank"}));
+  EXPECT_TRUE(has<SendStop>(a));
+  job.exit(0, 1);  // a rank that dies of the stop with an error of its own
+  auto b = job.stopRest({1});
+  EXPECT_FALSE(has<SendStart>(b));
+  job.agentsExit();
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->state, JobState::kStopped);
+  EXPECT_EQ(job.outcome()->exit_code, 128 + SIGINT);
+  EXPECT_EQ(job.outcome()->reason, "stopped by SIGINT");
+}
+
+// ---- stops -----------------------------------------------------------------------------------
+
+TEST(JobDecisions, StopDuringStagingEndsStoppedWithoutStarting) {
+  Job job(makePlan(2, 1));
+  job.connectAll();
+  auto a = job.feed(StopSignal{SIGTERM});
+  EXPECT_TRUE(has<SendStop>(a));
+  EXPECT_TRUE(has<SendExit>(a)) << "nothing runs, so nothing has to be waited for";
+  job.stageAll();  // staging cannot be interrupted; it ends after the stop
+  job.agentsExit();
+  EXPECT_FALSE(has<SendStart>(job.log()));
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->state, JobState::kStopped);
+  EXPECT_EQ(job.outcome()->exit_code, 128 + SIGTERM);
+}
+
+TEST(JobDecisions, StopBeforeEveryAgentConnectedEndsAtOnce) {
+  Job job(makePlan(2, 1));
+  job.feed(JobBegins{});
+  job.feed(AgentConnected{0});
+  auto a = job.feed(StopSignal{SIGHUP});
+  EXPECT_TRUE(has<SendExit>(a));
+  EXPECT_FALSE(has<SendStage>(job.log()));
+  // The other agent comes too late: it is only told to go.
+  auto late = job.feed(AgentConnected{1});
+  ASSERT_EQ(all<SendExit>(late).size(), 1u);
+  EXPECT_EQ(all<SendExit>(late)[0].node, std::optional<int>(1));
+  EXPECT_FALSE(has<SendPlan>(late));
+  job.agentsExit();
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->state, JobState::kStopped);
+  EXPECT_EQ(job.outcome()->exit_code, 128 + SIGHUP);
+}
+
+TEST(JobDecisions, SecondSignalKillsAtOnce) {
+  Job job(makePlan(2, 1));
+  job.runAll();
+  auto first = job.feed(StopSignal{SIGINT});
+  ASSERT_EQ(all<SendStop>(first).size(), 1u);
+  EXPECT_EQ(all<SendStop>(first)[0].grace_ms, 30000);
+  auto second = job.feed(StopSignal{SIGINT});
+  EXPECT_EQ(said(second), std::vector<std::string>{"second signal: killing every rank now"});
+  ASSERT_EQ(all<SendStop>(second).size(), 1u);
+  EXPECT_EQ(all<SendStop>(second)[0].grace_ms, 0);
+  job.stopRest({0, 1});
+  job.agentsExit();
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->exit_code, 128 + SIGINT);
+}
+
+TEST(JobDecisions, SignalsAfterTheEndAreIgnored) {
+  Job job(makePlan(1, 1));
+  job.runAll();
+  job.exit(0, 0);
+  job.stopRest({});
+  EXPECT_TRUE(job.feed(StopSignal{SIGTERM}).empty());
+  job.agentsExit();
+  EXPECT_EQ(job.outcome()->state, JobState::kSucceeded);
+}
+
+// ---- what goes wrong around the ranks --------------------------------------------------------
+
+TEST(JobDecisions, StagingFailureFailsWithoutStartingOrRestarting) {
+  plan::Plan plan = makePlan(2, 1);
+  plan.max_restarts = 3;
+  Job job(plan);
+  job.connectAll();
+  job.feed(NodeStaged{0, 0, 0, 0.0});
+  auto a = job.feed(StagingFailed{1, "copy 'a': No such file or directory"});
+  auto events = all<WriteEvent>(a);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0].event.kind, job::EventKind::kStageFailed);
+  EXPECT_EQ(said(a), std::vector<std::string>{
+                         "staging on node 1 failed: copy 'a': No such file or directory"});
+  EXPECT_TRUE(has<SendExit>(a));
+  job.agentsExit();
+  EXPECT_FALSE(has<SendStart>(job.log()));
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->state, JobState::kFailed);
+  EXPECT_EQ(job.outcome()->exit_code, 1);
+}
+
+TEST(JobDecisions, LostAgentFailsWithoutRestart) {
+  plan::Plan plan = makePlan(2, 1);
+  plan.max_restarts = 2;
+  Job job(plan);
+  job.runAll();
+  auto a = job.feed(AgentLost{1});
+  EXPECT_EQ(said(a), std::vector<std::string>{"node 1's agent was lost; stopping every rank"});
+  EXPECT_TRUE(has<SendStop>(a));
+  job.exit(0, 0, SIGTERM, true);
+  auto b = job.feed(NodeIdle{0, 0});
+  EXPECT_FALSE(has<SendStart>(b));
+  EXPECT_TRUE(has<SendExit>(b));
+  job.feed(AgentLost{0});
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->state, JobState::kFailed);
+  EXPECT_EQ(job.outcome()->exit_code, 1);
+  EXPECT_EQ(job.outcome()->reason, "node 1's agent was lost");
+}
+
+TEST(JobDecisions, MaxRuntimeEndsWith124) {
+  plan::Plan plan = makePlan(2, 1);
+  plan.max_runtime_ms = 300;
+  plan.max_restarts = 2;
+  Job job(plan);
+  job.runAll();
+  auto a = job.feed(MaxRuntimeOver{}, 300ms);
+  EXPECT_EQ(said(a), std::vector<std::string>{"max_runtime 0.3s exceeded; stopping every rank"});
+  EXPECT_TRUE(has<SendStop>(a));
+  auto b = job.stopRest({0, 1});
+  EXPECT_FALSE(has<SendStart>(b)) << "a job out of time is not restarted";
+  job.agentsExit();
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->state, JobState::kFailed);
+  EXPECT_EQ(job.outcome()->exit_code, 124);
+}
+
+TEST(JobDecisions, ConnectDeadlineNamesTheNodesThatDidNotConnect) {
+  Job job(makePlan(3, 1), Millis(2000));
+  job.feed(JobBegins{});
+  job.feed(AgentConnected{0});
+  auto a = job.feed(ConnectDeadlineOver{}, 2s);
+  EXPECT_TRUE(has<SendExit>(a));
+  job.feed(AgentLost{0});
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->exit_code, 1);
+  EXPECT_EQ(job.outcome()->reason, "the agent(s) of node(s) 1, 2 did not connect within 2.0s");
+}
+
+TEST(JobDecisions, ConnectDeadlineAfterEveryAgentConnectedChangesNothing) {
+  Job job(makePlan(2, 1));
+  job.connectAll();
+  EXPECT_TRUE(job.feed(ConnectDeadlineOver{}).empty());
+}
+
+TEST(JobDecisions, AgentThatCannotBeStartedFailsTheJob) {
+  Job job(makePlan(2, 1));
+  job.feed(JobBegins{});
+  auto a = job.feed(AgentLaunchFailed{1, "fork: Resource temporarily unavailable"});
+  EXPECT_TRUE(has<ReapAgents>(a)) << "no agent is connected: nothing to wait for";
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->exit_code, 1);
+  EXPECT_EQ(job.outcome()->reason,
+            "could not start node 1's agent: fork: Resource temporarily unavailable");
+}
+
+TEST(JobDecisions, AgentsThatDoNotExitInTimeAreReaped) {
+  Job job(makePlan(2, 1));
+  job.runAll();
+  job.exit(0, 0);
+  job.exit(1, 0);
+  auto a = job.stopRest({});
+  ASSERT_EQ(all<ArmTimer>(a).size(), 1u);
+  EXPECT_EQ(all<ArmTimer>(a)[0].timer, TimerKind::kExit);
+  job.feed(AgentLost{0});  // node 1's agent stays
+  EXPECT_FALSE(job.outcome());
+  auto b = job.feed(ExitDeadlineOver{}, 10s);
+  EXPECT_TRUE(has<ReapAgents>(b));
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->state, JobState::kSucceeded);
+}
+
+// ---- outputs ---------------------------------------------------------------------------------
+
+TEST(JobDecisions, OutputsAreCopiedOneAfterAnotherOnceTheAgentsAreGone) {
+  plan::Plan plan = makePlan(1, 1);
+  plan.outputs = {{"/job/output/a", "/store/a", false}, {"/job/output/b", "/store/b", false}};
+  Job job(plan);
+  job.runAll();
+  job.exit(0, 0);
+  job.stopRest({});
+  auto a = job.agentsExit();
+  ASSERT_EQ(all<CopyOutput>(a).size(), 1u);
+  EXPECT_EQ(all<CopyOutput>(a)[0].index, 0u);
+  EXPECT_FALSE(job.outcome());
+  auto b = job.feed(OutputCopied{0, 2, 1 << 20});
+  EXPECT_EQ(said(b), std::vector<std::string>{"output /job/output/a -> /store/a (2 file(s), "
+                                              "1.0 MiB)"});
+  ASSERT_EQ(all<CopyOutput>(b).size(), 1u);
+  EXPECT_EQ(all<CopyOutput>(b)[0].index, 1u);
+  job.feed(OutputCopied{1, 1, 10});
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->state, JobState::kSucceeded);
+  ASSERT_EQ(job.outcome()->outputs.size(), 2u);
+  EXPECT_EQ(job.outcome()->outputs[1].target, "/store/b");
+}
+
+TEST(JobDecisions, FailedJobCopiesOnlyTheAlwaysOutputs) {
+  plan::Plan plan = makePlan(1, 1);
+  plan.outputs = {{"/job/output/model", "/store/m", false}, {"/job/logs", "/store/l", true}};
+  Job job(plan);
+  job.runAll();
+  job.exit(0, 1);
+  job.stopRest({});
+  auto a = job.agentsExit();
+  ASSERT_EQ(all<CopyOutput>(a).size(), 1u);
+  EXPECT_EQ(all<CopyOutput>(a)[0].index, 1u);
+}
+
+TEST(JobDecisions, OutputCopyFailureFailsASucceededJob) {
+  plan::Plan plan = makePlan(1, 1);
+  plan.outputs = {{"/job/output", "/store/m", false}};
+  Job job(plan);
+  job.runAll();
+  job.exit(0, 0);
+  job.stopRest({});
+  job.agentsExit();
+  auto a = job.feed(OutputCopyFailed{0, "No space left on device"});
+  EXPECT_EQ(said(a), std::vector<std::string>{
+                         "copying output '/job/output' failed: No space left on device"});
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->state, JobState::kFailed);
+  EXPECT_EQ(job.outcome()->exit_code, 1);
+  EXPECT_EQ(job.outcome()->outputs[0].error, "No space left on device");
+}
+
+// ---- the job's record ------------------------------------------------------------------------
+
+TEST(JobDecisions, RecordWriteFailureNeverReportsSuccess) {
+  Job job(makePlan(1, 1));
+  job.runAll();
+  job.exit(0, 0);
+  job.stopRest({});
+  auto end = job.agentsExit();
+  ASSERT_EQ(all<WriteResult>(end).size(), 1u);
+  ASSERT_EQ(job.outcome()->state, JobState::kSucceeded);
+  // The shell could not write result.json: the answer is taken back.
+  auto a = job.feed(RecordWriteFailed{RecordFile::kResult, "result.json",
+                                      "No space left on device"});
+  const std::string why = "could not write the job's record 'result.json': No space left on device";
+  auto says = all<Say>(a);
+  ASSERT_EQ(says.size(), 1u);
+  EXPECT_EQ(says[0].line, why);
+  EXPECT_TRUE(says[0].always) << "said even when progress lines are off";
+  EXPECT_FALSE(has<WriteResult>(a)) << "the file that failed is not tried again";
+  ASSERT_EQ(all<Finish>(a).size(), 1u);
+  const JobOutcome o = all<Finish>(a)[0].outcome;
+  EXPECT_EQ(o.state, JobState::kFailed);
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_EQ(o.reason, why);
+}
+
+TEST(JobDecisions, FinalEventWriteFailureRewritesTheResultAsFailed) {
+  Job job(makePlan(1, 1));
+  job.runAll();
+  job.exit(0, 0);
+  job.stopRest({});
+  job.agentsExit();
+  auto a = job.feed(RecordWriteFailed{RecordFile::kEvents, "events.jsonl", "Disk quota exceeded"});
+  ASSERT_EQ(all<WriteResult>(a).size(), 1u);
+  EXPECT_EQ(all<WriteResult>(a)[0].outcome.state, JobState::kFailed);
+  EXPECT_EQ(all<WriteResult>(a)[0].outcome.reason,
+            "could not write the job's record 'events.jsonl': Disk quota exceeded");
+  EXPECT_EQ(job.outcome()->exit_code, 1);
+  // The same file failing again (the rewritten final event) is said once and changes nothing.
+  EXPECT_TRUE(job.feed(RecordWriteFailed{RecordFile::kEvents, "events.jsonl", "x"}).empty());
+}
+
+TEST(JobDecisions, EventsWriteFailureWhileRunningStopsTheJobWithoutRestart) {
+  plan::Plan plan = makePlan(2, 1);
+  plan.max_restarts = 2;
+  Job job(plan);
+  job.runAll();
+  auto a = job.feed(RecordWriteFailed{RecordFile::kEvents, "events.jsonl",
+                                      "No space left on device"});
+  auto says = all<Say>(a);
+  ASSERT_EQ(says.size(), 1u);
+  EXPECT_EQ(says[0].line, "could not write the job's record 'events.jsonl': No space left on "
+                          "device; stopping every rank");
+  EXPECT_TRUE(says[0].always);
+  EXPECT_TRUE(has<SendStop>(a));
+  auto b = job.stopRest({0, 1});
+  EXPECT_FALSE(has<SendStart>(b));
+  job.agentsExit();
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->state, JobState::kFailed);
+  EXPECT_EQ(job.outcome()->exit_code, 1);
+}
+
+TEST(JobDecisions, RecordWriteFailureWhileStoppingASucceededJobFailsIt) {
+  Job job(makePlan(1, 1, /*ps=*/1));
+  job.runAll();
+  job.exit(1, 0);  // the key rank: success, the ps is being stopped
+  auto a = job.feed(RecordWriteFailed{RecordFile::kEvents, "events.jsonl", "Input/output error"});
+  EXPECT_TRUE(all<Say>(a)[0].always);
+  job.stopRest({0});
+  job.agentsExit();
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->state, JobState::kFailed);
+  EXPECT_EQ(job.outcome()->reason,
+            "could not write the job's record 'events.jsonl': Input/output error");
+}
+
+TEST(JobDecisions, RecordWriteFailureOfAFailedJobKeepsItsRootCause) {
+  Job job(makePlan(1, 2));
+  job.runAll();
+  job.exit(1, 4);
+  job.stopRest({0});
+  job.agentsExit();
+  ASSERT_EQ(job.outcome()->exit_code, 4);
+  auto a = job.feed(RecordWriteFailed{RecordFile::kResult, "result.json",
+                                      "No space left on device"});
+  EXPECT_EQ(said(a), std::vector<std::string>{
+                         "could not write the job's record 'result.json': No space left on "
+                         "device"});
+  EXPECT_FALSE(has<Finish>(a)) << "the answer already given stands";
+}
+
+TEST(JobDecisions, NothingIsDecidedAfterTheEnd) {
+  Job job(makePlan(1, 1));
+  job.runAll();
+  job.exit(0, 0);
+  job.stopRest({});
+  job.agentsExit();
+  ASSERT_TRUE(job.decisions().finished());
+  EXPECT_TRUE(job.feed(StopSignal{SIGINT}).empty());
+  EXPECT_TRUE(job.feed(AgentConnected{0}).empty());
+  EXPECT_TRUE(job.feed(MaxRuntimeOver{}).empty());
+}
+
+}  // namespace
+}  // namespace cohort::agent
