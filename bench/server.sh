@@ -30,6 +30,7 @@ TMP=$(mktemp -d /tmp/cohort-bench-server.XXXXXX)
 # `pgrep -f $TMP/` finds exactly this benchmark's processes.
 cleanup() { pgrep -f "$TMP/" | xargs -r kill -9 2>/dev/null || true; rm -rf "$TMP"; }
 trap cleanup EXIT
+chmod 755 "$TMP"  # a server run as root runs ranks as users of their own
 mkdir "$TMP/bin"
 ln -s "$BUILD/cohort-test-rank" "$TMP/bin/cohort-test-rank"
 

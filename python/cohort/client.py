@@ -236,12 +236,12 @@ class Client:
                               "cannot reach %s: %s" % (url, str(e) or type(e).__name__)) from None
 
     def _call(self, method: str, path: str, body: Any = None, query=None, data=None,
-              content_type: Optional[str] = None, headers=None) -> Any:
+              content_type: Optional[str] = None, headers=None, timeout=None) -> Any:
         """Sends a request (``body`` as JSON, or raw ``data``); returns the decoded JSON answer
         (None for an empty one)."""
         if body is not None:
             data, content_type = json.dumps(body).encode("utf-8"), "application/json"
-        response = self._open(method, path, query, data, content_type, headers)
+        response = self._open(method, path, query, data, content_type, headers, timeout)
         url = response.geturl()
         try:
             with response:
@@ -474,21 +474,71 @@ class Job:
         self.record = self.client._call("GET", _job_path(self.id))
         return self
 
-    def wait(self, timeout: Optional[float] = None, poll: float = 0.5) -> Dict[str, Any]:
+    def wait(self, timeout: Optional[float] = None, poll: Optional[float] = None) -> Dict[str, Any]:
         """Waits until the job is final; returns its record. Raises TimeoutError after
-        ``timeout`` seconds (None: no limit)."""
+        ``timeout`` seconds (None: no limit). The job's events are followed by long-poll: the
+        server answers as soon as the next one is stored, so nothing polls. (``poll`` is
+        accepted for compatibility and not used.)"""
         deadline = None if timeout is None else time.monotonic() + timeout
+        after = 0
         while not self.done:
+            wait = 30.0
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError("job '%s' is still %s after %gs" %
                                        (self.id, self.state, timeout))
-                time.sleep(min(poll, left))
-            else:
-                time.sleep(poll)
+                wait = min(wait, left)
+            answer = self.client._call(
+                "GET", _job_path(self.id, "events"),
+                query={"after": after, "wait": "%dms" % max(1, int(wait * 1000))},
+                timeout=wait + self.client.timeout)
+            if isinstance(answer, dict) and isinstance(answer.get("last_seq"), int):
+                after = max(after, answer["last_seq"])
             self.refresh()
         return self.record
+
+    def follow_events(self, after: Optional[int] = None) -> Iterator[Dict[str, Any]]:
+        """Yields the job's events as they are stored (Server-Sent Events), each with its
+        ``seq``, until the job's final state event; ``after=SEQ`` starts after that one. A
+        stream that breaks is resumed where it stopped, so no event is lost or repeated."""
+        last = after
+        while True:
+            headers = {"Accept": "text/event-stream"}
+            query = {}
+            if last is not None:
+                headers["Last-Event-ID"] = str(last)
+            response = self.client._open("GET", _job_path(self.id, "events"), query or None,
+                                         headers=headers, timeout=self.client.timeout + 30)
+            ended = False
+            try:
+                data, event_id = [], None
+                while True:
+                    try:
+                        raw = response.readline()
+                    except (OSError, http.client.HTTPException):
+                        break  # resume from `last`
+                    if not raw:
+                        ended = True
+                        break
+                    line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                    if line == "":
+                        if data:
+                            event = json.loads("\n".join(data))
+                            if event_id is not None:
+                                last = int(event_id)
+                            yield event
+                        data, event_id = [], None
+                    elif line.startswith(":"):
+                        continue
+                    elif line.startswith("data:"):
+                        data.append(line[5:].lstrip(" "))
+                    elif line.startswith("id:"):
+                        event_id = line[3:].strip()
+            finally:
+                response.close()
+            if ended:
+                return
 
     def logs(self, follow: bool = False, rank: Optional[int] = None,
              offset: int = 0) -> Iterator[str]:

@@ -118,6 +118,8 @@ class ErrorParsing(unittest.TestCase):
 class _FakeClient:
     """Answers _call from a table and records every _open (a download)."""
 
+    timeout = 30.0
+
     def __init__(self, answers):
         self.answers = answers
         self.opened = []
@@ -224,7 +226,9 @@ class JobWithoutServer(unittest.TestCase):
                          [os.path.join(tmp, "data"), "store://b/p", "/abs"])
 
     def test_wait_raises_timeout_error_naming_the_job(self):
-        fake = _FakeClient({("GET", "/v1/jobs/j1"): {"id": "j1", "state": "queued"}})
+        fake = _FakeClient({("GET", "/v1/jobs/j1"): {"id": "j1", "state": "queued"},
+                            ("GET", "/v1/jobs/j1/events"): {"events": [], "last_seq": 0,
+                                                             "ended": False}})
         job = Job(fake, {"id": "j1", "state": "queued"})
         with self.assertRaisesRegex(TimeoutError, "job 'j1' is still queued after 0.1s"):
             job.wait(timeout=0.1, poll=0.02)
@@ -235,11 +239,34 @@ class JobWithoutServer(unittest.TestCase):
 
         class Fake(_FakeClient):
             def _call(self, method, path, body=None, query=None, **kwargs):
+                if path.endswith("/events"):
+                    return {"events": [], "last_seq": 0, "ended": False}
                 return next(records)
 
         job = Job(Fake({}), {"id": "j1", "state": "queued"})
         self.assertEqual(job.wait(timeout=5, poll=0.01)["exit_code"], 0)
         self.assertTrue(job.done)
+
+    def test_wait_long_polls_the_events_after_the_last_seen_and_never_sleeps(self):
+        records = iter([{"id": "j1", "state": "running"},
+                        {"id": "j1", "state": "succeeded", "exit_code": 0}])
+        polls = []
+
+        class Fake(_FakeClient):
+            def _call(self, method, path, body=None, query=None, **kwargs):
+                if path.endswith("/events"):
+                    polls.append((dict(query), kwargs.get("timeout")))
+                    return {"events": [{"seq": 3 + len(polls)}], "last_seq": 3 + len(polls),
+                            "ended": False}
+                return next(records)
+
+        job = Job(Fake({}), {"id": "j1", "state": "queued"})
+        with mock.patch.object(client_module.time, "sleep",
+                               side_effect=AssertionError("Job.wait slept: it polls")):
+            self.assertEqual(job.wait()["state"], "succeeded")
+        self.assertEqual([q["after"] for q, _ in polls], [0, 4])
+        self.assertTrue(all(q["wait"] == "30000ms" for q, _ in polls), polls)
+        self.assertTrue(all(t > 30 for _, t in polls), "the read timeout is under the wait")
 
     def test_repr_says_what_a_person_wants_to_know(self):
         c = _FakeClient({})
@@ -413,6 +440,9 @@ class RealServer(unittest.TestCase):
         self.addCleanup(env.stop)
         self.tmp = tempfile.mkdtemp(prefix="cohort-client-test-")
         self.addCleanup(shutil.rmtree, self.tmp, True)
+        # A server run as root runs each account's ranks as a user of its own, who must be able
+        # to enter the data root (mkdtemp makes it 0700).
+        os.chmod(self.tmp, 0o755)
         self.workdir = os.path.join(self.tmp, "code")
         os.makedirs(self.workdir)
         self.stderr_path = os.path.join(self.tmp, "server.stderr")
@@ -518,6 +548,24 @@ class RealServer(unittest.TestCase):
                             for line in lines), lines)
         self.assertTrue(any(line.endswith("] end\n") for line in lines), lines)
         self.assertEqual(self.wait(job)["state"], "succeeded")
+
+    def test_follow_events_yields_every_event_once_in_order_until_the_final_state(self):
+        job = self.admin.submit(self.rank_job("echo=a", "sleep=1", "echo=b"))
+        events = []
+        reader = threading.Thread(target=lambda: events.extend(job.follow_events()),
+                                  daemon=True)
+        reader.start()
+        reader.join(_JOB_DEADLINE)
+        self.assertFalse(reader.is_alive(), "follow_events did not end with the job")
+        seqs = [e["seq"] for e in events]
+        self.assertEqual(seqs, sorted(set(seqs)), events)
+        self.assertEqual(events[0]["event"], "submitted")
+        self.assertEqual((events[-1]["event"], events[-1]["state"]), ("state", "succeeded"))
+        stored = sorted(e["seq"] for e in job.events())
+        self.assertEqual(seqs, stored[:len(seqs)])
+        # Resumed after a seq: only what came later.
+        later = list(job.follow_events(after=seqs[1]))
+        self.assertEqual([e["seq"] for e in later], seqs[2:])
 
     def test_a_failing_job_is_failed_with_the_ranks_exit_code(self):
         job = self.admin.submit(self.rank_job("echo=about to fail", "exit=3"))

@@ -39,9 +39,13 @@ namespace {
 using Json = nlohmann::json;
 using Row = std::vector<std::string>;
 
-constexpr auto kPollInterval = std::chrono::milliseconds(300);
-// While waiting for a job, how long a server that went away (a restart) is retried.
+// How long one long-poll of a job's events waits for the next (the server answers at once when
+// one arrives); well under the client's 60 s read timeout.
+constexpr const char* kLongPoll = "30s";
+// While waiting for a job, how long a server that went away (a restart) is retried, and how
+// long between two tries.
 constexpr auto kWaitRetryFor = std::chrono::seconds(30);
+constexpr auto kRetryInterval = std::chrono::milliseconds(300);
 
 const char* const kCommands[] = {"login",  "whoami",  "submit",   "ps",      "status",
                                  "logs",   "stop",    "delete",   "outputs", "share",
@@ -556,21 +560,27 @@ int jobExitCode(const Json& job) {
   return str(job, "state") == "succeeded" ? 0 : kExitFailed;
 }
 
-// Polls the job until it is final; prints state changes on stderr unless `quiet`. Returns the
-// final record.
+// Follows the job's events (long-poll: the server answers when the next one is stored) until
+// the job is final; prints state changes on stderr unless `quiet`. Returns the final record.
 Result<Json> waitForJob(ApiClient& api, Json job, bool quiet) {
   const std::string id = str(job, "id");
   std::string shown = stateSummary(job);
   auto failing_since = std::chrono::steady_clock::time_point::max();
+  int64_t after = 0;  // the last event seen
   while (!store::isFinalState(str(job, "state"))) {
-    std::this_thread::sleep_for(kPollInterval);
-    auto next = api.call("GET", jobPath(id));
+    auto events = api.call("GET", jobPath(id) + "/events", nullptr,
+                           {{"after", std::to_string(after)}, {"wait", kLongPoll}});
+    auto next = events ? api.call("GET", jobPath(id)) : Result<Json>(tl::unexpected(events.error()));
+    if (events) {
+      if (auto seq = integer(at(*events, "last_seq"))) after = std::max(after, *seq);
+    }
     if (!next) {
       // A server restart should not end a long wait; anything else does.
       auto now = std::chrono::steady_clock::now();
       if (next.error().code != Code::kUnavailable) return tl::unexpected<Error>(next.error());
       if (failing_since == std::chrono::steady_clock::time_point::max()) failing_since = now;
       if (now - failing_since > kWaitRetryFor) return tl::unexpected<Error>(next.error());
+      std::this_thread::sleep_for(kRetryInterval);  // the server is away: try again soon
       continue;
     }
     failing_since = std::chrono::steady_clock::time_point::max();
@@ -752,10 +762,11 @@ Result<int> cmdSubmit(int argc, char** argv) {
     std::fflush(stdout);
   }
   if (!quiet) {
-    // The answer comes before the scheduler's next pass (a few ms later): ask once more, so
-    // that the line says whether the job started or why it waits.
+    // The answer comes before the scheduler's next pass (a few ms later): wait briefly for
+    // the job's first event (it started), then ask once more, so that the line says whether
+    // the job started or why it waits.
     if (str(record, "state") == "queued") {
-      std::this_thread::sleep_for(std::chrono::milliseconds(150));
+      (void)api.call("GET", jobPath(id) + "/events", nullptr, {{"after", "0"}, {"wait", "150ms"}});
       if (auto again = api.call("GET", jobPath(id)); again) record = *again;
     }
     std::fprintf(stderr, "cohort: submitted %s (%s)\n", id.c_str(), stateSummary(record).c_str());

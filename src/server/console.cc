@@ -1,6 +1,5 @@
 #include "server/console.h"
 
-#include <httplib.h>
 #include <openssl/evp.h>
 
 namespace cohort::server {
@@ -44,17 +43,16 @@ const std::string& consoleContentSecurityPolicy() {
   return policy;
 }
 
-void serveConsole(httplib::Server& http) {
-  auto page = [](const httplib::Request&, httplib::Response& res) {
-    std::string_view html = consolePage();
-    res.set_content(html.data(), html.size(), "text/html; charset=utf-8");
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("Content-Security-Policy", consoleContentSecurityPolicy());
-    res.set_header("X-Content-Type-Options", "nosniff");
-    res.set_header("Referrer-Policy", "no-referrer");
-  };
-  http.Get("/", page);
-  http.Get("/console", page);
+bool isConsolePath(const std::string& path) { return path == "/" || path == "/console"; }
+
+void consoleAnswer(http::Response& res) {
+  std::string_view html = consolePage();
+  res.status = 200;
+  res.setContent(std::string(html), "text/html; charset=utf-8");
+  res.setHeader("Cache-Control", "no-cache");
+  res.setHeader("Content-Security-Policy", consoleContentSecurityPolicy());
+  res.setHeader("X-Content-Type-Options", "nosniff");
+  res.setHeader("Referrer-Policy", "no-referrer");
 }
 
 }  // namespace cohort::server

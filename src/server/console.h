@@ -10,9 +10,7 @@
 #include <string>
 #include <string_view>
 
-namespace httplib {
-class Server;
-}
+#include "server/http.h"
 
 namespace cohort::server {
 
@@ -22,8 +20,10 @@ std::string_view consolePage();
 // The Content-Security-Policy header value the page is served with.
 const std::string& consoleContentSecurityPolicy();
 
-// Registers GET / and GET /console on `http`. They are not API routes: not counted in
+// The page's paths, / and /console (GET only). They are not API routes: not counted in
 // Server::routes() (which the OpenAPI document must match) nor in the HTTP metrics.
-void serveConsole(httplib::Server& http);
+bool isConsolePath(const std::string& path);
+// Answers with the page and its headers.
+void consoleAnswer(http::Response& res);
 
 }  // namespace cohort::server

@@ -105,8 +105,32 @@ Json jobPaths() {
   logs["parameters"] = {
       parameter("query", "rank", "that rank's log", {{"type", "integer"}, {"minimum", 0}}),
       parameter("query", "offset", "bytes to skip", {{"type", "integer"}, {"minimum", 0}}),
-      parameter("query", "follow", "1: stream new lines until the job ends",
+      parameter("query", "follow",
+                "1: stream new lines as they are written (no polling) until the job ends",
                 {{"type", "string"}, {"enum", {"0", "1", "true", "false"}}})};
+
+  Json events_content = json("EventList");
+  events_content["text/event-stream"] = {
+      {"schema", {{"type", "string"},
+                  {"description",
+                   "Server-Sent Events: each event as 'id: <seq>' and 'data: <the event as "
+                   "JSON>', until the job's final state event; ': keep-alive' comments while "
+                   "nothing happens"}}}};
+  Json events = operation(
+      "A job's events. Without parameters: every event so far, in time order. With after or "
+      "wait: those after a seq, in seq order, answered at once when there are some, else as "
+      "soon as one is stored or the wait is over (long-poll). With 'Accept: text/event-stream': "
+      "a stream of them (Server-Sent Events), resumable with Last-Event-ID",
+      "getJobEvents", 200, "the events", events_content, {400, 401, 404, 500});
+  events["parameters"] = {
+      parameter("query", "after", "only events with a larger seq (the submitted event is 0)",
+                {{"type", "integer"}, {"minimum", 0}}),
+      parameter("query", "wait",
+                "long-poll: wait up to this long (like 30s; at most 5m) for an event after "
+                "'after'",
+                {{"type", "string"}}),
+      parameter("header", "Last-Event-ID", "event streams: resume after this seq",
+                {{"type", "integer"}, {"minimum", 0}})};
 
   return {
       {"/v1/jobs",
@@ -122,8 +146,7 @@ Json jobPaths() {
                              "deleteJob", 204, "removed", nullptr, {401, 404, 409, 500})}}},
       {"/v1/jobs/{id}/events",
        {{"parameters", {kJobId}},
-        {"get", operation("A job's events, in order", "getJobEvents", 200, "the events",
-                          json("EventList"), {401, 404, 500})}}},
+        {"get", events}}},
       {"/v1/jobs/{id}/ranks",
        {{"parameters", {kJobId}},
         {"get", operation("A job's processes (empty before it starts)", "getJobRanks", 200,
@@ -356,13 +379,18 @@ const char* const kSchemas = R"json(
     "additionalProperties": true,
     "properties": {
       "time": {"type": "string", "format": "date-time", "description": "ISO 8601 UTC"},
-      "event": {"type": "string", "description": "submitted, state, staged, rank_exit, output, ..."}
+      "event": {"type": "string", "description": "submitted, state, staged, rank_exit, output, ..."},
+      "seq": {"type": "integer", "description": "its place in the job's events: 0 for submitted, then 1, 2, ..."}
     },
     "description": "one event of a job; fields beyond time and event depend on the event"
   },
   "EventList": {
     "type": "object",
-    "properties": {"events": {"type": "array", "items": {"$ref": "#/components/schemas/Event"}}},
+    "properties": {
+      "events": {"type": "array", "items": {"$ref": "#/components/schemas/Event"}},
+      "last_seq": {"type": "integer", "description": "with after or wait: the last seq answered (pass it as the next after)"},
+      "ended": {"type": "boolean", "description": "with after or wait: the job is final and its last event was answered"}
+    },
     "required": ["events"],
     "additionalProperties": false
   },
@@ -641,7 +669,7 @@ const char* const kSchemas = R"json(
   "TokenRequest": {
     "type": "object",
     "properties": {
-      "label": {"type": "string"},
+      "label": {"type": "string", "maxLength": 256, "description": "at most 256 bytes"},
       "account": {"type": "string", "description": "admin only: make the token for this account"}
     },
     "additionalProperties": false

@@ -1,10 +1,10 @@
 #include "server/server.h"
 
 #include <fcntl.h>
-#include <httplib.h>
 #include <openssl/evp.h>
 #include <sys/file.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <limits>
 #include <mutex>
+#include <regex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -21,19 +22,23 @@
 #include <unordered_map>
 
 #include "server/access.h"
+#include "job/layout.h"
 #include "server/console.h"
+#include "server/event_hub.h"
+#include "server/http.h"
 #include "server/jobs.h"
 #include "server/metrics.h"
 #include "storage/uri.h"
 #include "store/job_store.h"
 #include "util/fd.h"
+#include "util/json_limits.h"
 #include "util/text.h"
 
 namespace cohort::server {
 
 using Json = nlohmann::json;
-using httplib::Request;
-using httplib::Response;
+using http::Request;
+using http::Response;
 
 namespace {
 
@@ -43,6 +48,12 @@ constexpr size_t kMaxUpload = size_t{1} << 30;
 // their whole body before reading the answer (cpp-httplib's, Python's) only see an answer when
 // the body was read. Bigger ones are refused unread, and such clients see the connection close.
 constexpr size_t kMaxJsonRead = 64 << 20;
+constexpr size_t kMaxTokenLabel = 256;
+constexpr size_t kMaxStoreName = 255;   // bytes of one name in a store:// path
+constexpr size_t kMaxStorePath = 1024;  // bytes of a whole store:// path
+constexpr auto kMaxWait = std::chrono::minutes(5);
+constexpr auto kSseKeepAlive = std::chrono::seconds(15);
+constexpr auto kFinalGrace = std::chrono::seconds(2);
 
 int httpStatus(Code code) {
   switch (code) {
@@ -70,17 +81,83 @@ int httpStatus(Code code) {
   return 500;
 }
 
+// JSON text; a string that is not valid UTF-8 (a path sent so) has its bad bytes replaced.
+std::string dumpJson(const Json& body) {
+  return body.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
 void writeError(Response& res, const Error& e) {
   res.status = httpStatus(e.code);
   Json body = {
       {"error",
        {{"code", e.code == Code::kIo ? "internal" : codeName(e.code)}, {"message", e.message}}}};
-  res.set_content(body.dump() + "\n", "application/json");
+  res.setContent(dumpJson(body) + "\n", "application/json");
+}
+
+Response errorResponse(const Error& e) {
+  Response res;
+  writeError(res, e);
+  return res;
 }
 
 void writeJson(Response& res, int status, const Json& body) {
   res.status = status;
-  res.set_content(body.dump() + "\n", "application/json");
+  res.setContent(dumpJson(body) + "\n", "application/json");
+}
+
+// `text` for a message: bytes that are not printable ASCII as \xNN.
+std::string printable(std::string_view text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (c >= 0x20 && c < 0x7f) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    }
+  }
+  return out;
+}
+
+bool validUtf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    uint32_t cp = n == 1 ? c : c & (0x7f >> n);
+    for (size_t k = 1; k < n; ++k) {
+      unsigned char d = static_cast<unsigned char>(s[i + k]);
+      if ((d >> 6) != 2) return false;
+      cp = (cp << 6) | (d & 0x3f);
+    }
+    if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
+        cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
+      return false;
+    }
+    i += n;
+  }
+  return true;
+}
+
+// A store:// path the server can hold: valid UTF-8, names of at most 255 bytes.
+Result<void> checkStorePath(const std::string& bucket, const std::string& key) {
+  const std::string uri = "store://" + bucket + "/" + key;
+  if (!validUtf8(uri)) {
+    return fail(Code::kInvalidArgument, printable(uri) + ": the path is not valid UTF-8");
+  }
+  if (uri.size() > kMaxStorePath) {
+    return fail(Code::kInvalidArgument, uri.substr(0, 64) + "...: the path is over " +
+                                            std::to_string(kMaxStorePath) + " bytes");
+  }
+  for (const std::string& part : split(key, '/')) {
+    if (part.size() > kMaxStoreName) {
+      return fail(Code::kInvalidArgument, uri + ": the name '" + part.substr(0, 32) +
+                                              "...' is over " + std::to_string(kMaxStoreName) +
+                                              " bytes (" + std::to_string(part.size()) + ")");
+    }
+  }
+  return {};
 }
 
 Json isoOrNull(int64_t nanos) { return nanos ? Json(isoTime(nanos)) : Json(nullptr); }
@@ -90,6 +167,8 @@ Result<Json> jsonBody(const Request& req, const std::set<std::string>& known) {
   if (req.body.size() > kMaxJsonBody) {
     return fail(Code::kTooLarge, "the request body is over 4 MiB");
   }
+  // nlohmann's parser recurses once per level: a deep body would overflow the stack.
+  COHORT_TRY(checkJsonDepth(req.body));
   Json body = Json::parse(req.body, nullptr, false);
   if (body.is_discarded()) return fail(Code::kInvalidArgument, "the body is not valid JSON");
   if (!body.is_object()) return fail(Code::kInvalidArgument, "the body must be a JSON object");
@@ -174,19 +253,15 @@ Result<void> sendFile(Response& res, const std::string& root, const std::string&
   if (ec || r.rfind(base, 0) != 0 || !std::filesystem::is_regular_file(real, ec)) {
     return fail(Code::kNotFound, what + " not found");
   }
-  int fd = ::open(r.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return failErrno("open " + what);
+  int fd = ::open(r.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return fail(Code::kNotFound, what + " not found");
   auto file = std::make_shared<UniqueFd>(fd);
   struct stat st {};
-  ::fstat(fd, &st);
-  res.set_content_provider(static_cast<size_t>(st.st_size), "application/octet-stream",
-                           [file](size_t offset, size_t length, httplib::DataSink& sink) {
-                             char buf[1 << 16];
-                             ssize_t n = ::pread(file->get(), buf, std::min(length, sizeof buf),
-                                                 static_cast<off_t>(offset));
-                             if (n <= 0) return false;
-                             return sink.write(buf, static_cast<size_t>(n));
-                           });
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return fail(Code::kNotFound, what + " not found");
+  res.status = 200;
+  res.content_type = "application/octet-stream";
+  res.file = file;
+  res.file_size = static_cast<uint64_t>(st.st_size);
   return {};
 }
 
@@ -239,8 +314,8 @@ struct Server::Impl {
   ServerOptions options;
   std::unique_ptr<store::JobStore> store;
   sched::SystemClock clock;
+  std::unique_ptr<EventHub> hub;  // before `jobs`, which notifies it
   std::unique_ptr<JobService> jobs;
-  httplib::Server http;
   HttpMetrics metrics;
   int port = 0;
   std::string first_admin_token;
@@ -253,9 +328,66 @@ struct Server::Impl {
   uint64_t auth_generation = 0;                        // bumped when a token is revoked
 
   using Handler = std::function<Result<void>(const Request&, Response&, const Caller&)>;
+  struct Route {
+    std::string method;
+    std::regex pattern;
+    std::function<void(const Request&, Response&)> run;
+  };
+  std::vector<Route> table;
+  // Last: destroyed first, so that no handler or stream runs once the rest is gone.
+  std::unique_ptr<http::HttpServer> http;
+
+  // Routes `req` (on a worker thread).
+  void handle(Request& req, Response& res) {
+    const std::string method = req.method == "HEAD" ? "GET" : req.method;
+    if (method == "GET" && isConsolePath(req.path)) {
+      consoleAnswer(res);
+      return;
+    }
+    std::smatch m;
+    for (const Route& r : table) {
+      if (r.method != method || !std::regex_match(req.path, m, r.pattern)) continue;
+      req.matches.assign(m.begin(), m.end());
+      r.run(req, res);
+      return;
+    }
+    writeError(res, Error{Code::kNotFound, "no such endpoint: " + req.method + " " + req.path +
+                                               " (see /v1/openapi.json)"});
+  }
+
+  // Before any of a request's body is read (on the loop thread).
+  http::Admission admit(const Request& req) {
+    http::Admission a;
+    // A compressed body would have to be inflated whole, with no limit to refuse it by.
+    const std::string encoding = req.header("Content-Encoding");
+    if (!encoding.empty() && encoding != "identity") {
+      a.answer = errorResponse(Error{Code::kInvalidArgument,
+                                     "send the request body uncompressed (Content-Encoding '" +
+                                         encoding + "' is not accepted)"});
+      return a;
+    }
+    // Refuse big bodies before reading them: only store uploads may be large, and only from a
+    // caller with a valid token. A chunked body has no length to go by, so its caller must
+    // have a valid token before any of it is read.
+    size_t length = std::strtoull(req.header("Content-Length").c_str(), nullptr, 10);
+    bool upload = req.method == "PUT" && req.path.rfind("/v1/store/", 0) == 0;
+    if ((upload && length > kMaxJsonRead) || req.hasHeader("Transfer-Encoding")) {
+      if (auto caller = authenticate(req); !caller) {
+        a.answer = errorResponse(caller.error());
+        return a;
+      }
+    }
+    if (length > (upload ? kMaxUpload : kMaxJsonRead)) {
+      a.answer = errorResponse(Error{Code::kTooLarge, std::string("the request body is over ") +
+                                                          (upload ? "1 GiB" : "4 MiB")});
+      return a;
+    }
+    a.body_limit = upload ? kMaxUpload : kMaxJsonRead;
+    return a;
+  }
 
   Result<Caller> authenticate(const Request& req) {
-    std::string header = req.get_header_value("Authorization");
+    std::string header = req.header("Authorization");
     if (header.rfind("Bearer ", 0) != 0 || header.size() <= 7) {
       return fail(Code::kUnauthenticated,
                   "no token: send 'Authorization: Bearer <token>' (cohort login URL)");
@@ -318,10 +450,7 @@ struct Server::Impl {
       metrics.record(method, name, res.status,
                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     };
-    if (method == "GET") http.Get(pattern, wrapped);
-    if (method == "POST") http.Post(pattern, wrapped);
-    if (method == "PUT") http.Put(pattern, wrapped);
-    if (method == "DELETE") http.Delete(pattern, wrapped);
+    table.push_back(Route{method, std::regex(pattern), wrapped});
   }
 
   Result<store::Job> visibleJob(const Caller& caller, const std::string& id) {
@@ -379,22 +508,45 @@ struct Server::Impl {
             {"root_cause", root_cause}};
   }
 
-  // The file a job's logs come from: a rank's log (from the job's plan) or the merged console.
-  Result<std::string> logFile(const store::Job& job, const std::string& rank) {
-    if (rank.empty()) return job.job_dir.empty() ? std::string() : job.job_dir + "/console.log";
+  // The file a job's logs come from: the merged console, or a rank's log. The plan only says
+  // which role and index the rank is; the path is built from those, never read from a file.
+  // "" when the job has not started. Errors: kInvalidArgument (rank not a number), kNotFound.
+  Result<std::string> logPath(const store::Job& job, const std::string& rank) {
+    if (rank.empty()) return job.job_dir.empty() ? std::string() : job::Layout(job.job_dir).consoleLog();
     auto r = parseInt(rank);
-    if (!r) return fail(Code::kInvalidArgument, "rank: expected a number, got '" + rank + "'");
+    if (!r) return fail(Code::kInvalidArgument, "rank: expected a number, got '" + printable(rank) + "'");
     if (r.value() < 0 || r.value() >= job.ranks) {
       return fail(Code::kNotFound, "job '" + job.id + "' has no rank " + rank);
     }
     if (job.job_dir.empty()) return std::string();  // not started: nothing yet
-    auto text = readFile(job.job_dir + "/plan.json");
+    const job::Layout layout(job.job_dir);
+    auto text = readFile(layout.planFile());
     if (!text) return std::string();
+    if (!checkJsonDepth(*text)) return fail(Code::kNotFound, "job '" + job.id + "' has no plan");
     Json plan = Json::parse(*text, nullptr, false);
-    if (plan.is_object()) {
-      for (const Json& node : plan.value("nodes", Json::array())) {
-        for (const Json& rp : node.value("ranks", Json::array())) {
-          if (rp.value("rank", -1) == *r) return rp.value("log_file", std::string());
+    auto plain = [](const std::string& name) {
+      if (name.empty() || name.size() > 64 || name == "." || name == "..") return false;
+      for (char c : name) {
+        bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+        if (!ok) return false;
+      }
+      return true;
+    };
+    if (plan.is_object() && plan["nodes"].is_array()) {
+      for (const Json& node : plan["nodes"]) {
+        if (!node.is_object() || !node.contains("ranks") || !node["ranks"].is_array()) continue;
+        for (const Json& rp : node["ranks"]) {
+          if (!rp.is_object() || rp.value("rank", -1) != *r) continue;
+          const std::string role = rp.value("role", "");
+          const int role_rank = rp.value("role_rank", -1);
+          // "worker/3" logs to worker-3.log; a launcher ("torchrun/node1") to torchrun-node1.log.
+          const std::string name = rp.value("name", "");
+          std::string index = std::to_string(role_rank);
+          if (name.rfind(role + "/", 0) == 0 && plain(name.substr(role.size() + 1))) {
+            index = name.substr(role.size() + 1);
+          }
+          if (!plain(role) || role_rank < 0 || !plain(index)) break;
+          return layout.logFile(role + "-" + index);
         }
       }
     }
@@ -405,6 +557,230 @@ struct Server::Impl {
   void jobRoutes();
   void storeRoutes();
   void accountRoutes();
+};
+
+namespace {
+
+// An event as the API shows it: the stored object with its "seq" and "time"; null when the
+// stored text is not an object.
+Json eventJson(const store::Event& e) {
+  if (!checkJsonDepth(e.json)) return nullptr;
+  Json j = Json::parse(e.json, nullptr, false);
+  if (!j.is_object()) return nullptr;
+  j.erase("t");
+  if (!j.contains("time")) j["time"] = isoTime(e.time);
+  j["seq"] = e.seq;
+  return j;
+}
+
+// The job's "submitted" event, which the store does not hold: seq 0, before every other.
+Json submittedJson(const store::Job& job) {
+  return {{"time", isoTime(job.submitted)},
+          {"event", "submitted"},
+          {"account", job.account},
+          {"priority", job.priority},
+          {"seq", 0}};
+}
+
+bool isFinalStateEvent(const Json& j) {
+  return j.value("event", "") == "state" && store::isFinalState(j.value("state", ""));
+}
+
+// The events of `job` after `after` (seq order), and whether they include its final state.
+struct EventsAfter {
+  std::vector<Json> events;
+  int64_t last = 0;
+  bool final_event = false;  // the job's final state event is among them (and is the last)
+};
+
+Result<EventsAfter> eventsAfter(store::JobStore& store, const store::Job& job, int64_t after) {
+  COHORT_ASSIGN(std::vector<store::Event> stored, store.events(job.id));
+  EventsAfter out;
+  out.last = std::max<int64_t>(after, 0);
+  if (after < 0) out.events.push_back(submittedJson(job));
+  for (const store::Event& e : stored) {
+    if (e.seq <= after) {
+      continue;
+    }
+    out.last = e.seq;
+    Json j = eventJson(e);
+    if (j.is_null()) continue;
+    const bool final_event = isFinalStateEvent(j);
+    out.events.push_back(std::move(j));
+    if (final_event) {
+      out.final_event = true;
+      break;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+// A followed log: what the file holds from `pos` on, then whatever is appended, until the job
+// is final and the last of it was sent. Woken by the log's directory (inotify) and the job's
+// events; holds no thread while it waits.
+class LogStream : public http::StreamSource {
+ public:
+  LogStream(Server::Impl& server, std::string job_id, std::string rank, std::string path,
+            UniqueFd fd, int64_t pos, bool following)
+      : server_(server),
+        job_id_(std::move(job_id)),
+        rank_(std::move(rank)),
+        path_(std::move(path)),
+        fd_(std::move(fd)),
+        pos_(pos),
+        following_(following) {}
+
+  void start(http::StreamWaker waker) override {
+    if (following_) sub_ = server_.hub->subscribe(job_id_, [waker] { waker.wake(); });
+  }
+
+  State pull(std::string& out) override {
+    if (server_.stopping) return State::kEnd;
+    if (path_.empty()) {
+      auto job = server_.store->job(job_id_);
+      if (!job) return State::kEnd;
+      if (!job->job_dir.empty()) {
+        auto p = server_.logPath(*job, rank_);
+        if (!p) return State::kEnd;
+        path_ = *p;
+      }
+    }
+    if (!path_.empty()) {
+      // Watch before reading: a line written after the read wakes the stream.
+      const std::string dir = path_.substr(0, path_.rfind('/'));
+      if (sub_ && watched_ != dir) {
+        watched_ = sub_->watch(dir, job::jobsDir(server_.options.data_root));
+      }
+      if (!fd_.valid()) {
+        auto fd = openLog(path_);
+        if (!fd) return State::kEnd;  // not a regular file: refused
+        fd_ = std::move(*fd);
+      }
+    }
+    if (fd_.valid()) {
+      out.resize(1 << 16);
+      ssize_t n = ::pread(fd_.get(), out.data(), out.size(), pos_);
+      if (n > 0) {
+        out.resize(static_cast<size_t>(n));
+        pos_ += n;
+        return State::kMore;
+      }
+      out.clear();
+    }
+    if (!following_ || ended_) return State::kEnd;
+    auto job = server_.store->job(job_id_);
+    // One more read after the job ended catches its last lines.
+    if (!job || store::isFinalState(job->state)) {
+      ended_ = true;
+      return State::kMore;
+    }
+    return State::kWait;
+  }
+
+  // Opens a log for reading: never through a symbolic link, and only a regular file. An
+  // invalid descriptor when there is no such file yet. Errors: kNotFound for anything else.
+  static Result<UniqueFd> openLog(const std::string& path) {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+    if (!fd.valid()) {
+      if (errno == ENOENT) return UniqueFd();
+      return fail(Code::kNotFound, "the log is not a regular file");
+    }
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+      return fail(Code::kNotFound, "the log is not a regular file");
+    }
+    return fd;
+  }
+
+ private:
+  Server::Impl& server_;
+  const std::string job_id_, rank_;
+  std::string path_;
+  UniqueFd fd_;
+  int64_t pos_;
+  const bool following_;
+  bool ended_ = false;
+  std::string watched_;
+  std::unique_ptr<EventHub::Subscription> sub_;
+};
+
+// A job's events as they are stored: Server-Sent Events (each "id: <seq>" and "data: <json>")
+// until the job's final state event; or one long-poll answer ({"events": [...], ...}) as soon as
+// there is an event after `after_`, the job ended, or the wait is over.
+class EventStream : public http::StreamSource {
+ public:
+  EventStream(Server::Impl& server, store::Job job, int64_t after, bool sse,
+              std::chrono::milliseconds wait)
+      : server_(server), job_(std::move(job)), after_(after), sse_(sse), wait_(wait) {}
+
+  void start(http::StreamWaker waker) override {
+    sub_ = server_.hub->subscribe(job_.id, [waker] { waker.wake(); });
+    deadline_ = std::chrono::steady_clock::now() + wait_;
+    sub_->wakeAfter(sse_ ? std::chrono::milliseconds(kSseKeepAlive) : wait_);
+    next_ping_ = std::chrono::steady_clock::now() + kSseKeepAlive;
+  }
+
+  State pull(std::string& out) override {
+    if (server_.stopping) return State::kEnd;
+    auto job = server_.store->job(job_.id);
+    if (!job) return State::kEnd;
+    auto got = eventsAfter(*server_.store, *job, after_);
+    if (!got) return State::kEnd;
+    after_ = got->last;
+    const bool final_job = store::isFinalState(job->state);
+    const auto now = std::chrono::steady_clock::now();
+    // A final job's last event may be a moment behind its record: wait for it a little.
+    bool ended = got->final_event;
+    if (final_job && !ended) {
+      if (final_seen_ && now >= final_deadline_) {
+        ended = true;
+      } else if (!final_seen_) {
+        final_seen_ = true;
+        final_deadline_ = now + kFinalGrace;
+        sub_->wakeAfter(std::chrono::milliseconds(kFinalGrace) + std::chrono::milliseconds(10));
+      }
+    }
+    if (!sse_) {
+      if (got->events.empty() && !ended && now < deadline_) {
+        // One byte of the body at once (JSON may start with blanks): a client, or a browser
+        // that counts a fetch as pending until its body starts, sees the answer has begun.
+        if (!primed_) out = " ";
+        primed_ = true;
+        return State::kWait;
+      }
+      Json list = Json::array();
+      for (Json& e : got->events) list.push_back(std::move(e));
+      out = dumpJson({{"events", list}, {"last_seq", after_}, {"ended", ended}}) + "\n";
+      return State::kEnd;
+    }
+    for (const Json& e : got->events) {
+      out += "id: " + std::to_string(e.value("seq", int64_t{0})) + "\ndata: " + dumpJson(e) +
+             "\n\n";
+    }
+    if (ended) return State::kEnd;
+    // A comment at once when there is no event yet, so that the body has begun.
+    if (out.empty() && !primed_) out = ": waiting for the next event\n\n";
+    primed_ = true;
+    if (out.empty() && now >= next_ping_) out = ": keep-alive\n\n";
+    if (now >= next_ping_) {
+      next_ping_ = now + kSseKeepAlive;
+      sub_->wakeAfter(std::chrono::milliseconds(kSseKeepAlive));
+    }
+    return State::kWait;
+  }
+
+ private:
+  Server::Impl& server_;
+  const store::Job job_;
+  int64_t after_;
+  const bool sse_;
+  const std::chrono::milliseconds wait_;
+  std::chrono::steady_clock::time_point deadline_, next_ping_, final_deadline_;
+  bool final_seen_ = false;
+  bool primed_ = false;
+  std::unique_ptr<EventHub::Subscription> sub_;
 };
 
 void Server::Impl::jobRoutes() {
@@ -424,8 +800,8 @@ void Server::Impl::jobRoutes() {
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
           store::JobFilter filter;
           if (!c.admin) filter.account = c.account;
-          for (size_t i = 0; i < req.get_param_value_count("state"); ++i) {
-            for (const std::string& s : split(req.get_param_value("state", i), ',')) {
+          for (size_t i = 0; i < req.paramCount("state"); ++i) {
+            for (const std::string& s : split(req.param("state", i), ',')) {
               if (s.empty()) continue;
               if (std::find(store::kJobStates.begin(), store::kJobStates.end(), s) ==
                   store::kJobStates.end()) {
@@ -435,8 +811,8 @@ void Server::Impl::jobRoutes() {
               filter.states.push_back(s);
             }
           }
-          if (req.has_param("limit")) {
-            auto n = parseInt(req.get_param_value("limit"));
+          if (req.hasParam("limit")) {
+            auto n = parseInt(req.param("limit"));
             if (!n || *n < 1)
               return fail(Code::kInvalidArgument, "limit: expected a positive number");
             filter.limit = *n;
@@ -456,23 +832,59 @@ void Server::Impl::jobRoutes() {
   route("GET", R"(/v1/jobs/([^/]+)/events)", true,
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
           COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[1]));
-          COHORT_ASSIGN(std::vector<store::Event> events, store->events(job.id));
-          // In time order: the coordinator and the server both write a job's events.
-          std::stable_sort(events.begin(), events.end(),
-                           [](const auto& a, const auto& b) { return a.time < b.time; });
-          Json out = Json::array();
-          out.push_back({{"time", isoTime(job.submitted)},
-                         {"event", "submitted"},
-                         {"account", job.account},
-                         {"priority", job.priority}});
-          for (const store::Event& e : events) {
-            Json j = Json::parse(e.json, nullptr, false);
-            if (!j.is_object()) continue;
-            j.erase("t");
-            if (!j.contains("time")) j["time"] = isoTime(e.time);
-            out.push_back(j);
+          const bool sse = req.header("Accept").find("text/event-stream") != std::string::npos;
+          int64_t after = -1;  // the "submitted" event is seq 0
+          if (req.hasParam("after")) {
+            auto n = parseInt64(req.param("after"));
+            if (!n || *n < 0) return fail(Code::kInvalidArgument, "after: expected a seq >= 0");
+            after = *n;
           }
-          writeJson(res, 200, {{"events", out}});
+          if (sse && req.hasHeader("Last-Event-ID")) {
+            auto n = parseInt64(req.header("Last-Event-ID"));
+            if (!n || *n < 0) {
+              return fail(Code::kInvalidArgument, "Last-Event-ID: expected a seq >= 0");
+            }
+            after = *n;
+          }
+          std::chrono::milliseconds wait{0};
+          if (req.hasParam("wait")) {
+            auto d = parseDuration(req.param("wait"));
+            if (!d || d->count() < 0 || *d > kMaxWait) {
+              return fail(Code::kInvalidArgument,
+                          "wait: expected a duration up to 5m (like 30s), got '" +
+                              printable(req.param("wait")) + "'");
+            }
+            wait = *d;
+          }
+          if (!sse && !req.hasParam("after") && !req.hasParam("wait")) {
+            // Every event so far, in time order: the coordinator and the server both write them.
+            COHORT_ASSIGN(std::vector<store::Event> events, store->events(job.id));
+            std::stable_sort(events.begin(), events.end(),
+                             [](const auto& a, const auto& b) { return a.time < b.time; });
+            Json out = Json::array();
+            out.push_back(submittedJson(job));
+            for (const store::Event& e : events) {
+              Json j = eventJson(e);
+              if (!j.is_null()) out.push_back(std::move(j));
+            }
+            writeJson(res, 200, {{"events", out}});
+            return Result<void>();
+          }
+          if (!sse) {
+            COHORT_ASSIGN(EventsAfter got, eventsAfter(*store, job, after));
+            const bool ended =
+                got.final_event || (store::isFinalState(job.state) && got.events.empty());
+            if (!got.events.empty() || ended || wait.count() == 0) {
+              Json list = Json::array();
+              for (Json& e : got.events) list.push_back(std::move(e));
+              writeJson(res, 200, {{"events", list}, {"last_seq", got.last}, {"ended", ended}});
+              return Result<void>();
+            }
+          }
+          res.status = 200;
+          res.content_type = sse ? "text/event-stream" : "application/json";
+          res.setHeader("Cache-Control", "no-cache");
+          res.stream = std::make_shared<EventStream>(*this, job, after, sse, wait);
           return Result<void>();
         });
   route("GET", R"(/v1/jobs/([^/]+)/ranks)", true,
@@ -531,62 +943,32 @@ void Server::Impl::jobRoutes() {
   route("GET", R"(/v1/jobs/([^/]+)/logs)", true,
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
           COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[1]));
-          const std::string rank = req.get_param_value("rank");
-          COHORT_ASSIGN(std::string path, logFile(job, rank));  // checks the rank now
+          const std::string rank = req.param("rank");
+          COHORT_ASSIGN(std::string path, logPath(job, rank));  // checks the rank now
           int64_t start = 0;
-          if (req.has_param("offset")) {
-            auto n = parseInt64(req.get_param_value("offset"));
+          if (req.hasParam("offset")) {
+            auto n = parseInt64(req.param("offset"));
             if (!n || *n < 0) return fail(Code::kInvalidArgument, "offset: expected bytes >= 0");
             start = *n;
           }
-          const std::string follow = req.get_param_value("follow");
+          const std::string follow = req.param("follow");
           const bool following = follow == "1" || follow == "true";
-          struct Stream {
-            std::string path;
-            int64_t pos = 0;
-            bool ended = false;  // the job was final at the previous look
-          };
-          auto stream = std::make_shared<Stream>(Stream{path, start, false});
+          UniqueFd fd;
+          if (!path.empty()) {
+            auto opened = LogStream::openLog(path);
+            if (!opened) {
+              return fail(Code::kNotFound, "job '" + job.id + "': the log of " +
+                                               (rank.empty() ? "the job" : "rank " + rank) +
+                                               " is not a regular file");
+            }
+            fd = std::move(*opened);
+          }
           res.status = 200;
-          const std::string id = job.id;
-          res.set_chunked_content_provider(
-              "text/plain; charset=utf-8",
-              [this, stream, id, rank, following](size_t, httplib::DataSink& sink) {
-                for (;;) {
-                  if (stopping) return false;
-                  if (stream->path.empty()) {
-                    auto job = store->job(id);
-                    if (!job) return false;
-                    if (!job->job_dir.empty()) {
-                      auto p = logFile(*job, rank);
-                      stream->path = p ? *p : std::string();
-                    }
-                  }
-                  if (!stream->path.empty()) {
-                    UniqueFd fd(::open(stream->path.c_str(), O_RDONLY | O_CLOEXEC));
-                    if (fd.valid()) {
-                      char buf[1 << 16];
-                      ssize_t n = ::pread(fd.get(), buf, sizeof buf, stream->pos);
-                      if (n > 0) {
-                        stream->pos += n;
-                        return sink.write(buf, static_cast<size_t>(n));
-                      }
-                    }
-                  }
-                  // Everything written so far was sent.
-                  if (!following || stream->ended) {
-                    sink.done();
-                    return true;
-                  }
-                  auto job = store->job(id);
-                  // One more read after the job ended catches its last lines.
-                  if (!job || store::isFinalState(job->state)) stream->ended = true;
-                  if (stream->ended) continue;
-                  // Nothing new: a client that hung up is noticed now, not at the next line.
-                  if (!sink.is_writable()) return false;
-                  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-                }
-              });
+          res.content_type = "text/plain; charset=utf-8";
+          res.setHeader("Cache-Control", "no-cache");
+          res.setHeader("X-Content-Type-Options", "nosniff");
+          res.stream = std::make_shared<LogStream>(*this, job.id, rank, path, std::move(fd), start,
+                                                   following);
           return Result<void>();
         });
   route("POST", R"(/v1/jobs/([^/]+)/stop)", true,
@@ -624,9 +1006,13 @@ void Server::Impl::storeRoutes() {
   auto location = [](const Request& req) -> Result<std::pair<std::string, std::string>> {
     const std::string uri =
         "store://" + std::string(req.matches[1]) + "/" + std::string(req.matches[2]);
+    if (!validUtf8(uri)) {
+      return fail(Code::kInvalidArgument, printable(uri) + ": the path is not valid UTF-8");
+    }
     if (!storage::validBucketName(req.matches[1]))
       return fail(Code::kNotFound, uri + ": not found");
     COHORT_ASSIGN(storage::Location where, storage::parseLocation(uri));
+    COHORT_TRY(checkStorePath(where.bucket, where.key));
     return std::pair{where.bucket, where.key};
   };
   route("GET", R"(/v1/store/([^/]+)/?(.*))", true,
@@ -641,7 +1027,7 @@ void Server::Impl::storeRoutes() {
             writeJson(res, 200, {{"files", listFiles(path)}});
             return Result<void>();
           }
-          if (req.get_param_value("list") == "1") {
+          if (req.param("list") == "1") {
             return fail(Code::kNotFound, "store://" + bucket + "/" + key + ": not found");
           }
           return sendFile(res, root, key, "store://" + bucket + "/" + key);
@@ -803,6 +1189,12 @@ void Server::Impl::accountRoutes() {
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
           COHORT_ASSIGN(Json body, jsonBody(req, {"label", "account"}));
           COHORT_ASSIGN(std::string label, field<std::string>(body, "label", ""));
+          if (label.size() > kMaxTokenLabel) {
+            return fail(Code::kInvalidArgument, "label: at most " +
+                                                    std::to_string(kMaxTokenLabel) +
+                                                    " bytes, got " +
+                                                    std::to_string(label.size()));
+          }
           COHORT_ASSIGN(std::string account, field<std::string>(body, "account", c.account));
           if (account != c.account && !c.admin) {
             return fail(Code::kPermissionDenied,
@@ -836,7 +1228,7 @@ void Server::Impl::accountRoutes() {
 void Server::Impl::routes() {
   route("GET", "/v1/openapi.json", false,
         [](const Request&, Response& res, const Caller&) -> Result<void> {
-          res.set_content(openApiDocument(), "application/json");
+          res.setContent(openApiDocument(), "application/json");
           return Result<void>();
         });
   route(
@@ -857,8 +1249,14 @@ void Server::Impl::routes() {
             "# HELP cohort_schedule_seconds Time of one scheduling pass.\n"
             "# TYPE cohort_schedule_seconds histogram\n";
         out += jobs->passLatency().render("cohort_schedule_seconds", "");
+        out += "# HELP cohort_http_connections Open HTTP connections.\n"
+               "# TYPE cohort_http_connections gauge\n";
+        out += "cohort_http_connections " + std::to_string(http ? http->connections() : 0) + "\n";
+        out += "# HELP cohort_followers Streams following a job's events or log (no thread "
+               "each).\n# TYPE cohort_followers gauge\n";
+        out += "cohort_followers " + std::to_string(hub->subscribers()) + "\n";
         out += metrics.render();
-        res.set_content(out, "text/plain; version=0.0.4");
+        res.setContent(out, "text/plain; version=0.0.4");
         return Result<void>();
       });
   jobRoutes();
@@ -897,87 +1295,44 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   jopts.capacity = options.capacity;
   jopts.gpu_ids = options.gpu_ids;
   jopts.isolate = options.isolate;
+  jopts.identities = options.identities;
+  COHORT_ASSIGN(impl->hub, EventHub::create());
+  jopts.on_events = [hub = impl->hub.get()](const std::string& id) { hub->notify(id); };
   COHORT_ASSIGN(impl->jobs, JobService::create(*impl->store, jopts, impl->clock));
 
-  httplib::Server& http = impl->http;
-  const int threads = options.http_threads;
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http.set_keep_alive_max_count(100000);
-  // Headers and body leave in two writes: without this, each response waits for the client's
-  // delayed ACK (about 40 ms).
-  http.set_tcp_nodelay(true);
-  // cpp-httplib sets SO_REUSEPORT, which lets a second server bind the same port and take half
-  // of the connections. SO_REUSEADDR alone still allows a quick restart.
-  http.set_socket_options([](int sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  });
-  http.set_payload_max_length(kMaxUpload);
   Impl* self = impl.get();
-  http.set_pre_routing_handler([self](const Request& req, Response& res) {
-    // A followed log must reach the client line by line. cpp-httplib compresses text for a
-    // client that accepts gzip or br (every browser does), and its compressor holds the lines
-    // until the job ends, so such a request is answered uncompressed. (The request object is
-    // cpp-httplib's own non-const one, handed to us as const.)
-    if (req.has_param("follow") && req.path.ends_with("/logs")) {
-      const_cast<Request&>(req).headers.erase("Accept-Encoding");
-    }
-    // cpp-httplib inflates a compressed body whole, with no limit to refuse it by.
-    const std::string encoding = req.get_header_value("Content-Encoding");
-    if (!encoding.empty() && encoding != "identity") {
-      writeError(res, Error{Code::kInvalidArgument,
-                            "send the request body uncompressed (Content-Encoding '" + encoding +
-                                "' is not accepted)"});
-      res.set_header("Connection", "close");
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    // Refuse big bodies before reading them: only store uploads may be large, and only from a
-    // caller with a valid token. A chunked body has no length to go by, so its caller must
-    // have a valid token before any of it is read.
-    size_t length = std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10);
-    bool upload = req.method == "PUT" && req.path.rfind("/v1/store/", 0) == 0;
-    if ((upload && length > kMaxJsonRead) || req.has_header("Transfer-Encoding")) {
-      if (auto caller = self->authenticate(req); !caller) {
-        writeError(res, caller.error());
-        res.set_header("Connection", "close");
-        return httplib::Server::HandlerResponse::Handled;
-      }
-    }
-    if (length > (upload ? kMaxUpload : kMaxJsonRead)) {
-      writeError(res, Error{Code::kTooLarge, std::string("the request body is over ") +
-                                                 (upload ? "1 GiB" : "4 MiB")});
-      res.set_header("Connection", "close");
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-  http.set_error_handler([](const Request& req, Response& res) {
-    if (!res.body.empty()) return;
-    std::string message =
-        res.status == 404
-            ? "no such endpoint: " + req.method + " " + req.path + " (see /v1/openapi.json)"
-        : res.status == 413 ? std::string("the request body is too large")
-        : res.status == 400 ? std::string(
-                                  "the request could not be read (a POST or PUT needs "
-                                  "a body or Content-Length: 0)")
-                            : std::string("the request could not be served");
-    Code code = res.status == 404   ? Code::kNotFound
-                : res.status == 413 ? Code::kTooLarge
-                : res.status == 400 ? Code::kInvalidArgument
-                                    : Code::kInternal;
-    int status = res.status;
-    writeError(res, Error{code, message});
-    res.status = status;
-  });
+  // Every follower holds a connection (a descriptor), not a thread: allow many.
+  rlimit files{};
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &files);
+  }
   impl->routes();
-  serveConsole(http);  // the web page at / and /console, not an API route
-  int port = options.port == 0
-                 ? http.bind_to_any_port(options.host)
-                 : (http.bind_to_port(options.host, options.port) ? options.port : -1);
-  if (port <= 0) {
+  http::Options hopts;
+  hopts.host = options.host;
+  hopts.port = options.port;
+  hopts.threads = options.http_threads;
+  hopts.admit = [self](const Request& req) { return self->admit(req); };
+  hopts.handle = [self](Request& req, Response& res) { self->handle(req, res); };
+  hopts.error = [](int status, std::string message) {
+    Code code = status == 404               ? Code::kNotFound
+                : status == 413 || status == 431 ? Code::kTooLarge
+                : status >= 500             ? Code::kInternal
+                                            : Code::kInvalidArgument;
+    Response res = errorResponse(Error{code, std::move(message)});
+    res.status = status;
+    return res;
+  };
+  EventHub* hub = impl->hub.get();
+  hopts.watch = {{hub->inotifyFd(), [hub] { hub->readInotify(); }},
+                 {hub->timerFd(), [hub] { hub->readTimer(); }}};
+  auto server = http::HttpServer::create(std::move(hopts));
+  if (!server) {
     return fail(Code::kIo, "cannot listen on " + options.host + ":" + std::to_string(options.port) +
                                " (in use? pick another with --listen HOST:PORT)");
   }
+  impl->http = std::move(*server);
+  const int port = impl->http->port();
   impl->port = port;
   // The first start makes the admin account, once the server is sure to serve.
   COHORT_ASSIGN(std::vector<store::Account> accounts, impl->store->accounts());
@@ -999,16 +1354,13 @@ const std::string& Server::firstAdminToken() const { return impl_->first_admin_t
 const std::vector<std::string>& Server::reconciled() const { return impl_->jobs->reconciled(); }
 
 Result<void> Server::run() {
-  if (!impl_->http.listen_after_bind()) {
-    if (impl_->stopping) return {};
-    return fail(Code::kIo, "the HTTP server stopped unexpectedly");
-  }
-  return {};
+  if (impl_->stopping) return {};
+  return impl_->http->run();
 }
 
 void Server::stop() {
   impl_->stopping = true;
-  impl_->http.stop();
+  if (impl_->http) impl_->http->stop();
 }
 
 }  // namespace cohort::server

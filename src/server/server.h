@@ -1,7 +1,10 @@
 // Server: `cohort server`'s HTTP/JSON API (docs/server-api.md) over the job store, the job
 // service and the object store. Every request but the OpenAPI document and /metrics is
 // authenticated by a bearer token (stored hashed); another account's job, log, output or store
-// path answers 404. One process: HTTP worker threads plus the job service's loop thread.
+// path answers 404. One process: the HTTP loop (server/http.h: it reads requests and writes
+// answers and streams), worker threads that run the handlers, and the job service's loop thread.
+// Followers of a job's events or log are streams woken through an EventHub (the job service's
+// on_events, inotify on the log's directory): none holds a thread while it waits.
 // `create` opens the store and reconciles; `run` blocks until `stop` (from any thread).
 #pragma once
 
@@ -11,6 +14,7 @@
 #include <vector>
 
 #include "sched/scheduler.h"
+#include "server/jobs.h"
 #include "util/result.h"
 
 namespace cohort::server {
@@ -23,7 +27,8 @@ struct ServerOptions {
   sched::Resources capacity;  // the machine's CPUs, memory and GPUs
   std::vector<int> gpu_ids;   // the GPUs' indices (capacity.gpus of them), handed out to jobs
   bool isolate = false;       // run every job's ranks under bubblewrap
-  int http_threads = 32;      // each streaming log follower holds one
+  Identities identities;      // the Unix identities accounts' ranks run as (see jobs.h)
+  int http_threads = 32;      // workers that run handlers; followers hold none
 };
 
 class Server {

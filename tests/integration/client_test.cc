@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include "harness.h"
 
@@ -608,6 +609,36 @@ TEST_F(LiveClient, LogsFollowStreamsUntilTheJobEnds) {
   RunResult r = follower.wait(30s);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "one\ntwo\n");
+}
+
+TEST_F(LiveClient, StatusWaitFollowsTheJobsEventsInsteadOfPollingItsRecord) {
+  const std::string gate = tempDir() + "/go";
+  RunResult s = admin({"submit", "-q", "--framework", "generic", "--", testRank(),
+                       "wait-file=" + gate, "exit=3"});
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  const std::string id = s.out.substr(0, s.out.find('\n'));
+  CohortProcess waiter({"status", id, "--wait"},
+                       {"XDG_CONFIG_HOME=" + tempDir(), "COHORT_SERVER=" + server_->url(),
+                        "COHORT_TOKEN=" + server_->adminToken()});
+  // The waiter is a follower of the job's events (a long-poll the server answers when the next
+  // one is stored), not a loop of GETs.
+  const int port = std::atoi(server_->url().substr(server_->url().rfind(':') + 1).c_str());
+  auto followers = [&] {
+    httplib::Client client("127.0.0.1", port);
+    auto res = client.Get("/metrics");
+    if (!res) return -1;
+    const std::string body = res->body;
+    const std::string name = "\ncohort_followers ";
+    size_t at = body.find(name);
+    return at == std::string::npos ? -1 : std::atoi(body.c_str() + at + name.size());
+  };
+  EXPECT_TRUE(waitFor([&] { return followers() >= 1; }, 30s))
+      << "cohort status --wait does not follow the job's events";
+  EXPECT_FALSE(processGone(waiter.pid()));
+  std::ofstream(gate).put('\n');
+  RunResult r = waiter.wait(30s);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_TRUE(Contains(r.out, "failed")) << r.out;
 }
 
 TEST_F(LiveClient, OutputsDownloadRoundTripsTheFiles) {

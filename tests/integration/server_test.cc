@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -203,6 +204,8 @@ class ServerFixture : public ::testing::Test {
     char pattern[] = "/tmp/cohort-server-test-XXXXXX";
     ASSERT_NE(::mkdtemp(pattern), nullptr);
     dir_ = pattern;
+    // As root the server runs each account's ranks as a user of its own, who must get through.
+    ASSERT_EQ(::chmod(dir_.c_str(), 0755), 0);
     data_root_ = dir_ + "/data";
     work_ = dir_ + "/work";
     std::filesystem::create_directories(data_root_);
@@ -1172,6 +1175,375 @@ TEST_F(ServerRobustness, LogFollowersThatHangUpDoNotHoldTheServer) {
   Json done = waitFinal(admin_, id);
   EXPECT_EQ(done.value("state", ""), "succeeded");
   EXPECT_EQ(done.value("exit_code", -1), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streams: followers of a job's log and events are pushed to and hold no thread
+
+// A raw HTTP/1.1 connection that stays open: sends a request, then reads what arrives.
+class RawConnection {
+ public:
+  explicit RawConnection(int port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~RawConnection() { hangUp(); }
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+
+  bool send(const std::string& request) {
+    return fd_ >= 0 && ::send(fd_, request.data(), request.size(), MSG_NOSIGNAL) ==
+                           static_cast<ssize_t>(request.size());
+  }
+  // Reads until `done(received)` holds, the server closes, or `deadline` passes.
+  const std::string& readUntil(const std::function<bool(const std::string&)>& done,
+                               std::chrono::milliseconds deadline = kDeadline) {
+    auto until = std::chrono::steady_clock::now() + deadline;
+    while (fd_ >= 0 && !done(got_)) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          until - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      timeval timeout{static_cast<time_t>(left.count() / 1000),
+                      static_cast<suseconds_t>(left.count() % 1000 * 1000)};
+      ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+      char buf[16384];
+      ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) {
+        closed_ = n == 0;
+        break;
+      }
+      got_.append(buf, static_cast<size_t>(n));
+    }
+    return got_;
+  }
+  const std::string& readUntilContains(const std::string& want,
+                                       std::chrono::milliseconds deadline = kDeadline) {
+    return readUntil([&](const std::string& got) { return contains(got, want); }, deadline);
+  }
+  void hangUp() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  bool closedByServer() const { return closed_; }
+  const std::string& received() const { return got_; }
+
+ private:
+  int fd_ = -1;
+  bool closed_ = false;
+  std::string got_;
+};
+
+// The body of a chunked answer (after its headers), decoded; `complete` says whether its last
+// chunk (the end of the stream) came.
+std::string dechunk(const std::string& answer, bool* complete = nullptr) {
+  if (complete) *complete = false;
+  size_t at = answer.find("\r\n\r\n");
+  if (at == std::string::npos) return "";
+  at += 4;
+  std::string body;
+  for (;;) {
+    size_t eol = answer.find("\r\n", at);
+    if (eol == std::string::npos) break;
+    size_t size = std::strtoul(answer.substr(at, eol - at).c_str(), nullptr, 16);
+    if (size == 0) {
+      if (complete) *complete = answer.compare(at, 1, "0") == 0;
+      break;
+    }
+    if (answer.size() < eol + 2 + size + 2) break;
+    body += answer.substr(eol + 2, size);
+    at = eol + 2 + size + 2;
+  }
+  return body;
+}
+
+bool streamEnded(const std::string& answer) {
+  bool complete = false;
+  dechunk(answer, &complete);
+  return complete;
+}
+
+// The events of a Server-Sent Events text: (id, data as JSON) in order.
+std::vector<std::pair<int64_t, Json>> sseEvents(const std::string& text) {
+  std::vector<std::pair<int64_t, Json>> out;
+  std::istringstream in(text);
+  std::string line;
+  int64_t id = -1;
+  std::string data;
+  while (std::getline(in, line)) {
+    if (line.empty()) {
+      if (!data.empty()) out.emplace_back(id, Json::parse(data, nullptr, false));
+      id = -1;
+      data.clear();
+    } else if (line.rfind("id: ", 0) == 0) {
+      id = std::atoll(line.c_str() + 4);
+    } else if (line.rfind("data: ", 0) == 0) {
+      data += line.substr(6);
+    }
+  }
+  return out;
+}
+
+// The value of a metric line "name value" in a /metrics text; -1 when absent.
+double metricValue(const std::string& text, const std::string& name) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name + " ", 0) == 0) return std::atof(line.c_str() + name.size() + 1);
+  }
+  return -1;
+}
+
+using ServerStreams = ServerFixture;
+
+TEST_F(ServerStreams, HundredsOfLogFollowersHoldNoThreadAndTheApiStaysResponsive) {
+  // Three HTTP threads and 200 followers: each follower holding a thread would leave none.
+  stopServer();
+  ASSERT_TRUE(startServer({"--cpus", "4", "--threads", "3"}));
+  const std::string id =
+      submit(admin_, rankJob("followed", {"echo=before", gate("go"), "echo=after"}));
+  ASSERT_FALSE(id.empty());
+  waitJob(admin_, id, isRunning);
+  const std::string other = submit(admin_, rankJob("other", {"echo=x"}));
+  ASSERT_FALSE(other.empty());
+  const std::string request = "GET /v1/jobs/" + id + "/logs?follow=1&rank=0 HTTP/1.1\r\n" +
+                              "Host: x\r\nAuthorization: Bearer " + admin_ + "\r\n\r\n";
+  std::vector<std::unique_ptr<RawConnection>> followers;
+  for (int i = 0; i < 200; ++i) {
+    followers.push_back(std::make_unique<RawConnection>(port_));
+    ASSERT_TRUE(followers.back()->send(request)) << "follower " << i;
+  }
+  for (size_t i = 0; i < followers.size(); ++i) {
+    ASSERT_TRUE(contains(followers[i]->readUntilContains("before"), "before"))
+        << "follower " << i << " got: " << followers[i]->received();
+  }
+  // Every follower is attached and waits; the API answers anyway (the job still runs).
+  for (int round = 0; round < 5; ++round) {
+    EXPECT_EQ(get("/v1/whoami", admin_).status, 200);
+    Answer metrics = get("/metrics", "");
+    EXPECT_EQ(metrics.status, 200);
+    EXPECT_GE(metricValue(metrics.body, "cohort_followers"), 200) << metrics.body;
+    Answer record = get("/v1/jobs/" + id, admin_);
+    EXPECT_EQ(record.json.value("state", ""), "running") << record;
+    EXPECT_EQ(get("/v1/jobs/" + other, admin_).status, 200);
+  }
+  // Pushed, not polled: every follower gets the next line and the end of the stream.
+  openGate("go");
+  for (size_t i = 0; i < followers.size(); ++i) {
+    const std::string& got = followers[i]->readUntil(streamEnded);
+    EXPECT_EQ(dechunk(got), "before\nafter\n") << "follower " << i << ": " << got;
+  }
+  EXPECT_EQ(waitFinal(admin_, id).value("state", ""), "succeeded");
+}
+
+TEST_F(ServerStreams, ASseFollowerGetsEveryEventOnceInOrderThenTheStreamEnds) {
+  const std::string id = submit(admin_, rankJob("sse", {"echo=one", gate("go"), "echo=two"}));
+  ASSERT_FALSE(id.empty());
+  RawConnection follower(port_);
+  ASSERT_TRUE(follower.send("GET /v1/jobs/" + id + "/events HTTP/1.1\r\nHost: x\r\n" +
+                            "Accept: text/event-stream\r\nAuthorization: Bearer " + admin_ +
+                            "\r\n\r\n"));
+  waitJob(admin_, id, isRunning);
+  openGate("go");
+  const std::string& got = follower.readUntil(streamEnded);
+  ASSERT_TRUE(streamEnded(got)) << "the stream did not end after the job's final event: " << got;
+  EXPECT_TRUE(contains(got, "Content-Type: text/event-stream")) << got;
+  auto streamed = sseEvents(dechunk(got));
+  ASSERT_FALSE(streamed.empty()) << got;
+  // Exactly the stored events, in seq order, each once, the final state last.
+  Answer all = get("/v1/jobs/" + id + "/events?after=0", admin_);
+  ASSERT_EQ(all.status, 200) << all;
+  std::vector<int64_t> want = {0};  // submitted
+  for (const Json& e : all.json["events"]) {
+    want.push_back(e.value("seq", int64_t{-1}));
+    if (e.value("event", "") == "state" && e.value("state", "") == "succeeded") break;
+  }
+  std::vector<int64_t> ids;
+  for (const auto& [seq, event] : streamed) {
+    ids.push_back(seq);
+    EXPECT_EQ(event.value("seq", int64_t{-1}), seq) << event.dump();
+  }
+  EXPECT_EQ(ids, want);
+  EXPECT_EQ(streamed.front().second.value("event", ""), "submitted");
+  EXPECT_EQ(streamed.back().second.value("event", ""), "state");
+  EXPECT_EQ(streamed.back().second.value("state", ""), "succeeded");
+}
+
+TEST_F(ServerStreams, ResumingWithLastEventIdLosesNothingAndRepeatsNothing) {
+  const std::string id = submit(admin_, rankJob("resume", {"echo=one", gate("go"), "echo=two"}));
+  ASSERT_FALSE(id.empty());
+  waitJob(admin_, id, isRunning);
+  const std::string head = "GET /v1/jobs/" + id + "/events HTTP/1.1\r\nHost: x\r\n" +
+                           "Accept: text/event-stream\r\nAuthorization: Bearer " + admin_ + "\r\n";
+  std::vector<std::pair<int64_t, Json>> seen;
+  {
+    RawConnection first(port_);
+    ASSERT_TRUE(first.send(head + "\r\n"));
+    // Up to the running state, then hang up.
+    const std::string& got = first.readUntil(
+        [](const std::string& g) { return contains(dechunk(g), "\"state\":\"running\""); });
+    seen = sseEvents(dechunk(got));
+    ASSERT_FALSE(seen.empty()) << got;
+  }
+  openGate("go");
+  waitFinal(admin_, id);
+  RawConnection again(port_);
+  ASSERT_TRUE(again.send(head + "Last-Event-ID: " + std::to_string(seen.back().first) +
+                         "\r\n\r\n"));
+  const std::string& rest = again.readUntil(streamEnded);
+  ASSERT_TRUE(streamEnded(rest)) << rest;
+  for (auto& e : sseEvents(dechunk(rest))) seen.push_back(e);
+  Answer all = get("/v1/jobs/" + id + "/events?after=0", admin_);
+  std::vector<int64_t> want = {0};
+  for (const Json& e : all.json["events"]) {
+    want.push_back(e.value("seq", int64_t{-1}));
+    if (e.value("event", "") == "state" && e.value("state", "") == "succeeded") break;
+  }
+  std::vector<int64_t> ids;
+  for (const auto& [seq, event] : seen) ids.push_back(seq);
+  EXPECT_EQ(ids, want);
+}
+
+TEST_F(ServerStreams, ALongPollAnswersAtOnceWhenThereAreEventsElseWhenTheNextArrives) {
+  const std::string id = submit(admin_, rankJob("poll", {gate("go"), "echo=done"}));
+  ASSERT_FALSE(id.empty());
+  waitJob(admin_, id, isRunning);
+  // Events after 0 exist: answered at once, with the seq to ask after next.
+  Answer now = get("/v1/jobs/" + id + "/events?after=0&wait=30s", admin_);
+  ASSERT_EQ(now.status, 200) << now;
+  ASSERT_FALSE(now.json["events"].empty()) << now;
+  EXPECT_FALSE(now.json.value("ended", true));
+  const int64_t last = now.json.value("last_seq", int64_t{0});
+  EXPECT_EQ(last, now.json["events"].back().value("seq", int64_t{-1}));
+  // None after `last` yet: the answer waits for the next one.
+  RawConnection waiter(port_);
+  ASSERT_TRUE(waiter.send("GET /v1/jobs/" + id + "/events?after=" + std::to_string(last) +
+                          "&wait=60s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + admin_ +
+                          "\r\n\r\n"));
+  openGate("go");
+  const std::string& got = waiter.readUntil(streamEnded);
+  Json answer = Json::parse(dechunk(got), nullptr, false);
+  ASSERT_TRUE(answer.is_object()) << got;
+  ASSERT_FALSE(answer["events"].empty()) << got;
+  EXPECT_GT(answer["events"].front().value("seq", int64_t{0}), last);
+  // A final job answers at once, saying it ended.
+  waitFinal(admin_, id);
+  Answer ended = get("/v1/jobs/" + id + "/events?after=100000&wait=60s", admin_);
+  EXPECT_EQ(ended.status, 200);
+  EXPECT_TRUE(ended.json.value("ended", false)) << ended;
+  EXPECT_EQ(get("/v1/jobs/" + id + "/events?wait=1h", admin_).status, 400);
+  EXPECT_EQ(get("/v1/jobs/" + id + "/events?after=-3", admin_).status, 400);
+}
+
+TEST_F(ServerStreams, FollowersThatHangUpFreeTheirConnectionsAndSubscriptions) {
+  const std::string id = submit(admin_, rankJob("hangup", {"echo=before", gate("go")}));
+  ASSERT_FALSE(id.empty());
+  waitJob(admin_, id, isRunning);
+  auto metric = [&](const std::string& name) { return metricValue(get("/metrics", "").body, name); };
+  const double base = metric("cohort_http_connections");
+  {
+    std::vector<std::unique_ptr<RawConnection>> followers;
+    for (int i = 0; i < 20; ++i) {
+      followers.push_back(std::make_unique<RawConnection>(port_));
+      const bool sse = i % 2 == 1;
+      ASSERT_TRUE(followers.back()->send(
+          "GET /v1/jobs/" + id + (sse ? "/events" : "/logs?follow=1") + " HTTP/1.1\r\nHost: x\r\n" +
+          (sse ? "Accept: text/event-stream\r\n" : "") + "Authorization: Bearer " + admin_ +
+          "\r\n\r\n"));
+      followers.back()->readUntilContains(sse ? "running" : "before");
+    }
+    EXPECT_EQ(metric("cohort_followers"), 20);
+    EXPECT_GE(metric("cohort_http_connections"), base + 20);
+  }  // all hang up
+  EXPECT_TRUE(waitFor([&] { return metric("cohort_followers") == 0; }, kDeadline, 20ms))
+      << "followers that hung up are still subscribed";
+  EXPECT_TRUE(
+      waitFor([&] { return metric("cohort_http_connections") <= base; }, kDeadline, 20ms))
+      << "the connections of followers that hung up are still open";
+  openGate("go");
+  EXPECT_EQ(waitFinal(admin_, id).value("state", ""), "succeeded");
+}
+
+TEST_F(ServerStreams, LogsAreReadFromTheLayoutsPathNeverFromOneInThePlanNorThroughALink) {
+  const std::string id = submit(admin_, rankJob("paths", {"echo=the-real-log"}));
+  ASSERT_FALSE(id.empty());
+  waitFinal(admin_, id);
+  const std::string job_dir = data_root_ + "/jobs/" + id;
+  const std::string secret = dir_ + "/secret.txt";
+  std::ofstream(secret) << "the-secret\n";
+  // A plan that names another file: the log still comes from logs/worker-0.log.
+  std::string plan = readText(job_dir + "/plan.json");
+  ASSERT_TRUE(contains(plan, "log_file")) << plan;
+  Json p = Json::parse(plan);
+  for (Json& node : p["nodes"]) {
+    for (Json& r : node["ranks"]) r["log_file"] = secret;
+  }
+  std::ofstream(job_dir + "/plan.json") << p.dump();
+  Answer log = get("/v1/jobs/" + id + "/logs?rank=0", admin_);
+  EXPECT_EQ(log.status, 200) << log;
+  EXPECT_TRUE(contains(log.body, "the-real-log")) << log;
+  EXPECT_FALSE(contains(log.body, "the-secret")) << log;
+  // The log replaced by a link: refused, not followed.
+  const std::string log_file = job_dir + "/logs/worker-0.log";
+  ASSERT_TRUE(std::filesystem::exists(log_file));
+  std::filesystem::remove(log_file);
+  std::filesystem::create_symlink(secret, log_file);
+  Answer linked = get("/v1/jobs/" + id + "/logs?rank=0", admin_);
+  EXPECT_EQ(linked.status, 404) << linked;
+  EXPECT_FALSE(contains(linked.body, "the-secret")) << linked;
+  EXPECT_FALSE(contains(linked.body, data_root_)) << linked;
+}
+
+TEST_F(ServerRobustness, DeeplyNestedJsonIsRefusedAndTheServerStaysUp) {
+  // 100,000 nested objects under job.env: a recursive parser would overflow its stack.
+  std::string deep = "{\"job\": {\"name\": \"deep\", \"env\": ";
+  for (int i = 0; i < 100000; ++i) deep += "{\"a\":";
+  deep += "1";
+  deep += std::string(100000, '}');
+  deep += "}}";
+  Answer a = call("POST", "/v1/jobs", admin_, deep);
+  EXPECT_EQ(a.status, 400) << a.status << " " << a.body.substr(0, 200);
+  EXPECT_EQ(a.code(), "invalid_argument");
+  EXPECT_TRUE(contains(a.message(), "nested deeper")) << a;
+  std::string arrays = "{\"label\": ";
+  arrays += std::string(50000, '[') + std::string(50000, ']') + "}";
+  EXPECT_EQ(call("POST", "/v1/tokens", admin_, arrays).status, 400);
+  EXPECT_EQ(get("/v1/whoami", admin_).status, 200);
+}
+
+TEST_F(ServerRobustness, StorePathsOfBadUtf8OrOverlongNamesAre400sNamingTheStorePath) {
+  const std::string token = createAccount("paths");
+  Answer bucket = call("PUT", "/v1/store/paths-data/ok.txt", token, "x", "text/plain");
+  ASSERT_EQ(bucket.status, 201) << bucket;
+  Answer bad = call("PUT", "/v1/store/paths-data/a%ff%fe.txt", token, "x", "text/plain");
+  EXPECT_EQ(bad.status, 400) << bad;
+  EXPECT_TRUE(contains(bad.message(), "store://paths-data/")) << bad;
+  EXPECT_TRUE(contains(bad.message(), "UTF-8")) << bad;
+  EXPECT_EQ(get("/v1/store/paths-data/a%ff", token).status, 400);
+  const std::string name(300, 'n');
+  Answer long_name = call("PUT", "/v1/store/paths-data/dir/" + name, token, "x", "text/plain");
+  EXPECT_EQ(long_name.status, 400) << long_name;
+  EXPECT_TRUE(contains(long_name.message(), "store://paths-data/dir/")) << long_name;
+  EXPECT_TRUE(contains(long_name.message(), "255 bytes")) << long_name;
+  for (const Answer& a : {bad, long_name}) {
+    EXPECT_FALSE(contains(a.body, data_root_)) << "the server's path shows: " << a;
+  }
+  EXPECT_EQ(get("/v1/store/paths-data/dir/" + name, token).status, 400);
+}
+
+TEST_F(ServerRobustness, TokenLabelsOverTwoHundredFiftySixBytesAreRefused) {
+  Answer ok = post("/v1/tokens", admin_, {{"label", std::string(256, 'l')}});
+  EXPECT_EQ(ok.status, 201) << ok;
+  Answer over = post("/v1/tokens", admin_, {{"label", std::string(100000, 'l')}});
+  EXPECT_EQ(over.status, 400) << over;
+  EXPECT_TRUE(contains(over.message(), "label")) << over;
+  EXPECT_TRUE(contains(over.message(), "256")) << over;
 }
 
 // ---------------------------------------------------------------------------------------------
