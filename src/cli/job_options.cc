@@ -1,13 +1,17 @@
 #include "cli/job_options.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <cstdlib>
 
 #include "backends/local.h"
-#include "server/jobs.h"
+#include "job/id.h"
+#include "job/layout.h"
 #include "storage/uri.h"
 #include "util/fd.h"
 #include "util/text.h"
@@ -47,6 +51,30 @@ Result<void> splitKeyValue(const std::string& flag, const std::string& text, spe
   }
   out.emplace_back(key, text.substr(eq + 1));
   return {};
+}
+
+// The job file, read no further than parseJobFile's limit, so that a huge file (or -f
+// /dev/zero) is refused without being read.
+Result<std::string> readJobFile(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  auto failed = [](const Error& e) {
+    return fail(Code::kInvalidArgument, "job file: " + e.message);
+  };
+  if (!fd.valid()) return failed(failErrno("open '" + path + "'").value());
+  std::string out;
+  char buf[65536];
+  while (out.size() <= spec::kMaxJobFileBytes) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return failed(failErrno("read '" + path + "'").value());
+    if (n == 0) return out;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return fail(Code::kInvalidArgument,
+              path + ":1: job: the job file is larger than " +
+                  std::to_string(spec::kMaxJobFileBytes) +
+                  " bytes, the most it may have (1 MiB: keep data and long lists in files the "
+                  "job reads)");
 }
 
 // A job name from the command: "python3 ddp.py" -> "ddp".
@@ -173,6 +201,8 @@ Result<JobOptions> parseJobOptions(int argc, char** argv, int first) {
       COHORT_ASSIGN(o.log_ranks, next());
     } else if (arg == "--job-id") {
       COHORT_ASSIGN(o.job_id, next());
+    } else if (arg == "--run-as") {
+      COHORT_ASSIGN(o.run_as, next());
     } else if (arg == "--isolate") {
       o.isolate = true;
     } else if (arg == "--json") {
@@ -194,17 +224,22 @@ Result<spec::JobSpec> buildSpec(const JobOptions& o) {
   spec::JobSpec s;
   const std::string cwd = currentDir();
   if (!o.file.empty()) {
-    auto text = readFile(o.file);
-    if (!text) return fail(Code::kInvalidArgument, "job file: " + text.error().message);
-    COHORT_ASSIGN(s, spec::parseJobFile(*text, o.file));
+    COHORT_ASSIGN(std::string text, readJobFile(o.file));
+    COHORT_ASSIGN(s, spec::parseJobFile(text, o.file));
     s.base_dir = dirName(absolute(o.file, cwd));
   } else {
     s = spec::defaultSpec();
     s.base_dir = cwd;
   }
-  if (!o.command.empty()) s.command = o.command;
+  // Flags take a field's place: refusals of it then name the flag, not the file's line.
+  spec::Origin& origin = s.origin;
+  if (!o.command.empty()) {
+    s.command = o.command;
+    origin.setByFlag("command", "");  // the words after "--": their messages need no label
+  }
   if (!o.name.empty()) {
     s.name = o.name;
+    origin.setByFlag("name", "--name");
   } else if (s.name.empty()) {
     s.name = nameFromCommand(s.command);
   }
@@ -212,12 +247,14 @@ Result<spec::JobSpec> buildSpec(const JobOptions& o) {
     auto f = spec::parseFramework(o.framework);
     if (!f) return withContext(f.error(), "--framework");
     s.framework = *f;
+    origin.setByFlag("framework", "--framework");
     if (*f == spec::Framework::kMpi && o.launcher.empty()) s.launcher = spec::Launcher::kMpirun;
   }
   if (!o.launcher.empty()) {
     auto l = spec::parseLauncher(o.launcher);
     if (!l) return withContext(l.error(), "--launcher");
     s.launcher = *l;
+    origin.setByFlag("launcher", "--launcher");
   }
   if (!o.mode.empty()) {
     if (o.mode != "dynamic_cluster" && o.mode != "rank_table") {
@@ -226,6 +263,7 @@ Result<spec::JobSpec> buildSpec(const JobOptions& o) {
     }
     s.mindspore_mode = o.mode == "rank_table" ? spec::MindSporeMode::kRankTable
                                               : spec::MindSporeMode::kDynamicCluster;
+    origin.setByFlag("mode", "--mode");
   }
   if (!o.compat.empty()) {
     if (o.compat != "modelarts" && o.compat != "none") {
@@ -233,6 +271,7 @@ Result<spec::JobSpec> buildSpec(const JobOptions& o) {
                   "--compat: unknown compat '" + o.compat + "' (modelarts, none)");
     }
     s.compat_modelarts = o.compat == "modelarts";
+    origin.setByFlag("compat", "--compat");
   }
   if (o.nodes || o.procs_per_node) {
     if (s.roles.size() != 1) {
@@ -240,27 +279,62 @@ Result<spec::JobSpec> buildSpec(const JobOptions& o) {
                   "--nodes/--nproc-per-node apply to single-role jobs; this job has " +
                       std::to_string(s.roles.size()) + " roles: set them in the job file");
     }
-    if (o.nodes) s.roles[0].nodes = o.nodes;
-    if (o.procs_per_node) s.roles[0].procs_per_node = o.procs_per_node;
+    const std::string role = "roles." + s.roles[0].name;
+    if (o.nodes) {
+      s.roles[0].nodes = o.nodes;
+      origin.setByFlag(role + ".nodes", "--nodes");
+    }
+    if (o.procs_per_node) {
+      s.roles[0].procs_per_node = o.procs_per_node;
+      origin.setByFlag(role + ".procs_per_node", "--nproc-per-node");
+    }
   }
   if (!o.workdir.empty()) {
     s.workdir = o.workdir;
     s.base_dir = cwd;
+    origin.setByFlag("workdir", "--workdir");
   }
-  for (const auto& kv : o.env) COHORT_TRY(splitKeyValue("--env", kv, s.env));
-  for (const auto& kv : o.hyperparameters) COHORT_TRY(splitKeyValue("--hp", kv, s.hyperparameters));
-  if (o.max_restarts >= 0) s.policy.max_restarts = o.max_restarts;
+  // Counted before they are merged (one by one, by name) into the file's.
+  if (o.env.size() > static_cast<size_t>(spec::kMaxEnv)) {
+    return fail(Code::kInvalidArgument, "--env: given " + std::to_string(o.env.size()) +
+                                            " times; at most " + std::to_string(spec::kMaxEnv) +
+                                            " (put the settings in a file the job reads)");
+  }
+  if (o.hyperparameters.size() > static_cast<size_t>(spec::kMaxHyperparameters)) {
+    return fail(Code::kInvalidArgument,
+                "--hp: given " + std::to_string(o.hyperparameters.size()) + " times; at most " +
+                    std::to_string(spec::kMaxHyperparameters) +
+                    " (pass a configuration file as one hyperparameter)");
+  }
+  for (const auto& kv : o.env) {
+    COHORT_TRY(splitKeyValue("--env", kv, s.env));
+    origin.setByFlag("env." + kv.substr(0, kv.find('=')), "--env");
+  }
+  for (const auto& kv : o.hyperparameters) {
+    COHORT_TRY(splitKeyValue("--hp", kv, s.hyperparameters));
+    origin.setByFlag("hyperparameters." + kv.substr(0, kv.find('=')), "--hp");
+  }
+  if (o.max_restarts >= 0) {
+    s.policy.max_restarts = o.max_restarts;
+    origin.setByFlag("policy.max_restarts", "--max-restarts");
+  }
+  // Durations are range-checked by spec::validate (policy.grace_period, policy.max_runtime).
   if (!o.grace_period.empty()) {
     auto d = parseDuration(o.grace_period);
     if (!d) return withContext(d.error(), "--grace-period");
     s.policy.grace_period = *d;
+    origin.setByFlag("policy.grace_period", "--grace-period");
   }
   if (!o.max_runtime.empty()) {
     auto d = parseDuration(o.max_runtime);
     if (!d) return withContext(d.error(), "--max-runtime");
     s.policy.max_runtime = *d;
+    origin.setByFlag("policy.max_runtime", "--max-runtime");
   }
-  if (!o.success.empty()) s.policy.success = split(o.success, ',');
+  if (!o.success.empty()) {
+    s.policy.success = split(o.success, ',');
+    origin.setByFlag("policy.success", "--success");
+  }
   COHORT_TRY(spec::validate(s));
   return s;
 }
@@ -275,18 +349,20 @@ Result<PreparedJob> prepareJob(const JobOptions& o) {
   job.data_root = !o.data_root.empty() ? absolute(o.data_root, cwd)
                   : env_root && *env_root ? std::string(env_root)
                                           : std::string(home ? home : "/tmp") + "/.cohort";
-  const std::string job_id = o.job_id.empty() ? server::newJobId(s.name) : o.job_id;
+  const std::string job_id = o.job_id.empty() ? job::newJobId(s.name) : o.job_id;
 
   // Where inputs come from and outputs go: store:// URIs and paths relative to the job file.
   for (size_t i = 0; i < s.inputs.size(); ++i) {
     spec::Input& in = s.inputs[i];
     std::string field = "inputs[" + std::to_string(i) + "].source";
     auto path = storage::resolve(in.source, job.data_root, s.base_dir);
-    if (!path) return withContext(path.error(), field);
+    if (!path) {
+      return fail(path.error().code, spec::fieldLabel(s, field) + path.error().message);
+    }
     struct stat st{};
     if (::stat(path->c_str(), &st) < 0) {
-      return fail(Code::kInvalidArgument, field + ": '" + in.source + "' does not exist (" +
-                                              *path + ")");
+      return fail(Code::kInvalidArgument, spec::fieldLabel(s, field) + "'" + in.source +
+                                              "' does not exist (" + *path + ")");
     }
     in.source_path = *path;
   }
@@ -294,12 +370,25 @@ Result<PreparedJob> prepareJob(const JobOptions& o) {
     spec::Output& out = s.outputs[i];
     auto path = storage::resolve(spec::expandTarget(out.target, job_id, s.name), job.data_root,
                                  s.base_dir);
-    if (!path) return withContext(path.error(), "outputs[" + std::to_string(i) + "].target");
+    if (!path) {
+      return fail(path.error().code,
+                  spec::fieldLabel(s, "outputs[" + std::to_string(i) + "].target") +
+                      path.error().message);
+    }
     out.target_path = *path;
   }
 
   // The file system: refuse now what would fail at start.
-  COHORT_ASSIGN(std::string workdir, backends::checkCommand(s));
+  auto checked = backends::checkCommand(s);
+  if (!checked) {
+    // Its messages start with the field; say where that field came from.
+    std::string msg = checked.error().message;
+    for (const std::string field : {"command", "workdir"}) {
+      if (startsWith(msg, field + ": ")) msg = spec::fieldLabel(s, field) + msg.substr(field.size() + 2);
+    }
+    return fail(checked.error().code, msg);
+  }
+  const std::string workdir = *checked;
   plan::PlanContext& ctx = job.context;
   ctx.gpus = backends::localGpus();
   ctx.device_ips = backends::localAscendAddresses();
@@ -320,7 +409,21 @@ Result<PreparedJob> prepareJob(const JobOptions& o) {
     }
     ctx.isolate = true;
   }
-  ctx.job_dir = job.data_root + "/jobs/" + ctx.job_id;
+  ctx.job_dir = job::Layout::of(job.data_root, ctx.job_id).dir();
+  if (!o.run_as.empty()) {
+    auto colon = o.run_as.find(':');
+    auto uid = parseInt(o.run_as.substr(0, colon));
+    auto gid = colon == std::string::npos ? uid : parseInt(o.run_as.substr(colon + 1));
+    if (!uid || !gid || *uid <= 0 || *gid <= 0) {
+      return fail(Code::kInvalidArgument, "--run-as: expected UID:GID (not root), got '" +
+                                              o.run_as + "'");
+    }
+    if (::geteuid() != 0) {
+      return fail(Code::kFailedPrecondition, "--run-as: only root can run ranks as another user");
+    }
+    ctx.uid = *uid;
+    ctx.gid = *gid;
+  }
   ctx.workdir = workdir;
   if (o.log_ranks == "none") {
     ctx.console_ranks = {-1};  // no rank has that number: nothing is echoed

@@ -41,7 +41,8 @@ void Builder::onePerNode(const std::string& name,
     launcher.rank = node.node;
     launcher.role_rank = node.node;
     launcher.local_rank = 0;
-    launcher.log_file = ctx.job_dir + "/logs/" + name + "-node" + std::to_string(node.node) + ".log";
+    launcher.log_file =
+        job::Layout(ctx.job_dir).logFile(name + "-node" + std::to_string(node.node));
     launcher.console = std::any_of(node.ranks.begin(), node.ranks.end(),
                                    [](const RankPlan& r) { return r.console; });
     // The launcher gives its ranks their identities; it has only the node's, and all of the
@@ -125,7 +126,8 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
   Builder b{spec, ctx, plan, {}};
   const int num_nodes = spec::totalNodes(spec);
   const std::vector<std::string> key_roles = spec::keyRoles(spec);
-  const std::string rank_table_path = ctx.job_dir + "/rank_table.json";
+  const job::Layout layout(ctx.job_dir);
+  const std::string rank_table_path = layout.rankTableFile();
   for (int n = 0; n < num_nodes; ++n) {
     b.hosts.push_back(n < static_cast<int>(ctx.hosts.size()) ? ctx.hosts[n] : ctx.master_addr);
   }
@@ -143,8 +145,7 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
     const int role_world = role.nodes * role.procs_per_node;
     const bool key = std::find(key_roles.begin(), key_roles.end(), role.name) != key_roles.end();
     for (int n = 0; n < role.nodes; ++n, ++node_index) {
-      NodePlan node{node_index, b.hosts[node_index],
-                    ctx.job_dir + "/work/node" + std::to_string(node_index), {}, {}};
+      NodePlan node{node_index, b.hosts[node_index], layout.nodeWorkDir(node_index), {}, {}};
       std::vector<std::string> node_argv = argv;
       for (const spec::Input& in : spec.inputs) {
         std::string target = node.work_dir + "/" + in.target;
@@ -164,7 +165,7 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
         r.argv = node_argv;
         r.key = key;
         r.console = ctx.console_ranks.empty() || ctx.console_ranks.count(rank) > 0;
-        r.log_file = ctx.job_dir + "/logs/" + role.name + "-" + std::to_string(r.role_rank) + ".log";
+        r.log_file = layout.logFile(role.name + "-" + std::to_string(r.role_rank));
 
         KeyValues& env = r.env;
         for (const auto& kv : spec.env) setEnv(env, kv.first, kv.second);
@@ -186,9 +187,9 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
         setEnv(env, "COHORT_MASTER_PORT", b.port(0));
         setEnv(env, "COHORT_HOSTS", join(b.hosts, ","));
         setEnv(env, "COHORT_RANK_TABLE_FILE", rank_table_path);
-        setEnv(env, "COHORT_OUTPUT_DIR", ctx.job_dir + "/output");
+        setEnv(env, "COHORT_OUTPUT_DIR", layout.outputDir());
         setEnv(env, "COHORT_WORK_DIR", node.work_dir);
-        setEnv(env, "COHORT_LOG_DIR", ctx.job_dir + "/logs");
+        setEnv(env, "COHORT_LOG_DIR", layout.logsDir());
         setEnv(env, "COHORT_RESTART_COUNT", "0");
         // So that the Python helpers' cohort.copy() finds the binary and the store.
         if (!ctx.cohort_bin.empty()) setEnv(env, "COHORT_BIN", ctx.cohort_bin);
@@ -213,6 +214,8 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
     for (RankPlan& r : node.ranks) {
       r.uid = ctx.uid;
       r.gid = ctx.gid;
+      // A user of its own has no home of its own: its node's work directory is one it may write.
+      if (ctx.uid >= 0 && !hasEnv(spec.env, "HOME")) setEnv(r.env, "HOME", node.work_dir);
     }
   }
   if (ctx.isolate) isolate(b);

@@ -2,11 +2,21 @@
 
 #include <nlohmann/json.hpp>
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
+#if __has_include(<yaml-cpp/depthguard.h>)
+#include <yaml-cpp/depthguard.h>
+#endif
 
 #include <algorithm>
+#include <exception>
 #include <functional>
+#include <map>
 #include <set>
+#include <sstream>
+#include <string_view>
+
+#include "util/json_limits.h"
 
 namespace cohort::spec {
 
@@ -48,6 +58,14 @@ Result<Launcher> parseLauncher(const std::string& text) {
               "unknown launcher '" + text + "' (direct, torchrun, spawn, mpirun)");
 }
 
+void Origin::setByFlag(const std::string& path, const std::string& flag) {
+  for (auto it = where.lower_bound(path); it != where.end() && startsWith(it->first, path);) {
+    const char next = it->first.size() > path.size() ? it->first[path.size()] : '\0';
+    it = next == '.' || next == '[' ? where.erase(it) : std::next(it);
+  }
+  where[path] = flag;
+}
+
 JobSpec defaultSpec() {
   JobSpec spec;
   spec.roles.push_back(Role{"worker", 1, 1, {}});
@@ -69,26 +87,190 @@ bool containedPath(const std::string& path) {
   return true;
 }
 
+// A value as a message shows it: at most 60 bytes of it.
+std::string clip(const std::string& text) {
+  return text.size() <= 60 ? text : text.substr(0, 57) + "...";
+}
+
+std::string tooMany(size_t n, int64_t max, const std::string& noun, const std::string& advice) {
+  return std::to_string(n) + " " + noun + "; at most " + std::to_string(max) + " (" + advice + ")";
+}
+
+std::string tooLong(size_t bytes, size_t max, const std::string& advice) {
+  return "has " + std::to_string(bytes) + " bytes; at most " + std::to_string(max) + " (" +
+         advice + ")";
+}
+
+// What a node holds, for "expected X, got Y".
+std::string kindOf(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Map: return "a mapping";
+    case YAML::NodeType::Scalar:
+      return (node.Tag() == "?" ? "'" : "the string '") + clip(node.Scalar()) + "'";
+    default: return "nothing";
+  }
+}
+
+// A plain scalar (or one tagged !!int) can be a number; a quoted one is a string.
+bool mayBeNumber(const YAML::Node& node) {
+  return node.Tag() == "?" || node.Tag() == "tag:yaml.org,2002:int";
+}
+
+// The line where flow collections ([ ], { }) first nest deeper than `max_depth`, or 0. yaml-cpp
+// recurses once per level of a flow collection, so this scan runs before it. It reads no
+// structure beyond what it needs: quoted scalars, comments and block scalars (| and >) are
+// skipped, and in block context a bracket only counts where a value can start, so brackets
+// inside plain text ("echo a[1]") are not counted.
+int flowTooDeepLine(std::string_view text, int max_depth) {
+  int depth = 0;
+  int line = 1;
+  bool line_start = true;
+  bool node_start = true;  // the next character may start a value
+  int indent = 0;          // of the current line
+  int block_scalar = -1;   // inside a block scalar: lines indented more than this belong to it
+  const size_t n = text.size();
+  auto spaceAt = [&](size_t j) { return j >= n || text[j] == ' ' || text[j] == '\t' ||
+                                        text[j] == '\n' || text[j] == '\r'; };
+  for (size_t i = 0; i < n;) {
+    if (line_start) {
+      size_t j = i;
+      while (j < n && text[j] == ' ') ++j;
+      const bool blank = j >= n || text[j] == '\n' || text[j] == '\r';
+      if (block_scalar >= 0 && (blank || static_cast<int>(j - i) > block_scalar)) {
+        size_t eol = text.find('\n', j);
+        if (eol == std::string_view::npos) break;
+        i = eol + 1;
+        ++line;
+        continue;
+      }
+      block_scalar = -1;
+      indent = static_cast<int>(j - i);
+      line_start = false;
+      if (depth == 0) node_start = true;
+      i = j;
+      continue;
+    }
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+      line_start = true;
+      ++i;
+      continue;
+    }
+    if (c == ' ' || c == '\t' || c == '\r') {
+      ++i;
+      continue;
+    }
+    if (c == '#' && (i == 0 || spaceAt(i - 1))) {
+      size_t eol = text.find('\n', i);
+      i = eol == std::string_view::npos ? n : eol;
+      continue;
+    }
+    if (node_start && (c == '"' || c == '\'')) {
+      for (++i; i < n; ++i) {
+        if (text[i] == '\n') ++line;
+        if (c == '"' && text[i] == '\\') {
+          if (i + 1 < n && text[i + 1] == '\n') ++line;
+          ++i;
+        } else if (text[i] == c) {
+          if (c == '\'' && i + 1 < n && text[i + 1] == '\'') {
+            ++i;  // '' is a quote inside single quotes
+          } else {
+            break;
+          }
+        }
+      }
+      ++i;
+      node_start = false;
+      continue;
+    }
+    if (c == '[' || c == '{') {
+      if (depth > 0 || node_start) {
+        if (++depth > max_depth) return line;
+        node_start = true;
+      }
+      ++i;
+      continue;
+    }
+    if (depth > 0) {
+      if (c == ']' || c == '}') {
+        --depth;
+        node_start = false;
+      } else {
+        node_start = c == ',' || c == ':' || c == '?';
+      }
+      ++i;
+      continue;
+    }
+    // Block context.
+    if (node_start && (c == '-' || c == '?') && spaceAt(i + 1)) {
+      ++i;  // a list entry or a complex key: a value may follow
+    } else if (c == ':' && spaceAt(i + 1)) {
+      node_start = true;
+      ++i;
+    } else if (node_start && (c == '|' || c == '>')) {
+      block_scalar = indent;
+      size_t eol = text.find('\n', i);
+      i = eol == std::string_view::npos ? n : eol;
+    } else if (node_start && (c == '&' || c == '!')) {
+      while (i < n && !spaceAt(i)) ++i;  // an anchor or a tag: the value comes after it
+    } else {
+      node_start = false;
+      ++i;
+    }
+  }
+  return 0;
+}
+
+int lineOfOffset(std::string_view text, size_t offset) {
+  return 1 + static_cast<int>(std::count(text.begin(), text.begin() + offset, '\n'));
+}
+
 class Parser {
  public:
   explicit Parser(std::string file) : file_(std::move(file)) {}
 
-  tl::unexpected<Error> bad(const YAML::Node& node, const std::string& path,
-                            const std::string& what) const {
-    std::string where = file_;
-    if (node.Mark().line >= 0) where += ":" + std::to_string(node.Mark().line + 1);
-    return fail(Code::kInvalidArgument, where + ": " + path + ": " + what);
+  // The line of the field being read: what messages name when yaml-cpp has no position.
+  int currentLine() const { return line_; }
+
+  std::string where(const YAML::Node& node) const {
+    const int line = node.Mark().line >= 0 ? node.Mark().line + 1 : line_;
+    return file_ + ":" + std::to_string(line);
   }
 
+  tl::unexpected<Error> bad(const YAML::Node& node, const std::string& path,
+                            const std::string& what) const {
+    return fail(Code::kInvalidArgument, where(node) + ": " + path + ": " + what);
+  }
+
+  void note(const std::string& path, const YAML::Node& node) {
+    origin_.where[path] = where(node);
+  }
+
+  // A string field: any scalar (a plain 5 is the string "5").
   Result<std::string> scalar(const YAML::Node& node, const std::string& path) const {
-    if (!node.IsScalar()) return bad(node, path, "expected a string or number");
+    if (!node.IsScalar()) return bad(node, path, "expected a string, got " + kindOf(node));
+    if (node.Scalar().find('\0') != std::string::npos) {
+      return bad(node, path, "contains a NUL byte");
+    }
+    if (!validUtf8(node.Scalar())) return bad(node, path, "is not UTF-8 text");
     return node.Scalar();
   }
 
   Result<int> integer(const YAML::Node& node, const std::string& path, int min) const {
-    COHORT_ASSIGN(std::string text, scalar(node, path));
+    if (!node.IsScalar()) return bad(node, path, "expected an integer, got " + kindOf(node));
+    const std::string& text = node.Scalar();
+    if (!mayBeNumber(node)) {
+      return bad(node, path, "expected an integer, got the string '" + clip(text) +
+                                 "' (write the number without quotes)");
+    }
     auto value = parseInt(text);
-    if (!value) return bad(node, path, "expected an integer, got '" + text + "'");
+    if (!value) {
+      const bool digits = !text.empty() && text.find_first_not_of("-0123456789") == std::string::npos;
+      return bad(node, path, digits ? "'" + clip(text) + "' is out of range"
+                                    : "expected an integer, got '" + clip(text) + "'");
+    }
     if (*value < min) {
       return bad(node, path, "must be at least " + std::to_string(min) + ", got " + text);
     }
@@ -102,58 +284,114 @@ class Parser {
     return *value;
   }
 
-  Result<std::vector<std::string>> stringList(const YAML::Node& node,
-                                              const std::string& path) const {
-    std::vector<std::string> out;
-    if (node.IsScalar()) {
-      // A plain string is split on spaces, as a shell would for simple commands.
-      for (auto& word : split(node.Scalar(), ' ')) {
-        if (!word.empty()) out.push_back(word);
-      }
-      return out;
-    }
-    if (!node.IsSequence()) return bad(node, path, "expected a list of strings");
-    for (size_t i = 0; i < node.size(); ++i) {
-      COHORT_ASSIGN(std::string item, scalar(node[i], path + "[" + std::to_string(i) + "]"));
-      out.push_back(item);
-    }
-    return out;
-  }
-
-  Result<KeyValues> keyValues(const YAML::Node& node, const std::string& path) const {
-    if (!node.IsMap()) return bad(node, path, "expected a mapping of names to values");
-    KeyValues out;
-    for (const auto& kv : node) {
-      std::string key = kv.first.Scalar();
-      COHORT_ASSIGN(std::string value, scalar(kv.second, path + "." + key));
-      out.emplace_back(key, value);
-    }
-    return out;
-  }
-
-  // Calls `field(key, value)` for each key of a mapping, refusing keys not in `known`.
-  Result<void> forEachField(
-      const YAML::Node& node, const std::string& path, const std::set<std::string>& known,
-      const std::function<Result<void>(const std::string&, const YAML::Node&)>& field) const {
-    if (!node.IsMap()) return bad(node, path.empty() ? "job" : path, "expected a mapping");
-    for (const auto& kv : node) {
-      std::string key = kv.first.Scalar();
-      std::string sub = path.empty() ? key : path + "." + key;
-      if (kNotYet.count(sub)) {
-        return bad(kv.first, sub, "not supported by this version of cohort yet");
-      }
-      if (!known.count(key)) {
-        std::string list;
-        for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
-        return bad(kv.first, sub, "unknown field (known here: " + list + ")");
-      }
-      COHORT_TRY(field(key, kv.second));
+  // A list (or a mapping) that may hold at most `max` entries: checked before reading them.
+  Result<void> count(const YAML::Node& node, const std::string& path, int max,
+                     const std::string& noun, const std::string& advice) const {
+    if (node.size() > static_cast<size_t>(max)) {
+      return bad(node, path, tooMany(node.size(), max, noun, advice));
     }
     return {};
   }
 
-  Result<Role> role(const std::string& name, const YAML::Node& node,
-                    const std::string& path) const {
+  Result<std::vector<std::string>> stringList(const YAML::Node& node, const std::string& path,
+                                              int max) {
+    std::vector<std::string> out;
+    if (node.IsScalar()) {
+      // A plain string is split on spaces, as a shell would for simple commands.
+      COHORT_ASSIGN(std::string text, scalar(node, path));
+      for (auto& word : split(text, ' ')) {
+        if (!word.empty()) out.push_back(word);
+      }
+      if (out.size() > static_cast<size_t>(max)) {
+        return bad(node, path, tooMany(out.size(), max, "words", "the most a list here holds"));
+      }
+      note(path, node);
+      return out;
+    }
+    if (!node.IsSequence()) {
+      return bad(node, path, "expected a list of strings, got " + kindOf(node));
+    }
+    COHORT_TRY(count(node, path, max, "entries", "the most a list here holds"));
+    size_t i = 0;
+    for (const YAML::Node& item : node) {
+      std::string sub = path + "[" + std::to_string(i++) + "]";
+      COHORT_ASSIGN(std::string text, scalar(item, sub));
+      note(sub, item);
+      out.push_back(std::move(text));
+    }
+    return out;
+  }
+
+  // A mapping's key: a name, not a list or a mapping.
+  Result<std::string> key(const YAML::Node& node, const std::string& path) {
+    line_ = node.Mark().line >= 0 ? node.Mark().line + 1 : line_;
+    const std::string label = path.empty() ? "job" : path;
+    if (!node.IsScalar()) return bad(node, label, "expected a name as the key, got " + kindOf(node));
+    const std::string& name = node.Scalar();
+    if (name.size() > kMaxKeyBytes) {
+      return bad(node, label,
+                 "a name (key) " + tooLong(name.size(), kMaxKeyBytes, "names are short words"));
+    }
+    if (name.find('\0') != std::string::npos || !validUtf8(name)) {
+      return bad(node, label, "a name contains a NUL byte or is not UTF-8 text");
+    }
+    return name;
+  }
+
+  // Calls `field(key, value)` for each entry of a mapping, refusing repeated keys and, unless
+  // `known` is empty, keys not in `known`.
+  Result<void> forEachEntry(
+      const YAML::Node& node, const std::string& path, const std::set<std::string>& known,
+      const std::function<Result<void>(const std::string&, const YAML::Node&)>& field) {
+    std::map<std::string, int> seen;
+    for (const auto& kv : node) {
+      COHORT_ASSIGN(std::string name, key(kv.first, path));
+      const std::string sub = path.empty() ? name : path + "." + name;
+      if (kNotYet.count(sub)) {
+        return bad(kv.first, sub, "not supported by this version of cohort yet");
+      }
+      if (!known.empty() && !known.count(name)) {
+        std::string list;
+        for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+        return bad(kv.first, sub, "unknown field (known here: " + list + ")");
+      }
+      auto [first, fresh] = seen.emplace(name, line_);
+      if (!fresh) {
+        return bad(kv.first, sub, "given twice (first on line " + std::to_string(first->second) +
+                                      "): remove one");
+      }
+      note(sub, kv.first);
+      COHORT_TRY(field(name, kv.second));
+    }
+    return {};
+  }
+
+  Result<void> forEachField(
+      const YAML::Node& node, const std::string& path, const std::set<std::string>& known,
+      const std::function<Result<void>(const std::string&, const YAML::Node&)>& field) {
+    if (!node.IsMap()) {
+      return bad(node, path.empty() ? "job" : path, "expected a mapping, got " + kindOf(node));
+    }
+    return forEachEntry(node, path, known, field);
+  }
+
+  Result<KeyValues> keyValues(const YAML::Node& node, const std::string& path, int max,
+                              const std::string& advice) {
+    if (!node.IsMap()) {
+      return bad(node, path, "expected a mapping of names to values, got " + kindOf(node));
+    }
+    COHORT_TRY(count(node, path, max, "entries", advice));
+    KeyValues out;
+    COHORT_TRY(forEachEntry(node, path, {},
+                            [&](const std::string& name, const YAML::Node& value) -> Result<void> {
+                              COHORT_ASSIGN(std::string text, scalar(value, path + "." + name));
+                              out.emplace_back(name, std::move(text));
+                              return {};
+                            }));
+    return out;
+  }
+
+  Result<Role> role(const std::string& name, const YAML::Node& node, const std::string& path) {
     Role role{name, 1, 1, {}};
     if (node.IsNull()) return role;
     COHORT_TRY(forEachField(
@@ -175,7 +413,7 @@ class Parser {
     return role;
   }
 
-  Result<Resources> resources(const YAML::Node& node, const std::string& path) const {
+  Result<Resources> resources(const YAML::Node& node, const std::string& path) {
     Resources res;
     COHORT_TRY(forEachField(
         node, path, {"gpus", "cpus", "memory"},
@@ -187,7 +425,8 @@ class Parser {
             COHORT_ASSIGN(std::string text, scalar(value, sub));
             auto cpus = parseCpus(text);
             if (!cpus || *cpus <= 0) {
-              return bad(value, sub, "expected a positive number of CPUs, got '" + text + "'");
+              return bad(value, sub,
+                         "expected a positive number of CPUs, got '" + clip(text) + "'");
             }
             res.cpus = *cpus;
           } else {
@@ -201,14 +440,19 @@ class Parser {
     return res;
   }
 
-  Result<std::vector<Input>> inputs(const YAML::Node& node, const std::string& path) const {
-    if (!node.IsSequence()) return bad(node, path, "expected a list of {source, target}");
+  Result<std::vector<Input>> inputs(const YAML::Node& node, const std::string& path) {
+    if (!node.IsSequence()) {
+      return bad(node, path, "expected a list of {source, target}, got " + kindOf(node));
+    }
+    COHORT_TRY(count(node, path, kMaxInputs, "inputs", "stage a directory that holds them"));
     std::vector<Input> out;
-    for (size_t i = 0; i < node.size(); ++i) {
-      std::string sub = path + "[" + std::to_string(i) + "]";
+    size_t i = 0;
+    for (const YAML::Node& item : node) {
+      std::string sub = path + "[" + std::to_string(i++) + "]";
+      note(sub, item);
       Input input;
       COHORT_TRY(forEachField(
-          node[i], sub, {"source", "target", "mode", "arg"},
+          item, sub, {"source", "target", "mode", "arg"},
           [&](const std::string& key, const YAML::Node& value) -> Result<void> {
             COHORT_ASSIGN(std::string text, scalar(value, sub + "." + key));
             if (key == "source") {
@@ -217,12 +461,12 @@ class Parser {
               if (!containedPath(text)) {
                 return bad(value, sub + ".target",
                            "must be a relative path inside the node's work directory, got '" +
-                               text + "'");
+                               clip(text) + "'");
               }
               input.target = text;
             } else if (key == "mode") {
               if (text != "copy" && text != "link") {
-                return bad(value, sub + ".mode", "unknown mode '" + text + "' (copy, link)");
+                return bad(value, sub + ".mode", "unknown mode '" + clip(text) + "' (copy, link)");
               }
               input.mode = text == "link" ? Input::Mode::kLink : Input::Mode::kCopy;
             } else {
@@ -231,56 +475,62 @@ class Parser {
             return {};
           }));
       if (input.source.empty() || input.target.empty()) {
-        return bad(node[i], sub, "needs both source and target");
+        return bad(item, sub, "needs both source and target");
       }
       out.push_back(input);
     }
     return out;
   }
 
-  Result<std::vector<Output>> outputs(const YAML::Node& node, const std::string& path) const {
-    if (!node.IsSequence()) return bad(node, path, "expected a list of {source, target}");
+  Result<std::vector<Output>> outputs(const YAML::Node& node, const std::string& path) {
+    if (!node.IsSequence()) {
+      return bad(node, path, "expected a list of {source, target}, got " + kindOf(node));
+    }
+    COHORT_TRY(count(node, path, kMaxOutputs, "outputs", "copy out a directory that holds them"));
     std::vector<Output> out;
-    for (size_t i = 0; i < node.size(); ++i) {
-      std::string sub = path + "[" + std::to_string(i) + "]";
+    size_t i = 0;
+    for (const YAML::Node& item : node) {
+      std::string sub = path + "[" + std::to_string(i++) + "]";
+      note(sub, item);
       Output output;
       COHORT_TRY(forEachField(
-          node[i], sub, {"source", "target", "when"},
+          item, sub, {"source", "target", "when"},
           [&](const std::string& key, const YAML::Node& value) -> Result<void> {
             COHORT_ASSIGN(std::string text, scalar(value, sub + "." + key));
             if (key == "source") {
               if (!containedPath(text)) {
                 return bad(value, sub + ".source",
                            "must be a path inside the job directory such as output/, got '" +
-                               text + "'");
+                               clip(text) + "'");
               }
               output.source = text;
             } else if (key == "target") {
               output.target = text;
             } else {
               if (text != "success" && text != "always") {
-                return bad(value, sub + ".when", "unknown value '" + text + "' (success, always)");
+                return bad(value, sub + ".when",
+                           "unknown value '" + clip(text) + "' (success, always)");
               }
               output.always = text == "always";
             }
             return {};
           }));
       if (output.source.empty() || output.target.empty()) {
-        return bad(node[i], sub, "needs both source and target");
+        return bad(item, sub, "needs both source and target");
       }
       out.push_back(output);
     }
     return out;
   }
 
-  Result<Policy> policy(const YAML::Node& node, const std::string& path) const {
+  Result<Policy> policy(const YAML::Node& node, const std::string& path) {
     Policy policy;
     COHORT_TRY(forEachField(
         node, path, {"success", "max_restarts", "grace_period", "max_runtime"},
         [&](const std::string& key, const YAML::Node& value) -> Result<void> {
           std::string sub = path + "." + key;
           if (key == "success") {
-            COHORT_ASSIGN(policy.success, stringList(value, sub));
+            COHORT_ASSIGN(policy.success, stringList(value, sub, kMaxRoles));
           } else if (key == "max_restarts") {
             COHORT_ASSIGN(policy.max_restarts, integer(value, sub, 0));
           } else if (key == "grace_period") {
@@ -293,9 +543,10 @@ class Parser {
     return policy;
   }
 
-  Result<JobSpec> job(const YAML::Node& root) const {
+  Result<JobSpec> job(const YAML::Node& root) {
     JobSpec spec = defaultSpec();
     bool launcher_given = false;
+    origin_.where[""] = where(root);
     COHORT_TRY(forEachField(
         root, "",
         {"name", "framework", "launcher", "mode", "rank_table_version", "compat", "workdir",
@@ -305,13 +556,13 @@ class Parser {
             COHORT_ASSIGN(spec.name, scalar(value, key));
           } else if (key == "framework") {
             COHORT_ASSIGN(std::string text, scalar(value, key));
-            auto f = parseFramework(text);
+            auto f = parseFramework(clip(text));
             if (!f) return bad(value, key, f.error().message);
             spec.framework = *f;
             if (!launcher_given && *f == Framework::kMpi) spec.launcher = Launcher::kMpirun;
           } else if (key == "launcher") {
             COHORT_ASSIGN(std::string text, scalar(value, key));
-            auto l = parseLauncher(text);
+            auto l = parseLauncher(clip(text));
             if (!l) return bad(value, key, l.error().message);
             spec.launcher = *l;
             launcher_given = true;
@@ -322,7 +573,8 @@ class Parser {
             } else if (text == "rank_table") {
               spec.mindspore_mode = MindSporeMode::kRankTable;
             } else {
-              return bad(value, key, "unknown mode '" + text + "' (dynamic_cluster, rank_table)");
+              return bad(value, key,
+                         "unknown mode '" + clip(text) + "' (dynamic_cluster, rank_table)");
             }
           } else if (key == "rank_table_version") {
             COHORT_ASSIGN(spec.rank_table_version, scalar(value, key));
@@ -332,27 +584,33 @@ class Parser {
           } else if (key == "compat") {
             COHORT_ASSIGN(std::string text, scalar(value, key));
             if (text != "modelarts" && text != "none") {
-              return bad(value, key, "unknown compat '" + text + "' (modelarts, none)");
+              return bad(value, key, "unknown compat '" + clip(text) + "' (modelarts, none)");
             }
             spec.compat_modelarts = text == "modelarts";
           } else if (key == "workdir") {
             COHORT_ASSIGN(spec.workdir, scalar(value, key));
           } else if (key == "command") {
-            COHORT_ASSIGN(spec.command, stringList(value, key));
+            COHORT_ASSIGN(spec.command, stringList(value, key, kMaxCommandArgs));
           } else if (key == "hyperparameters") {
-            COHORT_ASSIGN(spec.hyperparameters, keyValues(value, key));
+            COHORT_ASSIGN(spec.hyperparameters,
+                          keyValues(value, key, kMaxHyperparameters,
+                                    "pass a configuration file as one hyperparameter"));
           } else if (key == "env") {
-            COHORT_ASSIGN(spec.env, keyValues(value, key));
+            COHORT_ASSIGN(spec.env, keyValues(value, key, kMaxEnv,
+                                              "put the settings in a file the job reads"));
           } else if (key == "roles") {
             if (!value.IsMap() || value.size() == 0) {
-              return bad(value, key, "expected a mapping of role names, e.g. worker: {nodes: 2}");
+              return bad(value, key, "expected a mapping of role names, e.g. worker: {nodes: 2}, got " +
+                                         (value.IsMap() ? std::string("an empty one") : kindOf(value)));
             }
+            COHORT_TRY(count(value, key, kMaxRoles, "roles", "roles that run alike can be one role"));
             spec.roles.clear();
-            for (const auto& kv : value) {
-              std::string name = kv.first.Scalar();
-              COHORT_ASSIGN(Role r, role(name, kv.second, "roles." + name));
-              spec.roles.push_back(r);
-            }
+            COHORT_TRY(forEachEntry(
+                value, key, {}, [&](const std::string& name, const YAML::Node& body) -> Result<void> {
+                  COHORT_ASSIGN(Role r, role(name, body, "roles." + name));
+                  spec.roles.push_back(r);
+                  return {};
+                }));
           } else if (key == "inputs") {
             COHORT_ASSIGN(spec.inputs, inputs(value, key));
           } else if (key == "outputs") {
@@ -362,78 +620,421 @@ class Parser {
           }
           return {};
         }));
+    spec.origin = std::move(origin_);
     return spec;
   }
 
  private:
   std::string file_;
+  Origin origin_;
+  int line_ = 1;
 };
+
+// Counts a document's parse events, to find a second document (or text after the first) without
+// building it, and to stop a parse that would not end.
+class EventCounter : public YAML::EventHandler {
+ public:
+  struct TooMany {};
+  explicit EventCounter(size_t max_events) : max_(max_events) {}
+  int lastDocumentLine() const { return line_; }
+
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    line_ = mark.line >= 0 ? mark.line + 1 : 1;
+    bump();
+  }
+  void OnDocumentEnd() override { bump(); }
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override { bump(); }
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override { bump(); }
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {
+    bump();
+  }
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    bump();
+  }
+  void OnSequenceEnd() override { bump(); }
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    bump();
+  }
+  void OnMapEnd() override { bump(); }
+
+ private:
+  void bump() {
+    if (++events_ > max_) throw TooMany{};
+  }
+  size_t max_;
+  size_t events_ = 0;
+  int line_ = 1;
+};
+
+Result<JobSpec> parseYaml(const std::string& text, const std::string& file_name) {
+  auto refuse = [&](int line, const std::string& what) {
+    return fail(Code::kInvalidArgument, file_name + ":" + std::to_string(line) + ": " + what);
+  };
+  const std::string deep = "nested deeper than " + std::to_string(kMaxNestingDepth) +
+                           " levels ([ ] and { } inside one another); a job file needs 4";
+  if (text.size() > kMaxJobFileBytes) {
+    return refuse(1, "job: the job file " +
+                         tooLong(text.size(), kMaxJobFileBytes,
+                                 "1 MiB: keep data and long lists in files the job reads"));
+  }
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && (text[first] == '{' || text[first] == '[')) {
+    // JSON, the form `cohort submit` sends and the server stores.
+    const size_t at = jsonTooDeepAt(text, kMaxNestingDepth);
+    if (at != std::string::npos) return refuse(lineOfOffset(text, at), "job: " + deep);
+  }
+  if (int line = flowTooDeepLine(text, kMaxNestingDepth)) return refuse(line, "job: " + deep);
+
+  YAML::Node root;
+  try {
+    // YAML::LoadAll is not used: after some malformed text yaml-cpp 0.7 yields empty documents
+    // without end, and LoadAll keeps them all until memory runs out.
+    int second_document = 0;
+    std::istringstream stream(text);
+    YAML::Parser events(stream);
+    EventCounter counter(text.size() * 2 + 16);
+    if (events.HandleNextDocument(counter) && events.HandleNextDocument(counter)) {
+      second_document = counter.lastDocumentLine();
+    }
+    if (second_document) {
+      return refuse(second_document, "job: text after the end of the job (a job file holds one "
+                                     "YAML document)");
+    }
+    root = YAML::Load(text);
+#if __has_include(<yaml-cpp/depthguard.h>)
+  } catch (const YAML::DeepRecursion& e) {
+    return refuse(e.mark.line >= 0 ? e.mark.line + 1 : 1,
+                  "job: nested too deeply (mappings or lists inside one another)");
+#endif
+  } catch (const YAML::Exception& e) {
+    return refuse(e.mark.line >= 0 ? e.mark.line + 1 : 1, "job: not valid YAML: " + e.msg);
+  } catch (const EventCounter::TooMany&) {
+    return refuse(1, "job: not valid YAML: the parser did not come to an end");
+  }
+  if (!root || root.IsNull()) return refuse(1, "job: the job file is empty");
+  Parser parser(file_name);
+  try {
+    return parser.job(root);
+  } catch (const YAML::Exception& e) {
+    return refuse(e.mark.line >= 0 ? e.mark.line + 1 : parser.currentLine(), "job: " + e.msg);
+  }
+}
 
 }  // namespace
 
 Result<JobSpec> parseJobFile(const std::string& text, const std::string& file_name) {
-  YAML::Node root;
   try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    return fail(Code::kInvalidArgument, file_name + ":" + std::to_string(e.mark.line + 1) +
-                                            ": not valid YAML: " + e.msg);
-  }
-  if (!root || root.IsNull()) {
-    return fail(Code::kInvalidArgument, file_name + ": the job file is empty");
-  }
-  try {
-    return Parser(file_name).job(root);
-  } catch (const YAML::Exception& e) {
-    return fail(Code::kInvalidArgument, file_name + ": " + e.what());
+    return parseYaml(text, file_name);
+  } catch (const std::exception& e) {
+    // Only a bug or exhausted memory gets here: still an error, never an exception.
+    return fail(Code::kInternal, file_name + ":1: job: " + e.what());
   }
 }
 
 namespace {
 
+std::string whereFrom(const Origin& origin, const std::string& path) {
+  std::string p = path;
+  for (;;) {
+    auto it = origin.where.find(p);
+    if (it != origin.where.end()) return it->second.empty() ? "" : it->second + ": ";
+    if (p.empty()) return "";
+    size_t cut = p.find_last_of(".[");
+    p = cut == std::string::npos ? "" : p.substr(0, cut);
+  }
+}
+
+// Refusals of validate(): "<where the field came from>: <path>: <what>", where is file:line or
+// the flag that set the field (spec.origin), found for the path or its nearest ancestor.
+class Refusal {
+ public:
+  explicit Refusal(const JobSpec& spec) : origin_(spec.origin) {}
+
+  tl::unexpected<Error> operator()(const std::string& path, const std::string& what) const {
+    return fail(Code::kInvalidArgument, whereFrom(origin_, path) + path + ": " + what);
+  }
+
+ private:
+  const Origin& origin_;
+};
+
+bool wordCharacter(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '_' || c == '.';
+}
+
+const std::string kFileAdvice = "put large values in a file the job reads";
+
 Result<void> validateFramework(const JobSpec& spec) {
-  auto bad = [](const std::string& msg) { return fail(Code::kInvalidArgument, msg); };
+  const Refusal bad(spec);
   const std::string launcher = launcherName(spec.launcher);
   const bool torch_launcher =
       spec.launcher == Launcher::kTorchrun || spec.launcher == Launcher::kSpawn;
   if (torch_launcher && spec.framework != Framework::kPyTorch) {
-    return bad("launcher: '" + launcher + "' is for framework pytorch");
+    return bad("launcher", "'" + launcher + "' is for framework pytorch");
   }
   if (spec.launcher == Launcher::kMpirun && spec.framework != Framework::kMpi) {
-    return bad("launcher: 'mpirun' is for framework mpi");
+    return bad("launcher", "'mpirun' is for framework mpi");
   }
   if (torch_launcher && spec.roles.size() != 1) {
-    return bad("launcher: '" + launcher + "' runs one role; this job has " +
-               std::to_string(spec.roles.size()));
+    return bad("launcher", "'" + launcher + "' runs one role; this job has " +
+                               std::to_string(spec.roles.size()));
   }
   if (spec.framework == Framework::kTensorFlow) {
     for (const Role& role : spec.roles) {
       if (role.name != "chief" && role.name != "worker" && role.name != "ps" &&
           role.name != "evaluator") {
-        return bad("roles." + role.name +
-                   ": TensorFlow roles are chief, worker, ps and evaluator");
+        return bad("roles." + role.name, "TensorFlow roles are chief, worker, ps and evaluator");
       }
       if (role.name == "chief" || role.name == "evaluator") {
         if (role.nodes * role.procs_per_node != 1) {
-          return bad("roles." + role.name + ": TensorFlow has exactly one " + role.name +
-                     " (nodes: 1, procs_per_node: 1)");
+          return bad("roles." + role.name, "TensorFlow has exactly one " + role.name +
+                                               " (nodes: 1, procs_per_node: 1)");
         }
       }
     }
   }
   if (spec.framework == Framework::kMindSpore) {
     if (spec.roles.size() != 1 || spec.roles[0].name != "worker") {
-      return bad("roles: a MindSpore job has one role, 'worker' (cohort adds the scheduler)");
+      return bad("roles", "a MindSpore job has one role, 'worker' (cohort adds the scheduler)");
     }
     const Role& worker = spec.roles[0];
     if (spec.mindspore_mode == MindSporeMode::kRankTable && worker.nodes > 1 &&
         worker.procs_per_node != 8) {
-      return bad("roles.worker.procs_per_node: a rank-table (Ascend) job on several machines "
-                 "needs 8 devices per machine, got " + std::to_string(worker.procs_per_node) +
-                 " (use nodes: 1, or procs_per_node: 8)");
+      return bad("roles.worker.procs_per_node",
+                 "a rank-table (Ascend) job on several machines needs 8 devices per machine, "
+                 "got " + std::to_string(worker.procs_per_node) +
+                     " (use nodes: 1, or procs_per_node: 8)");
     }
   } else if (spec.mindspore_mode == MindSporeMode::kRankTable) {
-    return bad("mode: 'rank_table' is for framework mindspore");
+    return bad("mode", "'rank_table' is for framework mindspore");
+  }
+  return {};
+}
+
+// Names and values of env or hyperparameters: counts, lengths, each name once.
+Result<void> validatePairs(const JobSpec& spec, const KeyValues& pairs, const std::string& path,
+                           int max, const std::string& advice) {
+  const Refusal bad(spec);
+  if (pairs.size() > static_cast<size_t>(max)) {
+    return bad(path, tooMany(pairs.size(), max, "entries", advice));
+  }
+  std::set<std::string_view> names;
+  for (const auto& [key, value] : pairs) {
+    const std::string sub = path + "." + clip(key);
+    if (key.empty()) return bad(path, "a name is empty");
+    if (key.size() > kMaxKeyBytes) {
+      return bad(sub, "the name " + tooLong(key.size(), kMaxKeyBytes, "names are short words"));
+    }
+    if (value.size() > kMaxValueBytes) {
+      return bad(sub, "the value " + tooLong(value.size(), kMaxValueBytes,
+                                             "128 KiB, the most the kernel passes to a program "
+                                             "in one string: " + kFileAdvice));
+    }
+    if (!names.insert(key).second) return bad(sub, "given twice");
+  }
+  return {};
+}
+
+Result<void> validatePath(const JobSpec& spec, const std::string& path, const std::string& value) {
+  if (value.size() > kMaxPathBytes) {
+    return Refusal(spec)(path, tooLong(value.size(), kMaxPathBytes,
+                                       "4096, the longest path the system opens"));
+  }
+  return {};
+}
+
+Result<void> validateRoles(const JobSpec& spec) {
+  const Refusal bad(spec);
+  if (spec.roles.empty()) return bad("roles", "at least one role is needed");
+  if (spec.roles.size() > static_cast<size_t>(kMaxRoles)) {
+    return bad("roles", tooMany(spec.roles.size(), kMaxRoles, "roles",
+                                "roles that run alike can be one role"));
+  }
+  std::set<std::string> names;
+  int64_t nodes = 0, procs = 0;
+  for (const Role& role : spec.roles) {
+    const std::string path = "roles." + clip(role.name);
+    if (role.name.empty() || role.name.size() > kMaxNameBytes) {
+      return bad(path, "a role's name must have 1 to " + std::to_string(kMaxNameBytes) +
+                           " characters, got " + std::to_string(role.name.size()));
+    }
+    if (!std::all_of(role.name.begin(), role.name.end(), wordCharacter) ||
+        role.name.find_first_not_of('.') == std::string::npos) {
+      return bad(path, "role name '" + role.name +
+                           "' may use only letters, digits, '-', '_' and '.' (it names files)");
+    }
+    if (!names.insert(role.name).second) return bad(path, "role given twice");
+    if (role.nodes < 1) return bad(path + ".nodes", "must be at least 1");
+    if (role.nodes > kMaxNodesPerRole) {
+      return bad(path + ".nodes", "must be at most " + std::to_string(kMaxNodesPerRole) +
+                                      ", got " + std::to_string(role.nodes));
+    }
+    if (role.procs_per_node < 1 && role.procs_per_node != kAutoProcs) {
+      return bad(path + ".procs_per_node", "must be at least 1");
+    }
+    if (role.procs_per_node > kMaxProcsPerNode) {
+      return bad(path + ".procs_per_node", "must be at most " + std::to_string(kMaxProcsPerNode) +
+                                               ", got " + std::to_string(role.procs_per_node) +
+                                               " (spread the processes over more nodes)");
+    }
+    const Resources& res = role.resources;
+    if (res.gpus < 0 || res.gpus > kMaxGpusPerRank) {
+      return bad(path + ".resources.gpus", "must be from 0 to " + std::to_string(kMaxGpusPerRank) +
+                                               ", got " + std::to_string(res.gpus));
+    }
+    if (!(res.cpus >= 0.001 && res.cpus <= kMaxCpusPerRank)) {
+      return bad(path + ".resources.cpus",
+                 "must be from 0.001 to " + std::to_string(static_cast<int>(kMaxCpusPerRank)) +
+                     " per rank");
+    }
+    if (res.memory_bytes < 0 || res.memory_bytes > kMaxMemoryPerRank) {
+      return bad(path + ".resources.memory", "must be at most 64Ti per rank, got " +
+                                                 std::to_string(res.memory_bytes) + " bytes");
+    }
+    nodes += role.nodes;
+    procs += static_cast<int64_t>(role.nodes) * std::max(role.procs_per_node, 1);
+  }
+  if (nodes > kMaxTotalNodes) {
+    return bad("roles", tooMany(static_cast<size_t>(nodes), kMaxTotalNodes, "nodes in all",
+                                "use fewer nodes with more processes each"));
+  }
+  if (procs > kMaxTotalProcs) {
+    return bad("roles", tooMany(static_cast<size_t>(procs), kMaxTotalProcs,
+                                "processes in all (nodes x procs_per_node of every role)",
+                                "use fewer nodes or fewer processes per node"));
+  }
+  return {};
+}
+
+Result<void> validateData(const JobSpec& spec) {
+  const Refusal bad(spec);
+  if (spec.inputs.size() > static_cast<size_t>(kMaxInputs)) {
+    return bad("inputs", tooMany(spec.inputs.size(), kMaxInputs, "inputs",
+                                 "stage a directory that holds them"));
+  }
+  for (size_t i = 0; i < spec.inputs.size(); ++i) {
+    const Input& in = spec.inputs[i];
+    const std::string path = "inputs[" + std::to_string(i) + "]";
+    COHORT_TRY(validatePath(spec, path + ".source", in.source));
+    COHORT_TRY(validatePath(spec, path + ".target", in.target));
+    if (in.arg.size() > kMaxKeyBytes) {
+      return bad(path + ".arg", tooLong(in.arg.size(), kMaxKeyBytes, "it names a flag"));
+    }
+  }
+  if (spec.outputs.size() > static_cast<size_t>(kMaxOutputs)) {
+    return bad("outputs", tooMany(spec.outputs.size(), kMaxOutputs, "outputs",
+                                  "copy out a directory that holds them"));
+  }
+  for (size_t i = 0; i < spec.outputs.size(); ++i) {
+    const std::string path = "outputs[" + std::to_string(i) + "]";
+    COHORT_TRY(validatePath(spec, path + ".source", spec.outputs[i].source));
+    COHORT_TRY(validatePath(spec, path + ".target", spec.outputs[i].target));
+  }
+  return {};
+}
+
+// A long duration as a person reads it: "31 days", else "2h00m".
+std::string describe(Millis d) {
+  constexpr int64_t kDay = 86400000;
+  if (d.count() >= kDay && d.count() % kDay == 0) return std::to_string(d.count() / kDay) + " days";
+  return formatDuration(d);
+}
+
+Result<void> validatePolicy(const JobSpec& spec, const std::set<std::string>& roles) {
+  const Refusal bad(spec);
+  const Policy& policy = spec.policy;
+  if (policy.success.size() > static_cast<size_t>(kMaxRoles)) {
+    return bad("policy.success", tooMany(policy.success.size(), kMaxRoles, "roles",
+                                         "name each key role once"));
+  }
+  for (const auto& key : policy.success) {
+    if (!roles.count(key)) {
+      return bad("policy.success",
+                 "no role named '" + clip(key) + "' (roles: " +
+                     join(std::vector<std::string>(roles.begin(), roles.end()), ", ") + ")");
+    }
+  }
+  if (policy.max_restarts < 0 || policy.max_restarts > kMaxRestarts) {
+    return bad("policy.max_restarts", "must be from 0 to " + std::to_string(kMaxRestarts) +
+                                          ", got " + std::to_string(policy.max_restarts));
+  }
+  if (policy.grace_period.count() < 0 || policy.grace_period > kMaxGracePeriod) {
+    return bad("policy.grace_period",
+               describe(policy.grace_period) + " is longer than 30 days, the longest "
+               "grace period (the time between SIGTERM and SIGKILL)");
+  }
+  if (policy.max_runtime) {
+    if (policy.max_runtime->count() <= 0) return bad("policy.max_runtime", "must be longer than 0");
+    if (*policy.max_runtime > kMaxRuntime) {
+      return bad("policy.max_runtime", describe(*policy.max_runtime) +
+                                           " is longer than 365 days, the longest max_runtime "
+                                           "(leave it out for no limit)");
+    }
+  }
+  return {};
+}
+
+// What planning costs: every rank gets its own argv and environment: cohort's ~50 variables
+// (about 2 KiB with their paths, and COHORT_HOSTS and the managed service's VC_*_HOSTS list every
+// node) and the job's. Bounded, so that a plan at the limits is made, printed and written as
+// plan.json in well under a second, and so that each rank's exec fits the kernel's limit.
+Result<void> validatePlanSize(const JobSpec& spec) {
+  const Refusal bad(spec);
+  constexpr int64_t kCohortVariables = 48;
+  constexpr int64_t kCohortBytes = 2048;
+  constexpr int64_t kBytesPerHost = 12;  // "10.1.23.45,": most addresses are shorter
+  int64_t rank_bytes = 0;
+  for (const std::string& arg : spec.command) rank_bytes += static_cast<int64_t>(arg.size()) + 1;
+  for (const auto& [k, v] : spec.hyperparameters) {
+    rank_bytes += static_cast<int64_t>(k.size() + v.size()) + 4;
+  }
+  for (const auto& [k, v] : spec.env) rank_bytes += static_cast<int64_t>(k.size() + v.size()) + 2;
+  for (const Input& in : spec.inputs) {
+    if (!in.arg.empty()) rank_bytes += static_cast<int64_t>(in.arg.size() + in.target.size()) + 4;
+  }
+  if (rank_bytes > static_cast<int64_t>(kMaxRankBytes)) {
+    return bad("command", "with hyperparameters and env, each rank's arguments and variables "
+                          "take " + std::to_string(rank_bytes) + " bytes; at most " +
+                              std::to_string(kMaxRankBytes) +
+                              " (1 MiB; exec refuses more): " + kFileAdvice);
+  }
+  int64_t procs = 0, nodes = 0;
+  for (const Role& role : spec.roles) {
+    procs += static_cast<int64_t>(role.nodes) * std::max(role.procs_per_node, 1);
+    nodes += role.nodes;
+  }
+  // The managed service's variables name each role's hosts and count (VC_<ROLE>_HOSTS/_NUM).
+  const int64_t roles = spec.compat_modelarts ? static_cast<int64_t>(spec.roles.size()) : 0;
+  const int64_t entries = static_cast<int64_t>(spec.command.size() + spec.hyperparameters.size() +
+                                               spec.env.size() + spec.inputs.size()) +
+                          kCohortVariables + 2 * roles;
+  if (procs * entries > kMaxPlanEntries) {
+    return bad("roles", std::to_string(procs) + " ranks, each with about " +
+                            std::to_string(entries) +
+                            " arguments and variables of its own, make a plan of " +
+                            std::to_string(procs * entries) + " entries; at most " +
+                            std::to_string(kMaxPlanEntries) +
+                            " (use fewer ranks, or fewer env entries and hyperparameters; "
+                            "compat: none drops two variables per role)");
+  }
+  // TF_CONFIG lists every task's address ("host:port") in every rank's copy.
+  const int64_t tf_config = spec.framework == Framework::kTensorFlow ? procs * 24 : 0;
+  const int64_t share = kCohortBytes + rank_bytes + roles * 40 + tf_config +
+                        nodes * kBytesPerHost * (spec.compat_modelarts ? 2 : 1);
+  if (procs * share > kMaxPlanBytes) {
+    return bad("roles", std::to_string(procs) + " ranks on " + std::to_string(nodes) +
+                            " nodes, each rank with about " + std::to_string(share) +
+                            " bytes of arguments and variables of its own (the host lists "
+                            "name every node; TensorFlow's TF_CONFIG every task), make a plan "
+                            "of about " +
+                            std::to_string(procs * share >> 20) + " MiB; at most " +
+                            std::to_string(kMaxPlanBytes >> 20) +
+                            " MiB (use fewer nodes with more processes each, fewer ranks, "
+                            "or smaller values; compat: none drops the VC_*_HOSTS lists)");
   }
   return {};
 }
@@ -441,53 +1042,57 @@ Result<void> validateFramework(const JobSpec& spec) {
 }  // namespace
 
 Result<void> validate(const JobSpec& spec) {
-  auto bad = [](const std::string& msg) { return fail(Code::kInvalidArgument, msg); };
+  const Refusal bad(spec);
   if (spec.command.empty()) {
-    return bad("command: no command to run (give one after '--' or in the job file's 'command')");
+    return bad("command", "no command to run (give one after '--' or in the job file's 'command')");
   }
-  if (spec.name.empty() || spec.name.size() > 63) {
-    return bad("name: must have 1 to 63 characters, got '" + spec.name + "'");
+  if (spec.name.empty() || spec.name.size() > kMaxNameBytes) {
+    return bad("name", "must have 1 to " + std::to_string(kMaxNameBytes) + " characters, got '" +
+                           clip(spec.name) + "'");
   }
-  for (char c : spec.name) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '-' || c == '_' || c == '.';
-    if (!ok) {
-      return bad("name: '" + spec.name +
-                 "' may use only letters, digits, '-', '_' and '.' (it names directories)");
+  if (!std::all_of(spec.name.begin(), spec.name.end(), wordCharacter) ||
+      spec.name.find_first_not_of('.') == std::string::npos) {
+    return bad("name", "'" + spec.name +
+                           "' may use only letters, digits, '-', '_' and '.' (it names "
+                           "directories)");
+  }
+  if (spec.command.size() > static_cast<size_t>(kMaxCommandArgs)) {
+    return bad("command", tooMany(spec.command.size(), kMaxCommandArgs, "arguments",
+                                  "pass a file of arguments instead"));
+  }
+  for (size_t i = 0; i < spec.command.size(); ++i) {
+    if (spec.command[i].size() > kMaxValueBytes) {
+      return bad("command[" + std::to_string(i) + "]",
+                 tooLong(spec.command[i].size(), kMaxValueBytes,
+                         "128 KiB, the most the kernel passes to a program in one string: " +
+                             kFileAdvice));
     }
   }
-  if (spec.roles.empty()) return bad("roles: at least one role is needed");
-  std::set<std::string> names;
-  for (const Role& role : spec.roles) {
-    std::string path = "roles." + role.name;
-    if (role.name.empty() || role.name.find_first_of("/ \t") != std::string::npos) {
-      return bad("roles: role name '" + role.name + "' must be a word without '/' or spaces");
-    }
-    if (!names.insert(role.name).second) return bad(path + ": role given twice");
-    if (role.nodes < 1) return bad(path + ".nodes: must be at least 1");
-    if (role.procs_per_node < 1 && role.procs_per_node != kAutoProcs) {
-      return bad(path + ".procs_per_node: must be at least 1");
-    }
-  }
+  COHORT_TRY(validatePath(spec, "workdir", spec.workdir));
+  COHORT_TRY(validateRoles(spec));
   COHORT_TRY(validateFramework(spec));
-  for (const auto& key : spec.policy.success) {
-    if (!names.count(key)) {
-      return bad("policy.success: no role named '" + key + "' (roles: " +
-                 join(std::vector<std::string>(names.begin(), names.end()), ", ") + ")");
-    }
-  }
+  std::set<std::string> names;
+  for (const Role& role : spec.roles) names.insert(role.name);
+  COHORT_TRY(validatePolicy(spec, names));
+  COHORT_TRY(validatePairs(spec, spec.hyperparameters, "hyperparameters", kMaxHyperparameters,
+                           "pass a configuration file as one hyperparameter"));
+  COHORT_TRY(validatePairs(spec, spec.env, "env", kMaxEnv,
+                           "put the settings in a file the job reads"));
   for (const auto& [key, value] : spec.env) {
-    if (key.empty() || key.find('=') != std::string::npos) {
-      return bad("env: '" + key + "' is not a valid variable name");
+    if (key.find('=') != std::string::npos) {
+      return bad("env." + clip(key), "'" + clip(key) + "' is not a valid variable name");
     }
     if (startsWith(key, "COHORT_")) {
-      return bad("env." + key + ": names starting with COHORT_ are set by cohort itself");
+      return bad("env." + key, "names starting with COHORT_ are set by cohort itself");
     }
   }
-  if (spec.policy.max_runtime && spec.policy.max_runtime->count() <= 0) {
-    return bad("policy.max_runtime: must be longer than 0");
-  }
+  COHORT_TRY(validateData(spec));
+  COHORT_TRY(validatePlanSize(spec));
   return {};
+}
+
+std::string fieldLabel(const JobSpec& spec, const std::string& path) {
+  return whereFrom(spec.origin, path) + path + ": ";
 }
 
 std::vector<std::string> keyRoles(const JobSpec& spec) {
@@ -567,7 +1172,8 @@ std::string toJobFile(const JobSpec& spec) {
               {"inputs", inputs},
               {"outputs", outputs},
               {"policy", policy}};
-  return job.dump();
+  // Never throws: bytes that are not UTF-8 (an argument given as a flag) become U+FFFD.
+  return job.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 std::string expandTarget(std::string target, const std::string& job_id,

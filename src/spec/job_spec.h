@@ -1,9 +1,12 @@
 // JobSpec: what a user asks for, parsed from a job file (YAML or JSON) and CLI flags, and
-// validated with the path of every offending field ("roles.worker.nodes: must be at least 1").
+// validated with the file, line and path of every offending field
+// ("job.yaml:7: roles.worker.nodes: must be at least 1, got 0") and against the limits below.
 // Pure: parsing reads a string, never the file system; resolving paths is the caller's job.
 // Thread-safe (no shared state).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -29,6 +32,38 @@ const char* launcherName(Launcher l);
 enum class MindSporeMode { kDynamicCluster, kRankTable };
 
 inline constexpr int kAutoProcs = -1;  // procs_per_node: auto (one per device)
+
+// What one job may ask for (docs/architecture.md, "Limits"). Every job file, request body and
+// flag is held to them: parseJobFile refuses what it cannot read in bounded time and memory,
+// validate the rest; each refusal names the field and the limit. They keep parsing and planning
+// a job well under a second, before any signal handling or rank starts: the plan gives every rank
+// its own copy of its arguments and some 50 variables (COHORT_HOSTS lists every node), so the
+// processes of a job and the size of its plan are bounded together.
+inline constexpr size_t kMaxJobFileBytes = 1 << 20;  // a job file or a request's job: 1 MiB
+inline constexpr int kMaxNestingDepth = 64;          // [ ] and { } inside one another
+inline constexpr int kMaxRoles = 64;
+inline constexpr int kMaxNodesPerRole = 1024;
+inline constexpr int kMaxTotalNodes = 1024;
+inline constexpr int kMaxProcsPerNode = 1024;
+inline constexpr int kMaxTotalProcs = 4096;  // processes of every role together
+inline constexpr int kMaxCommandArgs = 4096;
+inline constexpr int kMaxHyperparameters = 1024;
+inline constexpr int kMaxEnv = 4096;
+inline constexpr int kMaxInputs = 256;
+inline constexpr int kMaxOutputs = 256;
+inline constexpr size_t kMaxNameBytes = 63;         // the job's and each role's name
+inline constexpr size_t kMaxKeyBytes = 256;         // an env or hyperparameter name, an input's arg
+inline constexpr size_t kMaxPathBytes = 4096;       // workdir, sources and targets (PATH_MAX)
+inline constexpr size_t kMaxValueBytes = 128 << 10; // one argument or value (MAX_ARG_STRLEN)
+inline constexpr size_t kMaxRankBytes = 1 << 20;    // a rank's argv and environment together
+inline constexpr int64_t kMaxPlanEntries = 1 << 19; // ranks x (variables + arguments) of a plan
+inline constexpr int64_t kMaxPlanBytes = 32 << 20;  // ranks x (bytes of each rank's share)
+inline constexpr int kMaxRestarts = 1000;
+inline constexpr int kMaxGpusPerRank = 1024;
+inline constexpr double kMaxCpusPerRank = 4096;
+inline constexpr int64_t kMaxMemoryPerRank = int64_t{64} << 40;  // 64 TiB
+inline constexpr Millis kMaxGracePeriod{30LL * 86400 * 1000};     // 30 days
+inline constexpr Millis kMaxRuntime{365LL * 86400 * 1000};        // 365 days
 
 struct Resources {
   int gpus = 0;
@@ -76,6 +111,16 @@ struct Output {
 // An output target with its placeholders filled in: {job} is the job id, {name} the job's name.
 std::string expandTarget(std::string target, const std::string& job_id, const std::string& name);
 
+// Where a spec's fields came from, so that a refusal points at them: for each field path given
+// ("roles.worker.nodes", "env.LR", "command[2]"; "" for the job file's top level), either
+// "file:line", the flag that set it ("--nodes"), or "" (set from the command line, nothing to
+// point at). A field that is in neither is named by its nearest ancestor that is.
+struct Origin {
+  std::map<std::string, std::string> where;
+  // The field at `path` (and whatever is under it) now comes from `flag`.
+  void setByFlag(const std::string& path, const std::string& flag);
+};
+
 struct JobSpec {
   std::string name;
   Framework framework = Framework::kPyTorch;  // what most users run; generic sets COHORT_* only
@@ -92,13 +137,17 @@ struct JobSpec {
   MindSporeMode mindspore_mode = MindSporeMode::kDynamicCluster;
   std::string rank_table_version = "1.0";  // or "0.1"
   bool compat_modelarts = true;  // set the managed service's MA_*/VC_* variables too
+  Origin origin;                 // not part of toJobFile
 };
 
 Result<Framework> parseFramework(const std::string& text);
 Result<Launcher> parseLauncher(const std::string& text);
 
-// Parses a job file's text. `file_name` only labels messages. Unknown fields, wrong types and
-// impossible values are kInvalidArgument errors naming the field path and line.
+// Parses a job file's text (YAML, or JSON, its subset). `file_name` only labels messages.
+// Errors: kInvalidArgument, "file:line: field.path: what is wrong", for text over
+// kMaxJobFileBytes or nested deeper than kMaxNestingDepth (refused before any parse), syntax
+// errors, unknown or repeated fields, wrong types (a quoted "2" is a string, not an integer),
+// impossible values and lists or mappings over their limits. Never throws.
 Result<JobSpec> parseJobFile(const std::string& text, const std::string& file_name);
 
 // The spec as a job file in JSON, with every field written out (durations in ms, memory in
@@ -110,8 +159,13 @@ std::string toJobFile(const JobSpec& spec);
 JobSpec defaultSpec();
 
 // Checks what parsing alone cannot (after CLI flags were applied): a command, a sane name,
-// key roles that exist. Returns the first problem as kInvalidArgument.
+// key roles that exist, and every limit above. Returns the first problem as kInvalidArgument,
+// prefixed with where the field came from (spec.origin).
 Result<void> validate(const JobSpec& spec);
+
+// "where: path: ", the start of a message about the field at `path`: where is the file:line or
+// the flag it came from (spec.origin), or nothing when neither is known.
+std::string fieldLabel(const JobSpec& spec, const std::string& path);
 
 // The key roles: policy.success or, when empty, the framework's default: TensorFlow's chief if
 // there is one, else its workers; every role otherwise.

@@ -2,8 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <regex>
+
 namespace cohort::spec {
 namespace {
+
+using Json = nlohmann::ordered_json;
 
 std::string errorOf(const std::string& yaml) {
   auto spec = parseJobFile(yaml, "job.yaml");
@@ -213,6 +219,432 @@ TEST(KeyRoles, DefaultIsEveryRole) {
   EXPECT_EQ(keyRoles(*spec), (std::vector<std::string>{"ps", "worker"}));
   spec->policy.success = {"worker"};
   EXPECT_EQ(keyRoles(*spec), (std::vector<std::string>{"worker"}));
+}
+
+// --- Limits: every count, size and duration has one, and its refusal names the field and it.
+
+std::string withRoles(const std::string& roles) {
+  return "name: x\ncommand: [a]\nroles: " + roles + "\n";
+}
+
+TEST(Limits, AnOverflowingDurationIsRefusedNotWrappedNegative) {
+  std::string msg = errorOf("name: x\ncommand: [a]\npolicy: {grace_period: \"99999999999999999999h\"}\n");
+  EXPECT_NE(msg.find("job.yaml:3: policy.grace_period: '99999999999999999999h' is longer than"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(Limits, GracePeriodAndMaxRuntimeHaveCeilings) {
+  EXPECT_EQ(errorOf("name: x\ncommand: [a]\npolicy: {grace_period: 30d, max_runtime: 365d}\n"), "");
+  std::string grace = errorOf("name: x\ncommand: [a]\npolicy:\n  grace_period: 31d\n");
+  EXPECT_NE(grace.find("job.yaml:4: policy.grace_period: "), std::string::npos) << grace;
+  EXPECT_NE(grace.find("longer than 30 days"), std::string::npos) << grace;
+  std::string runtime = errorOf("name: x\ncommand: [a]\npolicy: {max_runtime: 366d}\n");
+  EXPECT_NE(runtime.find("job.yaml:3: policy.max_runtime: "), std::string::npos) << runtime;
+  EXPECT_NE(runtime.find("longer than 365 days"), std::string::npos) << runtime;
+}
+
+TEST(Limits, HugeRolesAreRefusedBeforeAnyPlanIsMade) {
+  std::string msg = errorOf(withRoles("{worker: {nodes: 65536, procs_per_node: 65536}}"));
+  EXPECT_NE(msg.find("job.yaml:3: roles.worker.nodes: must be at most 1024, got 65536"),
+            std::string::npos)
+      << msg;
+  msg = errorOf(withRoles("{worker: {procs_per_node: 65536}}"));
+  EXPECT_NE(msg.find("roles.worker.procs_per_node: must be at most 1024"), std::string::npos) << msg;
+  msg = errorOf(withRoles("{worker: {nodes: 8, procs_per_node: 1024}}"));
+  EXPECT_NE(msg.find("job.yaml:3: roles: 8192 processes in all"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("at most 4096"), std::string::npos) << msg;
+  msg = errorOf(withRoles("{a: {nodes: 1024}, b: {nodes: 1}}"));
+  EXPECT_NE(msg.find("roles: 1025 nodes in all; at most 1024"), std::string::npos) << msg;
+  EXPECT_EQ(errorOf(withRoles("{worker: {nodes: 4, procs_per_node: 1024}}")), "");
+  EXPECT_EQ(errorOf(withRoles("{worker: {nodes: 1024, procs_per_node: 1}}")), "");
+}
+
+TEST(Limits, ThousandsOfRolesAreRefusedByCount) {
+  std::string roles = "{";
+  for (int i = 0; i < 2000; ++i) roles += (i ? ", r" : "r") + std::to_string(i) + ": {}";
+  std::string msg = errorOf(withRoles(roles + "}"));
+  EXPECT_NE(msg.find("job.yaml:3: roles: 2000 roles; at most 64"), std::string::npos) << msg;
+}
+
+TEST(Limits, TooManyEnvKeysAreRefusedByCount) {
+  std::string env = "{";
+  for (int i = 0; i < 5000; ++i) env += (i ? ", K" : "K") + std::to_string(i) + ": v";
+  std::string msg = errorOf("name: x\ncommand: [a]\nenv: " + env + "}\n");
+  EXPECT_NE(msg.find("job.yaml:3: env: 5000 entries; at most 4096"), std::string::npos) << msg;
+}
+
+TEST(Limits, AJobFileOverOneMebibyteIsRefusedUnread) {
+  std::string yaml = "name: x\ncommand: [a]\nenv:\n";
+  for (int i = 0; yaml.size() <= kMaxJobFileBytes; ++i) yaml += "  K" + std::to_string(i) + ": v\n";
+  std::string msg = errorOf(yaml);
+  EXPECT_NE(msg.find("job.yaml:1: job: the job file has"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("at most 1048576 (1 MiB"), std::string::npos) << msg;
+}
+
+TEST(Limits, LongValuesAreRefusedWithTheirField) {
+  const std::string big(kMaxValueBytes + 1, 'v');
+  std::string msg = errorOf("name: x\ncommand: [a]\nenv:\n  BIG: " + big + "\n");
+  EXPECT_NE(msg.find("job.yaml:4: env.BIG: the value has 131073 bytes; at most 131072"),
+            std::string::npos)
+      << msg.substr(0, 200);
+  msg = errorOf("name: x\ncommand: [a, " + big + "]\n");
+  EXPECT_NE(msg.find("job.yaml:2: command[1]: has 131073 bytes"), std::string::npos)
+      << msg.substr(0, 200);
+  msg = errorOf("name: x\ncommand: [a]\nworkdir: " + std::string(5000, 'd') + "\n");
+  EXPECT_NE(msg.find("job.yaml:3: workdir: has 5000 bytes; at most 4096"), std::string::npos)
+      << msg.substr(0, 200);
+}
+
+TEST(Limits, RanksTimesVariablesIsBoundedSoPlanningStaysFast) {
+  std::string env = "{";
+  for (int i = 0; i < 2000; ++i) env += (i ? ", K" : "K") + std::to_string(i) + ": v";
+  std::string msg = errorOf("name: x\ncommand: [a]\nenv: " + env + "}\n" +
+                            "roles: {worker: {nodes: 4, procs_per_node: 1024}}\n");
+  EXPECT_NE(msg.find("job.yaml:4: roles: 4096 ranks, each with about 2051"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("at most 524288"), std::string::npos) << msg;
+  // Every rank's host list names every node: many nodes and many ranks make a large plan.
+  msg = errorOf(withRoles("{worker: {nodes: 512, procs_per_node: 8}}"));
+  EXPECT_NE(msg.find("job.yaml:3: roles: 4096 ranks on 512 nodes"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("at most 32 MiB"), std::string::npos) << msg;
+  EXPECT_EQ(errorOf(withRoles("{worker: {nodes: 128, procs_per_node: 32}}")), "");
+  // TensorFlow's TF_CONFIG names every task in every rank's copy.
+  msg = errorOf("name: x\ncommand: [a]\nframework: tensorflow\n"
+                "roles: {worker: {nodes: 4, procs_per_node: 1024}}\n");
+  EXPECT_NE(msg.find("job.yaml:4: roles: 4096 ranks on 4 nodes"), std::string::npos) << msg;
+  EXPECT_EQ(errorOf("name: x\ncommand: [a]\nframework: tensorflow\n"
+                    "roles: {worker: {nodes: 4, procs_per_node: 256}}\n"),
+            "");
+}
+
+TEST(Limits, CountsAndRangesAlsoHoldForSpecsNotFromAFile) {
+  JobSpec spec = defaultSpec();
+  spec.name = "x";
+  spec.command = {"a"};
+  spec.origin.setByFlag("roles.worker.nodes", "--nodes");
+  spec.roles[0].nodes = 5000;
+  auto valid = validate(spec);
+  ASSERT_FALSE(valid);
+  EXPECT_EQ(valid.error().message, "--nodes: roles.worker.nodes: must be at most 1024, got 5000");
+  spec.roles[0].nodes = 1;
+  spec.policy.max_restarts = 1000000;
+  EXPECT_FALSE(validate(spec));
+  spec.policy.max_restarts = 0;
+  for (int i = 0; i < kMaxEnv + 1; ++i) spec.env.emplace_back("K" + std::to_string(i), "v");
+  valid = validate(spec);
+  ASSERT_FALSE(valid);
+  EXPECT_NE(valid.error().message.find("env: 4097 entries; at most 4096"), std::string::npos);
+}
+
+// --- Types: a JSON job file (what the server parses) is typed; YAML's quotes mean a string.
+
+TEST(Types, AQuotedNumberIsAStringWhereAnIntegerIsWanted) {
+  Json job = {{"name", "x"}, {"command", {"a"}}, {"roles", {{"worker", {{"nodes", "2"}}}}}};
+  auto json = parseJobFile(job.dump(), "job");
+  ASSERT_FALSE(json);
+  EXPECT_NE(json.error().message.find(
+                "job:1: roles.worker.nodes: expected an integer, got the string '2'"),
+            std::string::npos)
+      << json.error().message;
+  std::string msg = errorOf(withRoles("{worker: {nodes: \"2\"}}"));
+  EXPECT_NE(msg.find("job.yaml:3: roles.worker.nodes: expected an integer, got the string '2'"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(errorOf("name: x\ncommand: [a]\npolicy: {max_restarts: '1'}\n")
+                .find("policy.max_restarts: expected an integer, got the string '1'"),
+            std::string::npos);
+  EXPECT_EQ(errorOf(withRoles("{worker: {nodes: 2, resources: {gpus: 0}}}")), "");
+}
+
+TEST(Types, AListOrMappingWhereAValueIsWantedSaysWhatItGot) {
+  std::string msg = errorOf("name: [x]\ncommand: [a]\n");
+  EXPECT_NE(msg.find("job.yaml:1: name: expected a string, got a list"), std::string::npos) << msg;
+  msg = errorOf("name: x\ncommand: [a]\nenv: {A: {b: c}}\n");
+  EXPECT_NE(msg.find("job.yaml:3: env.A: expected a string, got a mapping"), std::string::npos)
+      << msg;
+  Json job = {{"name", "x"}, {"command", {"a"}}, {"policy", {{"grace_period", {1, 2}}}}};
+  auto json = parseJobFile(job.dump(), "job");
+  ASSERT_FALSE(json);
+  EXPECT_NE(json.error().message.find("policy.grace_period: expected a string, got a list"),
+            std::string::npos)
+      << json.error().message;
+}
+
+TEST(Types, AFieldGivenTwiceIsRefused) {
+  std::string msg = errorOf("name: x\ncommand: [a]\nname: y\n");
+  EXPECT_NE(msg.find("job.yaml:3: name: given twice (first on line 1)"), std::string::npos) << msg;
+  msg = errorOf("name: x\ncommand: [a]\nenv:\n  A: 1\n  A: 2\n");
+  EXPECT_NE(msg.find("job.yaml:5: env.A: given twice (first on line 4)"), std::string::npos) << msg;
+}
+
+TEST(Types, TheJsonFormRoundTrips) {
+  auto spec = parseJobFile(
+      "name: x\ncommand: [a, b]\nhyperparameters: {lr: 0.1}\nenv: {A: '1'}\n"
+      "roles: {ps: {}, worker: {nodes: 2, procs_per_node: auto, resources: {memory: 1Gi}}}\n"
+      "policy: {max_restarts: 2, grace_period: 5s, max_runtime: 1h, success: [worker]}\n",
+      "job.yaml");
+  ASSERT_TRUE(spec) << spec.error().message;
+  auto again = parseJobFile(toJobFile(*spec), "job");
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_EQ(toJobFile(*again), toJobFile(*spec));
+  EXPECT_TRUE(validate(*again));
+}
+
+// --- Depth: nesting is refused before yaml-cpp recurses into it.
+
+TEST(Depth, DeepJsonIsRefusedBeforeParsing) {
+  const std::string deep = "{\"name\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  auto spec = parseJobFile(deep, "job");
+  ASSERT_FALSE(spec);
+  EXPECT_NE(spec.error().message.find("job:1: job: nested deeper than 64 levels"),
+            std::string::npos)
+      << spec.error().message;
+}
+
+TEST(Depth, DeepYamlFlowCollectionsAreRefusedBeforeParsing) {
+  std::string msg = errorOf("name: x\ncommand: [a]\nenv: " + std::string(100000, '[') + "\n");
+  EXPECT_NE(msg.find("job.yaml:3: job: nested deeper than 64 levels"), std::string::npos) << msg;
+  msg = errorOf("name: x\ncommand: [a]\nenv:\n  A: {b: " + std::string(100, '{') + "\n");
+  EXPECT_NE(msg.find("job.yaml:4: job: nested deeper than 64 levels"), std::string::npos) << msg;
+}
+
+TEST(Depth, BracketsInsideTextAreNotNesting) {
+  const std::string brackets(200, '[');
+  auto spec = parseJobFile("name: x\ncommand: [echo, '" + brackets + "', \"" + brackets +
+                               "\"]\nenv:\n  A: echo " + brackets + "\nhyperparameters:\n  b: a" +
+                               brackets + "  # " + brackets + "\nworkdir: |\n  " + brackets + "\n",
+                           "job.yaml");
+  ASSERT_TRUE(spec) << spec.error().message;
+  EXPECT_EQ(spec->command[1], brackets);
+  EXPECT_EQ(spec->env[0].second, "echo " + brackets);
+}
+
+TEST(Depth, DeepBlockNestingIsAnErrorNotACrash) {
+  std::string deep = "name: x\ncommand: [a]\nenv:\n  A:\n    ";
+  for (int i = 0; i < 2000; ++i) deep += "- ";
+  std::string msg = errorOf(deep + "x\n");
+  EXPECT_NE(msg.find("job.yaml:5: job: nested too deeply"), std::string::npos) << msg;
+  deep = "name: x\ncommand: [a]\nenv:\n  A:\n    ";
+  for (int i = 0; i < 100; ++i) deep += "- ";
+  msg = errorOf(deep + "x\n");
+  EXPECT_NE(msg.find("job.yaml:5: env.A: expected a string, got a list"), std::string::npos) << msg;
+  std::string blocks;
+  for (int i = 0; i < 2000; ++i) blocks += std::string(static_cast<size_t>(i), ' ') + "- \n";
+  msg = errorOf(blocks);
+  EXPECT_TRUE(std::regex_search(msg, std::regex("^job\\.yaml:[0-9]+: job: "))) << msg;
+}
+
+TEST(Depth, TextAfterTheJobIsRefusedWithoutEndlessDocuments) {
+  // yaml-cpp 0.7's LoadAll yields empty documents without end after this (found by the fuzz test).
+  std::string msg = errorOf(",");
+  EXPECT_NE(msg.find("job.yaml:1: job: text after the end of the job"), std::string::npos) << msg;
+  msg = errorOf("name: x\ncommand: [a]\n---\nname: y\n");
+  EXPECT_NE(msg.find("job.yaml:3: job: text after the end of the job"), std::string::npos) << msg;
+  EXPECT_EQ(errorOf("---\nname: x\ncommand: [a]\n...\n"), "");
+}
+
+// --- Every refusal of a job file names file:line and the field.
+
+struct BadFile {
+  std::string yaml;   // a whole job file
+  std::string field;  // the path its message must name
+};
+
+// A valid job with `field: value` set at the given place; `value` is YAML text.
+std::vector<BadFile> generatedCorpus() {
+  const std::vector<std::string> not_scalars = {"[1, 2]", "{a: 1}", "~", "[]", "{}"};
+  const std::vector<std::string> not_integers = {"two",   "\"2\"",  "'3'", "1.5",  "-1",
+                                                 "1e3",   "true",   "99999999999999999999",
+                                                 "0x10",  "[1]",    "{n: 1}", "~"};
+  const std::vector<std::string> not_durations = {"soon",  "-5s",    "1h2", "99999999999999999999h",
+                                                  "400d",  "[1s]", "{a: 1}", "\"\"", "~"};
+  std::vector<BadFile> corpus;
+  auto top = [&](const std::string& key, const std::string& value, const std::string& field) {
+    std::string yaml = "name: x\ncommand: [a]\n";
+    if (key == "name" || key == "command") yaml = key == "name" ? "command: [a]\n" : "name: x\n";
+    corpus.push_back({yaml + key + ": " + value + "\n", field});
+  };
+  for (const std::string& key : std::vector<std::string>{"name", "framework", "launcher", "mode", "rank_table_version",
+                                  "compat", "workdir"}) {
+    for (const auto& v : not_scalars) top(key, v, key);
+  }
+  for (const std::string& v : std::vector<std::string>{"caffe", "\"\"", "1"}) top("framework", v, "framework");
+  for (const std::string& v : std::vector<std::string>{"ssh", "1"}) top("launcher", v, "launcher");
+  for (const std::string& v : std::vector<std::string>{"static", "2.0"}) top("mode", v, "mode");
+  top("rank_table_version", "\"2.0\"", "rank_table_version");
+  top("compat", "slurm", "compat");
+  for (const std::string& v : std::vector<std::string>{"[[a]]", "[{a: 1}]", "{a: 1}", "~"}) top("command", v, "command");
+  for (const std::string& v : std::vector<std::string>{"[a]", "x", "~", "{a: [1]}", "{a: {b: 1}}"}) {
+    top("env", v, "env");
+    top("hyperparameters", v, "hyperparameters");
+  }
+  for (const std::string& v : std::vector<std::string>{"[a]", "x", "~", "{}", "{worker: [1]}", "{worker: x}"}) {
+    top("roles", v, "roles");
+  }
+  for (const std::string& v : std::vector<std::string>{"x", "{a: 1}", "[x]", "[{source: s}]", "[{target: t}]",
+                        "[{source: s, target: t, mode: move}]", "[{source: s, target: ../t}]",
+                        "[{source: s, target: /t}]", "[{source: s, target: t, size: 1}]",
+                        "[{source: [s], target: t}]"}) {
+    top("inputs", v, "inputs");
+  }
+  for (const std::string& v : std::vector<std::string>{"x", "{a: 1}", "[x]", "[{source: s}]", "[{source: /o, target: t}]",
+                        "[{source: o, target: t, when: never}]", "[{source: o, target: {}}]"}) {
+    top("outputs", v, "outputs");
+  }
+  for (const std::string& v : std::vector<std::string>{"x", "[1]", "{restarts: 1}", "{hang_timeout: 1m}", "{success: {a: 1}}",
+                        "{success: [chief]}"}) {
+    top("policy", v, "policy");
+  }
+  top("debug", "{ranks: [1]}", "debug");
+  top("nodes", "2", "nodes");
+  top("Name", "x", "Name");
+
+  auto nested = [&](const std::string& yaml_tail, const std::string& field) {
+    corpus.push_back({"name: x\ncommand: [a]\n" + yaml_tail, field});
+  };
+  for (const auto& v : not_integers) {
+    nested("roles:\n  worker:\n    nodes: " + v + "\n", "roles.worker.nodes");
+    nested("roles:\n  worker:\n    procs_per_node: " + v + "\n", "roles.worker.procs_per_node");
+    nested("roles:\n  worker:\n    resources:\n      gpus: " + v + "\n",
+           "roles.worker.resources.gpus");
+    nested("policy:\n  max_restarts: " + v + "\n", "policy.max_restarts");
+  }
+  for (const auto& v : not_durations) {
+    nested("policy:\n  grace_period: " + v + "\n", "policy.grace_period");
+    nested("policy:\n  max_runtime: " + v + "\n", "policy.max_runtime");
+  }
+  for (const std::string& v : std::vector<std::string>{"0", "-1", "nan", "inf", "1e3", "two", "5000", "[1]"}) {
+    nested("roles:\n  worker:\n    resources:\n      cpus: " + v + "\n",
+           "roles.worker.resources.cpus");
+  }
+  for (const std::string& v : std::vector<std::string>{"2 GB", "-1", "1Pi", "99999999999Ti", "[1]"}) {
+    nested("roles:\n  worker:\n    resources:\n      memory: " + v + "\n",
+           "roles.worker.resources.memory");
+  }
+  nested("roles:\n  worker:\n    gpu: 1\n", "roles.worker.gpu");
+  nested("roles:\n  worker:\n    resources:\n      disk: 1\n", "roles.worker.resources.disk");
+  nested("roles:\n  worker:\n    nodes: 5000\n", "roles.worker.nodes");
+  nested("roles:\n  worker:\n    procs_per_node: 2000\n", "roles.worker.procs_per_node");
+  nested("roles:\n  worker:\n    resources:\n      gpus: 2000\n", "roles.worker.resources.gpus");
+  nested("roles:\n  a/b: {}\n", "roles.a/b");
+  nested("roles:\n  worker: {}\n  worker: {}\n", "roles.worker");
+  nested("roles:\n  master: {}\nframework: tensorflow\n", "roles.master");
+  nested("policy:\n  grace_period: 31d\n", "policy.grace_period");
+  nested("roles:\n  ps: {}\n  worker: {}\nlauncher: torchrun\n", "launcher");
+  nested("framework: generic\nlauncher: mpirun\n", "launcher");
+  nested("framework: mindspore\nroles:\n  ps: {}\n", "roles");
+  nested("mode: rank_table\n", "mode");
+  nested("framework: tensorflow\nroles:\n  chief:\n    nodes: 2\n", "roles.chief");
+  nested("env:\n  COHORT_RANK: '1'\n", "env.COHORT_RANK");
+  nested("env:\n  A=B: '1'\n", "env.A=B");
+  nested("env:\n  \"\": '1'\n", "env");
+  nested("env:\n  A: \"a\\0b\"\n", "env.A");
+  nested("policy:\n  max_restarts: 5000\n", "policy.max_restarts");
+  nested("policy:\n  max_runtime: 0s\n", "policy.max_runtime");
+  nested("policy:\n  success: [chief]\n", "policy.success");
+  nested("policy:\n  startup_timeout: 1m\n", "policy.startup_timeout");
+  nested("inputs:\n  - source: s\n    target: ../t\n", "inputs[0].target");
+  nested("inputs:\n  - source: s\n    target: t\n  - source: s\n    mode: copy\n", "inputs[1]");
+  nested("inputs:\n  - {source: s, target: t, arg: " + std::string(300, 'a') + "}\n",
+         "inputs[0].arg");
+  nested("outputs:\n  - source: ../o\n    target: t\n", "outputs[0].source");
+  nested("outputs:\n  - {source: o, target: t, when: later}\n", "outputs[0].when");
+  corpus.push_back({"name: ../etc\ncommand: [a]\n", "name"});
+  corpus.push_back({"name: " + std::string(64, 'n') + "\ncommand: [a]\n", "name"});
+  corpus.push_back({"name: x\n", "command"});
+  corpus.push_back({"name: x\ncommand: []\n", "command"});
+  corpus.push_back({"", "job"});
+  corpus.push_back({"# nothing\n", "job"});
+  corpus.push_back({"just text\n", "job"});
+  corpus.push_back({"- a\n- b\n", "job"});
+  corpus.push_back({"name: x\ncommand: [a\n", "job"});
+  corpus.push_back({"name: x\ncommand: [a]\n---\nname: y\n", "job"});
+  corpus.push_back({"name: x\ncommand: [a]\n? [a, b]\n: c\n", "job"});
+  corpus.push_back({"name: x\ncommand: [a]\nenv: " + std::string(70, '{') + "\n", "job"});
+  corpus.push_back({"name: *a\ncommand: [a]\n", "job"});
+  return corpus;
+}
+
+// The JSON forms of bad jobs, as the server receives them.
+std::vector<BadFile> jsonCorpus() {
+  const Json base = {{"name", "x"}, {"command", {"a"}}};
+  const std::vector<Json> wrong = {"2", 1.5, -1, true, nullptr, Json::array({1}),
+                                   Json::object({{"a", 1}}), 1e30};
+  std::vector<BadFile> corpus;
+  auto with = [&](const Json::json_pointer& at, const Json& value, const std::string& field) {
+    Json job = base;
+    job[at] = value;
+    corpus.push_back({job.dump(2), field});
+    corpus.push_back({job.dump(), field});
+  };
+  for (const Json& v : wrong) {
+    with(Json::json_pointer("/roles/worker/nodes"), v, "roles.worker.nodes");
+    with(Json::json_pointer("/roles/worker/procs_per_node"), v, "roles.worker.procs_per_node");
+    with(Json::json_pointer("/policy/max_restarts"), v, "policy.max_restarts");
+    with(Json::json_pointer("/roles/worker/resources/gpus"), v, "roles.worker.resources.gpus");
+  }
+  for (const Json& v : {Json::array({1}), Json::object({{"a", 1}}), Json(nullptr)}) {
+    with(Json::json_pointer("/name"), v, "name");
+    with(Json::json_pointer("/workdir"), v, "workdir");
+    with(Json::json_pointer("/env/A"), v, "env.A");
+    with(Json::json_pointer("/policy/grace_period"), v, "policy.grace_period");
+  }
+  with(Json::json_pointer("/command"), Json::array({Json::array({"a"})}), "command[0]");
+  with(Json::json_pointer("/roles/worker/cpus"), 1, "roles.worker.cpus");
+  with(Json::json_pointer("/frobnicate"), 1, "frobnicate");
+  with(Json::json_pointer("/policy/grace_period"), "99999999999999999999h", "policy.grace_period");
+  return corpus;
+}
+
+// `field` as a path in `msg`: followed by ": ", "." or "[".
+bool namesField(const std::string& msg, const std::string& field) {
+  for (size_t at = msg.find(field); at != std::string::npos; at = msg.find(field, at + 1)) {
+    const std::string rest = msg.substr(at + field.size(), 2);
+    if (rest == ": " || (!rest.empty() && (rest[0] == '.' || rest[0] == '['))) return true;
+  }
+  return false;
+}
+
+TEST(Refusals, EveryBadJobFileNamesFileLineAndField) {
+  std::vector<BadFile> corpus = generatedCorpus();
+  for (BadFile& f : jsonCorpus()) corpus.push_back(std::move(f));
+  ASSERT_GT(corpus.size(), 300u);
+  const std::regex located("^job\\.yaml:[1-9][0-9]*: ");
+  for (const BadFile& f : corpus) {
+    std::string msg = errorOf(f.yaml);
+    ASSERT_NE(msg, "") << "accepted:\n" << f.yaml;
+    EXPECT_TRUE(std::regex_search(msg, located)) << msg << "\nfrom:\n" << f.yaml;
+    EXPECT_TRUE(namesField(msg, f.field))
+        << "no '" << f.field << "' in: " << msg << "\nfrom:\n" << f.yaml;
+  }
+}
+
+TEST(Refusals, ValidationNamesTheLineOfTheField) {
+  std::string msg = errorOf("name: x\ncommand: [a]\nroles:\n  ps: {}\n  worker: {}\npolicy:\n"
+                            "  success: [chief]\n");
+  EXPECT_NE(msg.find("job.yaml:7: policy.success: no role named 'chief'"), std::string::npos)
+      << msg;
+  msg = errorOf("name: x\ncommand: [a]\nenv:\n  A: '1'\n  COHORT_RANK: '1'\n");
+  EXPECT_NE(msg.find("job.yaml:5: env.COHORT_RANK: names starting with COHORT_"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(Refusals, AFieldSetByAFlagIsNamedByTheFlag) {
+  auto spec = parseJobFile("name: x\ncommand: [a]\nroles:\n  worker: {nodes: 2}\n", "job.yaml");
+  ASSERT_TRUE(spec);
+  spec->roles[0].nodes = 0;
+  spec->origin.setByFlag("roles.worker.nodes", "--nodes");
+  auto valid = validate(*spec);
+  ASSERT_FALSE(valid);
+  EXPECT_EQ(valid.error().message, "--nodes: roles.worker.nodes: must be at least 1");
+  spec->roles[0].nodes = 1;
+  spec->command = {};
+  spec->origin.setByFlag("command", "");  // from the words after "--"
+  valid = validate(*spec);
+  ASSERT_FALSE(valid);
+  EXPECT_EQ(valid.error().message.rfind("command: no command", 0), 0u) << valid.error().message;
 }
 
 }  // namespace

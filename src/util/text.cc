@@ -12,6 +12,18 @@ namespace cohort {
 
 namespace {
 
+// "'" + text + "'" + rest, built by appending: `"'" + std::string(text)` inserts at the front,
+// which GCC 12's -Wrestrict misreads in optimised builds.
+std::string quoted(std::string_view text, std::string_view rest) {
+  std::string out;
+  out.reserve(text.size() + rest.size() + 2);
+  out += '\'';
+  out += text;
+  out += '\'';
+  out += rest;
+  return out;
+}
+
 // Reads a leading unsigned decimal (with optional fraction) from `text`.
 bool readNumber(std::string_view& text, double& value) {
   size_t i = 0;
@@ -30,7 +42,7 @@ bool readNumber(std::string_view& text, double& value) {
 Result<Millis> parseDuration(std::string_view text) {
   auto bad = [&] {
     return fail(Code::kInvalidArgument,
-                "'" + std::string(text) + "' is not a duration (examples: 500ms, 30s, 15m, 2h, 1h30m)");
+                quoted(text, " is not a duration (examples: 500ms, 30s, 15m, 2h, 1h30m)"));
   };
   std::string_view rest = text;
   if (rest.empty()) return bad();
@@ -62,6 +74,12 @@ Result<Millis> parseDuration(std::string_view text) {
     }
     bare = false;
     total_ms += value * scale;
+    // Checked as it grows, so that the conversion below can never overflow.
+    if (!(total_ms <= static_cast<double>(kMaxDuration.count()))) {
+      return fail(Code::kInvalidArgument,
+                  quoted(text, " is longer than " + std::to_string(kMaxDuration.count() / 86400000) +
+                                   " days, the longest duration cohort takes"));
+    }
   }
   return Millis(static_cast<int64_t>(total_ms + 0.5));
 }
@@ -97,7 +115,7 @@ std::string formatDuration(Millis d) {
 Result<int64_t> parseBytes(std::string_view text) {
   auto bad = [&] {
     return fail(Code::kInvalidArgument,
-                "'" + std::string(text) + "' is not a size (examples: 512Mi, 2Gi, 1G, 1000)");
+                quoted(text, " is not a size (examples: 512Mi, 2Gi, 1G, 1000)"));
   };
   std::string_view rest = text;
   double value = 0;
@@ -109,7 +127,12 @@ Result<int64_t> parseBytes(std::string_view text) {
                 {"G", 1e9},      {"T", 1e12},         {"Ki", 1024.0},      {"Mi", 1048576.0},
                 {"Gi", 1073741824.0}, {"Ti", 1099511627776.0}};
   for (const auto& u : kUnits) {
-    if (rest == u.unit) return static_cast<int64_t>(value * u.scale);
+    if (rest != u.unit) continue;
+    const double bytes = value * u.scale;
+    if (!(bytes < 0x1p62)) {  // 4 EiB: any larger value would not fit in int64_t
+      return fail(Code::kInvalidArgument, quoted(text, " is larger than 4 EiB"));
+    }
+    return static_cast<int64_t>(bytes);
   }
   return bad();
 }
@@ -122,8 +145,13 @@ Result<std::set<int>> parseRankList(std::string_view text) {
     auto first = parseInt(part.substr(0, dash));
     auto last = dash == std::string::npos ? first : parseInt(part.substr(dash + 1));
     if (!first || !last || *first < 0 || *last < *first) {
-      return fail(Code::kInvalidArgument, "'" + std::string(text) +
-                                              "' is not a rank list (examples: all, 0, 0,2-3)");
+      return fail(Code::kInvalidArgument,
+                  quoted(text, " is not a rank list (examples: all, 0, 0,2-3)"));
+    }
+    if (*last > kMaxRankNumber) {
+      return fail(Code::kInvalidArgument,
+                  quoted(text, " names rank " + std::to_string(*last) + "; ranks go up to " +
+                                   std::to_string(kMaxRankNumber)));
     }
     for (int r = *first; r <= *last; ++r) ranks.insert(r);
   }
@@ -136,8 +164,11 @@ template <typename Int>
 Result<Int> parseInteger(std::string_view text) {
   Int value = 0;
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec == std::errc::result_out_of_range && ptr == text.data() + text.size()) {
+    return fail(Code::kInvalidArgument, quoted(text, " is out of range"));
+  }
   if (ec != std::errc() || ptr != text.data() + text.size() || text.empty()) {
-    return fail(Code::kInvalidArgument, "'" + std::string(text) + "' is not an integer");
+    return fail(Code::kInvalidArgument, quoted(text, " is not an integer"));
   }
   return value;
 }
@@ -171,14 +202,44 @@ Result<double> parseCpus(std::string_view text) {
   std::string_view rest = text;
   double value = 0;
   if (!readNumber(rest, value) || !rest.empty()) {
-    return fail(Code::kInvalidArgument,
-                "'" + std::string(text) + "' is not a number of CPUs (examples: 4, 0.5)");
+    return fail(Code::kInvalidArgument, quoted(text, " is not a number of CPUs (examples: 4, 0.5)"));
   }
   return value;
 }
 
 Result<int> parseInt(std::string_view text) { return parseInteger<int>(text); }
 Result<int64_t> parseInt64(std::string_view text) { return parseInteger<int64_t>(text); }
+
+bool validUtf8(std::string_view text) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const auto* end = p + text.size();
+  while (p < end) {
+    const unsigned c = *p;
+    if (c < 0x80) {
+      ++p;
+      continue;
+    }
+    int more = 0;
+    unsigned code = 0, min = 0;
+    if ((c & 0xe0) == 0xc0) {
+      more = 1, code = c & 0x1f, min = 0x80;
+    } else if ((c & 0xf0) == 0xe0) {
+      more = 2, code = c & 0x0f, min = 0x800;
+    } else if ((c & 0xf8) == 0xf0) {
+      more = 3, code = c & 0x07, min = 0x10000;
+    } else {
+      return false;
+    }
+    if (end - p <= more) return false;
+    for (int i = 1; i <= more; ++i) {
+      if ((p[i] & 0xc0) != 0x80) return false;
+      code = (code << 6) | (p[i] & 0x3f);
+    }
+    if (code < min || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) return false;
+    p += more + 1;
+  }
+  return true;
+}
 
 std::vector<std::string> split(std::string_view text, char sep) {
   std::vector<std::string> parts;

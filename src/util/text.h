@@ -15,15 +15,24 @@ namespace cohort {
 
 using Millis = std::chrono::milliseconds;
 
-// "500ms", "30s", "15m", "2h", "1h30m", "1d"; a bare number means seconds.
+// The longest duration parseDuration takes (100 years): past it, milliseconds would soon overflow
+// int64_t. Fields have limits of their own, far below (spec/job_spec.h).
+inline constexpr Millis kMaxDuration{100LL * 365 * 86400 * 1000};
+
+// "500ms", "30s", "15m", "2h", "1h30m", "1d"; a bare number means seconds. Errors:
+// kInvalidArgument for anything else and for durations longer than kMaxDuration.
 Result<Millis> parseDuration(std::string_view text);
 std::string formatDuration(Millis d);  // "1.5s", "2m03s", "2h00m"
 std::string formatSize(double bytes);  // "512 B", "1.5 KiB", "230 MiB"
 
-// "512Mi", "2Gi", "1G", "1000"; a bare number means bytes.
+// "512Mi", "2Gi", "1G", "1000"; a bare number means bytes. Errors: kInvalidArgument, also for
+// sizes of 4 EiB or more.
 Result<int64_t> parseBytes(std::string_view text);
 
-// "all" (empty set), "0", "0,2-3". Ranks must be >= 0.
+// The highest rank a rank list may name: a job has at most 4,096 processes (spec/job_spec.h).
+inline constexpr int kMaxRankNumber = 4095;
+
+// "all" (empty set), "0", "0,2-3". Ranks must be in [0, kMaxRankNumber].
 Result<std::set<int>> parseRankList(std::string_view text);
 
 // Lower-case hex of `size` bytes.
@@ -37,8 +46,14 @@ Result<std::string> randomHex(size_t bytes);
 // NaN or infinite.
 Result<double> parseCpus(std::string_view text);
 
+// The whole text as a decimal integer. Errors: kInvalidArgument ("'x' is not an integer",
+// "'x' is out of range").
 Result<int> parseInt(std::string_view text);
 Result<int64_t> parseInt64(std::string_view text);
+
+// Whether `text` is well-formed UTF-8 (no overlong forms, surrogates or code points past
+// U+10FFFF): what JSON needs.
+bool validUtf8(std::string_view text);
 
 std::vector<std::string> split(std::string_view text, char sep);
 std::string join(const std::vector<std::string>& parts, std::string_view sep);

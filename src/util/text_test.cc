@@ -23,6 +23,45 @@ TEST(ParseDuration, RejectsNonsenseWithExamples) {
   }
 }
 
+TEST(ParseDuration, RefusesWhatWouldOverflowInsteadOfWrapping) {
+  for (const char* huge : {"99999999999999999999h", "9223372036854775807", "36501d", "1e400"}) {
+    auto d = parseDuration(huge);
+    ASSERT_FALSE(d) << huge << " gave " << d->count();
+    EXPECT_EQ(d.error().code, Code::kInvalidArgument);
+  }
+  EXPECT_NE(parseDuration("99999999999999999999h").error().message.find("longer than 36500 days"),
+            std::string::npos);
+  EXPECT_EQ(parseDuration("36500d")->count(), 36500LL * 86400 * 1000);
+  EXPECT_EQ(parseDuration("0s")->count(), 0);
+}
+
+TEST(ParseBytes, RefusesWhatDoesNotFitInt64) {
+  EXPECT_FALSE(parseBytes("99999999999Ti"));
+  EXPECT_FALSE(parseBytes("99999999999999999999"));
+  EXPECT_EQ(*parseBytes("1024Ti"), 1LL << 50);
+}
+
+TEST(ParseRankList, RanksBeyondTheLargestJobAreRefusedNotEnumerated) {
+  auto huge = parseRankList("0-2147483647");
+  ASSERT_FALSE(huge);
+  EXPECT_NE(huge.error().message.find("ranks go up to 4095"), std::string::npos)
+      << huge.error().message;
+  EXPECT_EQ(parseRankList("4094-4095")->size(), 2u);
+  EXPECT_FALSE(parseRankList("4096"));
+}
+
+TEST(ParseInt, SaysWhenANumberIsOutOfRange) {
+  EXPECT_EQ(parseInt("99999999999").error().message, "'99999999999' is out of range");
+  EXPECT_EQ(parseInt("x").error().message, "'x' is not an integer");
+}
+
+TEST(ValidUtf8, AcceptsTextAndRefusesBrokenSequences) {
+  EXPECT_TRUE(validUtf8("plain, caf\xc3\xa9, \xe2\x82\xac, \xf0\x9f\x98\x80"));
+  for (const char* bad : {"\xff", "\xc3", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "a\x80"}) {
+    EXPECT_FALSE(validUtf8(bad)) << bad;
+  }
+}
+
 TEST(ParseBytes, BinaryAndDecimalUnits) {
   EXPECT_EQ(*parseBytes("2Gi"), 2147483648LL);
   EXPECT_EQ(*parseBytes("512Mi"), 536870912LL);
