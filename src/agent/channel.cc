@@ -11,6 +11,8 @@
 #include <chrono>
 #include <thread>
 
+#include "util/json_limits.h"
+
 namespace cohort::agent {
 
 Result<void> Channel::send(const Message& message) {
@@ -49,12 +51,16 @@ Result<std::vector<Message>> Channel::receive() {
       break;
     }
     buffer_.append(buf, static_cast<size_t>(n));
-    if (buffer_.size() > (64u << 20)) return fail(Code::kInvalidArgument, "message too large");
+    if (buffer_.size() > max_bytes_) return fail(Code::kInvalidArgument, "message too large");
   }
   size_t start = 0;
   for (size_t nl; (nl = buffer_.find('\n', start)) != std::string::npos; start = nl + 1) {
-    auto message = Message::parse(buffer_.begin() + static_cast<long>(start),
-                                  buffer_.begin() + static_cast<long>(nl), nullptr, false);
+    std::string_view line(buffer_.data() + start, nl - start);
+    // The parse recurses once per level: refuse deep nesting unparsed (a plan nests 5 levels).
+    if (!checkJsonDepth(line, 16)) {
+      return fail(Code::kInvalidArgument, "control channel: a message is nested too deep");
+    }
+    auto message = Message::parse(line.begin(), line.end(), nullptr, false);
     if (message.is_discarded() || !message.is_object()) {
       return fail(Code::kInvalidArgument, "control channel: a message is not a JSON object");
     }

@@ -19,9 +19,27 @@ namespace cohort::agent {
 
 using Message = nlohmann::json;
 
+// A field of a message, or `fallback` when it is missing or of another type. Messages come over
+// the network (the first one before its sender is known): a loop thread must never see the
+// exception nlohmann's value() throws for a field of the wrong type.
+template <class T>
+T field(const Message& m, const char* key, T fallback) {
+  auto it = m.find(key);
+  if (it == m.end()) return fallback;
+  try {
+    return it->template get<T>();
+  } catch (const nlohmann::json::exception&) {
+    return fallback;
+  }
+}
+
 class Channel {
  public:
-  explicit Channel(UniqueFd fd) : fd_(std::move(fd)) {}
+  // `max_bytes` bounds what is buffered without a complete message (small for a peer that has not
+  // said who it is yet).
+  explicit Channel(UniqueFd fd, size_t max_bytes = kMaxMessageBytes)
+      : fd_(std::move(fd)), max_bytes_(max_bytes) {}
+  static constexpr size_t kMaxMessageBytes = 64u << 20;
 
   int fd() const { return fd_.get(); }
 
@@ -37,6 +55,7 @@ class Channel {
  private:
   UniqueFd fd_;
   std::string buffer_;
+  size_t max_bytes_;
   bool closed_ = false;
 };
 

@@ -247,7 +247,9 @@ class Coordinator {
       if (fd < 0) return;
       int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      auto channel = std::make_shared<Channel>(UniqueFd(fd));
+      // Anyone on the machine can connect: until it says hello with the secret, it may send
+      // no more than a hello.
+      auto channel = std::make_shared<Channel>(UniqueFd(fd), 64 * 1024);
       // Until it says hello with the secret, a connection is nobody's.
       (void)loop_.add(fd, EPOLLIN, [this, channel](uint32_t) { onHello(channel); });
     }
@@ -261,8 +263,8 @@ class Coordinator {
       return;
     }
     const Message& hello = messages->front();
-    int node = hello.value("node", -1);
-    if (hello.value("type", "") != "hello" || !secretsEqual(hello.value("secret", ""), secret_) ||
+    int node = field(hello, "node", -1);
+    if (field(hello, "type", std::string()) != "hello" || !secretsEqual(field(hello, "secret", std::string()), secret_) ||
         node < 0 || node >= static_cast<int>(agents_.size()) || agents_[node].channel) {
       loop_.remove(fd);  // not one of ours: drop it without a word
       return;
@@ -294,20 +296,20 @@ class Coordinator {
 
   // One message of an agent, as an event for the decisions.
   void handle(int node, const Message& m) {
-    std::string type = m.value("type", "");
-    int attempt = m.value("attempt", -1);
+    std::string type = field(m, "type", std::string());
+    int attempt = field(m, "attempt", -1);
     if (type == "started") {
-      feed(NodeStarted{node, attempt, m.value("count", 0)});
+      feed(NodeStarted{node, attempt, field(m, "count", 0)});
     } else if (type == "staged") {
-      feed(NodeStaged{node, m.value("files", int64_t{0}), m.value("bytes", int64_t{0}),
-                      m.value("seconds", 0.0)});
+      feed(NodeStaged{node, field(m, "files", int64_t{0}), field(m, "bytes", int64_t{0}),
+                      field(m, "seconds", 0.0)});
     } else if (type == "stage_failed") {
-      feed(StagingFailed{node, m.value("error", std::string())});
+      feed(StagingFailed{node, field(m, "error", std::string())});
     } else if (type == "exited") {
-      feed(RankExited{node, attempt, m.value("rank", -1), m.value("code", 0),
-                      m.value("signal", 0), m.value("by_cohort", false),
-                      m.value("time", int64_t{0}),
-                      m.value("tail", std::vector<std::string>{})});
+      feed(RankExited{node, attempt, field(m, "rank", -1), field(m, "code", 0),
+                      field(m, "signal", 0), field(m, "by_cohort", false),
+                      field(m, "time", int64_t{0}),
+                      field(m, "tail", std::vector<std::string>{})});
     } else if (type == "idle") {
       feed(NodeIdle{node, attempt});
     }

@@ -146,26 +146,26 @@ class Agent {
   }
 
   void handle(const Message& m) {
-    std::string type = m.value("type", "");
+    std::string type = field(m, "type", std::string());
     if (type == "plan") {
-      auto node = plan::nodeFromJson(m.at("node").dump());
+      auto node = plan::nodeFromJson(m.contains("node") ? m["node"].dump() : "{}");
       if (!node) {
         std::fprintf(stderr, "cohort exec: %s\n", node.error().message.c_str());
         lostCoordinator();
         return;
       }
       node_ = std::move(*node);
-      workdir_ = m.value("workdir", ".");
+      workdir_ = field(m, "workdir", std::string("."));
       trim_after_message_ = true;  // the plan's JSON was large and is garbage now
       setUpCgroup();
     } else if (type == "stage") {
       startStaging();
     } else if (type == "start") {
-      startAttempt(m.value("attempt", 0));
+      startAttempt(field(m, "attempt", 0));
     } else if (type == "stop") {
-      stopRanks(Millis(m.value("grace_ms", int64_t{30000})));
+      stopRanks(Millis(field(m, "grace_ms", int64_t{30000})));
     } else if (type == "exit") {
-      exitWhenDone(Millis(m.value("grace_ms", int64_t{3000})));
+      exitWhenDone(Millis(field(m, "grace_ms", int64_t{3000})));
     }
   }
 

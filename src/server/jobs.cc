@@ -64,6 +64,10 @@ Result<std::unique_ptr<JobService>> JobService::create(store::JobStore& store,
                                                        const sched::Clock& clock) {
   std::unique_ptr<JobService> service(new JobService(store, std::move(options), clock));
   COHORT_TRY(makeDirs(job::jobsDir(service->options_.data_root)));
+  // Jobs can be entered but not listed; each job's own directory is open to its account only.
+  if (::chmod(job::jobsDir(service->options_.data_root).c_str(), 0711) != 0) {
+    return failErrno("chmod '" + job::jobsDir(service->options_.data_root) + "'");
+  }
   const Identities& ids = service->options_.identities;
   if (ids.first < 0 && !ids.single_user) {
     COHORT_ASSIGN(std::vector<store::Account> accounts, store.accounts());
@@ -560,8 +564,16 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
       return failed(data.error());
     }
   }
+  auto id = identityOf(job.account);
+  if (!id) return failed(id.error());
   if (::mkdir(job.job_dir.c_str(), 0755) != 0)
     return failed(failErrno("create " + job.job_dir).value());
+  // Ranks that run as their account's user reach their job through its group; no other
+  // account's user can enter it.
+  if (id->first >= 0 && (::chown(job.job_dir.c_str(), 0, static_cast<gid_t>(id->second)) != 0 ||
+                         ::chmod(job.job_dir.c_str(), 0750) != 0)) {
+    return failed(failErrno("give " + job.job_dir + " to its account").value());
+  }
   const job::Layout layout(job.job_dir);
   const std::string job_file = layout.specFile();
   if (auto w = writeFileAtomic(job_file, job.spec_json, false); !w) return failed(w.error());
@@ -571,8 +583,6 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
   launch.job_dir = job.job_dir;
   launch.data_root = options_.data_root;
   launch.isolate = options_.isolate;
-  auto id = identityOf(job.account);
-  if (!id) return failed(id.error());
   launch.uid = id->first;
   launch.gid = id->second;
   launch.gpus = freeGpus(job.gpus);

@@ -1273,6 +1273,12 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   impl->options = options;
   const std::string dir = options.data_root + "/server";
   COHORT_TRY(makeDirs(dir));
+  // The database, the tokens and the store are the server's alone, also for ranks that run
+  // outside the sandbox (--no-isolate) as their account's user.
+  COHORT_TRY(makeDirs(options.data_root + "/store"));
+  for (const std::string& own : {dir, options.data_root + "/store"}) {
+    if (::chmod(own.c_str(), 0700) != 0) return failErrno("chmod '" + own + "'");
+  }
   // One server per data root: two would both start and follow the same jobs. The lock is not
   // inherited by coordinators (close-on-exec), so a restarted server can take it while the
   // jobs of the previous one still run.
