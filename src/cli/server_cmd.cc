@@ -45,7 +45,7 @@ Flags:
                            another's processes or files
   --single-user            every account is one person: ranks run as the server's own user
                            (needed to serve several accounts without root)
-  --threads N              HTTP worker threads (default 32; each `logs -f` holds one)
+  --threads N              HTTP worker threads (default 32; followers hold none)
 
 The API is described in docs/server-api.md and served at /v1/openapi.json; Prometheus metrics
 at /metrics. Clients: cohort login URL, then cohort submit/ps/status/logs/... (cohort --help).
