@@ -53,7 +53,7 @@ Result<StagingResult> stageInputs(const plan::NodePlan& node) {
   }
   // Ranks that run as a user of their own may write beside their inputs (not into them).
   if (!node.ranks.empty() && node.ranks.front().uid >= 0 &&
-      ::chown(node.work_dir.c_str(), node.ranks.front().uid, node.ranks.front().gid) < 0) {
+      ::lchown(node.work_dir.c_str(), node.ranks.front().uid, node.ranks.front().gid) < 0) {
     return failErrno("chown '" + node.work_dir + "'");
   }
   result.seconds =
