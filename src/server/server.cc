@@ -1,12 +1,14 @@
 #include "server/server.h"
 
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <openssl/evp.h>
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -242,18 +244,17 @@ Json listFiles(const std::string& dir) {
   return files;
 }
 
-// Serves a regular file under `root` (after resolving links, it must still be under `root`).
+// Serves a regular file under `root`. The job's ranks own what is below `root` and may swap a
+// directory for a link while this runs, so the kernel resolves the path (openat2 with
+// RESOLVE_BENEATH): no link, `..` or race leads out of `root`.
 Result<void> sendFile(Response& res, const std::string& root, const std::string& relative,
                       const std::string& what) {
-  std::error_code ec;
-  auto real_root = std::filesystem::canonical(root, ec);
-  if (ec) return fail(Code::kNotFound, what + " not found");
-  auto real = std::filesystem::canonical(std::filesystem::path(root) / relative, ec);
-  std::string r = real.string(), base = real_root.string() + "/";
-  if (ec || r.rfind(base, 0) != 0 || !std::filesystem::is_regular_file(real, ec)) {
-    return fail(Code::kNotFound, what + " not found");
-  }
-  int fd = ::open(r.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  UniqueFd dir(::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!dir.valid()) return fail(Code::kNotFound, what + " not found");
+  open_how how{};
+  how.flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+  int fd = static_cast<int>(::syscall(SYS_openat2, dir.get(), relative.c_str(), &how, sizeof how));
   if (fd < 0) return fail(Code::kNotFound, what + " not found");
   auto file = std::make_shared<UniqueFd>(fd);
   struct stat st {};
