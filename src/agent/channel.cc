@@ -6,8 +6,10 @@
 #include <poll.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -16,9 +18,24 @@
 namespace cohort::agent {
 
 Result<void> Channel::send(const Message& message) {
-  std::string line = message.dump();
+  // Strings from ranks (their last lines) may be any bytes: invalid UTF-8 is sent as U+FFFD
+  // rather than thrown out of dump().
+  std::string line = message.dump(-1, ' ', false, Message::error_handler_t::replace);
   line += '\n';
-  std::string_view data = line;
+  return sendAll(line);
+}
+
+Result<void> Channel::sendLog(size_t index, std::string_view bytes) {
+  if (bytes.size() > kMaxLogFrame) {
+    COHORT_TRY(sendLog(index, bytes.substr(0, kMaxLogFrame)));
+    return sendLog(index, bytes.substr(kMaxLogFrame));
+  }
+  std::string frame = "=" + std::to_string(index) + " " + std::to_string(bytes.size()) + "\n";
+  frame.append(bytes);
+  return sendAll(frame);
+}
+
+Result<void> Channel::sendAll(std::string_view data) {
   while (!data.empty()) {
     ssize_t n = ::send(fd_.get(), data.data(), data.size(), MSG_NOSIGNAL);
     if (n < 0) {
@@ -38,7 +55,10 @@ Result<void> Channel::send(const Message& message) {
 Result<std::vector<Message>> Channel::receive() {
   std::vector<Message> out;
   char buf[65536];
-  for (;;) {
+  // A peer that writes as fast as it is read would keep the loop here: what is left is read the
+  // next time (the owner's loop is level-triggered).
+  constexpr size_t kReadBatch = 4u << 20;
+  while (buffer_.size() < kReadBatch) {
     ssize_t n = ::recv(fd_.get(), buf, sizeof buf, 0);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -54,7 +74,40 @@ Result<std::vector<Message>> Channel::receive() {
     if (buffer_.size() > max_bytes_) return fail(Code::kInvalidArgument, "message too large");
   }
   size_t start = 0;
-  for (size_t nl; (nl = buffer_.find('\n', start)) != std::string::npos; start = nl + 1) {
+  while (start < buffer_.size()) {
+    const size_t nl = buffer_.find('\n', start);
+    if (buffer_[start] == '=') {
+      // A log frame: "=<index> <length>\n", then the bytes.
+      if (nl == std::string::npos) {
+        if (buffer_.size() - start > 64) {
+          return fail(Code::kInvalidArgument, "control channel: a bad log frame");
+        }
+        break;
+      }
+      std::string_view header(buffer_.data() + start + 1, nl - start - 1);
+      const size_t space = header.find(' ');
+      auto index = parseInt64(header.substr(0, space));
+      auto length = space == std::string_view::npos ? Result<int64_t>(-1)
+                                                    : parseInt64(header.substr(space + 1));
+      if (!index || !length || *index < 0 || *length < 0 ||
+          static_cast<size_t>(*length) > kMaxLogFrame) {
+        return fail(Code::kInvalidArgument, "control channel: a bad log frame");
+      }
+      const size_t end = nl + 1 + static_cast<size_t>(*length);
+      if (end > buffer_.size()) break;  // the rest of the bytes is still on its way
+      const char* data = buffer_.data() + nl + 1;
+      if (log_sink_) {
+        log_sink_(static_cast<size_t>(*index), std::string_view(data, static_cast<size_t>(*length)));
+      } else {
+        const auto* bytes = reinterpret_cast<const uint8_t*>(data);
+        out.push_back({{"type", "log"},
+                       {"index", *index},
+                       {"data", Message::binary_t(std::vector<uint8_t>(bytes, bytes + *length))}});
+      }
+      start = end;
+      continue;
+    }
+    if (nl == std::string::npos) break;
     std::string_view line(buffer_.data() + start, nl - start);
     // The parse recurses once per level: refuse deep nesting unparsed (a plan nests 5 levels).
     if (!checkJsonDepth(line, 16)) {
@@ -65,6 +118,7 @@ Result<std::vector<Message>> Channel::receive() {
       return fail(Code::kInvalidArgument, "control channel: a message is not a JSON object");
     }
     out.push_back(std::move(message));
+    start = nl + 1;
   }
   buffer_.erase(0, start);
   return out;
@@ -102,6 +156,9 @@ Result<UniqueFd> connectTcp(const std::string& addr, int port, Millis timeout) {
     if (::connect(sock.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0) {
       int one = 1;
       ::setsockopt(sock.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      // Ranks' output streams through here: fewer, larger writes.
+      int buffer = 4 << 20;
+      ::setsockopt(sock.get(), SOL_SOCKET, SO_SNDBUF, &buffer, sizeof buffer);
       COHORT_TRY(setNonBlocking(sock.get()));
       return sock;
     }

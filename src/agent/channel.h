@@ -1,7 +1,9 @@
 // Channel: the control channel between a job's coordinator and its node agents. Messages are
 // JSON objects, one per line, over TCP; the first message an agent sends carries the per-job
-// secret, and the coordinator drops connections that do not know it. Reads are non-blocking and
-// fed by the owner's event loop; writes are small and complete before returning.
+// secret, and the coordinator drops connections that do not know it. A rank's output travels as
+// it is, in log frames: a line "=<index> <length>" and then that many raw bytes (JSON would have
+// to escape or encode them, at a fraction of the speed). Reads are non-blocking and fed by the
+// owner's event loop; writes complete before returning.
 // Not thread-safe: one owner, the loop thread.
 #pragma once
 
@@ -43,20 +45,35 @@ class Channel {
 
   int fd() const { return fd_.get(); }
 
-  // Sends one message. Errors: kUnavailable when the peer has gone.
+  // Sends one message (invalid UTF-8 in its strings goes as U+FFFD). Errors: kUnavailable when
+  // the peer has gone.
   Result<void> send(const Message& message);
+  // Sends `bytes` of the output of the node's rank number `index`, in frames of at most
+  // kMaxLogFrame. The peer's log sink gets them; without one it receives {"type": "log",
+  // "index": index, "data": <the bytes, as JSON binary>} for each.
+  Result<void> sendLog(size_t index, std::string_view bytes);
+  static constexpr size_t kMaxLogFrame = 1u << 20;
+
+  // Where received log frames go, as they are read (before the messages read with them are
+  // returned), without a copy.
+  using LogSink = std::function<void(size_t index, std::string_view bytes)>;
+  void setLogSink(LogSink sink) { log_sink_ = std::move(sink); }
 
   // Reads what is available and returns the complete messages. An empty optional-like result
   // with `closed()` true means the peer closed the connection. Errors: kInvalidArgument for a
-  // line that is not JSON, kUnavailable for a read error.
+  // line that is not JSON or a log frame's header that is not one, kUnavailable for a read
+  // error.
   Result<std::vector<Message>> receive();
   bool closed() const { return closed_; }
 
  private:
+  Result<void> sendAll(std::string_view data);
+
   UniqueFd fd_;
   std::string buffer_;
   size_t max_bytes_;
   bool closed_ = false;
+  LogSink log_sink_;
 };
 
 // Listens on `addr`, port 0. Returns the socket and the port chosen.

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 namespace cohort::agent {
 namespace {
 
@@ -51,6 +53,73 @@ TEST(Channel, AStrangersWrongTypesDeepNestingAndFloodAreErrorsNotCrashes) {
     auto m = p.ours->receive();
     EXPECT_FALSE(m) << "a stranger's unending line is refused once past the limit";
   }
+}
+
+// A rank's last lines travel in messages and may be any bytes.
+TEST(Channel, InvalidUtf8InAStringIsSentReplacedNotThrown) {
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+  Channel from{UniqueFd(fds[0])};
+  Channel to{UniqueFd(fds[1])};
+  ASSERT_TRUE(from.send({{"tail", {std::string("a\xff\xfe b")}}}));
+  auto m = to.receive();
+  ASSERT_TRUE(m);
+  ASSERT_EQ(m->size(), 1u);
+  EXPECT_EQ((*m)[0]["tail"][0], "a\xef\xbf\xbd\xef\xbf\xbd b");
+}
+
+TEST(Channel, LogFramesCarryAnyBytesAcrossSplitReads) {
+  Pair p;
+  std::string bytes("a\0\xff\n\xfe", 5);
+  std::string frame = "=3 5\n" + bytes + R"({"type":"idle"})" "\n";
+  // Byte by byte: a frame whose bytes have not all come yet is not a message yet.
+  std::vector<Message> got;
+  for (char c : frame) {
+    p.send(std::string(1, c));
+    auto m = p.ours->receive();
+    ASSERT_TRUE(m) << m.error().message;
+    for (Message& one : *m) got.push_back(std::move(one));
+  }
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(field(got[0], "type", std::string()), "log");
+  EXPECT_EQ(field(got[0], "index", -1), 3);
+  ASSERT_TRUE(got[0]["data"].is_binary());
+  const auto& data = got[0]["data"].get_binary();
+  EXPECT_EQ(std::string(data.begin(), data.end()), bytes);
+  EXPECT_EQ(field(got[1], "type", std::string()), "idle");
+}
+
+TEST(Channel, ABadLogFrameIsAnError) {
+  for (const std::string& bad :
+       std::vector<std::string>{"=x 5\n", "=1\n", "=-1 2\n", "=1 99999999999\n",
+                                "=1 " + std::string(100, '1')}) {
+    Pair p;
+    p.send(bad);
+    EXPECT_FALSE(p.ours->receive()) << bad;
+  }
+}
+
+TEST(Channel, SendLogSplitsLargeOutputIntoFrames) {
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+  Channel from{UniqueFd(fds[0])};
+  Channel to{UniqueFd(fds[1])};
+  std::string big(Channel::kMaxLogFrame + 10, 'x');
+  std::thread sender([&] { ASSERT_TRUE(from.sendLog(0, big)); });
+  std::string all;
+  size_t frames = 0;
+  while (all.size() < big.size()) {
+    auto m = to.receive();
+    ASSERT_TRUE(m) << m.error().message;
+    for (const Message& one : *m) {
+      const auto& data = one["data"].get_binary();
+      all.append(data.begin(), data.end());
+      ++frames;
+    }
+  }
+  sender.join();
+  EXPECT_EQ(all, big);
+  EXPECT_EQ(frames, 2u);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "agent/channel.h"
+#include "agent/rank_output.h"
 #include "job/events.h"
 #include "job/layout.h"
 #include "proc/event_loop.h"
@@ -69,9 +70,11 @@ class Coordinator {
       exit_.consume();
       feed(ExitDeadlineOver{});
     }));
+    if (options_.report) reporter_ = std::make_unique<Reporter>(*options_.report);
     feed(JobBegins{});
     if (!finished_) COHORT_TRY(loop_.run());
     if (!finished_) return fail(Code::kInternal, "the coordinator's loop ended before the job");
+    if (reporter_) reporter_->drain(options_.report_linger);
     return outcome_;
   }
 
@@ -119,7 +122,10 @@ class Coordinator {
     broadcast({{"type", "stage"}});
   }
 
-  void act(const SendStart& a) { broadcast({{"type", "start"}, {"attempt", a.attempt}}); }
+  void act(const SendStart& a) {
+    openLogs();
+    broadcast({{"type", "start"}, {"attempt", a.attempt}});
+  }
 
   void act(const SendStop& a) { broadcast({{"type", "stop"}, {"grace_ms", a.grace_ms}}); }
 
@@ -182,6 +188,8 @@ class Coordinator {
   }
 
   void act(const Finish& a) {
+    // The server gets the outcome as it is final: after every write that could still fail.
+    if (reporter_) reporter_->result(resultJson(a.outcome));
     outcome_ = a.outcome;
     finished_ = true;
     loop_.quit();
@@ -194,11 +202,14 @@ class Coordinator {
   Result<void> recordEvent(job::Event event) {
     event.t = nowUnixNanos();
     off_t before = ::lseek(events_.get(), 0, SEEK_END);
-    auto written = writeAll(events_.get(), job::encodeEvent(event) + "\n");
+    std::string line = job::encodeEvent(event);
+    auto written = writeAll(events_.get(), line + "\n");
     if (!written && before >= 0) {
       int truncated = ::ftruncate(events_.get(), before);  // the write's error is the one to tell
       (void)truncated;
     }
+    // Numbered as the file's lines are: the server is sent what the file has, in its order.
+    if (written && reporter_) reporter_->event(std::move(line));
     return written;
   }
 
@@ -233,6 +244,67 @@ class Coordinator {
     }
     // Tails come from ranks: never let bad UTF-8 make dump() throw.
     return record.dump(2, ' ', false, Message::error_handler_t::replace) + "\n";
+  }
+
+  // Every rank's log file, made before its ranks start (also for a rank that never writes).
+  void openLogs() {
+    logs_.resize(plan_.nodes.size());
+    for (size_t n = 0; n < plan_.nodes.size(); ++n) {
+      logs_[n].resize(plan_.nodes[n].ranks.size());
+      for (size_t i = 0; i < logs_[n].size(); ++i) {
+        if (logs_[n][i]) continue;
+        auto log = LogFile::open(plan_.nodes[n].ranks[i].log_file);
+        if (log) {
+          logs_[n][i] = std::move(*log);
+        } else if (!said_log_error_) {
+          said_log_error_ = true;
+          std::fprintf(stderr, "cohort: %s; that rank's output is only on the console\n",
+                       log.error().message.c_str());
+        }
+      }
+    }
+  }
+
+  // A chunk of a rank's output, as the agent read it from the rank.
+  void onLog(int node, size_t index, std::string_view bytes) {
+    if (static_cast<size_t>(node) >= logs_.size() || index >= logs_[node].size() ||
+        !logs_[node][index]) {
+      return;
+    }
+    logs_[node][index]->append(bytes);
+  }
+
+  // A node's latest word on its ranks: the job's snapshot, by rank, goes to the server.
+  void onProgress(int node, const Message& m) {
+    if (!reporter_) return;
+    auto ranks = m.find("ranks");
+    if (ranks == m.end() || !ranks->is_array()) return;
+    const plan::NodePlan& plan = plan_.nodes[node];
+    Message mine = Message::array();
+    for (const Message& r : *ranks) {
+      if (!r.is_object()) continue;
+      const int64_t index = field(r, "index", int64_t{-1});
+      if (index < 0 || static_cast<size_t>(index) >= plan.ranks.size()) continue;
+      const plan::RankPlan& rp = plan.ranks[index];
+      Message out = {{"rank", rp.rank},
+                     {"name", rp.name},
+                     {"node", node},
+                     {"running", field(r, "running", false)},
+                     {"last_output", field(r, "last_output", int64_t{0})}};
+      if (r.contains("cpu_seconds")) out["cpu_seconds"] = field(r, "cpu_seconds", 0.0);
+      if (r.contains("rss_bytes")) out["rss_bytes"] = field(r, "rss_bytes", int64_t{0});
+      mine.push_back(std::move(out));
+    }
+    progress_.resize(plan_.nodes.size());
+    progress_[node] = std::move(mine);
+    Message all = Message::array();
+    for (const Message& ranks_of_node : progress_) {
+      for (const Message& r : ranks_of_node) all.push_back(r);
+    }
+    Message snapshot = {{"time", nowUnixNanos()},
+                        {"attempt", field(m, "attempt", 0)},
+                        {"ranks", std::move(all)}};
+    reporter_->progress(snapshot.dump());
   }
 
   void broadcast(const Message& m) {
@@ -272,6 +344,8 @@ class Coordinator {
     loop_.remove(fd);
     Agent& agent = agents_[node];
     agent.channel = std::make_unique<Channel>(UniqueFd(dup(fd)));
+    agent.channel->setLogSink(
+        [this, node](size_t index, std::string_view bytes) { onLog(node, index, bytes); });
     (void)loop_.add(agent.channel->fd(), EPOLLIN, [this, node](uint32_t) { onAgent(node); });
     feed(AgentConnected{node});
     for (size_t i = 1; i < messages->size() && !finished_; ++i) handle(node, (*messages)[i]);
@@ -288,6 +362,9 @@ class Coordinator {
       }
     }
     if (!messages || agent.channel->closed()) {
+      if (!messages) {
+        std::fprintf(stderr, "cohort: node %d: %s\n", node, messages.error().message.c_str());
+      }
       loop_.remove(agent.channel->fd());
       agent.channel.reset();  // it cannot run or report ranks any more
       feed(AgentLost{node});
@@ -312,6 +389,8 @@ class Coordinator {
                       field(m, "tail", std::vector<std::string>{})});
     } else if (type == "idle") {
       feed(NodeIdle{node, attempt});
+    } else if (type == "progress") {
+      onProgress(node, m);
     }
   }
 
@@ -336,6 +415,10 @@ class Coordinator {
   std::vector<Agent> agents_;
   UniqueFd listener_;
   UniqueFd events_;
+  std::unique_ptr<Reporter> reporter_;  // null when no server follows the job
+  std::vector<std::vector<std::optional<LogFile>>> logs_;  // [node][index in the node's plan]
+  bool said_log_error_ = false;
+  std::vector<Message> progress_;  // [node]: its ranks' latest progress
   int port_ = 0;
   bool finished_ = false;
   JobOutcome outcome_;

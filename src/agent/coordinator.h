@@ -4,7 +4,8 @@
 // agents report: success when every rank of the key roles exited 0, failure at the first failure
 // cohort did not cause, whole-gang restarts within `max_restarts`, `max_runtime`, a graceful stop
 // on SIGINT/SIGTERM (a second signal kills at once). This file is the shell around that state
-// machine: the sockets, the timers, the signalfd, the job's record (events file and result) and
+// machine: the sockets, the timers, the signalfd, the job's record (events file, result, the
+// ranks' logs the agents ship, their progress), the reports of that record to the server, and
 // the output copies; it feeds events in and carries actions out, and decides nothing itself.
 // Runs on the calling thread; blocks SIGINT, SIGTERM and SIGHUP while it runs.
 #pragma once
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "agent/decisions.h"
+#include "agent/reporter.h"
 #include "agent/root_cause.h"
 #include "plan/plan.h"
 #include "util/result.h"
@@ -37,6 +39,10 @@ struct CoordinatorOptions {
   std::string listen_addr = "127.0.0.1";
   Millis connect_timeout{60000};  // for every agent to dial in
   bool progress = true;           // print lifecycle lines on stderr
+  // Where the job's record goes as well as its files: the server that runs the job (reporter.h).
+  std::optional<ReportTarget> report;
+  // After the job, how long to keep trying to hand the server what it does not have yet.
+  Millis report_linger{600000};
 };
 
 // Runs the job to its end. Errors: only when the coordinator itself cannot work (no socket, no

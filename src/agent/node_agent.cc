@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -33,26 +34,54 @@ namespace cohort::agent {
 namespace {
 
 constexpr size_t kTailLines = 20;
+// How often the agent tells the coordinator how its ranks are doing.
+constexpr Millis kProgressEvery{2000};
 
-// Processes whose parent is `parent`, from /proc.
-std::vector<pid_t> childrenOf(pid_t parent) {
-  std::vector<pid_t> out;
+// Calls `fn(pid, fields)` for every process in /proc, with the fields of its stat line after
+// "(comm)": fields[0] is the state, [1] the ppid, [2] the process group, ... (proc(5), from 3).
+template <class Fn>
+void forEachProcess(Fn fn) {
   DIR* dir = ::opendir("/proc");
-  if (!dir) return out;
+  if (!dir) return;
   while (dirent* entry = ::readdir(dir)) {
     if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
     auto stat = readFile(std::string("/proc/") + entry->d_name + "/stat");
     if (!stat) continue;
-    // pid (comm) state ppid ...; comm may contain spaces and parentheses.
-    size_t close = stat->rfind(')');
-    if (close == std::string::npos) continue;
-    int ppid = 0;
-    char state = 0;
-    if (std::sscanf(stat->c_str() + close + 1, " %c %d", &state, &ppid) == 2 && ppid == parent) {
-      out.push_back(static_cast<pid_t>(std::atoi(entry->d_name)));
-    }
+    size_t close = stat->rfind(')');  // comm may contain spaces and parentheses
+    if (close == std::string::npos || close + 2 >= stat->size()) continue;
+    fn(static_cast<pid_t>(std::atoi(entry->d_name)), split(stat->substr(close + 2), ' '));
   }
   ::closedir(dir);
+}
+
+// What the processes of one process group (a rank and what it started) use now: CPU time
+// (theirs and their reaped children's) and resident memory.
+struct Usage {
+  double cpu_seconds = 0;
+  int64_t rss_bytes = 0;
+};
+
+std::map<pid_t, Usage> usageByProcessGroup() {
+  std::map<pid_t, Usage> out;
+  static const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  static const int64_t page = ::sysconf(_SC_PAGESIZE);
+  forEachProcess([&](pid_t, const std::vector<std::string>& f) {
+    if (f.size() < 22) return;
+    auto num = [&](size_t i) { return std::strtoll(f[i].c_str(), nullptr, 10); };
+    // pgrp, then utime stime cutime cstime, then rss in pages
+    Usage& u = out[static_cast<pid_t>(num(2))];
+    u.cpu_seconds += static_cast<double>(num(11) + num(12) + num(13) + num(14)) / ticks;
+    u.rss_bytes += num(21) * page;
+  });
+  return out;
+}
+
+// Processes whose parent is `parent`.
+std::vector<pid_t> childrenOf(pid_t parent) {
+  std::vector<pid_t> out;
+  forEachProcess([&](pid_t pid, const std::vector<std::string>& f) {
+    if (f.size() > 1 && std::atoi(f[1].c_str()) == parent) out.push_back(pid);
+  });
   return out;
 }
 
@@ -87,6 +116,7 @@ struct Rank {
   proc::Child child;
   UniqueFd out;  // read end of the rank's output pipe
   std::optional<RankOutput> output;
+  int64_t last_output = 0;  // unix nanos of its latest output; 0: none yet
   bool running = false;
   bool signalled = false;  // cohort sent it a signal
 };
@@ -94,11 +124,12 @@ struct Rank {
 class Agent {
  public:
   Agent(const AgentOptions& options, proc::EventLoop& loop, proc::SignalFd signals,
-        proc::Timer grace, Channel channel, CgroupSupport cgroups)
+        proc::Timer grace, proc::Timer progress, Channel channel, CgroupSupport cgroups)
       : options_(options),
         loop_(loop),
         signals_(std::move(signals)),
         grace_(std::move(grace)),
+        progress_(std::move(progress)),
         channel_(std::move(channel)),
         cgroups_(std::move(cgroups)),
         console_(STDOUT_FILENO) {}
@@ -114,6 +145,7 @@ class Agent {
     COHORT_TRY(loop_.add(channel_.fd(), EPOLLIN, [this](uint32_t) { onChannel(); }));
     COHORT_TRY(loop_.add(signals_.fd(), EPOLLIN, [this](uint32_t) { onSignal(); }));
     COHORT_TRY(loop_.add(grace_.fd(), EPOLLIN, [this](uint32_t) { onGraceOver(); }));
+    COHORT_TRY(loop_.add(progress_.fd(), EPOLLIN, [this](uint32_t) { onProgressTime(); }));
     COHORT_TRY(loop_.run());
     if (cgroup_) {
       if (auto removed = cgroup_->remove(); !removed) {
@@ -297,16 +329,42 @@ class Agent {
                          {"attempt", attempt_},
                          {"count", running_count_},
                          {"time", nowUnixNanos()}});
-    if (running_count_ == 0) attemptOver();
+    if (running_count_ == 0) {
+      attemptOver();
+    } else {
+      progress_.arm(kProgressEvery);
+    }
+  }
+
+  // Every few seconds while ranks run: when each last wrote output, and what it uses.
+  void onProgressTime() {
+    progress_.consume();
+    if (running_count_ == 0) return;
+    std::map<pid_t, Usage> usage = usageByProcessGroup();
+    Message ranks = Message::array();
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      const Rank& rank = ranks_[i];
+      Message r = {{"index", i}, {"running", rank.running}, {"last_output", rank.last_output}};
+      if (rank.running) {
+        // Every rank leads a process group of its own (proc/spawn.h).
+        const Usage u = usage[rank.child.pid];
+        r["cpu_seconds"] = u.cpu_seconds;
+        r["rss_bytes"] = u.rss_bytes;
+      }
+      ranks.push_back(std::move(r));
+    }
+    (void)channel_.send({{"type", "progress"},
+                         {"attempt", attempt_},
+                         {"time", nowUnixNanos()},
+                         {"ranks", std::move(ranks)}});
+    progress_.arm(kProgressEvery);
   }
 
   Result<void> spawnRank(size_t index) {
     Rank& rank = ranks_[index];
     const plan::RankPlan& p = rank.plan;
     std::string prefix = "[" + p.name + " node" + std::to_string(p.node) + "] ";
-    COHORT_ASSIGN(RankOutput output, RankOutput::open(p.log_file, prefix,
-                                                      p.console ? &console_ : nullptr));
-    rank.output = std::move(output);
+    rank.output.emplace(std::move(prefix), p.console ? &console_ : nullptr);
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) < 0) return failErrno("pipe2");
     UniqueFd write_end(fds[1]);
@@ -349,6 +407,9 @@ class Agent {
       ssize_t n = ::read(rank.out.get(), buf, sizeof buf);
       if (n > 0) {
         rank.output->consume(buf, static_cast<size_t>(n));
+        rank.last_output = nowUnixNanos();
+        // The coordinator keeps the logs: every byte goes to it, as it came.
+        (void)channel_.sendLog(index, std::string_view(buf, static_cast<size_t>(n)));
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
@@ -459,6 +520,7 @@ class Agent {
   // pipes, and tell the coordinator.
   void attemptOver() {
     grace_.disarm();
+    progress_.disarm();
     if (cgroup_) {
       if (auto killed = cgroup_->killAll(Millis(10000)); !killed) {
         std::fprintf(stderr, "cohort exec: node %d: %s\n", options_.node,
@@ -484,6 +546,7 @@ class Agent {
   proc::EventLoop& loop_;
   proc::SignalFd signals_;
   proc::Timer grace_;
+  proc::Timer progress_;
   Channel channel_;
   CgroupSupport cgroups_;
   std::optional<proc::Cgroup> cgroup_;  // this node's ranks, when cgroups_ has a base
@@ -528,8 +591,9 @@ Result<int> runNodeAgent(const AgentOptions& options) {
                                           Millis(30000)));
   COHORT_ASSIGN(auto loop, proc::EventLoop::create());
   COHORT_ASSIGN(proc::Timer grace, proc::Timer::create());
-  Agent agent(options, *loop, std::move(signals), std::move(grace), Channel(std::move(sock)),
-              std::move(cgroups));
+  COHORT_ASSIGN(proc::Timer progress, proc::Timer::create());
+  Agent agent(options, *loop, std::move(signals), std::move(grace), std::move(progress),
+              Channel(std::move(sock)), std::move(cgroups));
   return agent.run();
 }
 

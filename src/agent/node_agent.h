@@ -1,8 +1,9 @@
 // The node agent (`cohort exec`): one per node of a job. It dials the job's coordinator, receives
 // its node's part of the plan, and on "start" spawns its ranks (each under the Unix identity its
-// plan names), pumps their output, watches them (one event loop over pidfds, a signalfd, a
-// timerfd, the ranks' pipes and the control channel) and reports every exit with its time and
-// last log lines. On "stop" it sends SIGTERM to every rank's process group and SIGKILL after the
+// plan names), ships their output to the coordinator (which keeps the logs) and echoes it to the
+// console, watches them (one event loop over pidfds, a signalfd, timerfds, the ranks' pipes and
+// the control channel), reports every exit with its time and last log lines, and every 2 s says
+// how each rank is doing (last output, CPU time, memory). On "stop" it sends SIGTERM to every rank's process group and SIGKILL after the
 // grace period. Where the machine allows, the node's ranks run in a cgroup of their own, killed
 // whole when an attempt ends and, by a watchdog process, when the agent dies (even by kill -9);
 // elsewhere it is a child subreaper: processes that escape with setsid come back to it and are

@@ -88,27 +88,28 @@ void Console::loop() {
   }
 }
 
-Result<RankOutput> RankOutput::open(const std::string& log_file, std::string prefix,
-                                    Console* console) {
-  RankOutput out;
-  out.log_.reset(::open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
-  if (!out.log_.valid()) return failErrno("open log file '" + log_file + "'");
-  out.prefix_ = std::move(prefix);
-  out.log_file_ = log_file;
-  out.console_ = console;
-  return out;
-}
-
 void RankOutput::consume(const char* data, size_t size) {
-  if (auto written = writeAll(log_.get(), std::string_view(data, size)); !written && !log_failed_) {
-    // Say it once, loudly; the console echo and the root-cause tail still work.
-    log_failed_ = true;
-    std::fprintf(stderr, "cohort: writing %s: %s; this rank's log file is incomplete\n",
-                 log_file_.c_str(), written.error().message.c_str());
-  }
   tail_.append(data, size);
   if (tail_.size() > 2 * kTailBytes) tail_.erase(0, tail_.size() - kTailBytes);
   if (console_) emitLines(data, size);
+}
+
+Result<LogFile> LogFile::open(const std::string& path) {
+  LogFile log;
+  log.fd_.reset(
+      ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (!log.fd_.valid()) return failErrno("open log file '" + path + "'");
+  log.path_ = path;
+  return log;
+}
+
+void LogFile::append(std::string_view data) {
+  if (auto written = writeAll(fd_.get(), data); !written && !failed_) {
+    // Say it once, loudly; the console echo and the root-cause tail still work.
+    failed_ = true;
+    std::fprintf(stderr, "cohort: writing %s: %s; this rank's log file is incomplete\n",
+                 path_.c_str(), written.error().message.c_str());
+  }
 }
 
 void RankOutput::emitLines(const char* data, size_t size) {

@@ -1,9 +1,10 @@
-// What happens to a rank's output: every byte goes to the rank's own log file; whole lines go,
-// prefixed "[role/rank nodeN] ", to the merged console stream; the last few KiB are kept for the
-// root-cause report. The console is written by its own thread through a bounded queue, so a
-// slow terminal never blocks a rank (lines that do not fit are counted and reported as dropped;
-// the log files always have everything).
-// RankOutput is used by the loop thread only; Console is thread-safe.
+// What happens to a rank's output: the node agent ships every byte to the coordinator, which
+// appends it to the rank's own log file (LogFile); on the agent, whole lines go, prefixed
+// "[role/rank nodeN] ", to the merged console stream, and the last few KiB are kept for the
+// root-cause report (RankOutput). The console is written by its own thread through a bounded
+// queue, so a slow terminal never blocks a rank (lines that do not fit are counted and reported
+// as dropped; the log files always have everything).
+// RankOutput and LogFile are used by one thread only; Console is thread-safe.
 #pragma once
 
 #include <condition_variable>
@@ -44,9 +45,9 @@ class Console {
 
 class RankOutput {
  public:
-  // Opens (appends to) `log_file`. `console` may be null: nothing is echoed.
-  static Result<RankOutput> open(const std::string& log_file, std::string prefix,
-                                 Console* console);
+  // `console` may be null: nothing is echoed.
+  RankOutput(std::string prefix, Console* console)
+      : prefix_(std::move(prefix)), console_(console) {}
 
   // Handles a chunk read from the rank's pipe.
   void consume(const char* data, size_t size);
@@ -58,13 +59,23 @@ class RankOutput {
  private:
   void emitLines(const char* data, size_t size);
 
-  UniqueFd log_;
-  std::string log_file_;
-  bool log_failed_ = false;
   std::string prefix_;
   Console* console_ = nullptr;
   std::string partial_;
   std::string tail_;
+};
+
+// A rank's log file, appended to. Never follows a link at its name. A write that fails is said
+// once on stderr (the rest of the job goes on).
+class LogFile {
+ public:
+  static Result<LogFile> open(const std::string& path);
+  void append(std::string_view data);
+
+ private:
+  UniqueFd fd_;
+  std::string path_;
+  bool failed_ = false;
 };
 
 }  // namespace cohort::agent

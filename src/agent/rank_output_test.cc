@@ -73,18 +73,15 @@ TEST(Console, EveryDroppedLineIsAccountedForEvenAtTheEnd) {
 
 TEST(RankOutput, PrefixesWholeLinesAcrossChunks) {
   Pipe pipe;
-  std::string log = tempFile();
   {
     Console console(pipe.write_end);
-    auto out = RankOutput::open(log, "[w/0 node0] ", &console);
-    ASSERT_TRUE(out);
-    out->consume("hel", 3);
-    out->consume("lo\nwor", 6);
-    out->consume("ld\npartial", 10);
-    out->finish();
+    RankOutput out("[w/0 node0] ", &console);
+    out.consume("hel", 3);
+    out.consume("lo\nwor", 6);
+    out.consume("ld\npartial", 10);
+    out.finish();
   }
   EXPECT_EQ(pipe.drain(), "[w/0 node0] hello\n[w/0 node0] world\n[w/0 node0] partial\n");
-  EXPECT_EQ(*readFile(log), "hello\nworld\npartial");
 }
 
 TEST(RankOutput, LongLinesAreCutIntoPrefixedPiecesThatFitOnePipeWrite) {
@@ -92,10 +89,9 @@ TEST(RankOutput, LongLinesAreCutIntoPrefixedPiecesThatFitOnePipeWrite) {
   std::string long_line(10000, 'x');
   {
     Console console(pipe.write_end);
-    auto out = RankOutput::open(tempFile(), "[w/0 node0] ", &console);
-    ASSERT_TRUE(out);
+    RankOutput out("[w/0 node0] ", &console);
     std::string text = long_line + "\nshort\n";
-    out->consume(text.data(), text.size());
+    out.consume(text.data(), text.size());
   }
   std::string shown = pipe.drain();
   size_t pieces = 0;
@@ -111,27 +107,44 @@ TEST(RankOutput, LongLinesAreCutIntoPrefixedPiecesThatFitOnePipeWrite) {
   EXPECT_EQ(pieces, 4u);  // three pieces of the long line, then "short"
 }
 
-TEST(RankOutput, FullDiskIsReportedOnceAndTheTailSurvives) {
+TEST(LogFile, AppendsEveryByte) {
+  std::string path = tempFile();
+  {
+    auto log = LogFile::open(path);
+    ASSERT_TRUE(log);
+    log->append("hello\nwor");
+    log->append(std::string_view("ld\0\xff", 4));
+  }
+  EXPECT_EQ(*readFile(path), std::string("hello\nworld\0\xff", 13));
+}
+
+TEST(LogFile, FullDiskIsReportedOnce) {
   // /dev/full fails every write with ENOSPC, as a full disk does.
-  auto out = RankOutput::open("/dev/full", "", nullptr);
-  ASSERT_TRUE(out);
+  auto log = LogFile::open("/dev/full");
+  ASSERT_TRUE(log);
   ::testing::internal::CaptureStderr();
-  out->consume("one\n", 4);
-  out->consume("two\n", 4);
+  log->append("one\n");
+  log->append("two\n");
   std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("writing /dev/full: write: No space left on device"), std::string::npos)
       << err;
   EXPECT_EQ(err.find("writing", err.find("writing") + 1), std::string::npos) << "said twice";
-  EXPECT_EQ(out->tail(2), (std::vector<std::string>{"one", "two"}));
+}
+
+TEST(LogFile, DoesNotFollowALinkAtItsName) {
+  std::string target = tempFile();
+  std::string link = target + ".link";
+  ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
+  EXPECT_FALSE(LogFile::open(link));
+  ::unlink(link.c_str());
 }
 
 TEST(RankOutput, TailKeepsLastLines) {
-  auto out = RankOutput::open(tempFile(), "", nullptr);
-  ASSERT_TRUE(out);
+  RankOutput out("", nullptr);
   std::string text;
   for (int i = 0; i < 100; ++i) text += "line " + std::to_string(i) + "\n";
-  out->consume(text.data(), text.size());
-  auto tail = out->tail(3);
+  out.consume(text.data(), text.size());
+  auto tail = out.tail(3);
   EXPECT_EQ(tail, (std::vector<std::string>{"line 97", "line 98", "line 99"}));
 }
 

@@ -22,6 +22,7 @@ struct JobLaunch {
   bool isolate = false;   // ranks run under bubblewrap
   int uid = -1, gid = -1; // the account's identity for the ranks; -1: the server's
   std::vector<int> gpus;  // the job's own GPUs (CUDA_VISIBLE_DEVICES of its coordinator)
+  bool report = false;    // its coordinator reports to the server (job::Layout's report.url)
 };
 
 // What a backend finds behind a handle.

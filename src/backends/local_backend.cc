@@ -88,6 +88,7 @@ class LocalBackend : public Backend {
     std::vector<std::string> args = {cohort_bin_,  "run",       "--job-id", l.job_id,
                                      "--data-root", l.data_root, "-f",       layout.specFile()};
     if (l.isolate) args.push_back("--isolate");
+    if (l.report) args.push_back("--report");
     if (l.uid >= 0) {
       args.push_back("--run-as");
       args.push_back(std::to_string(l.uid) + ":" + std::to_string(l.gid));

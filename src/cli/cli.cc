@@ -193,6 +193,14 @@ int cmdRun(int argc, char** argv) {
   backends::LocalLauncher launcher(backends::selfExecutable());
   agent::CoordinatorOptions copts;
   copts.progress = progress;
+  if (options->report) {
+    if (options->job_id.empty()) {
+      return reportError(Error{Code::kInvalidArgument, "--report: only with --job-id"});
+    }
+    auto target = agent::reportTarget(job::Layout(plan->job_dir), plan->job_id);
+    if (!target) return reportError(target.error());
+    copts.report = std::move(*target);
+  }
   auto outcome = agent::runCoordinator(*plan, launcher, copts);
   if (!outcome) return reportError(outcome.error());
   if (outcome->state == agent::JobState::kSucceeded) {

@@ -1,18 +1,6 @@
 #include "cli/client.h"
 
-// Debian's libcpp-httplib.so is built with these three; the header's classes change layout with
-// them, so every file that includes it must define them the same way.
-#ifndef CPPHTTPLIB_OPENSSL_SUPPORT
-#define CPPHTTPLIB_OPENSSL_SUPPORT
-#endif
-#ifndef CPPHTTPLIB_ZLIB_SUPPORT
-#define CPPHTTPLIB_ZLIB_SUPPORT
-#endif
-#ifndef CPPHTTPLIB_BROTLI_SUPPORT
-#define CPPHTTPLIB_BROTLI_SUPPORT
-#endif
 #include <fcntl.h>
-#include <httplib.h>
 #include <netdb.h>
 #include <pwd.h>
 #include <sys/socket.h>
@@ -26,6 +14,7 @@
 #include <exception>
 
 #include "util/fd.h"
+#include "util/httplib.h"
 #include "util/text.h"
 
 namespace cohort::cli {

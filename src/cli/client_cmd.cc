@@ -685,6 +685,8 @@ const std::map<std::string, std::string>& refusedSubmitFlags() {
       {"--isolate", "the server decides how jobs are isolated"},
       {"--log-ranks", "read a rank's output with cohort logs JOB --rank R"},
       {"--job-id", "the server picks the job id"},
+      {"--run-as", "the server runs each account's ranks as that account's own user"},
+      {"--report", "the server follows the jobs it runs"},
   };
   return kRefused;
 }
@@ -936,7 +938,12 @@ std::string statusText(const Json& job, const Json& ranks, const Json& events) {
 
   const Json& rank_list = listAt(ranks, "ranks");
   if (!rank_list.empty()) {
-    std::vector<Row> rows = {{"RANK", "NAME", "NODE", "STATE", "EXIT"}};
+    // What each running rank is doing, when its node agent has said.
+    bool progress = false;
+    for (const Json& r : rank_list) progress |= at(r, "cpu_seconds").is_number();
+    Row header = {"RANK", "NAME", "NODE", "STATE", "EXIT"};
+    if (progress) header.insert(header.end(), {"LAST OUTPUT", "CPU", "MEMORY"});
+    std::vector<Row> rows = {header};
     for (const Json& r : rank_list) {
       std::string exit;
       if (!at(r, "exit_code").is_null() || integer(at(r, "signal")).value_or(0) > 0) {
@@ -944,7 +951,18 @@ std::string statusText(const Json& job, const Json& ranks, const Json& events) {
         exit = sig && *sig > 0 ? signalName(static_cast<int>(*sig)) : str(r, "exit_code");
         if (at(r, "by_cohort") == true) exit += " (stopped by cohort)";
       }
-      rows.push_back({str(r, "rank"), str(r, "name"), str(r, "node"), str(r, "state"), exit});
+      Row row = {str(r, "rank"), str(r, "name"), str(r, "node"), str(r, "state"), exit};
+      if (progress) {
+        const Json& cpu = at(r, "cpu_seconds");
+        const Json& rss = at(r, "rss_bytes");
+        char seconds[32] = "";
+        if (cpu.is_number()) std::snprintf(seconds, sizeof seconds, "%.1fs", cpu.get<double>());
+        row.insert(row.end(),
+                   {at(r, "last_output").is_string() ? relativeTime(str(r, "last_output")) : "",
+                    seconds,
+                    rss.is_number() ? formatSize(rss.get<double>()) : ""});
+      }
+      rows.push_back(std::move(row));
     }
     out += "\nRanks:\n" + renderTable(rows, "  ");
   }

@@ -203,6 +203,8 @@ Result<JobOptions> parseJobOptions(int argc, char** argv, int first) {
       COHORT_ASSIGN(o.job_id, next());
     } else if (arg == "--run-as") {
       COHORT_ASSIGN(o.run_as, next());
+    } else if (arg == "--report") {
+      o.report = true;
     } else if (arg == "--isolate") {
       o.isolate = true;
     } else if (arg == "--json") {

@@ -24,6 +24,9 @@ struct JobOptions {
   std::vector<std::string> env, hyperparameters;  // KEY=VALUE
   std::vector<std::string> command;               // after "--"
   bool json = false, quiet = false, isolate = false;
+  // --report: set by `cohort server`: push the job's record to the server that the job
+  // directory's report.url names, with the credential in its report.token
+  bool report = false;
 };
 
 // Parses flags for run/plan from argv[first..]. Errors: kInvalidArgument naming the flag.

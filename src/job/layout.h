@@ -3,8 +3,11 @@
 //
 //   job.json plan.json events.jsonl result.json console.log   the job's record: written by
 //                                    cohort's own processes (server, coordinator), never by ranks
+//   report.url report.token   where the server that runs the job is now (it rewrites the file
+//                 when it restarts on another address) and the credential the coordinator pushes
+//                 the record with (0600, the server's; the coordinator reads it once, removes it)
 //   files/     what cohort generates for the ranks to read: rank tables, hostfile, <role>.host
-//   logs/      one log per process, written by the node agents
+//   logs/      one log per process, written by the coordinator from what the agents ship
 //   work/      the ranks' scratch space; work/node<i> holds node i's staged inputs
 //   output/    what the ranks save ($COHORT_OUTPUT_DIR), copied out when the job ends
 //
@@ -32,6 +35,8 @@ class Layout {
   std::string eventsFile() const { return dir_ + "/events.jsonl"; }
   std::string resultFile() const { return dir_ + "/result.json"; }
   std::string consoleLog() const { return dir_ + "/console.log"; }
+  std::string reportUrlFile() const { return dir_ + "/report.url"; }
+  std::string reportTokenFile() const { return dir_ + "/report.token"; }
   std::string filesDir() const { return dir_ + "/files"; }
   std::string rankTableFile() const { return filesDir() + "/rank_table.json"; }
   std::string logsDir() const { return dir_ + "/logs"; }

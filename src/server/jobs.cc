@@ -18,9 +18,11 @@
 #include "job/events.h"
 #include "job/id.h"
 #include "job/layout.h"
+#include "server/tokens.h"
 #include "spec/job_spec.h"
 #include "storage/uri.h"
 #include "util/fd.h"
+#include "util/json_limits.h"
 #include "util/text.h"
 
 
@@ -29,6 +31,9 @@ namespace cohort::server {
 using Json = nlohmann::json;
 
 namespace {
+
+constexpr size_t kMaxReportEvents = 4096;
+constexpr size_t kMaxProgressBytes = 2u << 20;
 
 // Appends an event the server writes itself.
 Result<void> appendEvent(store::JobStore& store, const std::string& job_id,
@@ -50,7 +55,6 @@ struct JobService::Supervised {
   std::string id;
   std::string handle;  // the backend's
   std::string job_dir;
-  int64_t offset = 0;  // of the events file, ingested
 };
 
 JobService::JobService(store::JobStore& store, JobServiceOptions options, const sched::Clock& clock)
@@ -92,6 +96,11 @@ JobService::~JobService() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+}
+
+Result<void> JobService::writeReportUrl(const std::string& job_dir) const {
+  return writeFileAtomic(job::Layout(job_dir).reportUrlFile(), options_.report_url + "\n", false,
+                         0600);
 }
 
 void JobService::notify(const std::string& job_id) const {
@@ -163,14 +172,9 @@ Result<void> JobService::reconcile() {
     s->id = job.id;
     s->handle = job.handle;
     s->job_dir = job.job_dir;
-    s->offset = job.events_offset;
     const backends::Found found = backend_->recover(job.handle);
     const std::string where = backend_->describe(job.handle);
     running_[job.id] = runningOf(job);
-    // What the coordinator wrote while the server was down comes first in the job's history,
-    // then what the restarted server found.
-    follow(*s);
-    if (auto now = store_.job(job.id)) job.state = now->state;  // as those events left it
     auto record = [&](const std::string& found) {
       job::Event e;
       e.t = nowUnixNanos();
@@ -179,6 +183,11 @@ Result<void> JobService::reconcile() {
       (void)appendEvent(store_, job.id, e);
     };
     if (found.running) {
+      // This server may listen elsewhere than the one that started the job.
+      if (auto w = writeReportUrl(job.job_dir); !w) {
+        std::fprintf(stderr, "cohort server: job %s: %s\n", job.id.c_str(),
+                     w.error().message.c_str());
+      }
       gpus_held_[job.id] = found.gpus;
       record("still " + job.state + " (" + where + ") after a server restart");
       reconciled_.push_back("job " + job.id + ": still " + job.state + " (" + where +
@@ -190,7 +199,9 @@ Result<void> JobService::reconcile() {
     Supervised& ref = *s;
     supervised_[job.id] = std::move(s);
     finish(ref, !job.handle.empty()
-                    ? "lost: its " + where + " ended without a result while the server was down"
+                    ? "lost: its " + where +
+                          " ended while the server was down, without handing over its result "
+                          "(the job directory's result.json has it)"
                     : "lost: the server stopped while starting it");
     auto after = store_.job(job.id);
     reconciled_.push_back(
@@ -465,9 +476,8 @@ void JobService::loop() {
       for (auto it = supervised_.begin(); it != supervised_.end();) {
         Supervised& s = *it->second;
         ++it;  // finish() erases s
-        follow(s);
         if (backend_->running(s.handle)) continue;
-        finish(s, "lost: its " + backend_->describe(s.handle) + " ended without writing a result");
+        finish(s, "lost: its " + backend_->describe(s.handle) + " ended without reporting a result");
       }
       next_poll = Clock::now() + options_.poll_interval;
     }
@@ -577,6 +587,14 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
   const job::Layout layout(job.job_dir);
   const std::string job_file = layout.specFile();
   if (auto w = writeFileAtomic(job_file, job.spec_json, false); !w) return failed(w.error());
+  // Where the coordinator reports, and its credential: the server keeps only its hash.
+  auto token = newToken();
+  if (!token) return failed(token.error());
+  if (auto w = writeFileAtomic(layout.reportTokenFile(), *token + "\n", false, 0600); !w) {
+    return failed(w.error());
+  }
+  if (auto w = writeReportUrl(job.job_dir); !w) return failed(w.error());
+  job.report_hash = sha256Hex(*token);
 
   backends::JobLaunch launch;
   launch.job_id = job.id;
@@ -586,6 +604,7 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
   launch.uid = id->first;
   launch.gid = id->second;
   launch.gpus = freeGpus(job.gpus);
+  launch.report = true;
   auto handle = backend_->submit(launch);
   if (!handle) return failed(handle.error());
   gpus_held_[job.id] = launch.gpus;
@@ -601,48 +620,109 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
   return {};
 }
 
-void JobService::follow(Supervised& s) {
-  const std::string path = job::Layout(s.job_dir).eventsFile();
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return;
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || st.st_size <= s.offset) return;
-  std::string data(static_cast<size_t>(st.st_size - s.offset), '\0');
-  ssize_t n = ::pread(fd.get(), data.data(), data.size(), s.offset);
-  if (n <= 0) return;
-  data.resize(static_cast<size_t>(n));
-  size_t end = data.rfind('\n');
-  if (end == std::string::npos) return;  // only part of a line so far
-  data.resize(end + 1);
-
-  std::vector<store::Event> events;
-  std::optional<std::string> state;
-  std::optional<int> attempts;
-  for (const std::string& line : split(data, '\n')) {
-    if (line.empty()) continue;
-    // Only what decodes is kept, and as cohort encodes it, never as the bytes that came.
-    auto e = job::decodeEvent(line);
-    if (!e) {
-      std::fprintf(stderr, "cohort server: job %s: %s: refused\n", s.id.c_str(),
-                   e.error().message.c_str());
+Result<JobService::ReportAnswer> JobService::report(const std::string& job_id,
+                                                   const std::string& token,
+                                                   const std::string& body) {
+  auto job = store_.job(job_id);
+  if (!job && job.error().code != Code::kNotFound) return tl::unexpected<Error>(job.error());
+  if (!job || !sameHash(sha256Hex(token), job->report_hash)) {
+    return fail(Code::kUnauthenticated, "not the report token of job '" + job_id + "'");
+  }
+  COHORT_TRY(checkJsonDepth(body));
+  const Json report = Json::parse(body, nullptr, false);
+  if (!report.is_object()) return fail(Code::kInvalidArgument, "the report is not a JSON object");
+  auto seq = report.find("seq");
+  auto events = report.find("events");
+  if (seq == report.end() || !seq->is_number_integer() || seq->get<int64_t>() < 1) {
+    return fail(Code::kInvalidArgument, "seq: expected the number of the first event, >= 1");
+  }
+  if (events == report.end() || !events->is_array() || events->size() > kMaxReportEvents) {
+    return fail(Code::kInvalidArgument, "events: expected an array of at most " +
+                                            std::to_string(kMaxReportEvents) + " events");
+  }
+  // Only what decodes is kept, and as cohort encodes it, never as the bytes that came; a refused
+  // event still takes its number, so that the coordinator does not send it again.
+  std::vector<store::Event> rows;
+  std::vector<std::optional<job::Event>> decoded;
+  for (const Json& e : *events) {
+    auto event = job::decodeEvent(e.dump(-1, ' ', false, Json::error_handler_t::replace));
+    if (!event) {
+      std::fprintf(stderr, "cohort server: job %s: %s: refused\n", job_id.c_str(),
+                   event.error().message.c_str());
+      rows.push_back({});
+      decoded.push_back(std::nullopt);
       continue;
     }
-    events.push_back({0, e->t ? e->t : nowUnixNanos(), job::encodeEvent(*e)});
-    if (e->kind == job::EventKind::kState) {
-      if (!store::isFinalState(e->state)) state = e->state;
-      if (e->state == "running") attempts = e->attempt.value_or(0) + 1;
+    rows.push_back({0, event->t ? event->t : nowUnixNanos(), job::encodeEvent(*event)});
+    decoded.push_back(std::move(*event));
+  }
+  // The progress of a job that runs: the latest replaces the last (memory only).
+  if (auto p = report.find("progress");
+      p != report.end() && p->is_object() && !store::isFinalState(job->state)) {
+    std::string snapshot = p->dump(-1, ' ', false, Json::error_handler_t::replace);
+    if (snapshot.size() <= kMaxProgressBytes) {
+      std::lock_guard plock(progress_mu_);
+      progress_[job_id] = std::move(snapshot);
     }
   }
-  int64_t offset = s.offset + static_cast<int64_t>(end + 1);
-  if (auto a = store_.appendEvents(s.id, events, offset); !a) {
-    std::fprintf(stderr, "cohort server: job %s: events: %s\n", s.id.c_str(),
-                 a.error().message.c_str());
-    return;
+  auto r = report.find("result");
+  ReportAnswer answer;
+  if (events->empty() && r == report.end()) {  // progress alone: nothing to write
+    answer.events_seq = job->events_seq;
+    answer.result = store::isFinalState(job->state);
+    return answer;
   }
-  s.offset = offset;
-  notify(s.id);
+  std::lock_guard lock(mu_);  // the loop must not end the job between the events and its state
+  const int64_t first = seq->get<int64_t>();
+  COHORT_ASSIGN(store::JobStore::Ingested in, store_.ingestEvents(job_id, first, rows));
+  answer.events_seq = in.events_seq;
+  if (in.taken) {
+    std::vector<job::Event> fresh;
+    for (size_t i = decoded.size() - in.taken; i < decoded.size(); ++i) {
+      if (decoded[i]) fresh.push_back(std::move(*decoded[i]));
+    }
+    applyEvents(job_id, fresh);
+    notify(job_id);
+  }
+  COHORT_ASSIGN(store::Job now, store_.job(job_id));
+  const bool all_in = in.events_seq == first + static_cast<int64_t>(events->size()) - 1;
+  if (r != report.end() && all_in && !store::isFinalState(now.state)) {
+    COHORT_ASSIGN(job::JobResult result,
+                  job::decodeResult(r->dump(-1, ' ', false, Json::error_handler_t::replace)));
+    now.state = result.state;
+    now.exit_code = result.exit_code;
+    now.reason = result.reason;
+    if (result.attempts > 0) now.attempts = result.attempts;
+    now.root_cause_json = result.root_cause_json;
+    now.ended = nowUnixNanos();
+    COHORT_TRY(store_.updateJob(now));
+    notify(job_id);
+  }
+  answer.result = store::isFinalState(now.state);
+  if (answer.result) {
+    std::lock_guard plock(progress_mu_);
+    progress_.erase(job_id);
+  }
+  return answer;
+}
+
+std::optional<std::string> JobService::progress(const std::string& job_id) const {
+  std::lock_guard lock(progress_mu_);
+  auto it = progress_.find(job_id);
+  if (it == progress_.end()) return std::nullopt;
+  return it->second;
+}
+
+void JobService::applyEvents(const std::string& job_id, const std::vector<job::Event>& events) {
+  std::optional<std::string> state;
+  std::optional<int> attempts;
+  for (const job::Event& e : events) {
+    if (e.kind != job::EventKind::kState) continue;
+    if (!store::isFinalState(e.state)) state = e.state;
+    if (e.state == "running") attempts = e.attempt.value_or(0) + 1;
+  }
   if (!state && !attempts) return;
-  auto job = store_.job(s.id);
+  auto job = store_.job(job_id);
   if (!job || store::isFinalState(job->state)) return;
   bool changed = false;
   // A stop asked for stays "stopping" until the job ends.
@@ -654,42 +734,29 @@ void JobService::follow(Supervised& s) {
     job->attempts = *attempts;
     changed = true;
   }
-  if (changed && store_.updateJob(*job)) notify(s.id);
+  if (changed && store_.updateJob(*job)) notify(job_id);
 }
 
 void JobService::finish(Supervised& s, const std::string& lost_why) {
-  follow(s);
   const std::string id = s.id;
   auto job = store_.job(id);
+  // A coordinator reports the job's end before it exits; one that did not was lost.
   if (job && !store::isFinalState(job->state)) {
     job->ended = nowUnixNanos();
-    auto text = readFile(job::Layout(s.job_dir).resultFile());
-    auto result = text ? job::decodeResult(*text) : Result<job::JobResult>(tl::unexpected(text.error()));
-    if (text && !result) {
-      std::fprintf(stderr, "cohort server: job %s: %s\n", id.c_str(),
-                   result.error().message.c_str());
-    }
-    const bool have_result = result.has_value();
-    if (have_result) {
-      job->state = result->state;
-      job->exit_code = result->exit_code;
-      job->reason = result->reason;
-      if (result->attempts > 0) job->attempts = result->attempts;
-      job->root_cause_json = result->root_cause_json;
-    } else {
-      // A stop that reached the coordinator before it blocked signals (first thing in `cohort
-      // run`) ended it without a result: the job was stopped, not lost. Nothing had started.
-      const bool stopped = job->state == "stopping";
-      job->state = stopped ? "stopped" : "failed";
-      job->exit_code = stopped ? 143 : 1;
-      if (!stopped) job->reason = lost_why;
-    }
-    // The coordinator wrote its own last event; the server writes one only for a job it ended.
-    auto u = have_result ? store_.updateJob(*job) : recordEnd(store_, *job);
-    if (!u) {
+    // A stop that reached the coordinator before it blocked signals (first thing in `cohort
+    // run`) ended it without a result: the job was stopped, not lost. Nothing had started.
+    const bool stopped = job->state == "stopping";
+    job->state = stopped ? "stopped" : "failed";
+    job->exit_code = stopped ? 143 : 1;
+    if (!stopped) job->reason = lost_why;
+    if (auto u = recordEnd(store_, *job); !u) {
       std::fprintf(stderr, "cohort server: job %s: %s\n", id.c_str(), u.error().message.c_str());
     }
     notify(id);
+  }
+  {
+    std::lock_guard lock(progress_mu_);
+    progress_.erase(id);
   }
   running_.erase(id);
   gpus_held_.erase(id);

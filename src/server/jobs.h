@@ -2,11 +2,13 @@
 // (durably) before it answers. One loop thread then does everything else: it runs the gang
 // scheduler (src/sched) whenever something changed, starts each placed job through its backend
 // (src/backends/backend.h; the local one spawns the job's coordinator in its own session, so that
-// the coordinator and the job outlive a server restart), follows every coordinator's events file
-// into the store through the typed codec, and records the job's end from its result file when
-// the backend says it ended. On creation it reconciles every job the store knew, from the
-// handle its backend gave it: still running (followed again), finished while the server was
-// down (its result recorded) or lost (failed, saying why).
+// the coordinator and the job outlive a server restart), and releases what a job held when the
+// backend says it ended. Each job's coordinator pushes the job's record here (`report`, from
+// POST /v1/jobs/{id}/report): its numbered events, taken through the typed codec once each, its
+// progress and its result; the service reads nothing a job wrote. On creation it reconciles
+// every job the store knew, from the handle its backend gave it: still running (its coordinator
+// reports again and resends what the store lacks) or ended while the server was down without
+// having handed over its result (lost, saying why).
 //
 // The machine is one scheduling node: simulated nodes share it, so a job asks for the sum of its
 // ranks' resources (each rank: its role's `resources`, default 1 CPU). Thread-safe: every public
@@ -25,6 +27,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "job/events.h"
 #include "sched/scheduler.h"
 #include "server/access.h"
 #include "server/metrics.h"
@@ -52,7 +55,8 @@ struct JobServiceOptions {
   std::vector<int> gpu_ids;   // its GPUs (capacity.gpus of them)
   bool isolate = false;       // run ranks under bubblewrap (cohort run --isolate)
   Identities identities;
-  Millis poll_interval{100};  // how often running jobs' events and coordinators are looked at
+  std::string report_url;     // where coordinators report: this server, "http://host:port"
+  Millis poll_interval{100};  // how often running jobs' coordinators are looked at
   // Called (from the service's threads, maybe holding its lock: it must not call back into
   // the service) after new events or a new state
   // of `job_id` are in the store, so that followers waiting for them can be woken.
@@ -86,6 +90,22 @@ class JobService {
   // Removes a final job: its record, events and directory. kFailedPrecondition otherwise.
   Result<void> remove(const std::string& id);
 
+  // A report of a job's coordinator (docs/server-api.md): `token` must be the job's report
+  // token, `body` {"seq": N, "events": [...], "progress": {...}?, "result": {...}?}, where
+  // events[i] is the coordinator's event N + i. Ingests the events the store lacks (each once:
+  // a batch sent twice or after a gap changes nothing), applies the states they carry, keeps
+  // the progress, and records the result once every event is in. Returns the events the store
+  // has (1..events_seq) and whether the job's end is recorded. Errors: kUnauthenticated (not
+  // the job's token; also for a job that does not exist), kInvalidArgument naming the field.
+  struct ReportAnswer {
+    int64_t events_seq = 0;
+    bool result = false;
+  };
+  Result<ReportAnswer> report(const std::string& job_id, const std::string& token,
+                              const std::string& body);
+  // The latest progress its coordinator reported (a JSON object), while the job runs.
+  std::optional<std::string> progress(const std::string& job_id) const;
+
   // Why a queued job waits, as of the latest scheduling pass.
   std::optional<sched::Waiting> waiting(const std::string& id) const;
   size_t queueLength() const { return queue_length_.load(); }
@@ -104,12 +124,14 @@ class JobService {
   void loop();
   void schedulePass();
   Result<void> startJob(store::Job job, const sched::Placement& placement);
-  // Reads new lines of the job's events file into the store and the job's state.
-  void follow(Supervised& s);
-  // The coordinator is gone: records the result (or that it was lost).
+  // Applies the state and attempt that newly ingested events of `job_id` carry.
+  void applyEvents(const std::string& job_id, const std::vector<job::Event>& events);
+  // The coordinator is gone: records that it was lost when it did not report the job's end.
   void finish(Supervised& s, const std::string& lost_why);
   void wake();
   void notify(const std::string& job_id) const;  // options_.on_events
+  // Names this server in the job directory's report.url, for its coordinator.
+  Result<void> writeReportUrl(const std::string& job_dir) const;
   void takeIncoming();  // moves incoming_ into queue_ (holding mu_)
   // GPUs no started job holds; the first `count` of them.
   std::vector<int> freeGpus(int64_t count) const;
@@ -120,7 +142,7 @@ class JobService {
   const sched::Clock& clock_;
   std::vector<std::string> reconciled_;
 
-  // Lock order: mu_, then incoming_mu_ or waiting_mu_. The loop thread holds mu_ while it works,
+  // Lock order: mu_, then incoming_mu_, waiting_mu_ or progress_mu_. The loop thread holds mu_ while it works,
   // so submissions and reads of `waiting` take only their own small locks.
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -134,6 +156,8 @@ class JobService {
   std::vector<sched::Job> incoming_;  // submitted, not yet in queue_
   mutable std::mutex waiting_mu_;
   std::map<std::string, sched::Waiting> waiting_;  // from the latest pass
+  mutable std::mutex progress_mu_;
+  std::map<std::string, std::string> progress_;  // running jobs' latest, by id
   std::atomic<size_t> queue_length_{0};
   Histogram pass_latency_;
   std::thread thread_;

@@ -152,6 +152,15 @@ Json jobPaths() {
         {"get", operation("A job's processes (empty before it starts)", "getJobRanks", 200,
                           "the ranks", json("RankList"), {401, 404, 500})}}},
       {"/v1/jobs/{id}/logs", {{"parameters", {kJobId}}, {"get", logs}}},
+      {"/v1/jobs/{id}/report",
+       {{"parameters", {kJobId}},
+        {"post", withBody(operation("A job's coordinator hands over the job's record: its "
+                                    "numbered events (each ingested once), its progress, its "
+                                    "result. Authenticated with the job's own report token, "
+                                    "never an account's",
+                                    "reportJob", 200, "what the server has now",
+                                    json("ReportAnswer"), {400, 401, 413, 500}),
+                          json("Report"))}}},
       {"/v1/jobs/{id}/stop",
        {{"parameters", {kJobId}},
         {"post", operation("Stop a job: a queued one is stopped at once, a running one goes "
@@ -405,9 +414,31 @@ const char* const kSchemas = R"json(
       "state": {"type": "string", "enum": ["pending", "running", "exited"]},
       "exit_code": {"type": "integer", "nullable": true},
       "signal": {"type": "integer"},
-      "by_cohort": {"type": "boolean", "description": "cohort ended it (stop, a failure elsewhere)"}
+      "by_cohort": {"type": "boolean", "description": "cohort ended it (stop, a failure elsewhere)"},
+      "last_output": {"type": "string", "format": "date-time", "nullable": true, "description": "when it last wrote output (null: not yet), as its node agent last said"},
+      "cpu_seconds": {"type": "number", "description": "CPU time of its process group so far"},
+      "rss_bytes": {"type": "integer", "description": "resident memory of its process group"}
     },
     "required": ["name", "role", "role_rank", "rank", "node", "state", "exit_code", "signal", "by_cohort"],
+    "additionalProperties": false
+  },
+  "Report": {
+    "type": "object",
+    "properties": {
+      "seq": {"type": "integer", "minimum": 1, "description": "the number of events[0]; events are numbered 1, 2, ... in the job's events file"},
+      "events": {"type": "array", "maxItems": 4096, "items": {"type": "object"}},
+      "progress": {"type": "object", "description": "{time, attempt, ranks: [{rank, name, node, running, last_output, cpu_seconds, rss_bytes}]}"},
+      "result": {"type": "object", "description": "the job's result.json; recorded once every event is in"}
+    },
+    "required": ["seq", "events"]
+  },
+  "ReportAnswer": {
+    "type": "object",
+    "properties": {
+      "events_seq": {"type": "integer", "description": "the server has events 1..events_seq: send from events_seq + 1"},
+      "result": {"type": "boolean", "description": "the job's end is recorded"}
+    },
+    "required": ["events_seq", "result"],
     "additionalProperties": false
   },
   "RankList": {

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <linux/openat2.h>
-#include <openssl/evp.h>
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/resource.h>
@@ -30,6 +29,7 @@
 #include "server/http.h"
 #include "server/jobs.h"
 #include "server/metrics.h"
+#include "server/tokens.h"
 #include "storage/uri.h"
 #include "store/job_store.h"
 #include "util/fd.h"
@@ -293,20 +293,6 @@ bool validAccountName(const std::string& name) {
     if (!ok) return false;
   }
   return name[0] != '-' && name[0] != '_';
-}
-
-// The SHA-256 of `text` in lowercase hex (tokens are stored so).
-std::string sha256Hex(const std::string& text) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  EVP_Digest(text.data(), text.size(), digest, &length, EVP_sha256(), nullptr);
-  return hexEncode(digest, length);
-}
-
-// A new bearer token: "cohort_" and 32 random bytes in hex.
-Result<std::string> newToken() {
-  COHORT_ASSIGN(std::string random, randomHex(32));
-  return "cohort_" + random;
 }
 
 }  // namespace
@@ -893,7 +879,7 @@ void Server::Impl::jobRoutes() {
           COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[1]));
           Json ranks = Json::array();
           auto text = job.job_dir.empty() ? Result<std::string>(std::string())
-                                          : readFile(job.job_dir + "/plan.json");
+                                          : readFile(job::Layout(job.job_dir).planFile());
           Json plan = text && !text->empty() ? Json::parse(*text, nullptr, false) : Json();
           if (plan.is_object()) {
             // The latest attempt's exits, by process name.
@@ -912,6 +898,18 @@ void Server::Impl::jobRoutes() {
               }
             }
             bool running = job.state == "running" || job.state == "stopping";
+            // What each rank is doing, from its node agent's latest word.
+            std::map<int64_t, Json> progress;
+            if (auto snapshot = running ? jobs->progress(job.id) : std::nullopt) {
+              Json p = Json::parse(*snapshot, nullptr, false);
+              if (p.is_object() && p.value("attempt", -1) == attempt && p["ranks"].is_array()) {
+                for (const Json& r : p["ranks"]) {
+                  if (r.is_object() && r["rank"].is_number_integer()) {
+                    progress[r["rank"].get<int64_t>()] = r;
+                  }
+                }
+              }
+            }
             for (const Json& node : plan.value("nodes", Json::array())) {
               for (const Json& rp : node.value("ranks", Json::array())) {
                 std::string name = rp.value("name", "");
@@ -933,6 +931,13 @@ void Server::Impl::jobRoutes() {
                   r["state"] = "running";
                 } else if (store::isFinalState(job.state)) {
                   r["state"] = "exited";
+                }
+                if (auto it = progress.find(rp.value("rank", -1)); it != progress.end()) {
+                  const Json& p = it->second;
+                  const int64_t last = p.value("last_output", int64_t{0});
+                  r["last_output"] = last > 0 ? Json(isoTime(last)) : Json(nullptr);
+                  if (p.contains("cpu_seconds")) r["cpu_seconds"] = p.value("cpu_seconds", 0.0);
+                  if (p.contains("rss_bytes")) r["rss_bytes"] = p.value("rss_bytes", int64_t{0});
                 }
                 ranks.push_back(r);
               }
@@ -970,6 +975,18 @@ void Server::Impl::jobRoutes() {
           res.setHeader("X-Content-Type-Options", "nosniff");
           res.stream = std::make_shared<LogStream>(*this, job.id, rank, path, std::move(fd), start,
                                                    following);
+          return Result<void>();
+        });
+  // A coordinator's report: its job's own token, not an account's (JobService::report).
+  route("POST", R"(/v1/jobs/([^/]+)/report)", false,
+        [this](const Request& req, Response& res, const Caller&) -> Result<void> {
+          const std::string header = req.header("Authorization");
+          if (header.rfind("Bearer ", 0) != 0 || header.size() <= 7) {
+            return fail(Code::kUnauthenticated, "no token: send the job's report token");
+          }
+          COHORT_ASSIGN(JobService::ReportAnswer answer,
+                        jobs->report(req.matches[1], header.substr(7), req.body));
+          writeJson(res, 200, {{"events_seq", answer.events_seq}, {"result", answer.result}});
           return Result<void>();
         });
   route("POST", R"(/v1/jobs/([^/]+)/stop)", true,
@@ -1305,7 +1322,6 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   jopts.identities = options.identities;
   COHORT_ASSIGN(impl->hub, EventHub::create());
   jopts.on_events = [hub = impl->hub.get()](const std::string& id) { hub->notify(id); };
-  COHORT_ASSIGN(impl->jobs, JobService::create(*impl->store, jopts, impl->clock));
 
   Impl* self = impl.get();
   // Every follower holds a connection (a descriptor), not a thread: allow many.
@@ -1341,6 +1357,13 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   impl->http = std::move(*server);
   const int port = impl->http->port();
   impl->port = port;
+  // Coordinators on this machine report here (requests wait in the backlog until run()).
+  const bool any = options.host.empty() || options.host == "0.0.0.0" || options.host == "::";
+  const std::string host = any ? std::string("127.0.0.1")
+                           : options.host.find(':') != std::string::npos ? "[" + options.host + "]"
+                                                                         : options.host;
+  jopts.report_url = "http://" + host + ":" + std::to_string(port);
+  COHORT_ASSIGN(impl->jobs, JobService::create(*impl->store, jopts, impl->clock));
   // The first start makes the admin account, once the server is sure to serve.
   COHORT_ASSIGN(std::vector<store::Account> accounts, impl->store->accounts());
   if (accounts.empty()) {

@@ -103,6 +103,12 @@ UPDATE jobs SET handle = json_object('pid', coordinator_pid, 'start', coordinato
 ALTER TABLE jobs DROP COLUMN coordinator_pid;
 ALTER TABLE jobs DROP COLUMN coordinator_start;
 )sql",
+    // Coordinators push their events, numbered, with a credential of their job's own.
+    R"sql(
+ALTER TABLE jobs RENAME COLUMN events_offset TO events_seq;
+UPDATE jobs SET events_seq = 0;
+ALTER TABLE jobs ADD COLUMN report_hash TEXT NOT NULL DEFAULT '';
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -269,7 +275,7 @@ Result<std::unique_ptr<Conn>> openConnection(const std::string& path, int flags)
 constexpr std::string_view kJobColumns =
     "id, account, name, state, priority, framework, ranks, cpu_millis, memory_bytes, gpus, "
     "max_runtime_ms, spec_json, submitted, started, ended, exit_code, reason, root_cause_json, "
-    "attempts, job_dir, backend, handle, events_offset";
+    "attempts, job_dir, backend, handle, events_seq, report_hash";
 
 Job readJob(const Query& q) {
   Job job;
@@ -295,7 +301,8 @@ Job readJob(const Query& q) {
   job.job_dir = q.text(19);
   job.backend = q.text(20);
   job.handle = q.text(21);
-  job.events_offset = q.integer(22);
+  job.events_seq = q.integer(22);
+  job.report_hash = q.text(23);
   return job;
 }
 
@@ -306,7 +313,7 @@ void bindJobFields(Query& q, const Job& job) {
   q.bind(job.max_runtime_ms).bind(job.spec_json).bind(job.submitted).bind(job.started);
   q.bind(job.ended).bind(job.exit_code).bind(job.reason).bind(job.root_cause_json);
   q.bind(job.attempts).bind(job.job_dir).bind(job.backend).bind(job.handle);
-  q.bind(job.events_offset);
+  q.bind(job.events_seq).bind(job.report_hash);
 }
 
 constexpr const char* kAccountSelect =
@@ -657,7 +664,7 @@ Result<void> JobStore::deleteToken(int64_t id) {
 Result<void> JobStore::insertJob(const Job& job) {
   auto result = impl_->write([&](Conn& c) -> Result<void> {
     static const std::string sql =
-        "INSERT INTO jobs(" + std::string(kJobColumns) + ") VALUES(" + placeholders(23) + ")";
+        "INSERT INTO jobs(" + std::string(kJobColumns) + ") VALUES(" + placeholders(24) + ")";
     COHORT_ASSIGN(Query q, prepare(c, sql));
     q.bind(job.id);
     bindJobFields(q, job);
@@ -759,35 +766,72 @@ Result<std::vector<std::pair<std::string, int64_t>>> JobStore::countJobsByState(
 
 // Events.
 
-Result<void> JobStore::appendEvents(const std::string& job_id, const std::vector<Event>& events,
-                                    std::optional<int64_t> events_offset) {
+namespace {
+
+Result<void> requireJob(Conn& c, const std::string& job_id) {
+  COHORT_ASSIGN(Query q, prepare(c, "SELECT 1 FROM jobs WHERE id = ?"));
+  q.bind(job_id);
+  COHORT_ASSIGN(bool row, q.step());
+  if (!row) return fail(Code::kNotFound, "job '" + job_id + "' not found");
+  return {};
+}
+
+// Appends `events` (those with json) after the job's last seq. Returns how many.
+Result<size_t> insertEvents(Conn& c, const std::string& job_id, const Event* events,
+                            size_t count) {
+  int64_t last = 0;
+  {
+    COHORT_ASSIGN(Query q, prepare(c, "SELECT MAX(seq) FROM events WHERE job_id = ?"));
+    q.bind(job_id);
+    COHORT_ASSIGN(bool row, q.step());
+    if (row) last = q.integer(0);  // NULL (no events) reads as 0
+  }
+  size_t appended = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (events[i].json.empty()) continue;
+    COHORT_ASSIGN(Query q,
+                  prepare(c, "INSERT INTO events(job_id, seq, time, json) VALUES(?, ?, ?, ?)"));
+    q.bind(job_id).bind(++last).bind(events[i].time).bind(events[i].json);
+    COHORT_TRY(q.run());
+    ++appended;
+  }
+  return appended;
+}
+
+}  // namespace
+
+Result<void> JobStore::appendEvents(const std::string& job_id, const std::vector<Event>& events) {
   return impl_->write([&](Conn& c) -> Result<void> {
+    COHORT_TRY(requireJob(c, job_id));
+    COHORT_TRY(insertEvents(c, job_id, events.data(), events.size()));
+    return {};
+  });
+}
+
+Result<JobStore::Ingested> JobStore::ingestEvents(const std::string& job_id, int64_t first,
+                                                  const std::vector<Event>& events) {
+  Ingested out;
+  COHORT_TRY(impl_->write([&](Conn& c) -> Result<void> {
+    out = Ingested{};
     {
-      COHORT_ASSIGN(Query q, prepare(c, "SELECT 1 FROM jobs WHERE id = ?"));
+      COHORT_ASSIGN(Query q, prepare(c, "SELECT events_seq FROM jobs WHERE id = ?"));
       q.bind(job_id);
       COHORT_ASSIGN(bool row, q.step());
       if (!row) return fail(Code::kNotFound, "job '" + job_id + "' not found");
+      out.events_seq = q.integer(0);
     }
-    int64_t last = 0;
-    {
-      COHORT_ASSIGN(Query q, prepare(c, "SELECT MAX(seq) FROM events WHERE job_id = ?"));
-      q.bind(job_id);
-      COHORT_ASSIGN(bool row, q.step());
-      if (row) last = q.integer(0);  // NULL (no events) reads as 0
-    }
-    for (const Event& event : events) {
-      COHORT_ASSIGN(Query q,
-                    prepare(c, "INSERT INTO events(job_id, seq, time, json) VALUES(?, ?, ?, ?)"));
-      q.bind(job_id).bind(++last).bind(event.time).bind(event.json);
-      COHORT_TRY(q.run());
-    }
-    if (events_offset) {
-      COHORT_ASSIGN(Query q, prepare(c, "UPDATE jobs SET events_offset = ? WHERE id = ?"));
-      q.bind(*events_offset).bind(job_id);
-      COHORT_TRY(q.run());
-    }
+    const int64_t end = first + static_cast<int64_t>(events.size());  // one past the batch
+    if (first < 1 || first > out.events_seq + 1 || end <= out.events_seq + 1) return {};
+    const size_t skip = static_cast<size_t>(out.events_seq + 1 - first);
+    out.taken = events.size() - skip;
+    COHORT_ASSIGN(out.appended, insertEvents(c, job_id, events.data() + skip, events.size() - skip));
+    COHORT_ASSIGN(Query q, prepare(c, "UPDATE jobs SET events_seq = ? WHERE id = ?"));
+    q.bind(end - 1).bind(job_id);
+    COHORT_TRY(q.run());
+    out.events_seq = end - 1;
     return {};
-  });
+  }));
+  return out;
 }
 
 Result<std::vector<Event>> JobStore::events(const std::string& job_id) {

@@ -68,7 +68,8 @@ struct Job {
   std::string backend = "local";  // where it runs (src/backends)
   std::string handle;             // the backend's own, opaque: how it finds the job again; ""
                                   // until it starts
-  int64_t events_offset = 0;      // bytes of the job's events.jsonl already ingested
+  int64_t events_seq = 0;         // the coordinator's events ingested: 1..events_seq
+  std::string report_hash;        // SHA-256 (hex) of the credential its coordinator reports with
 };
 
 struct Event {
@@ -136,11 +137,20 @@ class JobStore {
   // Counts per state, for /metrics.
   Result<std::vector<std::pair<std::string, int64_t>>> countJobsByState();
 
-  // Events. Appends `events` (their seq is assigned) and, in the same transaction, sets the
-  // job's events_offset to `events_offset` when it is given (what the server read of the
-  // coordinator's events file), so that events are never ingested twice. kNotFound for no job.
-  Result<void> appendEvents(const std::string& job_id, const std::vector<Event>& events,
-                            std::optional<int64_t> events_offset = std::nullopt);
+  // Events. Appends `events` (their seq is assigned). kNotFound for no job.
+  Result<void> appendEvents(const std::string& job_id, const std::vector<Event>& events);
+  // The coordinator's events, numbered by the coordinator: `events[i]` is its event first + i.
+  // In one transaction, appends those after the job's events_seq (an event with empty json
+  // only counts: it was refused) and advances events_seq past them; a batch that starts after
+  // a gap appends nothing. So a batch sent twice, or after a restart, is ingested once. Returns
+  // events_seq after the call and which events were new. kNotFound for no job.
+  struct Ingested {
+    int64_t events_seq = 0;
+    size_t taken = 0;     // the batch's last `taken` events were new (refused ones included)
+    size_t appended = 0;  // of those, the ones stored
+  };
+  Result<Ingested> ingestEvents(const std::string& job_id, int64_t first,
+                                const std::vector<Event>& events);
   Result<std::vector<Event>> events(const std::string& job_id);  // by seq
 
   // Buckets. claimBucket gives a bucket nobody owns to `owner` and returns the bucket's owner

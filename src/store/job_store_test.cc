@@ -94,7 +94,8 @@ Job fullJob(const std::string& id) {
   job.job_dir = "/var/lib/cohort/jobs/" + id;
   job.backend = "local";
   job.handle = R"({"pid":4242,"start":987654321})";
-  job.events_offset = 1234;
+  job.events_seq = 1234;
+  job.report_hash = "ab12";
   return job;
 }
 
@@ -121,7 +122,8 @@ void expectSameJob(const Job& a, const Job& b) {
   EXPECT_EQ(a.job_dir, b.job_dir);
   EXPECT_EQ(a.backend, b.backend);
   EXPECT_EQ(a.handle, b.handle);
-  EXPECT_EQ(a.events_offset, b.events_offset);
+  EXPECT_EQ(a.events_seq, b.events_seq);
+  EXPECT_EQ(a.report_hash, b.report_hash);
 }
 
 std::vector<std::string> idsOf(const std::vector<Job>& jobs) {
@@ -191,7 +193,7 @@ TEST_F(JobStoreTest, RefusesAFileFromANewerCohort) {
   ASSERT_FALSE(store);
   EXPECT_EQ(store.error().code, Code::kFailedPrecondition);
   EXPECT_EQ(store.error().message, "database '" + path_ +
-                                       "' has schema version 99; this cohort knows up to 3: "
+                                       "' has schema version 99; this cohort knows up to 4: "
                                        "upgrade cohort");
   EXPECT_EQ(rawQuery(path_, "PRAGMA user_version"), 99);
 }
@@ -451,20 +453,16 @@ TEST_F(JobStoreTest, JobsInStatesAreOldestFirstAndCountsArePerState) {
 
 // Events.
 
-TEST_F(JobStoreTest, AppendEventsNumbersFromOneAcrossCallsAndSetsTheOffsetWithThem) {
+TEST_F(JobStoreTest, AppendEventsNumbersFromOneAcrossCalls) {
   auto store = openStore();
   ASSERT_TRUE(store);
   ASSERT_TRUE(store->insertJob(minimalJob("j")));
   ASSERT_TRUE(store->insertJob(minimalJob("other")));
   ASSERT_TRUE(store->appendEvents(
-      "j", {Event{.seq = 77, .time = 10, .json = R"({"a":1})"}, Event{.time = 11, .json = "{}"}},
-      120));
-  EXPECT_EQ(store->job("j")->events_offset, 120);
+      "j", {Event{.seq = 77, .time = 10, .json = R"({"a":1})"}, Event{.time = 11, .json = "{}"}}));
   ASSERT_TRUE(store->appendEvents("other", {Event{.time = 5, .json = "{}"}}));
   ASSERT_TRUE(store->appendEvents("j", {Event{.time = 12, .json = R"({"b":2})"}}));
-  EXPECT_EQ(store->job("j")->events_offset, 120);  // no offset given: unchanged
-  ASSERT_TRUE(store->appendEvents("j", {}, 300));     // an offset alone
-  EXPECT_EQ(store->job("j")->events_offset, 300);
+  EXPECT_EQ(store->job("j")->events_seq, 0);  // the server's own events are not the coordinator's
 
   auto events = store->events("j");
   ASSERT_TRUE(events) << events.error().message;
@@ -481,6 +479,39 @@ TEST_F(JobStoreTest, AppendEventsNumbersFromOneAcrossCallsAndSetsTheOffsetWithTh
   ASSERT_EQ(other->size(), 1u);
   EXPECT_EQ((*other)[0].seq, 1);
   EXPECT_TRUE(store->events("nope")->empty());
+}
+
+TEST_F(JobStoreTest, IngestTakesEachCoordinatorEventOnceAndNothingAfterAGap) {
+  auto store = openStore();
+  ASSERT_TRUE(store);
+  ASSERT_TRUE(store->insertJob(minimalJob("j")));
+  auto e = [](const char* json) { return Event{.time = 1, .json = json}; };
+  auto got = store->ingestEvents("j", 1, {e(R"({"n":1})"), e(R"({"n":2})")});
+  ASSERT_TRUE(got) << got.error().message;
+  EXPECT_EQ(got->events_seq, 2);
+  EXPECT_EQ(got->appended, 2u);
+  // Sent again after a lost answer, with one more: only the new one goes in.
+  got = store->ingestEvents("j", 1, {e(R"({"n":1})"), e(R"({"n":2})"), e(R"({"n":3})")});
+  EXPECT_EQ(got->events_seq, 3);
+  EXPECT_EQ(got->taken, 1u);
+  EXPECT_EQ(got->appended, 1u);
+  // A batch after a gap, and one wholly ingested: nothing, and the seq to resend from.
+  got = store->ingestEvents("j", 5, {e(R"({"n":5})")});
+  EXPECT_EQ(got->events_seq, 3);
+  EXPECT_EQ(got->appended, 0u);
+  got = store->ingestEvents("j", 2, {e(R"({"n":2})")});
+  EXPECT_EQ(got->appended, 0u);
+  // A refused event (no json) counts but is not stored.
+  got = store->ingestEvents("j", 4, {Event{}, e(R"({"n":5})")});
+  EXPECT_EQ(got->events_seq, 5);
+  EXPECT_EQ(got->taken, 2u);
+  EXPECT_EQ(got->appended, 1u);
+  EXPECT_EQ(store->job("j")->events_seq, 5);
+  auto events = store->events("j");
+  ASSERT_TRUE(events);
+  ASSERT_EQ(events->size(), 4u);
+  EXPECT_EQ((*events)[3].json, R"({"n":5})");
+  EXPECT_EQ(store->ingestEvents("nope", 1, {e("{}")}).error().code, Code::kNotFound);
 }
 
 TEST_F(JobStoreTest, ConcurrentAppendsToOneJobGetDistinctConsecutiveSeqs) {

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <httplib.h>
 
 #include "harness.h"
+#include "util/httplib.h"
 
 namespace cohort::testing {
 namespace {

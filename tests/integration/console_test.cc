@@ -16,10 +16,10 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "harness.h"
+#include "util/httplib.h"
 
 namespace cohort::testing {
 namespace {

@@ -194,6 +194,18 @@ TEST(Run, HeavyOutputKeepsEveryLineWhole) {
   }
 }
 
+TEST(Run, LogFilesHoldEveryByteTheRankWroteAsItWroteThem) {
+  // The agents ship output to the coordinator, which writes the logs: no byte may change on the
+  // way, not a NUL, not invalid UTF-8, not a last line without a newline.
+  std::string root = tempDir();
+  auto r = runCohort({"run", "--data-root", root, "--nodes", "2", "--", testRank(),
+                      "bytes=6100ff0afe0a", "rank1:partial=no newline"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string job = onlyJobDir(root);
+  EXPECT_EQ(readText(job + "/logs/worker-0.log"), std::string("a\0\xff\n\xfe\n", 6));
+  EXPECT_EQ(readText(job + "/logs/worker-1.log"), std::string("a\0\xff\n\xfe\nno newline", 16));
+}
+
 // Bad input: a clear message naming the field or file, exit code 2, nothing started.
 struct BadInput {
   std::string name;

@@ -13,6 +13,8 @@
 //   work-file=REL    exit 3 unless $COHORT_WORK_DIR/REL exists (a staged input)
 //   output-file=NAME write "rank <rank>\n" to $COHORT_OUTPUT_DIR/NAME
 //   absent=PATH      exit 4 if PATH exists (what an isolated rank must not see)
+//   spin=S           use the CPU for S seconds   hold=BYTES     allocate and touch BYTES, kept
+//   bytes=HEX        write these bytes as they are (any byte: NUL, invalid UTF-8)
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -169,6 +171,28 @@ int main(int argc, char** argv) {
       ::waitpid(pid, &status, 0);
     } else if (key == "flood") {
       flood(std::atol(value.c_str()));
+    } else if (key == "spin") {
+      timespec start{}, now{};
+      clock_gettime(CLOCK_MONOTONIC, &start);
+      volatile unsigned long sink = 0;
+      do {
+        for (int i = 0; i < 1000000; ++i) sink = sink + static_cast<unsigned long>(i);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+      } while ((now.tv_sec - start.tv_sec) + (now.tv_nsec - start.tv_nsec) / 1e9 <
+               std::atof(value.c_str()));
+    } else if (key == "hold") {
+      size_t size = std::strtoull(value.c_str(), nullptr, 10);
+      char* block = static_cast<char*>(std::malloc(size));
+      if (!block) return 66;
+      std::memset(block, 1, size);  // resident, not only reserved; never freed
+    } else if (key == "bytes") {
+      std::fflush(stdout);
+      std::string raw;
+      for (size_t i = 0; i + 1 < value.size(); i += 2) {
+        raw += static_cast<char>(std::strtol(value.substr(i, 2).c_str(), nullptr, 16));
+      }
+      ssize_t n = ::write(1, raw.data(), raw.size());
+      (void)n;
     } else {
       std::fprintf(stderr, "cohort-test-rank: unknown action '%s'\n", action.c_str());
       return 64;

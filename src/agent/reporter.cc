@@ -1,0 +1,208 @@
+#include "agent/reporter.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "util/fd.h"
+#include "util/httplib.h"
+
+namespace cohort::agent {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kMaxBatchEvents = 512;
+constexpr size_t kMaxBatchBytes = 1u << 20;  // well under the server's 4 MiB for a body
+constexpr Millis kFirstBackoff{50};
+constexpr Millis kMaxBackoff{2000};
+constexpr Millis kProgressEvery{1000};  // at most one report for progress alone per second
+
+}  // namespace
+
+namespace {
+
+// The first line of `path`. Errors: kIo naming the file (also when it is empty).
+Result<std::string> firstLine(const std::string& path) {
+  COHORT_ASSIGN(std::string text, readFile(path));
+  text = text.substr(0, text.find('\n'));
+  if (text.empty()) return fail(Code::kIo, "'" + path + "' is empty");
+  return text;
+}
+
+}  // namespace
+
+Result<ReportTarget> reportTarget(const job::Layout& layout, const std::string& job_id) {
+  ReportTarget target;
+  target.url_file = layout.reportUrlFile();
+  target.job_id = job_id;
+  COHORT_ASSIGN(target.server, firstLine(target.url_file));
+  const std::string token_file = layout.reportTokenFile();
+  COHORT_ASSIGN(target.token, firstLine(token_file));
+  if (::unlink(token_file.c_str()) != 0) return failErrno("remove '" + token_file + "'");
+  return target;
+}
+
+Reporter::Reporter(ReportTarget target) : target_(std::move(target)) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+Reporter::~Reporter() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void Reporter::event(std::string line) {
+  {
+    std::lock_guard lock(mu_);
+    events_.push_back(std::move(line));
+  }
+  cv_.notify_all();
+}
+
+void Reporter::progress(std::string json) {
+  {
+    std::lock_guard lock(mu_);
+    progress_ = std::move(json);
+  }
+  cv_.notify_all();
+}
+
+void Reporter::result(std::string json) {
+  {
+    std::lock_guard lock(mu_);
+    result_ = std::move(json);
+  }
+  cv_.notify_all();
+}
+
+bool Reporter::drain(Millis linger) {
+  std::unique_lock lock(mu_);
+  auto done = [&] {
+    return stop_ || (acked_ == static_cast<int64_t>(events_.size()) &&
+                     (result_.empty() || result_acked_));
+  };
+  if (cv_.wait_for(lock, linger, done) && !stop_) return true;
+  std::fprintf(stderr,
+               "cohort: the server at %s has events 1-%lld of %zu%s (%s); the rest stay in the "
+               "job's events file\n",
+               target_.server.c_str(), static_cast<long long>(acked_), events_.size(),
+               result_.empty() || result_acked_ ? "" : " and not the result",
+               last_error_.empty() ? "it gave up" : last_error_.c_str());
+  return false;
+}
+
+void Reporter::loop() {
+  std::unique_lock lock(mu_);
+  Millis backoff = kFirstBackoff;
+  Clock::time_point last_progress{};
+  while (!stop_) {
+    const bool events = acked_ < static_cast<int64_t>(events_.size());
+    const bool result = !result_.empty() && !result_acked_ && !events;
+    const bool progress = !progress_.empty();
+    if (!events && !result && !progress) {
+      cv_.wait(lock);
+      continue;
+    }
+    if (!events && !result && Clock::now() - last_progress < kProgressEvery) {
+      cv_.wait_until(lock, last_progress + kProgressEvery);
+      continue;
+    }
+    if (progress) last_progress = Clock::now();
+    if (sendOnce(lock)) {
+      backoff = kFirstBackoff;
+      cv_.notify_all();  // drain() may be waiting
+      continue;
+    }
+    if (stop_) break;
+    cv_.wait_for(lock, backoff, [&] { return stop_; });
+    backoff = std::min(kMaxBackoff, backoff * 2);
+  }
+}
+
+bool Reporter::sendOnce(std::unique_lock<std::mutex>& lock) {
+  // The body, built under the lock from what is pending, sent without it.
+  const int64_t first = acked_ + 1;
+  std::string body = "{\"seq\":" + std::to_string(first) + ",\"events\":[";
+  size_t count = 0;
+  for (size_t i = static_cast<size_t>(acked_); i < events_.size(); ++i) {
+    if (count == kMaxBatchEvents || (count > 0 && body.size() + events_[i].size() > kMaxBatchBytes))
+      break;
+    if (count++) body += ',';
+    body += events_[i];
+  }
+  body += ']';
+  const bool all_events = static_cast<size_t>(acked_) + count == events_.size();
+  const bool with_result = all_events && !result_.empty() && !result_acked_;
+  if (with_result) body += ",\"result\":" + result_;
+  std::string progress = std::move(progress_);
+  progress_.clear();
+  if (!progress.empty()) body += ",\"progress\":" + progress;
+  body += '}';
+  const std::string server = target_.server;
+  lock.unlock();
+
+  httplib::Client client(server);
+  client.set_connection_timeout(5, 0);
+  client.set_read_timeout(30, 0);
+  client.set_write_timeout(30, 0);
+  client.set_keep_alive(false);
+  httplib::Headers headers = {{"Authorization", "Bearer " + target_.token}};
+  auto answer = client.Post("/v1/jobs/" + target_.job_id + "/report", headers, body,
+                            "application/json");
+  std::string error;
+  int64_t events_seq = -1;
+  bool result_recorded = false;
+  if (!answer) {
+    error = "cannot reach it: " + httplib::to_string(answer.error());
+  } else if (answer->status != 200) {
+    error = "it answered " + std::to_string(answer->status) + ": " +
+            answer->body.substr(0, 300);
+  } else {
+    auto j = nlohmann::json::parse(answer->body, nullptr, false);
+    auto seq = j.is_object() ? j.find("events_seq") : j.end();
+    if (seq == j.end() || !seq->is_number_integer()) {
+      error = "its answer has no events_seq";
+    } else {
+      events_seq = seq->get<int64_t>();
+      auto r = j.find("result");
+      result_recorded = r != j.end() && r->is_boolean() && r->get<bool>();
+    }
+  }
+
+  lock.lock();
+  if (events_seq < 0) {
+    if (last_error_ != error) {
+      std::fprintf(stderr, "cohort: reporting to the server at %s: %s; retrying\n",
+                   target_.server.c_str(), error.c_str());
+    }
+    last_error_ = error;
+    // A restarted server may listen elsewhere: it says where in report.url.
+    if (auto now = firstLine(target_.url_file); now && *now != target_.server) {
+      std::fprintf(stderr, "cohort: the server is now at %s\n", now->c_str());
+      target_.server = *now;
+      last_error_.clear();
+    }
+    if (!progress.empty() && progress_.empty()) progress_ = std::move(progress);
+    return false;
+  }
+  if (!last_error_.empty()) {
+    std::fprintf(stderr, "cohort: reporting to the server at %s again\n", target_.server.c_str());
+    last_error_.clear();
+  }
+  // The server says what it has: after a gap (a server restored from an older database) the
+  // next report starts where it stands.
+  acked_ = std::clamp<int64_t>(events_seq, 0, static_cast<int64_t>(events_.size()));
+  if (with_result && result_recorded) result_acked_ = true;
+  return true;
+}
+
+}  // namespace cohort::agent

@@ -1,0 +1,75 @@
+// Reporter: how a coordinator pushes its job's record to `cohort server` (POST
+// /v1/jobs/{id}/report, docs/server-api.md), wherever the coordinator runs; the job directory's
+// report.url says where the server is (re-read when it cannot be reached: a restarted server may
+// listen elsewhere) and report.token holds the job's credential. The events file is
+// the outbox: each event gets the next number (1, 2, ...) as it is written, and a thread of the
+// reporter's own sends, in order, what the server has not acknowledged, with the job's report
+// credential; it retries with backoff while the server is away (restarted, unreachable,
+// overloaded). The server ingests each number once, so a dropped connection or a restart of the
+// server loses nothing and ingests nothing twice. The latest progress snapshot rides with the
+// next report; the result goes once every event is acknowledged. Thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "job/layout.h"
+#include "util/result.h"
+#include "util/text.h"
+
+namespace cohort::agent {
+
+struct ReportTarget {
+  std::string url_file;  // report.url
+  std::string server;    // what it said last: "http://host:port"
+  std::string job_id;
+  std::string token;     // the job's report credential
+};
+
+// The target of the job in `layout`: report.url's server, and report.token's credential, whose
+// file is removed so that nothing started after the coordinator (agents, ranks) finds it.
+// Errors: kIo naming the file.
+Result<ReportTarget> reportTarget(const job::Layout& layout, const std::string& job_id);
+
+class Reporter {
+ public:
+  explicit Reporter(ReportTarget target);
+  ~Reporter();  // stops the thread; what was not acknowledged stays in the events file
+  Reporter(const Reporter&) = delete;
+  Reporter& operator=(const Reporter&) = delete;
+
+  // The next event, as the events file has it (one JSON object). Its number is the count of
+  // events so far.
+  void event(std::string line);
+  // The job's latest progress (a JSON object); replaces one not yet sent.
+  void progress(std::string json);
+  // The job's result (result.json's object): sent after the last event.
+  void result(std::string json);
+
+  // Waits until the server has every event and the result, or `linger` passes. Returns false,
+  // having said why on stderr, when it gave up.
+  bool drain(Millis linger);
+
+ private:
+  void loop();
+  // One POST of what is pending. Returns false when it did not reach the server.
+  bool sendOnce(std::unique_lock<std::mutex>& lock);
+
+  ReportTarget target_;  // its server may change (loop thread, under mu_)
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> events_;  // every event; events_[i] is number i + 1
+  int64_t acked_ = 0;                // the server has events 1..acked_
+  std::string progress_;             // not yet sent; "" when none
+  std::string result_;
+  bool result_acked_ = false;
+  bool stop_ = false;
+  std::string last_error_;
+  std::thread thread_;
+};
+
+}  // namespace cohort::agent
