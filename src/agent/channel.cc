@@ -71,6 +71,7 @@ Result<std::vector<Message>> Channel::receive() {
       break;
     }
     buffer_.append(buf, static_cast<size_t>(n));
+    bytes_received_ += static_cast<uint64_t>(n);
     if (buffer_.size() > max_bytes_) return fail(Code::kInvalidArgument, "message too large");
   }
   size_t start = 0;

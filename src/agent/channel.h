@@ -65,6 +65,8 @@ class Channel {
   // error.
   Result<std::vector<Message>> receive();
   bool closed() const { return closed_; }
+  // Bytes read from the peer so far: whether it said anything since the last look.
+  uint64_t bytesReceived() const { return bytes_received_; }
 
  private:
   Result<void> sendAll(std::string_view data);
@@ -73,6 +75,7 @@ class Channel {
   std::string buffer_;
   size_t max_bytes_;
   bool closed_ = false;
+  uint64_t bytes_received_ = 0;
   LogSink log_sink_;
 };
 

@@ -8,6 +8,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 
@@ -35,7 +37,7 @@ class Coordinator {
  public:
   Coordinator(const plan::Plan& plan, AgentLauncher& launcher, const CoordinatorOptions& options,
               proc::EventLoop& loop, proc::SignalFd signals, proc::Timer connect,
-              proc::Timer runtime, proc::Timer exit, std::string secret)
+              proc::Timer runtime, proc::Timer exit, proc::Timer heartbeat, std::string secret)
       : plan_(plan),
         layout_(plan.job_dir),
         launcher_(launcher),
@@ -45,6 +47,7 @@ class Coordinator {
         connect_(std::move(connect)),
         runtime_(std::move(runtime)),
         exit_(std::move(exit)),
+        heartbeat_(std::move(heartbeat)),
         secret_(std::move(secret)),
         decisions_(plan, options.connect_timeout),
         agents_(plan.nodes.size()) {}
@@ -70,6 +73,8 @@ class Coordinator {
       exit_.consume();
       feed(ExitDeadlineOver{});
     }));
+    COHORT_TRY(loop_.add(heartbeat_.fd(), EPOLLIN, [this](uint32_t) { onHeartbeatTime(); }));
+    heartbeat_.arm(heartbeatEvery());
     if (options_.report) reporter_ = std::make_unique<Reporter>(*options_.report);
     feed(JobBegins{});
     if (!finished_) COHORT_TRY(loop_.run());
@@ -81,7 +86,34 @@ class Coordinator {
  private:
   struct Agent {
     std::unique_ptr<Channel> channel;  // null until it said hello, and after it was lost
+    std::chrono::steady_clock::time_point last_heard;  // its latest message
   };
+
+  // Agents and the coordinator say something at least this often (heartbeats when nothing else).
+  Millis heartbeatEvery() const {
+    return std::max(Millis(100), Millis(plan_.heartbeat_timeout_ms / 10));
+  }
+
+  // An agent that said nothing for the heartbeat timeout is lost, even if its connection is
+  // still open (a hung machine, a network gone): connections may never close in that case.
+  void onHeartbeatTime() {
+    heartbeat_.consume();
+    const auto timeout = Millis(plan_.heartbeat_timeout_ms);
+    for (size_t n = 0; n < agents_.size() && !finished_; ++n) {
+      if (!agents_[n].channel) continue;
+      onAgent(static_cast<int>(n));  // what it sent while the loop was busy counts
+      Agent& agent = agents_[n];
+      if (!agent.channel) continue;
+      if (std::chrono::steady_clock::now() - agent.last_heard > timeout) {
+        loop_.remove(agent.channel->fd());
+        agent.channel.reset();
+        feed(AgentLost{static_cast<int>(n), "no word from it in " + formatDuration(timeout)});
+        continue;
+      }
+      (void)agent.channel->send({{"type", "heartbeat"}});
+    }
+    if (!finished_) heartbeat_.arm(heartbeatEvery());
+  }
 
   // ---- the state machine's side: events in, actions out ----
 
@@ -114,6 +146,8 @@ class Coordinator {
     (void)agents_[a.node].channel->send(
         {{"type", "plan"},
          {"workdir", plan_.workdir},
+         {"heartbeat_ms", heartbeatEvery().count()},
+         {"heartbeat_timeout_ms", plan_.heartbeat_timeout_ms},
          {"node", Message::parse(plan::nodeToJson(plan_.nodes[a.node]))}});
   }
 
@@ -344,6 +378,7 @@ class Coordinator {
     loop_.remove(fd);
     Agent& agent = agents_[node];
     agent.channel = std::make_unique<Channel>(UniqueFd(dup(fd)));
+    agent.last_heard = std::chrono::steady_clock::now();
     agent.channel->setLogSink(
         [this, node](size_t index, std::string_view bytes) { onLog(node, index, bytes); });
     (void)loop_.add(agent.channel->fd(), EPOLLIN, [this, node](uint32_t) { onAgent(node); });
@@ -354,7 +389,9 @@ class Coordinator {
   void onAgent(int node) {
     Agent& agent = agents_[node];
     if (!agent.channel) return;
+    const uint64_t before = agent.channel->bytesReceived();
     auto messages = agent.channel->receive();
+    if (agent.channel->bytesReceived() != before) agent.last_heard = std::chrono::steady_clock::now();
     if (messages) {
       for (const Message& m : *messages) {
         if (finished_ || !agent.channel) return;
@@ -410,6 +447,7 @@ class Coordinator {
   proc::Timer connect_;
   proc::Timer runtime_;
   proc::Timer exit_;
+  proc::Timer heartbeat_;
   std::string secret_;
   JobDecisions decisions_;
   std::vector<Agent> agents_;
@@ -433,9 +471,11 @@ Result<JobOutcome> runCoordinator(const plan::Plan& plan, AgentLauncher& launche
   COHORT_ASSIGN(proc::Timer connect, proc::Timer::create());
   COHORT_ASSIGN(proc::Timer runtime, proc::Timer::create());
   COHORT_ASSIGN(proc::Timer exit, proc::Timer::create());
+  COHORT_ASSIGN(proc::Timer heartbeat, proc::Timer::create());
   COHORT_ASSIGN(std::string secret, makeSecret());
   Coordinator coordinator(plan, launcher, options, *loop, std::move(signals), std::move(connect),
-                          std::move(runtime), std::move(exit), std::move(secret));
+                          std::move(runtime), std::move(exit), std::move(heartbeat),
+                          std::move(secret));
   return coordinator.run();
 }
 

@@ -348,7 +348,10 @@ void JobDecisions::on(const AgentLost& e, Actions& out) {
     return;
   }
   no_restart_ = true;  // a gang without one of its nodes cannot start again
-  beginStop(Ending::kLost, "node " + std::to_string(e.node) + "'s agent was lost", out);
+  beginStop(Ending::kLost,
+            "node " + std::to_string(e.node) + "'s agent was lost" +
+                (e.why.empty() ? std::string() : " (" + e.why + ")"),
+            out);
 }
 
 void JobDecisions::on(const StopSignal& e, Actions& out) {

@@ -74,7 +74,10 @@ struct RankExited {
   std::vector<std::string> tail;
 };
 struct NodeIdle { int node; int attempt; };  // no process of the attempt is left on the node
-struct AgentLost { int node; };              // its connection closed
+struct AgentLost {  // its connection closed, or it said nothing for too long
+  int node;
+  std::string why = {};  // "" for a closed connection
+};
 struct StopSignal { int signal; };           // SIGINT, SIGTERM or SIGHUP reached the coordinator
 struct MaxRuntimeOver {};
 struct ConnectDeadlineOver {};

@@ -519,6 +519,21 @@ TEST(JobDecisions, LostAgentFailsWithoutRestart) {
   EXPECT_EQ(job.outcome()->reason, "node 1's agent was lost");
 }
 
+TEST(JobDecisions, AnAgentLostToSilenceIsNamedWithWhy) {
+  plan::Plan plan = makePlan(2, 1);
+  Job job(plan);
+  job.runAll();
+  auto a = job.feed(AgentLost{1, "no word from it in 5s"});
+  EXPECT_EQ(said(a), std::vector<std::string>{
+                         "node 1's agent was lost (no word from it in 5s); stopping every rank"});
+  job.exit(0, 0, SIGTERM, true);
+  job.feed(NodeIdle{0, 0});
+  job.feed(AgentLost{0});
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->state, JobState::kFailed);
+  EXPECT_EQ(job.outcome()->reason, "node 1's agent was lost (no word from it in 5s)");
+}
+
 TEST(JobDecisions, MaxRuntimeEndsWith124) {
   plan::Plan plan = makePlan(2, 1);
   plan.max_runtime_ms = 300;

@@ -10,7 +10,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -124,12 +126,14 @@ struct Rank {
 class Agent {
  public:
   Agent(const AgentOptions& options, proc::EventLoop& loop, proc::SignalFd signals,
-        proc::Timer grace, proc::Timer progress, Channel channel, CgroupSupport cgroups)
+        proc::Timer grace, proc::Timer progress, proc::Timer heartbeat, Channel channel,
+        CgroupSupport cgroups)
       : options_(options),
         loop_(loop),
         signals_(std::move(signals)),
         grace_(std::move(grace)),
         progress_(std::move(progress)),
+        heartbeat_(std::move(heartbeat)),
         channel_(std::move(channel)),
         cgroups_(std::move(cgroups)),
         console_(STDOUT_FILENO) {}
@@ -146,6 +150,7 @@ class Agent {
     COHORT_TRY(loop_.add(signals_.fd(), EPOLLIN, [this](uint32_t) { onSignal(); }));
     COHORT_TRY(loop_.add(grace_.fd(), EPOLLIN, [this](uint32_t) { onGraceOver(); }));
     COHORT_TRY(loop_.add(progress_.fd(), EPOLLIN, [this](uint32_t) { onProgressTime(); }));
+    COHORT_TRY(loop_.add(heartbeat_.fd(), EPOLLIN, [this](uint32_t) { onHeartbeatTime(); }));
     COHORT_TRY(loop_.run());
     if (cgroup_) {
       if (auto removed = cgroup_->remove(); !removed) {
@@ -158,8 +163,38 @@ class Agent {
   }
 
  private:
+  // Says it is alive, and gives up on a coordinator that has said nothing for the heartbeat
+  // timeout (its machine hung, the network between them went away): the ranks stop.
+  void onHeartbeatTime() {
+    heartbeat_.consume();
+    if (lost_coordinator_) return;
+    onChannel();  // what came while the loop was busy counts
+    if (lost_coordinator_) return;
+    if (std::chrono::steady_clock::now() - last_heard_ > heartbeat_timeout_) {
+      std::fprintf(stderr, "cohort exec: node %d: no word from the coordinator in %s\n",
+                   options_.node, formatDuration(heartbeat_timeout_).c_str());
+      lostCoordinator();
+      return;
+    }
+    heartbeatIfDue();
+    heartbeat_.arm(heartbeat_every_);
+  }
+
+  // Also called from loops that may take long (spawning many ranks): silence is loss.
+  void heartbeatIfDue() {
+    const auto now = std::chrono::steady_clock::now();
+    if (lost_coordinator_ || now - last_sent_ < heartbeat_every_) return;
+    last_sent_ = now;
+    (void)channel_.send({{"type", "heartbeat"}});
+  }
+
   void onChannel() {
+    if (lost_coordinator_) return;
+    const uint64_t before = channel_.bytesReceived();
     auto messages = channel_.receive();
+    if (channel_.bytesReceived() != before || channel_.closed()) {
+      last_heard_ = std::chrono::steady_clock::now();
+    }
     if (!messages) {
       std::fprintf(stderr, "cohort exec: node %d: %s\n", options_.node,
                    messages.error().message.c_str());
@@ -188,6 +223,10 @@ class Agent {
       }
       node_ = std::move(*node);
       workdir_ = field(m, "workdir", std::string("."));
+      heartbeat_every_ = Millis(std::max<int64_t>(100, field(m, "heartbeat_ms", int64_t{1000})));
+      heartbeat_timeout_ =
+          Millis(std::max<int64_t>(1000, field(m, "heartbeat_timeout_ms", int64_t{5000})));
+      heartbeat_.arm(heartbeat_every_);
       trim_after_message_ = true;  // the plan's JSON was large and is garbage now
       setUpCgroup();
     } else if (type == "stage") {
@@ -316,6 +355,7 @@ class Agent {
     ranks_.clear();
     ranks_.resize(node_.ranks.size());
     for (size_t i = 0; i < node_.ranks.size(); ++i) {
+      heartbeatIfDue();
       Rank& rank = ranks_[i];
       rank.plan = node_.ranks[i];
       std::string error;
@@ -547,6 +587,11 @@ class Agent {
   proc::SignalFd signals_;
   proc::Timer grace_;
   proc::Timer progress_;
+  proc::Timer heartbeat_;
+  Millis heartbeat_every_{1000};
+  Millis heartbeat_timeout_{5000};
+  std::chrono::steady_clock::time_point last_heard_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_sent_{};
   Channel channel_;
   CgroupSupport cgroups_;
   std::optional<proc::Cgroup> cgroup_;  // this node's ranks, when cgroups_ has a base
@@ -592,8 +637,9 @@ Result<int> runNodeAgent(const AgentOptions& options) {
   COHORT_ASSIGN(auto loop, proc::EventLoop::create());
   COHORT_ASSIGN(proc::Timer grace, proc::Timer::create());
   COHORT_ASSIGN(proc::Timer progress, proc::Timer::create());
+  COHORT_ASSIGN(proc::Timer heartbeat, proc::Timer::create());
   Agent agent(options, *loop, std::move(signals), std::move(grace), std::move(progress),
-              Channel(std::move(sock)), std::move(cgroups));
+              std::move(heartbeat), Channel(std::move(sock)), std::move(cgroups));
   return agent.run();
 }
 

@@ -696,7 +696,8 @@ Result<int> cmdSubmit(int argc, char** argv) {
   static const std::set<std::string> kJobValueFlags = {
       "-f",       "--file",         "--name",           "--framework",      "--launcher", "--mode",
       "--compat", "--nodes",        "--nproc-per-node", "--nproc_per_node", "--workdir",  "--env",
-      "--hp",     "--max-restarts", "--grace-period",   "--max-runtime",    "--success"};
+      "--hp",     "--max-restarts", "--grace-period",   "--max-runtime",    "--success",
+      "--heartbeat-timeout"};
   Args client;
   std::vector<std::string> job_args = {argv[0], argv[1]};
   for (int i = 2; i < argc; ++i) {

@@ -119,6 +119,7 @@ std::string jobFlagsHelp() {
   --hp KEY=VALUE           hyperparameter, appended to the command as --KEY=VALUE (repeatable)
   --max-restarts N         restart the whole gang up to N times after a failure (default 0)
   --grace-period DUR       SIGTERM -> SIGKILL delay when stopping ranks (default 30s)
+  --heartbeat-timeout DUR  a node that says nothing for this long is lost (default 5s)
   --max-runtime DUR        stop the job after this long (e.g. 2h); exit code 124
   --success ROLE[,ROLE]    key roles: the job succeeds when all their ranks exit 0
   --data-root DIR          where job directories go (default $COHORT_DATA_ROOT or ~/.cohort)
@@ -191,6 +192,8 @@ Result<JobOptions> parseJobOptions(int argc, char** argv, int first) {
       COHORT_ASSIGN(o.max_restarts, number(0));
     } else if (arg == "--grace-period") {
       COHORT_ASSIGN(o.grace_period, next());
+    } else if (arg == "--heartbeat-timeout") {
+      COHORT_ASSIGN(o.heartbeat_timeout, next());
     } else if (arg == "--max-runtime") {
       COHORT_ASSIGN(o.max_runtime, next());
     } else if (arg == "--success") {
@@ -321,6 +324,12 @@ Result<spec::JobSpec> buildSpec(const JobOptions& o) {
     origin.setByFlag("policy.max_restarts", "--max-restarts");
   }
   // Durations are range-checked by spec::validate (policy.grace_period, policy.max_runtime).
+  if (!o.heartbeat_timeout.empty()) {
+    auto d = parseDuration(o.heartbeat_timeout);
+    if (!d) return withContext(d.error(), "--heartbeat-timeout");
+    s.policy.heartbeat_timeout = *d;
+    origin.setByFlag("policy.heartbeat_timeout", "--heartbeat-timeout");
+  }
   if (!o.grace_period.empty()) {
     auto d = parseDuration(o.grace_period);
     if (!d) return withContext(d.error(), "--grace-period");

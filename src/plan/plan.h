@@ -71,6 +71,7 @@ struct Plan {
   int world_size = 0;
   int max_restarts = 0;
   int64_t grace_period_ms = 0;
+  int64_t heartbeat_timeout_ms = 5000;  // an agent silent for this long is lost
   int64_t max_runtime_ms = 0;  // 0: none
   std::vector<NodePlan> nodes;
   std::vector<OutputPlan> outputs;

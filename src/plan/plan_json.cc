@@ -67,6 +67,7 @@ std::string toJson(const Plan& plan, int indent) {
                         {"world_size", plan.world_size},
                         {"max_restarts", plan.max_restarts},
                         {"grace_period_ms", plan.grace_period_ms},
+                        {"heartbeat_timeout_ms", plan.heartbeat_timeout_ms},
                         {"max_runtime_ms", plan.max_runtime_ms},
                         {"nodes", nodes},
                         {"outputs", outputs},

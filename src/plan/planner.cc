@@ -121,6 +121,7 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
   plan.world_size = spec::totalProcs(spec);
   plan.max_restarts = spec.policy.max_restarts;
   plan.grace_period_ms = spec.policy.grace_period.count();
+  plan.heartbeat_timeout_ms = spec.policy.heartbeat_timeout.count();
   plan.max_runtime_ms = spec.policy.max_runtime ? spec.policy.max_runtime->count() : 0;
 
   Builder b{spec, ctx, plan, {}};

@@ -526,7 +526,7 @@ class Parser {
   Result<Policy> policy(const YAML::Node& node, const std::string& path) {
     Policy policy;
     COHORT_TRY(forEachField(
-        node, path, {"success", "max_restarts", "grace_period", "max_runtime"},
+        node, path, {"success", "max_restarts", "grace_period", "max_runtime", "heartbeat_timeout"},
         [&](const std::string& key, const YAML::Node& value) -> Result<void> {
           std::string sub = path + "." + key;
           if (key == "success") {
@@ -535,6 +535,8 @@ class Parser {
             COHORT_ASSIGN(policy.max_restarts, integer(value, sub, 0));
           } else if (key == "grace_period") {
             COHORT_ASSIGN(policy.grace_period, duration(value, sub));
+          } else if (key == "heartbeat_timeout") {
+            COHORT_ASSIGN(policy.heartbeat_timeout, duration(value, sub));
           } else {
             COHORT_ASSIGN(policy.max_runtime, duration(value, sub));
           }
@@ -967,6 +969,11 @@ Result<void> validatePolicy(const JobSpec& spec, const std::set<std::string>& ro
                describe(policy.grace_period) + " is longer than 30 days, the longest "
                "grace period (the time between SIGTERM and SIGKILL)");
   }
+  if (policy.heartbeat_timeout < Millis(1000) || policy.heartbeat_timeout > Millis(3600000)) {
+    return bad("policy.heartbeat_timeout",
+               "must be from 1s to 1h (how long a node may say nothing before it is lost), got " +
+                   describe(policy.heartbeat_timeout));
+  }
   if (policy.max_runtime) {
     if (policy.max_runtime->count() <= 0) return bad("policy.max_runtime", "must be longer than 0");
     if (*policy.max_runtime > kMaxRuntime) {
@@ -1153,7 +1160,9 @@ std::string toJobFile(const JobSpec& spec) {
   }
   Json policy = {{"success", spec.policy.success},
                  {"max_restarts", spec.policy.max_restarts},
-                 {"grace_period", std::to_string(spec.policy.grace_period.count()) + "ms"}};
+                 {"grace_period", std::to_string(spec.policy.grace_period.count()) + "ms"},
+                 {"heartbeat_timeout",
+                  std::to_string(spec.policy.heartbeat_timeout.count()) + "ms"}};
   if (spec.policy.max_runtime) {
     policy["max_runtime"] = std::to_string(spec.policy.max_runtime->count()) + "ms";
   }

@@ -83,6 +83,9 @@ struct Policy {
   int max_restarts = 0;
   Millis grace_period{30000};
   std::optional<Millis> max_runtime;
+  // A node whose agent says nothing for this long is lost (also when its connection stays open:
+  // a hung machine, a network that went away).
+  Millis heartbeat_timeout{5000};
 };
 
 using KeyValues = std::vector<std::pair<std::string, std::string>>;  // in the order given

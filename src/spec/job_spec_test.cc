@@ -234,6 +234,16 @@ TEST(Limits, AnOverflowingDurationIsRefusedNotWrappedNegative) {
       << msg;
 }
 
+TEST(Limits, HeartbeatTimeoutIsFromOneSecondToOneHour) {
+  EXPECT_EQ(errorOf("name: x\ncommand: [a]\npolicy: {heartbeat_timeout: 2s}\n"), "");
+  for (const std::string& bad : std::vector<std::string>{"500ms", "2h"}) {
+    std::string msg = errorOf("name: x\ncommand: [a]\npolicy:\n  heartbeat_timeout: " + bad + "\n");
+    EXPECT_NE(msg.find("job.yaml:4: policy.heartbeat_timeout: must be from 1s to 1h"),
+              std::string::npos)
+        << msg;
+  }
+}
+
 TEST(Limits, GracePeriodAndMaxRuntimeHaveCeilings) {
   EXPECT_EQ(errorOf("name: x\ncommand: [a]\npolicy: {grace_period: 30d, max_runtime: 365d}\n"), "");
   std::string grace = errorOf("name: x\ncommand: [a]\npolicy:\n  grace_period: 31d\n");

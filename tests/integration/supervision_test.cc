@@ -319,6 +319,24 @@ TEST(Supervision, KillDashNineOfOneAgentLeavesNoProcessOfItsNode) {
   EXPECT_TRUE(waitFor([&] { return !pathExists(cgroup); }, 10s)) << cgroup << " is left";
 }
 
+TEST(Supervision, ANodeThatSaysNothingIsLostByItsHeartbeatsAndNamed) {
+  // A stopped agent keeps its connection open, as a hung machine or a cut network would:
+  // only the missing heartbeats tell.
+  std::string root = tempDir();
+  CohortProcess cohort{{"run", "--data-root", root, "--nodes", "2", "--heartbeat-timeout", "2s",
+                        "--", testRank(), "pidfile=" + root + "/pids", "sleep=60"}};
+  ASSERT_TRUE(waitFor([&] { return readPids(root + "/pids").size() == 2; }, 20s));
+  auto agents = agentsOf(cohort.pid());
+  ASSERT_EQ(agents.size(), 2u);
+  ASSERT_EQ(::kill(agents[1], SIGSTOP), 0);
+  auto r = cohort.wait(30s);
+  ::kill(agents[1], SIGCONT);  // it finds its coordinator gone and stops its rank
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("node 1's agent was lost (no word from it in 2.0s)"), std::string::npos)
+      << r.err;
+  expectAllGone(readPids(root + "/pids"));
+}
+
 TEST(Supervision, KillDashNineOfCohortAndEveryAgentLeavesNoProcess) {
   std::string why;
   std::string base = cgroupBase(&why);
