@@ -3,6 +3,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <poll.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -172,6 +174,16 @@ Result<UniqueFd> connectTcp(const std::string& addr, int port, Millis timeout) {
 }
 
 Result<std::string> makeSecret() { return randomHex(16); }
+
+std::string handshakeProof(const std::string& secret, const char* side, const std::string& nonce,
+                           int node) {
+  const std::string data = std::string(side) + ":" + nonce + ":" + std::to_string(node);
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+       reinterpret_cast<const unsigned char*>(data.data()), data.size(), mac, &length);
+  return hexEncode(mac, length);
+}
 
 bool secretsEqual(const std::string& a, const std::string& b) {
   if (a.size() != b.size()) return false;

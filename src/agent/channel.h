@@ -1,6 +1,7 @@
 // Channel: the control channel between a job's coordinator and its node agents. Messages are
-// JSON objects, one per line, over TCP; the first message an agent sends carries the per-job
-// secret, and the coordinator drops connections that do not know it. A rank's output travels as
+// JSON objects, one per line, over TCP. A connection starts with a handshake in which each side
+// proves it knows the per-job secret without sending it (handshakeProof); the coordinator drops
+// connections that fail it, and an agent leaves a coordinator that does. A rank's output travels as
 // it is, in log frames: a line "=<index> <length>" and then that many raw bytes (JSON would have
 // to escape or encode them, at a fraction of the speed). Reads are non-blocking and fed by the
 // owner's event loop; writes complete before returning.
@@ -86,8 +87,16 @@ Result<std::pair<UniqueFd, int>> listenTcp(const std::string& addr);
 // starting). Errors: kUnavailable.
 Result<UniqueFd> connectTcp(const std::string& addr, int port, Millis timeout);
 
-// A random 32-character hex secret from the kernel's generator.
+// A random 32-character hex secret (or nonce) from the kernel's generator.
 Result<std::string> makeSecret();
+
+// The handshake: the agent says hello with a fresh nonce A; the coordinator answers with its own
+// nonce C and handshakeProof(secret, "coordinator", A, node); the agent checks it and answers
+// handshakeProof(secret, "agent", C, node), which the coordinator checks. The secret never
+// travels, a proof is good for one connection only, and neither side's proof can stand for the
+// other's. HMAC-SHA256 in hex. (The channel is authenticated, not encrypted.)
+std::string handshakeProof(const std::string& secret, const char* side, const std::string& nonce,
+                           int node);
 
 // Compares without leaking, through timing, how much of the secret matched.
 bool secretsEqual(const std::string& a, const std::string& b);

@@ -122,5 +122,17 @@ TEST(Channel, SendLogSplitsLargeOutputIntoFrames) {
   EXPECT_EQ(frames, 2u);
 }
 
+TEST(Handshake, AProofIsHmacSha256AndBindsTheSideTheNonceAndTheNode) {
+  const std::string secret = "0123456789abcdef0123456789abcdef";
+  EXPECT_EQ(handshakeProof(secret, "agent", "n0nce", 1),
+            "2312c438d78cefa7cc72acb28e205437e0e3c58d47c85365b3f480ac43f8cdca");
+  const std::string proof = handshakeProof(secret, "agent", "n0nce", 1);
+  EXPECT_NE(handshakeProof(secret, "coordinator", "n0nce", 1), proof);
+  EXPECT_NE(handshakeProof(secret, "agent", "other", 1), proof);
+  EXPECT_NE(handshakeProof(secret, "agent", "n0nce", 2), proof);
+  EXPECT_NE(handshakeProof("another secret", "agent", "n0nce", 1), proof);
+  EXPECT_EQ(proof.find(secret), std::string::npos);
+}
+
 }  // namespace
 }  // namespace cohort::agent

@@ -347,43 +347,73 @@ class Coordinator {
     }
   }
 
+  // A connection that has not finished the handshake (channel.h): it may send no more than a
+  // hello and an answer to its challenge.
+  struct Pending {
+    std::unique_ptr<Channel> channel;
+    int node = -1;      // from its hello; -1 until then
+    std::string nonce;  // ours, for its proof
+  };
+
   void onAccept() {
     for (;;) {
       int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) return;
       int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      // Anyone on the machine can connect: until it says hello with the secret, it may send
-      // no more than a hello.
-      auto channel = std::make_shared<Channel>(UniqueFd(fd), 64 * 1024);
-      // Until it says hello with the secret, a connection is nobody's.
-      (void)loop_.add(fd, EPOLLIN, [this, channel](uint32_t) { onHello(channel); });
+      // Anyone on the machine (or the network) can connect: until it proves it knows the
+      // secret, a connection is nobody's.
+      auto pending = std::make_shared<Pending>();
+      pending->channel = std::make_unique<Channel>(UniqueFd(fd), 64 * 1024);
+      (void)loop_.add(fd, EPOLLIN, [this, pending](uint32_t) { onPending(pending); });
     }
   }
 
-  void onHello(const std::shared_ptr<Channel>& channel) {
-    auto messages = channel->receive();
-    int fd = channel->fd();
-    if (!messages || channel->closed() || messages->empty()) {
-      if (!messages || channel->closed()) loop_.remove(fd);
+  void onPending(const std::shared_ptr<Pending>& p) {
+    auto messages = p->channel->receive();
+    const int fd = p->channel->fd();
+    auto drop = [&] { loop_.remove(fd); };  // not one of ours: drop it without a word
+    if (!messages || (p->channel->closed() && messages->empty())) return drop();
+    size_t used = 0;
+    for (const Message& m : *messages) {
+      ++used;
+      const std::string type = field(m, "type", std::string());
+      if (p->node < 0) {
+        const int node = field(m, "node", -1);
+        const std::string nonce = field(m, "nonce", std::string());
+        if (type != "hello" || node < 0 || node >= static_cast<int>(agents_.size()) ||
+            agents_[node].channel || nonce.size() != 32) {
+          return drop();
+        }
+        auto ours = makeSecret();
+        if (!ours) return drop();
+        p->node = node;
+        p->nonce = *ours;
+        if (!p->channel->send({{"type", "challenge"},
+                               {"nonce", p->nonce},
+                               {"proof", handshakeProof(secret_, "coordinator", nonce, node)}})) {
+          return drop();
+        }
+        continue;
+      }
+      const int node = p->node;
+      if (type != "auth" || agents_[node].channel ||
+          !secretsEqual(field(m, "proof", std::string()),
+                        handshakeProof(secret_, "agent", p->nonce, node))) {
+        return drop();
+      }
+      loop_.remove(fd);
+      Agent& agent = agents_[node];
+      agent.channel = std::make_unique<Channel>(UniqueFd(dup(fd)));
+      agent.last_heard = std::chrono::steady_clock::now();
+      agent.channel->setLogSink(
+          [this, node](size_t index, std::string_view bytes) { onLog(node, index, bytes); });
+      (void)loop_.add(agent.channel->fd(), EPOLLIN, [this, node](uint32_t) { onAgent(node); });
+      feed(AgentConnected{node});
+      for (size_t i = used; i < messages->size() && !finished_; ++i) handle(node, (*messages)[i]);
       return;
     }
-    const Message& hello = messages->front();
-    int node = field(hello, "node", -1);
-    if (field(hello, "type", std::string()) != "hello" || !secretsEqual(field(hello, "secret", std::string()), secret_) ||
-        node < 0 || node >= static_cast<int>(agents_.size()) || agents_[node].channel) {
-      loop_.remove(fd);  // not one of ours: drop it without a word
-      return;
-    }
-    loop_.remove(fd);
-    Agent& agent = agents_[node];
-    agent.channel = std::make_unique<Channel>(UniqueFd(dup(fd)));
-    agent.last_heard = std::chrono::steady_clock::now();
-    agent.channel->setLogSink(
-        [this, node](size_t index, std::string_view bytes) { onLog(node, index, bytes); });
-    (void)loop_.add(agent.channel->fd(), EPOLLIN, [this, node](uint32_t) { onAgent(node); });
-    feed(AgentConnected{node});
-    for (size_t i = 1; i < messages->size() && !finished_; ++i) handle(node, (*messages)[i]);
+    if (p->channel->closed()) drop();
   }
 
   void onAgent(int node) {

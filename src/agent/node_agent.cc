@@ -142,9 +142,10 @@ class Agent {
   }
 
   Result<int> run() {
+    COHORT_ASSIGN(nonce_, makeSecret());
     COHORT_TRY(channel_.send({{"type", "hello"},
                               {"node", options_.node},
-                              {"secret", options_.secret},
+                              {"nonce", nonce_},
                               {"pid", ::getpid()}}));
     COHORT_TRY(loop_.add(channel_.fd(), EPOLLIN, [this](uint32_t) { onChannel(); }));
     COHORT_TRY(loop_.add(signals_.fd(), EPOLLIN, [this](uint32_t) { onSignal(); }));
@@ -212,7 +213,29 @@ class Agent {
     if (channel_.closed()) lostCoordinator();
   }
 
+  // The coordinator's answer to hello: it proves it knows the job's secret, and so do we.
+  void onChallenge(const Message& m) {
+    const std::string expected = handshakeProof(options_.secret, "coordinator", nonce_, options_.node);
+    if (field(m, "type", std::string()) != "challenge" ||
+        !secretsEqual(field(m, "proof", std::string()), expected)) {
+      std::fprintf(stderr,
+                   "cohort exec: node %d: the coordinator at %s:%d did not prove that it knows "
+                   "the job's secret; leaving it\n",
+                   options_.node, options_.coordinator_addr.c_str(), options_.coordinator_port);
+      lostCoordinator();
+      return;
+    }
+    const std::string proof =
+        handshakeProof(options_.secret, "agent", field(m, "nonce", std::string()), options_.node);
+    (void)channel_.send({{"type", "auth"}, {"proof", proof}});
+    authenticated_ = true;
+  }
+
   void handle(const Message& m) {
+    if (!authenticated_) {
+      onChallenge(m);
+      return;
+    }
     std::string type = field(m, "type", std::string());
     if (type == "plan") {
       auto node = plan::nodeFromJson(m.contains("node") ? m["node"].dump() : "{}");
@@ -609,6 +632,8 @@ class Agent {
   bool exiting_ = false;
   bool trim_after_message_ = false;
   bool lost_coordinator_ = false;
+  std::string nonce_;           // ours, for the coordinator's proof
+  bool authenticated_ = false;  // the coordinator proved it knows the secret
 };
 
 }  // namespace

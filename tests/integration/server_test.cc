@@ -1366,7 +1366,8 @@ TEST_F(ServerStreams, EachRunningRankShowsWhenItLastWroteAndWhatItUses) {
   EXPECT_TRUE(contains(status.out, "LAST OUTPUT")) << status.out;
   EXPECT_TRUE(contains(status.out, "MiB")) << status.out;
   openGate("go");
-  EXPECT_EQ(waitFinal(admin_, id).value("state", ""), "succeeded");
+  Json final = waitFinal(admin_, id);
+  EXPECT_EQ(final.value("state", ""), "succeeded") << final.dump();
   // Once the job is over there is nothing to say about what it does.
   Json after = get("/v1/jobs/" + id + "/ranks", admin_).json;
   EXPECT_FALSE(after["ranks"][0].contains("cpu_seconds")) << after.dump();

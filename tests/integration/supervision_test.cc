@@ -2,11 +2,16 @@
 // playing the ranks: fail-fast across nodes, key roles, restarts, grace escalation, max_runtime,
 // signals, and no process left behind after any ending (kill -9 of an agent included, where
 // the machine gives cohort a cgroup).
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -337,6 +342,115 @@ TEST(Supervision, ANodeThatSaysNothingIsLostByItsHeartbeatsAndNamed) {
   expectAllGone(readPids(root + "/pids"));
 }
 
+// What the agent of `node` was started with: its --coordinator ADDR:PORT and its secret.
+std::pair<std::string, std::string> agentTarget(pid_t agent) {
+  std::string cmdline = readText("/proc/" + std::to_string(agent) + "/cmdline");
+  std::string environ = readText("/proc/" + std::to_string(agent) + "/environ");
+  std::string target, secret;
+  for (size_t at = 0; at < cmdline.size(); at = cmdline.find('\0', at) + 1) {
+    if (std::string(cmdline.c_str() + at) == "--coordinator") {
+      target = cmdline.c_str() + cmdline.find('\0', at) + 1;
+    }
+  }
+  for (size_t at = 0; at < environ.size(); at = environ.find('\0', at) + 1) {
+    std::string entry = environ.c_str() + at;
+    if (entry.rfind("COHORT_JOB_SECRET=", 0) == 0) secret = entry.substr(18);
+  }
+  return {target, secret};
+}
+
+// Connects to 127.0.0.1:`port`, sends `text`, and reads what comes until the peer closes or 3 s
+// pass. Returns what came and whether the peer closed.
+std::pair<std::string, bool> strangerSays(int port, const std::string& text) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    if (fd >= 0) ::close(fd);
+    return {"", false};
+  }
+  (void)::send(fd, text.data(), text.size(), MSG_NOSIGNAL);
+  timeval timeout{3, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  std::string got;
+  char buf[4096];
+  bool closed = false;
+  for (;;) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n > 0) {
+      got.append(buf, static_cast<size_t>(n));
+      continue;
+    }
+    closed = n == 0 || (n < 0 && errno == ECONNRESET);
+    break;
+  }
+  ::close(fd);
+  return {got, closed};
+}
+
+TEST(Supervision, AStrangerOnTheControlChannelLearnsNoSecretAndIsDropped) {
+  std::string root = tempDir();
+  CohortProcess cohort{{"run", "--data-root", root, "--nodes", "2", "--", testRank(),
+                        "pidfile=" + root + "/pids", "wait-file=" + root + "/go", "echo=done"}};
+  ASSERT_TRUE(waitFor([&] { return readPids(root + "/pids").size() == 2; }, 20s));
+  auto agents = agentsOf(cohort.pid());
+  ASSERT_EQ(agents.size(), 2u);
+  auto [target, secret] = agentTarget(agents[0]);
+  ASSERT_FALSE(target.empty());
+  ASSERT_EQ(secret.size(), 32u);
+  const int port = std::atoi(target.c_str() + target.rfind(':') + 1);
+  // Hellos as a stranger: for a node already there, for one that is not, with the secret
+  // guessed in the old style, and one that answers its challenge with a wrong proof.
+  const std::vector<std::pair<std::string, std::string>> tries = {
+      {R"({"type":"hello","node":1,"nonce":"0123456789abcdef0123456789abcdef"})", ""},
+      {R"({"type":"hello","node":7,"nonce":"0123456789abcdef0123456789abcdef"})", ""},
+      {R"({"type":"hello","node":0,"secret":"0123456789abcdef0123456789abcdef"})", ""},
+      {R"({"type":"hello","node":0,"nonce":"0123456789abcdef0123456789abcdef"})",
+       R"({"type":"auth","proof":"00"})"}};
+  for (const auto& [hello, answer] : tries) {
+    auto [got, closed] = strangerSays(port, hello + "\n" + (answer.empty() ? "" : answer + "\n"));
+    EXPECT_EQ(got.find(secret), std::string::npos) << "the secret went over the wire: " << got;
+    EXPECT_TRUE(closed) << hello << " got: " << got;
+  }
+  std::ofstream(root + "/go").put('\n');
+  auto r = cohort.wait(30s);
+  EXPECT_EQ(r.exit_code, 0) << "the job must not notice the strangers: " << r.err;
+}
+
+TEST(Supervision, AnAgentSendsNoSecretAndLeavesACoordinatorThatCannotProveIt) {
+  // A fake coordinator: it listens, reads the agent's hello, and answers with a wrong proof.
+  int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  const std::string secret = "5ec2e75ec2e75ec2e75ec2e75ec2e75e";
+  CohortProcess agent({"exec", "--coordinator", "127.0.0.1:" + std::to_string(ntohs(addr.sin_port)),
+                       "--node", "0"},
+                      {"COHORT_JOB_SECRET=" + secret});
+  int conn = ::accept(listener, nullptr, nullptr);
+  ASSERT_GE(conn, 0);
+  std::string hello;
+  char c;
+  while (::read(conn, &c, 1) == 1 && c != '\n') hello += c;
+  EXPECT_NE(hello.find("\"nonce\""), std::string::npos) << hello;
+  EXPECT_EQ(hello.find(secret), std::string::npos) << "the agent sent the secret: " << hello;
+  const std::string challenge =
+      R"({"type":"challenge","nonce":"0123456789abcdef0123456789abcdef","proof":"00"})" "\n";
+  ASSERT_EQ(::write(conn, challenge.data(), challenge.size()),
+            static_cast<ssize_t>(challenge.size()));
+  auto r = agent.wait(20s);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("did not prove that it knows the job's secret"), std::string::npos) << r.err;
+  ::close(conn);
+  ::close(listener);
+}
+
 TEST(Supervision, KillDashNineOfCohortAndEveryAgentLeavesNoProcess) {
   std::string why;
   std::string base = cgroupBase(&why);
@@ -346,7 +460,9 @@ TEST(Supervision, KillDashNineOfCohortAndEveryAgentLeavesNoProcess) {
   const std::string cgroup = base + "/cohort/" + onlyJobDir(job.root).substr(job.root.size() + 6);
   auto agents = agentsOf(job.cohort.pid());
   ASSERT_EQ(agents.size(), 2u);
-  // Nobody gets to clean up: neither the agents (SIGTERM from their dying parent) nor cohort.
+  // Nobody gets to clean up: neither the agents (SIGTERM from their dying parent) nor cohort,
+  // which is stopped first so that it cannot end the other agents when the first one dies.
+  ASSERT_EQ(::kill(job.cohort.pid(), SIGSTOP), 0);
   for (const auto& [node, pid] : agents) ASSERT_EQ(::kill(pid, SIGKILL), 0);
   ASSERT_EQ(::kill(job.cohort.pid(), SIGKILL), 0);
   job.cohort.wait(20s);
