@@ -107,6 +107,7 @@ class Coordinator {
       if (std::chrono::steady_clock::now() - agent.last_heard > timeout) {
         loop_.remove(agent.channel->fd());
         agent.channel.reset();
+        launcher_.abandon(static_cast<int>(n));
         feed(AgentLost{static_cast<int>(n), "no word from it in " + formatDuration(timeout)});
         continue;
       }

@@ -31,6 +31,9 @@ class AgentLauncher {
   // Starts the agent for `node`; it must dial `addr:port` and present `secret`.
   virtual Result<void> launch(int node, const std::string& addr, int port,
                               const std::string& secret) = 0;
+  // The agent of `node` is given up on (it said nothing for the heartbeat timeout): end it now,
+  // and with it its ranks, rather than wait for it at reap().
+  virtual void abandon(int node) = 0;
   // After the job: waits up to `deadline` for the agents to end, then kills what is left.
   virtual void reap(Millis deadline) = 0;
 };

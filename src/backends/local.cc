@@ -107,6 +107,13 @@ Result<void> LocalLauncher::launch(int node, const std::string& addr, int port,
   return {};
 }
 
+void LocalLauncher::abandon(int node) {
+  // Agents are launched in node order. Its cgroup's watchdog then kills its ranks.
+  if (node >= 0 && static_cast<size_t>(node) < agents_.size() && agents_[node].pidfd.valid()) {
+    ::kill(agents_[node].pid, SIGKILL);
+  }
+}
+
 void LocalLauncher::reap(Millis deadline) {
   auto until = std::chrono::steady_clock::now() + deadline;
   for (proc::Child& agent : agents_) {

@@ -19,6 +19,7 @@ class LocalLauncher : public agent::AgentLauncher {
 
   Result<void> launch(int node, const std::string& addr, int port,
                       const std::string& secret) override;
+  void abandon(int node) override;
   void reap(Millis deadline) override;
 
  private:
