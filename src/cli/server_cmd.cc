@@ -46,6 +46,9 @@ Flags:
   --single-user            every account is one person: ranks run as the server's own user
                            (needed to serve several accounts without root)
   --threads N              HTTP worker threads (default 32; followers hold none)
+  --idle-timeout DUR       close a connection whose client keeps it waiting this long: no
+                           request, half a request, an answer not read (default 60s;
+                           followers waiting for their job are not idle)
 
 The API is described in docs/server-api.md and served at /v1/openapi.json; Prometheus metrics
 at /metrics. Clients: cohort login URL, then cohort submit/ps/status/logs/... (cohort --help).
@@ -109,6 +112,7 @@ int cmdServer(int argc, char** argv) {
                            {"--memory", "", true},
                            {"--gpus", "", true},
                            {"--threads", "", true},
+                           {"--idle-timeout", "", true},
                            {"--rank-uids", "", true},
                            {"--single-user", "", false},
                            {"--isolate", "", false},
@@ -171,6 +175,12 @@ int cmdServer(int argc, char** argv) {
       auto n = parseInt(value);
       if (!n || *n < 2) return bad("expected a number >= 2");
       options.http_threads = *n;
+    } else if (flag == "--idle-timeout") {
+      auto d = parseDuration(value);
+      if (!d || *d < Millis(100) || *d > Millis(86400000)) {
+        return bad("expected a duration from 100ms to 24h (like 60s)");
+      }
+      options.http_idle_timeout = *d;
     }
   }
   if (options.data_root[0] != '/') {

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -257,8 +258,14 @@ struct Connection {
   bool woken = false;    // a wake came: pull again
   bool more = false;     // the last pull said kMore
   bool stream_ended = false;
+  std::chrono::steady_clock::time_point active = std::chrono::steady_clock::now();  // bytes moved
 
   size_t pending() const { return out.size() - out_pos; }
+  // Whether it waits on its client rather than on the server (Limits::idle_timeout).
+  bool waitsOnClient() const {
+    return phase == Phase::kHeaders || phase == Phase::kBody || phase == Phase::kChunked ||
+           (phase == Phase::kWriting && pending() > 0);
+  }
 };
 
 }  // namespace
@@ -289,7 +296,21 @@ struct HttpServer::Impl {
   bool flush(Connection& c);
   void setWrite(Connection& c, bool on);
   void drain();
+  // Closes the connections that waited on their clients for longer than the idle timeout.
+  void closeIdle();
+  std::chrono::steady_clock::time_point next_idle_check = std::chrono::steady_clock::now();
 };
+
+void HttpServer::Impl::closeIdle() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_idle_check) return;
+  next_idle_check = now + std::min(Millis(1000), options.limits.idle_timeout);
+  std::vector<uint64_t> idle;
+  for (const auto& [id, c] : connections) {
+    if (c->waitsOnClient() && now - c->active > options.limits.idle_timeout) idle.push_back(id);
+  }
+  for (uint64_t id : idle) close(id);
+}
 
 void HttpServer::Impl::setWrite(Connection& c, bool on) {
   if (c.want_write == on) return;
@@ -339,6 +360,7 @@ void HttpServer::Impl::readable(Connection& c) {
   for (;;) {
     ssize_t n = ::recv(c.fd.get(), buf, sizeof buf, 0);
     if (n > 0) {
+      c.active = std::chrono::steady_clock::now();
       c.in.append(buf, static_cast<size_t>(n));
       bool reading = c.phase == Phase::kHeaders || c.phase == Phase::kBody ||
                      c.phase == Phase::kChunked;
@@ -695,6 +717,7 @@ bool HttpServer::Impl::flush(Connection& c) {
                          MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n > 0) {
         c.out_pos += static_cast<size_t>(n);
+        c.active = std::chrono::steady_clock::now();
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
@@ -876,11 +899,12 @@ Result<void> HttpServer::run() {
   Impl& s = *impl_;
   epoll_event events[256];
   while (!s.stopping) {
-    int n = ::epoll_wait(s.epoll.get(), events, 256, -1);
+    int n = ::epoll_wait(s.epoll.get(), events, 256, 1000);  // at least a look a second for idlers
     if (n < 0) {
       if (errno == EINTR) continue;
       return failErrno("epoll_wait");
     }
+    s.closeIdle();
     for (int i = 0; i < n && !s.stopping; ++i) {
       const uint64_t id = events[i].data.u64;
       if (id == kListenId) {

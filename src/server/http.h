@@ -27,6 +27,7 @@
 
 #include "util/fd.h"
 #include "util/result.h"
+#include "util/text.h"
 
 namespace cohort::server::http {
 
@@ -100,6 +101,10 @@ struct Response {
 struct Limits {
   size_t header_bytes = 64 << 10;  // request line and headers
   size_t header_count = 100;
+  // A connection that waits on its client (for a request, the rest of one, or to read the
+  // answer) with nothing moving for this long is closed. Not a follower waiting for its job,
+  // and not a request a worker is answering.
+  Millis idle_timeout{60000};
 };
 
 // What the admission check decides once a request's headers are in, before its body is read.

@@ -1335,6 +1335,7 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   hopts.host = options.host;
   hopts.port = options.port;
   hopts.threads = options.http_threads;
+  hopts.limits.idle_timeout = options.http_idle_timeout;
   hopts.admit = [self](const Request& req) { return self->admit(req); };
   hopts.handle = [self](Request& req, Response& res) { self->handle(req, res); };
   hopts.error = [](int status, std::string message) {

@@ -29,6 +29,7 @@ struct ServerOptions {
   bool isolate = false;       // run every job's ranks under bubblewrap
   Identities identities;      // the Unix identities accounts' ranks run as (see jobs.h)
   int http_threads = 32;      // workers that run handlers; followers hold none
+  Millis http_idle_timeout{60000};  // a client that keeps a connection waiting this long loses it
 };
 
 class Server {

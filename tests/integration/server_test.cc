@@ -1302,6 +1302,29 @@ double metricValue(const std::string& text, const std::string& name) {
 
 using ServerStreams = ServerFixture;
 
+TEST_F(ServerRobustness, ConnectionsThatKeepTheServerWaitingAreClosedButFollowersAreNot) {
+  stopServer();
+  ASSERT_TRUE(startServer({"--cpus", "4", "--idle-timeout", "1s"}));
+  const std::string id = submit(admin_, rankJob("followed", {"echo=before", gate("go")}));
+  ASSERT_FALSE(id.empty());
+  waitJob(admin_, id, isRunning);
+  RawConnection silent(port_);                 // connects and says nothing
+  RawConnection slow(port_);                   // half a request, then nothing
+  ASSERT_TRUE(slow.send("GET /v1/whoami HTTP/1.1\r\nHost: x\r\n"));
+  RawConnection follower(port_);               // waits for its job, legitimately
+  ASSERT_TRUE(follower.send("GET /v1/jobs/" + id + "/logs?follow=1&rank=0 HTTP/1.1\r\nHost: x\r\n" +
+                            "Authorization: Bearer " + admin_ + "\r\n\r\n"));
+  ASSERT_TRUE(contains(follower.readUntilContains("before"), "before")) << follower.received();
+  silent.readUntil([](const std::string&) { return false; }, 10s);
+  slow.readUntil([](const std::string&) { return false; }, 10s);
+  EXPECT_TRUE(silent.closedByServer());
+  EXPECT_TRUE(slow.closedByServer());
+  EXPECT_FALSE(follower.closedByServer());
+  openGate("go");
+  EXPECT_EQ(dechunk(follower.readUntil(streamEnded)), "before\n");
+  EXPECT_EQ(get("/v1/whoami", admin_).status, 200);
+}
+
 TEST_F(ServerStreams, HundredsOfLogFollowersHoldNoThreadAndTheApiStaysResponsive) {
   // Three HTTP threads and 200 followers: each follower holding a thread would leave none.
   stopServer();
