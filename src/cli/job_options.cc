@@ -323,25 +323,20 @@ Result<spec::JobSpec> buildSpec(const JobOptions& o) {
     s.policy.max_restarts = o.max_restarts;
     origin.setByFlag("policy.max_restarts", "--max-restarts");
   }
-  // Durations are range-checked by spec::validate (policy.grace_period, policy.max_runtime).
-  if (!o.heartbeat_timeout.empty()) {
-    auto d = parseDuration(o.heartbeat_timeout);
-    if (!d) return withContext(d.error(), "--heartbeat-timeout");
-    s.policy.heartbeat_timeout = *d;
-    origin.setByFlag("policy.heartbeat_timeout", "--heartbeat-timeout");
-  }
-  if (!o.grace_period.empty()) {
-    auto d = parseDuration(o.grace_period);
-    if (!d) return withContext(d.error(), "--grace-period");
-    s.policy.grace_period = *d;
-    origin.setByFlag("policy.grace_period", "--grace-period");
-  }
-  if (!o.max_runtime.empty()) {
-    auto d = parseDuration(o.max_runtime);
-    if (!d) return withContext(d.error(), "--max-runtime");
-    s.policy.max_runtime = *d;
-    origin.setByFlag("policy.max_runtime", "--max-runtime");
-  }
+  // Durations are range-checked by spec::validate (policy.<field>).
+  auto duration = [&](const std::string& value, const char* flag, const char* field,
+                      auto& into) -> Result<void> {
+    if (value.empty()) return {};
+    auto d = parseDuration(value);
+    if (!d) return withContext(d.error(), flag);
+    into = *d;
+    origin.setByFlag(std::string("policy.") + field, flag);
+    return {};
+  };
+  COHORT_TRY(duration(o.heartbeat_timeout, "--heartbeat-timeout", "heartbeat_timeout",
+                      s.policy.heartbeat_timeout));
+  COHORT_TRY(duration(o.grace_period, "--grace-period", "grace_period", s.policy.grace_period));
+  COHORT_TRY(duration(o.max_runtime, "--max-runtime", "max_runtime", s.policy.max_runtime));
   if (!o.success.empty()) {
     s.policy.success = split(o.success, ',');
     origin.setByFlag("policy.success", "--success");
