@@ -37,7 +37,8 @@ class Coordinator {
  public:
   Coordinator(const plan::Plan& plan, AgentLauncher& launcher, const CoordinatorOptions& options,
               proc::EventLoop& loop, proc::SignalFd signals, proc::Timer connect,
-              proc::Timer runtime, proc::Timer exit, proc::Timer heartbeat, std::string secret)
+              proc::Timer runtime, proc::Timer exit, proc::Timer heartbeat,
+              proc::Timer launch_poll, std::string secret)
       : plan_(plan),
         layout_(plan.job_dir),
         launcher_(launcher),
@@ -48,6 +49,7 @@ class Coordinator {
         runtime_(std::move(runtime)),
         exit_(std::move(exit)),
         heartbeat_(std::move(heartbeat)),
+        launch_poll_(std::move(launch_poll)),
         secret_(std::move(secret)),
         decisions_(plan, options.connect_timeout),
         agents_(plan.nodes.size()) {}
@@ -74,6 +76,7 @@ class Coordinator {
       feed(ExitDeadlineOver{});
     }));
     COHORT_TRY(loop_.add(heartbeat_.fd(), EPOLLIN, [this](uint32_t) { onHeartbeatTime(); }));
+    COHORT_TRY(loop_.add(launch_poll_.fd(), EPOLLIN, [this](uint32_t) { onLaunchPoll(); }));
     heartbeat_.arm(heartbeatEvery());
     if (options_.report) reporter_ = std::make_unique<Reporter>(*options_.report);
     feed(JobBegins{});
@@ -87,7 +90,26 @@ class Coordinator {
   struct Agent {
     std::unique_ptr<Channel> channel;  // null until it said hello, and after it was lost
     std::chrono::steady_clock::time_point last_heard;  // its latest message
+    HostAddress host;  // where its node's ranks are reached, from its hello
   };
+
+  // Until every agent is there: what the launcher says of them (a cluster's queue, a batch job
+  // that ended before its agents dialled in).
+  void onLaunchPoll() {
+    launch_poll_.consume();
+    if (finished_ || all_connected_) return;
+    LaunchStatus now = launcher_.status();
+    if (now.phase == LaunchStatus::Phase::kEnded) {
+      feed(AgentLaunchFailed{-1, now.detail});
+      return;
+    }
+    const std::string queued = now.phase == LaunchStatus::Phase::kQueued ? now.detail : "";
+    if (queued != queued_) {
+      queued_ = queued;
+      feed(LauncherQueued{queued});
+    }
+    if (!finished_) launch_poll_.arm(Millis(1000));
+  }
 
   // Agents and the coordinator say something at least this often (heartbeats when nothing else).
   Millis heartbeatEvery() const {
@@ -133,13 +155,13 @@ class Coordinator {
   }
 
   void act(const LaunchAgents&) {
-    for (size_t n = 0; n < plan_.nodes.size() && !finished_; ++n) {
-      auto launched = launcher_.launch(static_cast<int>(n), options_.listen_addr, port_, secret_);
-      if (!launched) {
-        feed(AgentLaunchFailed{static_cast<int>(n), launched.error().message});
-        break;
-      }
+    auto launched = launcher_.launch(static_cast<int>(plan_.nodes.size()),
+                                     Dial{options_.listen_addr, port_, secret_});
+    if (!launched) {
+      feed(AgentLaunchFailed{-1, launched.error().message});
+      return;
     }
+    launch_poll_.arm(Millis(1000));
   }
 
   void act(const SendPlan& a) {
@@ -281,12 +303,20 @@ class Coordinator {
     return record.dump(2, ' ', false, Message::error_handler_t::replace) + "\n";
   }
 
-  // Every rank's log file, made before its ranks start (also for a rank that never writes).
+  // Every rank's log file, made before its ranks start (also for a rank that never writes), and
+  // its lines on the merged console stream, "[worker/3 node1] ...".
   void openLogs() {
     logs_.resize(plan_.nodes.size());
+    echo_.resize(plan_.nodes.size());
     for (size_t n = 0; n < plan_.nodes.size(); ++n) {
       logs_[n].resize(plan_.nodes[n].ranks.size());
+      echo_[n].resize(plan_.nodes[n].ranks.size());
       for (size_t i = 0; i < logs_[n].size(); ++i) {
+        const plan::RankPlan& rank = plan_.nodes[n].ranks[i];
+        if (!echo_[n][i]) {
+          echo_[n][i].emplace("[" + rank.name + " node" + std::to_string(rank.node) + "] ",
+                              rank.console ? &console_ : nullptr);
+        }
         if (logs_[n][i]) continue;
         auto log = LogFile::open(plan_.nodes[n].ranks[i].log_file);
         if (log) {
@@ -307,6 +337,15 @@ class Coordinator {
       return;
     }
     logs_[node][index]->append(bytes);
+    echo_[node][index]->consume(bytes.data(), bytes.size());
+  }
+
+  // A rank's output ended with it: a last line without a newline is shown too.
+  void endOutput(int node, int rank) {
+    if (static_cast<size_t>(node) >= echo_.size()) return;
+    for (size_t i = 0; i < echo_[node].size(); ++i) {
+      if (plan_.nodes[node].ranks[i].rank == rank && echo_[node][i]) echo_[node][i]->finish();
+    }
   }
 
   // A node's latest word on its ranks: the job's snapshot, by rank, goes to the server.
@@ -354,6 +393,7 @@ class Coordinator {
     std::unique_ptr<Channel> channel;
     int node = -1;      // from its hello; -1 until then
     std::string nonce;  // ours, for its proof
+    HostAddress host;   // from its hello; believed only once it proved the secret
   };
 
   void onAccept() {
@@ -390,6 +430,7 @@ class Coordinator {
         if (!ours) return drop();
         p->node = node;
         p->nonce = *ours;
+        p->host = {field(m, "interface", std::string()), field(m, "host", std::string())};
         if (!p->channel->send({{"type", "challenge"},
                                {"nonce", p->nonce},
                                {"proof", handshakeProof(secret_, "coordinator", nonce, node)}})) {
@@ -407,14 +448,37 @@ class Coordinator {
       Agent& agent = agents_[node];
       agent.channel = std::make_unique<Channel>(UniqueFd(dup(fd)));
       agent.last_heard = std::chrono::steady_clock::now();
+      agent.host = p->host;
       agent.channel->setLogSink(
           [this, node](size_t index, std::string_view bytes) { onLog(node, index, bytes); });
       (void)loop_.add(agent.channel->fd(), EPOLLIN, [this, node](uint32_t) { onAgent(node); });
+      if (!all_connected_ && allConnected()) {
+        all_connected_ = true;
+        if (auto placed = place(); !placed) {
+          feed(AgentLaunchFailed{-1, "placing the job on its nodes: " + placed.error().message});
+        }
+      }
       feed(AgentConnected{node});
       for (size_t i = used; i < messages->size() && !finished_; ++i) handle(node, (*messages)[i]);
       return;
     }
     if (p->channel->closed()) drop();
+  }
+
+  bool allConnected() const {
+    return std::all_of(agents_.begin(), agents_.end(), [](const Agent& a) { return a.channel != nullptr; });
+  }
+
+  // Every agent said where its node is: the plan gets the nodes' real addresses.
+  Result<void> place() {
+    if (!options_.place) return {};
+    std::vector<HostAddress> hosts;
+    for (const Agent& agent : agents_) {
+      if (agent.host.address.empty()) return fail(Code::kInvalidArgument, "an agent sent no address");
+      hosts.push_back(agent.host);
+    }
+    COHORT_ASSIGN(plan_, options_.place(hosts));
+    return {};
   }
 
   void onAgent(int node) {
@@ -451,6 +515,7 @@ class Coordinator {
     } else if (type == "stage_failed") {
       feed(StagingFailed{node, field(m, "error", std::string())});
     } else if (type == "exited") {
+      endOutput(node, field(m, "rank", -1));
       feed(RankExited{node, attempt, field(m, "rank", -1), field(m, "code", 0),
                       field(m, "signal", 0), field(m, "by_cohort", false),
                       field(m, "time", int64_t{0}),
@@ -469,7 +534,7 @@ class Coordinator {
     }
   }
 
-  const plan::Plan& plan_;
+  plan::Plan plan_;  // its hosts are final once every agent is there (place())
   job::Layout layout_;
   AgentLauncher& launcher_;
   const CoordinatorOptions& options_;
@@ -479,6 +544,7 @@ class Coordinator {
   proc::Timer runtime_;
   proc::Timer exit_;
   proc::Timer heartbeat_;
+  proc::Timer launch_poll_;
   std::string secret_;
   JobDecisions decisions_;
   std::vector<Agent> agents_;
@@ -486,6 +552,10 @@ class Coordinator {
   UniqueFd events_;
   std::unique_ptr<Reporter> reporter_;  // null when no server follows the job
   std::vector<std::vector<std::optional<LogFile>>> logs_;  // [node][index in the node's plan]
+  Console console_{STDOUT_FILENO};  // the merged stream of every rank's lines
+  std::vector<std::vector<std::optional<RankOutput>>> echo_;  // [node][index], to console_
+  bool all_connected_ = false;  // every agent has been there (once is enough)
+  std::string queued_;  // why the launcher's cluster holds the agents, while it does
   bool said_log_error_ = false;
   std::vector<Message> progress_;  // [node]: its ranks' latest progress
   int port_ = 0;
@@ -503,10 +573,11 @@ Result<JobOutcome> runCoordinator(const plan::Plan& plan, AgentLauncher& launche
   COHORT_ASSIGN(proc::Timer runtime, proc::Timer::create());
   COHORT_ASSIGN(proc::Timer exit, proc::Timer::create());
   COHORT_ASSIGN(proc::Timer heartbeat, proc::Timer::create());
+  COHORT_ASSIGN(proc::Timer launch_poll, proc::Timer::create());
   COHORT_ASSIGN(std::string secret, makeSecret());
   Coordinator coordinator(plan, launcher, options, *loop, std::move(signals), std::move(connect),
                           std::move(runtime), std::move(exit), std::move(heartbeat),
-                          std::move(secret));
+                          std::move(launch_poll), std::move(secret));
   return coordinator.run();
 }
 

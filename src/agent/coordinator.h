@@ -10,6 +10,7 @@
 // Runs on the calling thread; blocks SIGINT, SIGTERM and SIGHUP while it runs.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,19 +19,39 @@
 #include "agent/reporter.h"
 #include "agent/root_cause.h"
 #include "plan/plan.h"
+#include "util/net.h"
 #include "util/result.h"
 #include "util/text.h"
 
 namespace cohort::agent {
+
+// Where the agents dial and what they must prove they know.
+struct Dial {
+  std::string addr;
+  int port = 0;
+  std::string secret;
+};
+
+// What a launcher knows of its agents until every one has dialled in.
+struct LaunchStatus {
+  enum class Phase {
+    kStarting,  // they are being started (or nothing is known)
+    kQueued,    // a cluster holds them in its queue; `detail` says why, in cohort's words
+    kEnded,     // what was to start them ended first; `detail` says how
+  };
+  Phase phase = Phase::kStarting;
+  std::string detail;
+};
 
 // How agents get started: by forking locally, by srun, by Kubernetes. The coordinator does not
 // care which.
 class AgentLauncher {
  public:
   virtual ~AgentLauncher() = default;
-  // Starts the agent for `node`; it must dial `addr:port` and present `secret`.
-  virtual Result<void> launch(int node, const std::string& addr, int port,
-                              const std::string& secret) = 0;
+  // Starts one agent for each of the `nodes` nodes; each must dial and prove the secret.
+  virtual Result<void> launch(int nodes, const Dial& dial) = 0;
+  // Asked every second until every agent has dialled in.
+  virtual LaunchStatus status() { return {}; }
   // The agent of `node` is given up on (it said nothing for the heartbeat timeout): end it now,
   // and with it its ranks, rather than wait for it at reap().
   virtual void abandon(int node) = 0;
@@ -38,8 +59,13 @@ class AgentLauncher {
   virtual void reap(Millis deadline) = 0;
 };
 
+// Makes the plan again once every agent has said where its node is (hosts in node order): on a
+// cluster the ranks' addresses are known only then.
+using Placement = std::function<Result<plan::Plan>(const std::vector<HostAddress>& hosts)>;
+
 struct CoordinatorOptions {
-  std::string listen_addr = "127.0.0.1";
+  std::string listen_addr = "127.0.0.1";  // also the address the agents dial
+  Placement place;  // null: the plan's hosts are final (simulated nodes)
   Millis connect_timeout{60000};  // for every agent to dial in
   bool progress = true;           // print lifecycle lines on stderr
   // Where the job's record goes as well as its files: the server that runs the job (reporter.h).

@@ -218,7 +218,24 @@ void JobDecisions::on(const JobBegins&, Actions& out) {
 void JobDecisions::on(const AgentLaunchFailed& e, Actions& out) {
   if (finishing_) return;
   finish(Ending::kLost,
-         "could not start node " + std::to_string(e.node) + "'s agent: " + e.error, out);
+         (e.node < 0 ? std::string("could not start the agents: ")
+                     : "could not start node " + std::to_string(e.node) + "'s agent: ") +
+             e.error,
+         out);
+}
+
+// Time in a cluster's queue is not time to connect: the connect timeout starts when it is over.
+void JobDecisions::on(const LauncherQueued& e, Actions& out) {
+  if (finishing_ || connected_ == static_cast<int>(nodes_.size())) return;
+  if (e.reason.empty()) {
+    out.push_back(ArmTimer{TimerKind::kConnect, connect_timeout_});
+    state(out, "starting", std::nullopt, "the nodes are allocated");
+    say(out, "the nodes are allocated; waiting for their agents");
+    return;
+  }
+  out.push_back(DisarmTimer{TimerKind::kConnect});
+  state(out, "starting", std::nullopt, e.reason);
+  say(out, e.reason);
 }
 
 void JobDecisions::on(const AgentConnected& e, Actions& out) {
@@ -235,9 +252,10 @@ void JobDecisions::on(const AgentConnected& e, Actions& out) {
     out.push_back(SendExit{e.node});
     return;
   }
-  out.push_back(SendPlan{e.node});
   if (connected_ == static_cast<int>(nodes_.size()) && ending_ == Ending::kNone) {
-    // Every node stages its inputs; ranks start only when all have (the start barrier).
+    // The plans go once every node is there: only then are the nodes' addresses known. Every
+    // node stages its inputs; ranks start only when all have (the start barrier).
+    for (size_t n = 0; n < nodes_.size(); ++n) out.push_back(SendPlan{static_cast<int>(n)});
     out.push_back(DisarmTimer{TimerKind::kConnect});
     state(out, "staging", std::nullopt);
     out.push_back(SendStage{});

@@ -58,7 +58,9 @@ enum class RecordFile { kEvents, kResult };
 // ---- Events: what happened -------------------------------------------------------------------
 
 struct JobBegins {};                                   // the coordinator listens
-struct AgentLaunchFailed { int node; std::string error; };
+struct AgentLaunchFailed { int node; std::string error; };  // node -1: all of them
+// The launcher's cluster holds the agents in its queue, for `reason`; "" once it no longer does.
+struct LauncherQueued { std::string reason; };
 struct AgentConnected { int node; };                   // said hello with the job's secret
 struct NodeStaged { int node; int64_t files; int64_t bytes; double seconds; };
 struct StagingFailed { int node; std::string error; };
@@ -90,7 +92,7 @@ struct RecordWriteFailed {
   std::string error;  // "No space left on device"
 };
 
-using JobInput = std::variant<JobBegins, AgentLaunchFailed, AgentConnected, NodeStaged,
+using JobInput = std::variant<JobBegins, AgentLaunchFailed, LauncherQueued, AgentConnected, NodeStaged,
                               StagingFailed, NodeStarted, RankExited, NodeIdle, AgentLost,
                               StopSignal, MaxRuntimeOver, ConnectDeadlineOver, ExitDeadlineOver,
                               OutputCopied, OutputCopyFailed, RecordWriteFailed>;
@@ -100,7 +102,7 @@ using JobInput = std::variant<JobBegins, AgentLaunchFailed, AgentConnected, Node
 enum class TimerKind { kConnect, kRuntime, kExit };
 
 struct LaunchAgents {};              // have the launcher start one agent per node
-struct SendPlan { int node; };       // the node's part of the plan, to its agent
+struct SendPlan { int node; };       // the node's part of the plan, once every agent is there
 struct SendStage {};                 // to every connected agent
 struct SendStart { int attempt; };   // to every connected agent
 struct SendStop { int64_t grace_ms; };  // to every connected agent; 0: SIGKILL at once
@@ -155,6 +157,7 @@ class JobDecisions {
 
   void on(const JobBegins&, Actions& out);
   void on(const AgentLaunchFailed& e, Actions& out);
+  void on(const LauncherQueued& e, Actions& out);
   void on(const AgentConnected& e, Actions& out);
   void on(const NodeStaged& e, Actions& out);
   void on(const StagingFailed& e, Actions& out);

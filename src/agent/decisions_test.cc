@@ -181,15 +181,16 @@ TEST(JobDecisions, BeginningArmsTheConnectDeadlineAndLaunchesTheAgents) {
   EXPECT_TRUE(has<LaunchAgents>(a));
 }
 
-TEST(JobDecisions, StagingBeginsOnlyWhenEveryAgentConnected) {
+TEST(JobDecisions, PlansAndStagingGoOnlyWhenEveryAgentConnected) {
   Job job(makePlan(2, 1));
   job.feed(JobBegins{});
   auto first = job.feed(AgentConnected{0});
-  ASSERT_EQ(all<SendPlan>(first).size(), 1u);
-  EXPECT_EQ(all<SendPlan>(first)[0].node, 0);
+  EXPECT_FALSE(has<SendPlan>(first)) << "node 1's address is not known yet";
   EXPECT_FALSE(has<SendStage>(first));
   auto second = job.feed(AgentConnected{1});
-  EXPECT_EQ(all<SendPlan>(second)[0].node, 1);
+  ASSERT_EQ(all<SendPlan>(second).size(), 2u);
+  EXPECT_EQ(all<SendPlan>(second)[0].node, 0);
+  EXPECT_EQ(all<SendPlan>(second)[1].node, 1);
   EXPECT_TRUE(has<SendStage>(second));
   EXPECT_EQ(states(second), std::vector<std::string>{"staging"});
   ASSERT_EQ(all<DisarmTimer>(second).size(), 1u);
@@ -578,6 +579,36 @@ TEST(JobDecisions, AgentThatCannotBeStartedFailsTheJob) {
   EXPECT_EQ(job.outcome()->exit_code, 1);
   EXPECT_EQ(job.outcome()->reason,
             "could not start node 1's agent: fork: Resource temporarily unavailable");
+}
+
+TEST(JobDecisions, TimeInAClustersQueueIsNotTimeToConnect) {
+  Job job(makePlan(2, 1));
+  job.feed(JobBegins{});
+  auto queued = job.feed(LauncherQueued{"Slurm job 7 waits for free nodes"});
+  ASSERT_EQ(all<DisarmTimer>(queued).size(), 1u);
+  EXPECT_EQ(all<DisarmTimer>(queued)[0].timer, TimerKind::kConnect);
+  EXPECT_EQ(states(queued), std::vector<std::string>{"starting"});
+  auto allocated = job.feed(LauncherQueued{""});
+  ASSERT_EQ(all<ArmTimer>(allocated).size(), 1u);
+  EXPECT_EQ(all<ArmTimer>(allocated)[0].timer, TimerKind::kConnect);
+  EXPECT_EQ(all<ArmTimer>(allocated)[0].after, all<ArmTimer>(job.log())[0].after)
+      << "the whole connect timeout, from the allocation on";
+  // A stop while queued ends the job at once: nothing runs yet.
+  auto stop = job.feed(StopSignal{SIGINT});
+  EXPECT_TRUE(has<ReapAgents>(stop));
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->state, JobState::kStopped);
+}
+
+TEST(JobDecisions, ABatchJobThatEndsBeforeItsAgentsDialledInFailsTheJob) {
+  Job job(makePlan(2, 1));
+  job.feed(JobBegins{});
+  job.feed(AgentConnected{0});
+  job.feed(AgentLaunchFailed{-1, "Slurm job 7 ended (FAILED) before every agent dialled in"});
+  job.agentsExit();
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->reason,
+            "could not start the agents: Slurm job 7 ended (FAILED) before every agent dialled in");
 }
 
 TEST(JobDecisions, AgentsThatDoNotExitInTimeAreReaped) {

@@ -27,6 +27,7 @@
 #include "proc/cgroup.h"
 #include "proc/event_loop.h"
 #include "proc/spawn.h"
+#include "util/net.h"
 #include "util/text.h"
 
 extern char** environ;
@@ -135,18 +136,22 @@ class Agent {
         progress_(std::move(progress)),
         heartbeat_(std::move(heartbeat)),
         channel_(std::move(channel)),
-        cgroups_(std::move(cgroups)),
-        console_(STDOUT_FILENO) {}
+        cgroups_(std::move(cgroups)) {}
   ~Agent() {
     if (staging_.joinable()) staging_.join();
   }
 
   Result<int> run() {
     COHORT_ASSIGN(nonce_, makeSecret());
+    // Where this node's ranks are reached: the coordinator places the job with it.
+    COHORT_ASSIGN(HostAddress self, chooseAddress(options_.interface, options_.cidr,
+                                                  options_.coordinator_addr));
     COHORT_TRY(channel_.send({{"type", "hello"},
                               {"node", options_.node},
                               {"nonce", nonce_},
-                              {"pid", ::getpid()}}));
+                              {"pid", ::getpid()},
+                              {"host", self.address},
+                              {"interface", self.interface}}));
     COHORT_TRY(loop_.add(channel_.fd(), EPOLLIN, [this](uint32_t) { onChannel(); }));
     COHORT_TRY(loop_.add(signals_.fd(), EPOLLIN, [this](uint32_t) { onSignal(); }));
     COHORT_TRY(loop_.add(grace_.fd(), EPOLLIN, [this](uint32_t) { onGraceOver(); }));
@@ -427,7 +432,7 @@ class Agent {
     Rank& rank = ranks_[index];
     const plan::RankPlan& p = rank.plan;
     std::string prefix = "[" + p.name + " node" + std::to_string(p.node) + "] ";
-    rank.output.emplace(std::move(prefix), p.console ? &console_ : nullptr);
+    rank.output.emplace(std::move(prefix), nullptr);  // for the tail; the coordinator echoes
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) < 0) return failErrno("pipe2");
     UniqueFd write_end(fds[1]);
@@ -619,7 +624,6 @@ class Agent {
   CgroupSupport cgroups_;
   std::optional<proc::Cgroup> cgroup_;  // this node's ranks, when cgroups_ has a base
   bool cgroup_joined_ = false;          // a rank has started in it
-  Console console_;
   plan::NodePlan node_;
   std::string workdir_;
   std::vector<Rank> ranks_;
@@ -639,7 +643,7 @@ class Agent {
 }  // namespace
 
 Result<int> runNodeAgent(const AgentOptions& options) {
-  // Signals first, before the console thread exists, so no thread can take them.
+  // Signals first, before any thread exists (staging has one), so no thread can take them.
   COHORT_ASSIGN(proc::SignalFd signals,
                 proc::SignalFd::create({SIGTERM, SIGINT, SIGHUP, SIGCHLD}));
   ::signal(SIGPIPE, SIG_IGN);

@@ -1,7 +1,7 @@
 // The node agent (`cohort exec`): one per node of a job. It dials the job's coordinator, receives
 // its node's part of the plan, and on "start" spawns its ranks (each under the Unix identity its
-// plan names), ships their output to the coordinator (which keeps the logs) and echoes it to the
-// console, watches them (one event loop over pidfds, a signalfd, timerfds, the ranks' pipes and
+// plan names), ships their output to the coordinator (which keeps the logs and echoes it to the
+// console), watches them (one event loop over pidfds, a signalfd, timerfds, the ranks' pipes and
 // the control channel), reports every exit with its time and last log lines, and every 2 s says
 // how each rank is doing (last output, CPU time, memory). On "stop" it sends SIGTERM to every rank's process group and SIGKILL after the
 // grace period. Where the machine allows, the node's ranks run in a cgroup of their own, killed
@@ -24,6 +24,8 @@ struct AgentOptions {
   int coordinator_port = 0;
   int node = 0;
   std::string secret;
+  // How this node's address is chosen (spec::Network); it is sent with hello.
+  std::string interface, cidr;
 };
 
 // Runs the agent until the coordinator says "exit" or is gone. Returns the agent's exit code (0

@@ -92,18 +92,20 @@ std::vector<std::string> localAscendAddresses() {
   return ips;
 }
 
-Result<void> LocalLauncher::launch(int node, const std::string& addr, int port,
-                                   const std::string& secret) {
+Result<void> LocalLauncher::launch(int nodes, const agent::Dial& dial) {
   proc::SpawnRequest req;
-  req.argv = {exe_, "exec", "--coordinator", addr + ":" + std::to_string(port), "--node",
-              std::to_string(node)};
   for (char** e = environ; *e; ++e) {
     if (!startsWith(*e, "COHORT_JOB_SECRET=")) req.env.emplace_back(*e);
   }
-  req.env.push_back("COHORT_JOB_SECRET=" + secret);  // not in argv, where `ps` would show it
+  req.env.push_back("COHORT_JOB_SECRET=" + dial.secret);  // not in argv, where `ps` shows it
   req.death_signal = SIGTERM;  // the agent stops its ranks, then exits
-  COHORT_ASSIGN(proc::Child child, proc::spawn(req));
-  agents_.push_back(std::move(child));
+  for (int node = 0; node < nodes; ++node) {
+    req.argv = {exe_, "exec", "--coordinator", dial.addr + ":" + std::to_string(dial.port),
+                "--node", std::to_string(node)};
+    auto child = proc::spawn(req);
+    if (!child) return withContext(child.error(), "node " + std::to_string(node));
+    agents_.push_back(std::move(*child));
+  }
   return {};
 }
 

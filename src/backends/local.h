@@ -17,8 +17,7 @@ class LocalLauncher : public agent::AgentLauncher {
   // `cohort_exe` is the cohort binary the agents run.
   explicit LocalLauncher(std::string cohort_exe) : exe_(std::move(cohort_exe)) {}
 
-  Result<void> launch(int node, const std::string& addr, int port,
-                      const std::string& secret) override;
+  Result<void> launch(int nodes, const agent::Dial& dial) override;
   void abandon(int node) override;
   void reap(Millis deadline) override;
 

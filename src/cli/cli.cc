@@ -103,9 +103,12 @@ Output:
 
 const char* kExecHelp = R"(cohort exec: the node agent (started by cohort run, or by srun on a cluster)
 
-Usage: cohort exec --coordinator ADDR:PORT --node N
+Usage: cohort exec --coordinator ADDR:PORT [--node N] [--interface NAME | --cidr NET]
 
 Reads the job secret from COHORT_JOB_SECRET, dials the coordinator, runs this node's ranks.
+  --node N          this node's index (default: Slurm's SLURM_NODEID)
+  --interface NAME  tell the coordinator this host's address on NAME (default: the address
+  --cidr NET        in NET; by default the address this host reaches the coordinator from)
 )";
 
 int reportError(const Error& e) {
@@ -223,6 +226,7 @@ int cmdRun(int argc, char** argv) {
 
 int cmdExec(int argc, char** argv) {
   agent::AgentOptions options;
+  bool node_given = false;
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -252,10 +256,25 @@ int cmdExec(int argc, char** argv) {
         return kExitUsage;
       }
       options.node = *node;
+      node_given = true;
+    } else if (arg == "--interface") {
+      options.interface = value;
+    } else if (arg == "--cidr") {
+      options.cidr = value;
     } else {
       std::fprintf(stderr, "cohort exec: unknown flag '%s'\n", arg.c_str());
       return kExitUsage;
     }
+  }
+  if (!node_given) {
+    // Started by srun: one agent per node of the allocation, in node order.
+    const char* id = std::getenv("SLURM_NODEID");
+    auto node = parseInt(id ? id : "");
+    if (!node || *node < 0) {
+      std::fprintf(stderr, "cohort exec: needs --node N (or SLURM_NODEID, set by srun)\n");
+      return kExitUsage;
+    }
+    options.node = *node;
   }
   const char* secret = std::getenv("COHORT_JOB_SECRET");
   if (!secret || !*secret || options.coordinator_port == 0) {

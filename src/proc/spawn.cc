@@ -8,7 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <poll.h>
+
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "util/text.h"
@@ -150,8 +153,9 @@ Result<Child> spawn(const SpawnRequest& req) {
     if (in >= 0 && ::dup2(in, 0) < 0) die(kStageDup2);
     if (req.stdout_fd >= 0) {
       if (::dup2(req.stdout_fd, 1) < 0) die(kStageDup2);
-      if (req.merge_stderr && ::dup2(req.stdout_fd, 2) < 0) die(kStageDup2);
+      if (req.merge_stderr && req.stderr_fd < 0 && ::dup2(req.stdout_fd, 2) < 0) die(kStageDup2);
     }
+    if (req.stderr_fd >= 0 && ::dup2(req.stderr_fd, 2) < 0) die(kStageDup2);
     ::execve(program.c_str(), argv.data(), envp.data());
     die(kStageExec);
   }
@@ -197,6 +201,48 @@ Result<Child> spawn(const SpawnRequest& req) {
   }
   if (!child.pidfd.valid()) return failErrno("pidfd_open");
   return child;
+}
+
+Result<Captured> runCaptured(SpawnRequest request, Millis timeout) {
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) < 0) return failErrno("pipe2");
+  UniqueFd out_read(out[0]), out_write(out[1]);
+  if (::pipe2(err, O_CLOEXEC) < 0) return failErrno("pipe2");
+  UniqueFd err_read(err[0]), err_write(err[1]);
+  request.stdout_fd = out_write.get();
+  request.stderr_fd = err_write.get();
+  COHORT_ASSIGN(Child child, spawn(request));
+  out_write.reset();
+  err_write.reset();
+  Captured captured;
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  bool timed_out = false;
+  while (out_read.valid() || err_read.valid()) {
+    pollfd p[2] = {{out_read.get(), POLLIN, 0}, {err_read.get(), POLLIN, 0}};
+    const auto left = std::chrono::duration_cast<Millis>(until - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    if (::poll(p, 2, static_cast<int>(left.count())) < 0 && errno != EINTR) break;
+    for (int i = 0; i < 2; ++i) {
+      if (p[i].fd < 0 || !(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buf[4096];
+      ssize_t n = ::read(p[i].fd, buf, sizeof buf);
+      if (n > 0) {
+        (i == 0 ? captured.out : captured.err).append(buf, static_cast<size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        (i == 0 ? out_read : err_read).reset();
+      }
+    }
+  }
+  if (timed_out) ::kill(child.pid, SIGKILL);
+  COHORT_ASSIGN(captured.status, reap(child.pidfd.get()));
+  if (timed_out) {
+    return fail(Code::kDeadlineExceeded, request.argv[0] + " did not answer within " +
+                                             formatDuration(timeout));
+  }
+  return captured;
 }
 
 Result<ExitStatus> reap(int pidfd) {

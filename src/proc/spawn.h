@@ -12,6 +12,7 @@
 
 #include "util/fd.h"
 #include "util/result.h"
+#include "util/text.h"
 
 namespace cohort::proc {
 
@@ -22,6 +23,7 @@ struct SpawnRequest {
   int stdin_fd = -1;             // -1: /dev/null
   int stdout_fd = -1;            // -1: inherit; otherwise also used for stderr
   bool merge_stderr = true;      // send stderr to stdout_fd too
+  int stderr_fd = -1;            // >= 0: stderr goes here (merge_stderr is then ignored)
   bool new_process_group = true;
   int death_signal = SIGKILL;    // sent to the child when the spawning thread dies
   // The Unix identity the child runs as (-1: unchanged); setting either also clears the
@@ -64,5 +66,16 @@ Result<std::string> findProgram(const std::string& program, const std::string& p
                                 const std::string& cwd);
 
 int openPidfd(pid_t pid);
+
+// A command run to its end with what it printed: for the cluster tools cohort drives (sbatch,
+// squeue, scancel).
+struct Captured {
+  ExitStatus status;
+  std::string out, err;
+};
+
+// Runs `request` (its stdout and stderr are replaced by pipes) and waits for it. Past `timeout`
+// the command is killed and the error is kDeadlineExceeded. Errors: those of spawn().
+Result<Captured> runCaptured(SpawnRequest request, Millis timeout);
 
 }  // namespace cohort::proc

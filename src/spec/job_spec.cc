@@ -9,6 +9,8 @@
 #endif
 
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <map>
@@ -39,6 +41,15 @@ const char* launcherName(Launcher l) {
     case Launcher::kMpirun: return "mpirun";
   }
   return "direct";
+}
+
+const char* backendName(Backend b) { return b == Backend::kSlurm ? "slurm" : "local"; }
+
+Result<Backend> parseBackend(const std::string& text) {
+  for (Backend b : {Backend::kLocal, Backend::kSlurm}) {
+    if (text == backendName(b)) return b;
+  }
+  return fail(Code::kInvalidArgument, "unknown backend '" + text + "' (local, slurm)");
 }
 
 Result<Framework> parseFramework(const std::string& text) {
@@ -545,6 +556,35 @@ class Parser {
     return policy;
   }
 
+  Result<Network> network(const YAML::Node& node, const std::string& path) {
+    Network net;
+    COHORT_TRY(forEachField(node, path, {"interface", "cidr"},
+                            [&](const std::string& key, const YAML::Node& value) -> Result<void> {
+                              COHORT_ASSIGN(std::string text, scalar(value, path + "." + key));
+                              (key == "interface" ? net.interface : net.cidr) = text;
+                              return {};
+                            }));
+    return net;
+  }
+
+  Result<SlurmOptions> slurm(const YAML::Node& node, const std::string& path) {
+    SlurmOptions slurm;
+    COHORT_TRY(forEachField(
+        node, path, {"partition", "account", "qos", "options"},
+        [&](const std::string& key, const YAML::Node& value) -> Result<void> {
+          const std::string sub = path + "." + key;
+          if (key == "options") {
+            COHORT_ASSIGN(slurm.options, stringList(value, sub, kMaxSlurmOptions));
+          } else {
+            COHORT_ASSIGN(std::string text, scalar(value, sub));
+            (key == "partition" ? slurm.partition : key == "account" ? slurm.account : slurm.qos) =
+                text;
+          }
+          return {};
+        }));
+    return slurm;
+  }
+
   Result<JobSpec> job(const YAML::Node& root) {
     JobSpec spec = defaultSpec();
     bool launcher_given = false;
@@ -552,7 +592,8 @@ class Parser {
     COHORT_TRY(forEachField(
         root, "",
         {"name", "framework", "launcher", "mode", "rank_table_version", "compat", "workdir",
-         "command", "hyperparameters", "env", "roles", "inputs", "outputs", "policy"},
+         "command", "hyperparameters", "env", "roles", "inputs", "outputs", "policy", "backend",
+         "network", "slurm"},
         [&](const std::string& key, const YAML::Node& value) -> Result<void> {
           if (key == "name") {
             COHORT_ASSIGN(spec.name, scalar(value, key));
@@ -617,6 +658,15 @@ class Parser {
             COHORT_ASSIGN(spec.inputs, inputs(value, key));
           } else if (key == "outputs") {
             COHORT_ASSIGN(spec.outputs, outputs(value, key));
+          } else if (key == "backend") {
+            COHORT_ASSIGN(std::string text, scalar(value, key));
+            auto b = parseBackend(clip(text));
+            if (!b) return bad(value, key, b.error().message);
+            spec.backend = *b;
+          } else if (key == "network") {
+            COHORT_ASSIGN(spec.network, network(value, key));
+          } else if (key == "slurm") {
+            COHORT_ASSIGN(spec.slurm, slurm(value, key));
           } else {
             COHORT_ASSIGN(spec.policy, policy(value, key));
           }
@@ -818,6 +868,68 @@ Result<void> validateFramework(const JobSpec& spec) {
 }
 
 // Names and values of env or hyperparameters: counts, lengths, each name once.
+// "10.0.0.0/8": four numbers and a prefix length.
+bool isCidr(const std::string& text) {
+  unsigned a, b, c, d, n;
+  char tail;
+  return std::sscanf(text.c_str(), "%3u.%3u.%3u.%3u/%2u%c", &a, &b, &c, &d, &n, &tail) == 5 &&
+         a < 256 && b < 256 && c < 256 && d < 256 && n <= 32;
+}
+
+// Slurm's names and cohort's sbatch options go into a batch script: only characters that cannot
+// end a line, quote, or start a shell word of their own.
+bool slurmWord(const std::string& text) {
+  return !text.empty() && text.size() <= 256 &&
+         std::all_of(text.begin(), text.end(), [](char c) {
+           return wordCharacter(c) || std::strchr(",:=/@%+", c) != nullptr;
+         });
+}
+
+Result<void> validateCluster(const JobSpec& spec) {
+  const Refusal bad(spec);
+  const Network& net = spec.network;
+  if (!net.interface.empty() && !net.cidr.empty()) {
+    return bad("network", "give interface or cidr, not both");
+  }
+  if (!net.interface.empty() &&
+      (net.interface.size() > 15 ||
+       !std::all_of(net.interface.begin(), net.interface.end(), wordCharacter))) {
+    return bad("network.interface", "'" + clip(net.interface) + "' is not an interface name");
+  }
+  if (!net.cidr.empty() && !isCidr(net.cidr)) {
+    return bad("network.cidr", "expected an IPv4 network such as 10.0.0.0/8, got '" +
+                                   clip(net.cidr) + "'");
+  }
+  const SlurmOptions& slurm = spec.slurm;
+  for (const auto& [field, value] : {std::pair<std::string, const std::string&>{
+                                         "slurm.partition", slurm.partition},
+                                     {"slurm.account", slurm.account},
+                                     {"slurm.qos", slurm.qos}}) {
+    if (!value.empty() && !slurmWord(value)) {
+      return bad(field, "'" + clip(value) + "' is not a Slurm name (letters, digits, '-_.,')");
+    }
+  }
+  // What cohort decides itself: one agent per node, its output, and the job's name.
+  static const char* kOwn[] = {"--nodes", "-N", "--ntasks", "-n", "--ntasks-per-node",
+                               "--output", "-o", "--error", "-e", "--job-name", "-J",
+                               "--parsable", "--wrap", "--export"};
+  for (size_t i = 0; i < slurm.options.size(); ++i) {
+    const std::string& option = slurm.options[i];
+    const std::string sub = "slurm.options[" + std::to_string(i) + "]";
+    if (!startsWith(option, "--") || !slurmWord(option)) {
+      return bad(sub, "expected one sbatch option such as --constraint=ib or --exclusive, got '" +
+                          clip(option) + "'");
+    }
+    const std::string name = option.substr(0, option.find('='));
+    for (const char* own : kOwn) {
+      if (name == own) {
+        return bad(sub, "cohort sets " + name + " itself (nodes come from the roles)");
+      }
+    }
+  }
+  return {};
+}
+
 Result<void> validatePairs(const JobSpec& spec, const KeyValues& pairs, const std::string& path,
                            int max, const std::string& advice) {
   const Refusal bad(spec);
@@ -1094,6 +1206,7 @@ Result<void> validate(const JobSpec& spec) {
     }
   }
   COHORT_TRY(validateData(spec));
+  COHORT_TRY(validateCluster(spec));
   COHORT_TRY(validatePlanSize(spec));
   return {};
 }
@@ -1180,7 +1293,20 @@ std::string toJobFile(const JobSpec& spec) {
               {"roles", roles},
               {"inputs", inputs},
               {"outputs", outputs},
-              {"policy", policy}};
+              {"policy", policy},
+              {"backend", backendName(spec.backend)}};
+  Json network = Json::object();
+  if (!spec.network.interface.empty()) network["interface"] = spec.network.interface;
+  if (!spec.network.cidr.empty()) network["cidr"] = spec.network.cidr;
+  if (!network.empty()) job["network"] = network;
+  const SlurmOptions& so = spec.slurm;
+  if (!so.partition.empty() || !so.account.empty() || !so.qos.empty() || !so.options.empty()) {
+    Json slurm = {{"options", so.options}};
+    if (!so.partition.empty()) slurm["partition"] = so.partition;
+    if (!so.account.empty()) slurm["account"] = so.account;
+    if (!so.qos.empty()) slurm["qos"] = so.qos;
+    job["slurm"] = slurm;
+  }
   // Never throws: bytes that are not UTF-8 (an argument given as a flag) become U+FFFD.
   return job.dump(-1, ' ', false, Json::error_handler_t::replace);
 }

@@ -31,6 +31,11 @@ const char* launcherName(Launcher l);
 // rank table (Ascend only).
 enum class MindSporeMode { kDynamicCluster, kRankTable };
 
+// Where a job's nodes come from. local: simulated on this machine (the default). slurm: an
+// allocation of a Slurm cluster, each node its own host (docs/slurm.md).
+enum class Backend { kLocal, kSlurm };
+const char* backendName(Backend b);
+
 inline constexpr int kAutoProcs = -1;  // procs_per_node: auto (one per device)
 
 // What one job may ask for (docs/architecture.md, "Limits"). Every job file, request body and
@@ -88,6 +93,21 @@ struct Policy {
   Millis heartbeat_timeout{5000};
 };
 
+// How each node's address is chosen, the one its ranks are reached at: the IPv4 address of
+// `interface`, or the node's address inside `cidr`; with neither, the address the node reaches
+// the coordinator from. Never from a name: nothing depends on DNS.
+struct Network {
+  std::string interface;
+  std::string cidr;  // "10.0.0.0/8"
+};
+
+// What the slurm backend gives sbatch besides what the roles ask for (docs/slurm.md).
+struct SlurmOptions {
+  std::string partition, account, qos;
+  std::vector<std::string> options;  // more sbatch options, each "--name=value" or "--flag"
+};
+inline constexpr int kMaxSlurmOptions = 64;
+
 using KeyValues = std::vector<std::pair<std::string, std::string>>;  // in the order given
 
 // Data staged on every node before any rank starts. `target` is relative to the node's work
@@ -140,11 +160,15 @@ struct JobSpec {
   MindSporeMode mindspore_mode = MindSporeMode::kDynamicCluster;
   std::string rank_table_version = "1.0";  // or "0.1"
   bool compat_modelarts = true;  // set the managed service's MA_*/VC_* variables too
+  Backend backend = Backend::kLocal;
+  Network network;
+  SlurmOptions slurm;
   Origin origin;                 // not part of toJobFile
 };
 
 Result<Framework> parseFramework(const std::string& text);
 Result<Launcher> parseLauncher(const std::string& text);
+Result<Backend> parseBackend(const std::string& text);
 
 // Parses a job file's text (YAML, or JSON, its subset). `file_name` only labels messages.
 // Errors: kInvalidArgument, "file:line: field.path: what is wrong", for text over

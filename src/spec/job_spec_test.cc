@@ -160,6 +160,52 @@ TEST(ParseJobFile, FrameworkOptions) {
   EXPECT_EQ(mpi->launcher, Launcher::kMpirun) << "mpi defaults to one mpirun";
 }
 
+TEST(ParseJobFile, ClusterFields) {
+  auto spec = parseJobFile(R"(
+name: big
+command: [python3, train.py]
+backend: slurm
+network: {cidr: 10.77.0.0/24}
+slurm: {partition: gpu, account: ml-team, qos: high, options: [--exclusive, --constraint=ib]}
+)", "job.yaml");
+  ASSERT_TRUE(spec) << spec.error().message;
+  EXPECT_EQ(spec->backend, Backend::kSlurm);
+  EXPECT_EQ(spec->network.cidr, "10.77.0.0/24");
+  EXPECT_EQ(spec->slurm.partition, "gpu");
+  EXPECT_EQ(spec->slurm.account, "ml-team");
+  EXPECT_EQ(spec->slurm.qos, "high");
+  EXPECT_EQ(spec->slurm.options, (std::vector<std::string>{"--exclusive", "--constraint=ib"}));
+  EXPECT_TRUE(validate(*spec));
+  // What the server is sent reads back the same.
+  auto again = parseJobFile(toJobFile(*spec), "sent.json");
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_EQ(again->backend, Backend::kSlurm);
+  EXPECT_EQ(again->network.cidr, spec->network.cidr);
+  EXPECT_EQ(again->slurm.options, spec->slurm.options);
+  EXPECT_EQ(again->slurm.qos, "high");
+}
+
+TEST(Validate, ClusterFieldsCannotInjectIntoTheBatchScript) {
+  const std::string base = "name: x\ncommand: [true]\n";
+  EXPECT_NE(errorOf(base + "backend: pbs\n").find("backend: unknown backend 'pbs' (local, slurm)"),
+            std::string::npos);
+  EXPECT_NE(errorOf(base + "network: {interface: eth0, cidr: 10.0.0.0/8}\n").find("not both"),
+            std::string::npos);
+  EXPECT_NE(errorOf(base + "network: {cidr: 10.0.0/8}\n").find("network.cidr"), std::string::npos);
+  EXPECT_NE(errorOf(base + "network: {interface: \"eth0; rm\"}\n").find("network.interface"),
+            std::string::npos);
+  EXPECT_NE(errorOf(base + "slurm: {partition: \"gpu\\n#SBATCH --uid=0\"}\n")
+                .find("slurm.partition"),
+            std::string::npos);
+  EXPECT_NE(errorOf(base + "slurm: {options: [\"--comment=a b\"]}\n").find("slurm.options[0]"),
+            std::string::npos);
+  EXPECT_NE(errorOf(base + "slurm: {options: [exclusive]}\n").find("slurm.options[0]"),
+            std::string::npos);
+  EXPECT_NE(errorOf(base + "slurm: {options: [--nodes=9]}\n").find("cohort sets --nodes itself"),
+            std::string::npos);
+  EXPECT_EQ(errorOf(base + "slurm: {options: [--time-min=10, --mail-user=a@b.c]}\n"), "");
+}
+
 TEST(Validate, LauncherMustFitTheFramework) {
   EXPECT_NE(errorOf("name: x\ncommand: [a]\nframework: generic\nlauncher: torchrun\n")
                 .find("launcher: 'torchrun' is for framework pytorch"),

@@ -1,0 +1,24 @@
+// Which of this host's IPv4 addresses the others reach it at: the address of a named interface,
+// the address inside a network (CIDR), or the source address of the route toward a peer. Read
+// from the kernel (getifaddrs, a connected UDP socket); never from a name lookup, so a hostname
+// that resolves to 127.0.1.1 cannot mislead it. Thread-safe.
+#pragma once
+
+#include <string>
+
+#include "util/result.h"
+
+namespace cohort {
+
+struct HostAddress {
+  std::string interface;  // "eth0"; "" when no interface carries the address
+  std::string address;    // "10.77.0.11"
+};
+
+// With `interface`: its first IPv4 address. With `cidr`: the first address of this host inside
+// it. With neither: the address this host would send from to reach `toward` (an IPv4 address).
+// Errors: kNotFound naming what was asked for and the addresses this host has.
+Result<HostAddress> chooseAddress(const std::string& interface, const std::string& cidr,
+                                  const std::string& toward);
+
+}  // namespace cohort
