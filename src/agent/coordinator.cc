@@ -91,7 +91,15 @@ class Coordinator {
     std::unique_ptr<Channel> channel;  // null until it said hello, and after it was lost
     std::chrono::steady_clock::time_point last_heard;  // its latest message
     HostAddress host;  // where its node's ranks are reached, from its hello
+    std::string hostname;
   };
+
+  // "n3 at 10.77.0.13: " on real hosts, to name a lost node where a person looks for it.
+  std::string whereIs(size_t node) const {
+    const Agent& a = agents_[node];
+    if (!options_.place || a.host.address.empty()) return "";
+    return (a.hostname.empty() ? "" : a.hostname + " at ") + a.host.address + ": ";
+  }
 
   // Until every agent is there: what the launcher says of them (a cluster's queue, a batch job
   // that ended before its agents dialled in).
@@ -130,7 +138,8 @@ class Coordinator {
         loop_.remove(agent.channel->fd());
         agent.channel.reset();
         launcher_.abandon(static_cast<int>(n));
-        feed(AgentLost{static_cast<int>(n), "no word from it in " + formatDuration(timeout)});
+        feed(AgentLost{static_cast<int>(n),
+                       whereIs(n) + "no word from it in " + formatDuration(timeout)});
         continue;
       }
       (void)agent.channel->send({{"type", "heartbeat"}});
@@ -188,9 +197,9 @@ class Coordinator {
 
   void act(const SendExit& a) {
     if (!a.node) {
-      broadcast({{"type", "exit"}});
+      broadcast({{"type", "exit"}, {"code", a.code}});
     } else if (agents_[*a.node].channel) {
-      (void)agents_[*a.node].channel->send({{"type", "exit"}});
+      (void)agents_[*a.node].channel->send({{"type", "exit"}, {"code", a.code}});
     }
   }
 
@@ -394,6 +403,7 @@ class Coordinator {
     int node = -1;      // from its hello; -1 until then
     std::string nonce;  // ours, for its proof
     HostAddress host;   // from its hello; believed only once it proved the secret
+    std::string hostname;
   };
 
   void onAccept() {
@@ -431,6 +441,7 @@ class Coordinator {
         p->node = node;
         p->nonce = *ours;
         p->host = {field(m, "interface", std::string()), field(m, "host", std::string())};
+        p->hostname = field(m, "hostname", std::string()).substr(0, 255);
         if (!p->channel->send({{"type", "challenge"},
                                {"nonce", p->nonce},
                                {"proof", handshakeProof(secret_, "coordinator", nonce, node)}})) {
@@ -449,6 +460,7 @@ class Coordinator {
       agent.channel = std::make_unique<Channel>(UniqueFd(dup(fd)));
       agent.last_heard = std::chrono::steady_clock::now();
       agent.host = p->host;
+      agent.hostname = p->hostname;
       agent.channel->setLogSink(
           [this, node](size_t index, std::string_view bytes) { onLog(node, index, bytes); });
       (void)loop_.add(agent.channel->fd(), EPOLLIN, [this, node](uint32_t) { onAgent(node); });
@@ -499,7 +511,8 @@ class Coordinator {
       }
       loop_.remove(agent.channel->fd());
       agent.channel.reset();  // it cannot run or report ranks any more
-      feed(AgentLost{node});
+      const std::string where = whereIs(static_cast<size_t>(node));
+      feed(AgentLost{node, where.empty() ? "" : where + "its connection closed"});
     }
   }
 

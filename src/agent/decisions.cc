@@ -123,7 +123,7 @@ void JobDecisions::finish(Ending ending, const std::string& why, Actions& out) {
   finishing_ = true;
   out.push_back(DisarmTimer{TimerKind::kConnect});
   out.push_back(DisarmTimer{TimerKind::kRuntime});
-  out.push_back(SendExit{});
+  out.push_back(SendExit{std::nullopt, outcome().exit_code});
   out.push_back(ArmTimer{TimerKind::kExit, kExitDeadline});
   if (connected_ == 0) agentsGone(out);
 }

@@ -106,7 +106,10 @@ struct SendPlan { int node; };       // the node's part of the plan, once every 
 struct SendStage {};                 // to every connected agent
 struct SendStart { int attempt; };   // to every connected agent
 struct SendStop { int64_t grace_ms; };  // to every connected agent; 0: SIGKILL at once
-struct SendExit { std::optional<int> node; };  // to one agent, or to every connected one
+struct SendExit {  // to one agent, or to every connected one
+  std::optional<int> node;
+  int code = 0;  // the job's exit code as it stands: what the agents exit with
+};
 struct ArmTimer { TimerKind timer; Millis after; };
 struct DisarmTimer { TimerKind timer; };
 struct WriteEvent { job::Event event; };  // `t` is left for the writer to stamp

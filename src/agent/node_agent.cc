@@ -151,7 +151,8 @@ class Agent {
                               {"nonce", nonce_},
                               {"pid", ::getpid()},
                               {"host", self.address},
-                              {"interface", self.interface}}));
+                              {"interface", self.interface},
+                              {"hostname", hostName()}}));
     COHORT_TRY(loop_.add(channel_.fd(), EPOLLIN, [this](uint32_t) { onChannel(); }));
     COHORT_TRY(loop_.add(signals_.fd(), EPOLLIN, [this](uint32_t) { onSignal(); }));
     COHORT_TRY(loop_.add(grace_.fd(), EPOLLIN, [this](uint32_t) { onGraceOver(); }));
@@ -165,7 +166,7 @@ class Agent {
       }
       cgroup_.reset();
     }
-    return lost_coordinator_ ? 1 : 0;
+    return lost_coordinator_ ? 1 : exit_code_;
   }
 
  private:
@@ -264,6 +265,8 @@ class Agent {
     } else if (type == "stop") {
       stopRanks(Millis(field(m, "grace_ms", int64_t{30000})));
     } else if (type == "exit") {
+      // Exiting with the job's code makes a cluster's accounting (sacct) agree with cohort.
+      exit_code_ = std::clamp(field(m, "code", 0), 0, 255);
       exitWhenDone(Millis(field(m, "grace_ms", int64_t{3000})));
     }
   }
@@ -636,6 +639,7 @@ class Agent {
   bool exiting_ = false;
   bool trim_after_message_ = false;
   bool lost_coordinator_ = false;
+  int exit_code_ = 0;  // the job's, from the coordinator's "exit"
   std::string nonce_;           // ours, for the coordinator's proof
   bool authenticated_ = false;  // the coordinator proved it knows the secret
 };

@@ -28,8 +28,8 @@ struct AgentOptions {
   std::string interface, cidr;
 };
 
-// Runs the agent until the coordinator says "exit" or is gone. Returns the agent's exit code (0
-// when it was told to exit, 1 when it lost the coordinator). Errors: kUnavailable when the
+// Runs the agent until the coordinator says "exit" or is gone. Returns the agent's exit code (the
+// job's, which the coordinator sends with "exit"; 1 when it lost the coordinator). Errors: kUnavailable when the
 // coordinator cannot be reached, kIo for setup failures.
 Result<int> runNodeAgent(const AgentOptions& options);
 

@@ -7,11 +7,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "agent/coordinator.h"
 #include "agent/node_agent.h"
 #include "backends/local.h"
+#include "backends/slurm.h"
 #include "cli/args.h"
 #include "cli/client_cmd.h"
 #include "cli/cp_cmd.h"
@@ -135,6 +137,16 @@ Result<void> makeJobDirs(const std::string& job_dir, bool made_by_server, int ui
   return {};
 }
 
+// The plan and the files made from it; they can be made again: no fsync on the way to the start.
+Result<void> writePlan(const plan::Plan& plan) {
+  COHORT_TRY(writeFileAtomic(job::Layout(plan.job_dir).planFile(), plan::toJson(plan), false));
+  for (const plan::GeneratedFile& f : plan.files) {
+    COHORT_TRY(makeDirs(f.path.substr(0, f.path.rfind('/'))));
+    COHORT_TRY(writeFileAtomic(f.path, f.content, false));
+  }
+  return {};
+}
+
 int cmdPlan(int argc, char** argv) {
   auto options = parseJobOptions(argc, argv, 2);
   if (!options) return reportError(options.error());
@@ -142,6 +154,16 @@ int cmdPlan(int argc, char** argv) {
   if (!job) return reportError(job.error());
   auto plan = plan::makePlan(job->spec, job->context);
   if (!plan) return reportError(plan.error());
+  if (job->spec.backend == spec::Backend::kSlurm && !options->json) {
+    // What would be submitted; the ranks' addresses are the nodes' own, known once they run.
+    auto at = backends::slurmCoordinatorAddress(job->spec.network);
+    auto script = backends::slurmBatchScript(job->spec, *plan, backends::selfExecutable(),
+                                             (at ? at->address : "ADDR") + ":PORT");
+    if (!script) return reportError(script.error());
+    if (!at) std::fprintf(stderr, "cohort: %s\n", at.error().message.c_str());
+    std::fwrite(script->data(), 1, script->size(), stdout);
+    return 0;
+  }
   std::string out = options->json ? plan::toJson(*plan) : plan::toText(*plan);
   std::fwrite(out.data(), 1, out.size(), stdout);
   return 0;
@@ -168,23 +190,46 @@ int cmdRun(int argc, char** argv) {
   }
   auto plan = plan::makePlan(job->spec, job->context);
   if (!plan) return reportError(plan.error());
+  const bool slurm = job->spec.backend == spec::Backend::kSlurm;
+  std::string listen_addr = "127.0.0.1";
+  if (slurm) {
+    // Asked before anything is made: a cluster that cannot be reached leaves nothing behind.
+    auto at = backends::slurmCoordinatorAddress(job->spec.network);
+    if (!at) return reportError(at.error());
+    listen_addr = at->address;
+  }
 
   if (auto made = makeJobDirs(plan->job_dir, !options->job_id.empty(), job->context.uid,
                               job->context.gid);
       !made) {
     return reportError(made.error());
   }
-  // The plan and the files made from it can be made again: no fsync on the way to the start.
-  if (auto w = writeFileAtomic(job::Layout(plan->job_dir).planFile(), plan::toJson(*plan), false);
-      !w) {
-    return reportError(w.error());
-  }
-  for (const plan::GeneratedFile& f : plan->files) {
-    auto dir = makeDirs(f.path.substr(0, f.path.rfind('/')));
-    auto w = dir ? writeFileAtomic(f.path, f.content, false) : Result<void>(dir);
-    if (!w) return reportError(w.error());
-  }
+  if (auto w = writePlan(*plan); !w) return reportError(w.error());
   const bool progress = !options->quiet;
+  agent::CoordinatorOptions copts;
+  copts.progress = progress;
+  copts.listen_addr = listen_addr;
+  std::unique_ptr<agent::AgentLauncher> launcher;
+  if (slurm) {
+    // The agents dial in from the cluster's nodes; each says where its node is, and the plan is
+    // made again with those addresses (MASTER_ADDR is node 0's).
+    copts.place = [&job](const std::vector<HostAddress>& hosts) -> Result<plan::Plan> {
+      plan::PlanContext ctx = job->context;
+      ctx.hosts.clear();
+      for (const HostAddress& h : hosts) {
+        ctx.hosts.push_back(h.address);
+        ctx.interfaces.push_back(h.interface);
+      }
+      ctx.master_addr = hosts.at(0).address;
+      COHORT_ASSIGN(plan::Plan placed, plan::makePlan(job->spec, ctx));
+      COHORT_TRY(writePlan(placed));
+      return placed;
+    };
+    launcher = std::make_unique<backends::SlurmLauncher>(job->spec, *plan,
+                                                         backends::selfExecutable(), progress);
+  } else {
+    launcher = std::make_unique<backends::LocalLauncher>(backends::selfExecutable());
+  }
   if (progress) {
     int nodes = static_cast<int>(plan->nodes.size());
     std::fprintf(stderr, "cohort: job %s: %s, %d node(s), %d rank(s), master port %d\n",
@@ -193,9 +238,6 @@ int cmdRun(int argc, char** argv) {
     std::fprintf(stderr, "cohort: job directory %s\n", plan->job_dir.c_str());
   }
   std::fflush(stdout);
-  backends::LocalLauncher launcher(backends::selfExecutable());
-  agent::CoordinatorOptions copts;
-  copts.progress = progress;
   if (options->report) {
     if (options->job_id.empty()) {
       return reportError(Error{Code::kInvalidArgument, "--report: only with --job-id"});
@@ -204,7 +246,7 @@ int cmdRun(int argc, char** argv) {
     if (!target) return reportError(target.error());
     copts.report = std::move(*target);
   }
-  auto outcome = agent::runCoordinator(*plan, launcher, copts);
+  auto outcome = agent::runCoordinator(*plan, *launcher, copts);
   if (!outcome) return reportError(outcome.error());
   if (outcome->state == agent::JobState::kSucceeded) {
     if (progress) {

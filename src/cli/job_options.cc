@@ -112,7 +112,9 @@ std::string jobFlagsHelp() {
   --mode NAME              MindSpore: dynamic_cluster (default) | rank_table (Ascend)
   --compat NAME            modelarts (default): also set the managed service's MA_* and
                            VC_* variables | none
-  --nodes N                nodes of a single-role job (simulated on this machine)
+  --backend NAME           local (default): nodes simulated on this machine | slurm: the nodes
+                           of a Slurm batch job, one per host (docs/slurm.md)
+  --nodes N                nodes of a single-role job
   --nproc-per-node N|auto  processes per node (auto: one per GPU, 1 without GPUs)
   --workdir DIR            where ranks run (default: the job file's directory, or here)
   --env KEY=VALUE          set a variable for every rank (repeatable)
@@ -176,6 +178,8 @@ Result<JobOptions> parseJobOptions(int argc, char** argv, int first) {
       }
     } else if (arg == "--launcher") {
       COHORT_ASSIGN(o.launcher, next());
+    } else if (arg == "--backend") {
+      COHORT_ASSIGN(o.backend, next());
     } else if (arg == "--mode") {
       COHORT_ASSIGN(o.mode, next());
     } else if (arg == "--compat") {
@@ -254,6 +258,12 @@ Result<spec::JobSpec> buildSpec(const JobOptions& o) {
     s.framework = *f;
     origin.setByFlag("framework", "--framework");
     if (*f == spec::Framework::kMpi && o.launcher.empty()) s.launcher = spec::Launcher::kMpirun;
+  }
+  if (!o.backend.empty()) {
+    auto b = spec::parseBackend(o.backend);
+    if (!b) return withContext(b.error(), "--backend");
+    s.backend = *b;
+    origin.setByFlag("backend", "--backend");
   }
   if (!o.launcher.empty()) {
     auto l = spec::parseLauncher(o.launcher);
@@ -396,9 +406,25 @@ Result<PreparedJob> prepareJob(const JobOptions& o) {
   }
   const std::string workdir = *checked;
   plan::PlanContext& ctx = job.context;
-  ctx.gpus = backends::localGpus();
-  ctx.device_ips = backends::localAscendAddresses();
   ctx.as_root = ::geteuid() == 0;
+  if (s.backend == spec::Backend::kSlurm) {
+    // Real hosts: each node has the GPUs Slurm gives it (--gres), numbered from 0 in the step.
+    ctx.nodes_share_machine = false;
+    int per_node = 0;
+    for (const spec::Role& role : s.roles) {
+      if (role.procs_per_node == spec::kAutoProcs) {
+        return fail(Code::kInvalidArgument,
+                    spec::fieldLabel(s, "roles." + role.name + ".procs_per_node") +
+                        "auto counts this machine's GPUs, not the cluster nodes': give a number "
+                        "for the slurm backend");
+      }
+      per_node = std::max(per_node, role.procs_per_node * role.resources.gpus);
+    }
+    for (int g = 0; g < per_node; ++g) ctx.gpus.push_back(g);
+  } else {
+    ctx.gpus = backends::localGpus();
+    ctx.device_ips = backends::localAscendAddresses();
+  }
   for (spec::Role& role : s.roles) {
     if (role.procs_per_node != spec::kAutoProcs) continue;
     // One per device; simulated nodes share this machine's devices.

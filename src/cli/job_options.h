@@ -16,7 +16,7 @@ namespace cohort::cli {
 
 struct JobOptions {
   std::string file;
-  std::string name, framework, launcher, mode, compat, workdir, grace_period, max_runtime,
+  std::string name, framework, launcher, backend, mode, compat, workdir, grace_period, max_runtime,
       heartbeat_timeout, success, data_root, log_ranks;
   std::string job_id;  // --job-id: set by `cohort server`, whose job directory already exists
   std::string run_as;  // --run-as UID:GID: set by `cohort server`, the account's identity

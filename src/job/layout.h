@@ -45,6 +45,9 @@ class Layout {
   std::string workDir() const { return dir_ + "/work"; }
   std::string nodeWorkDir(int node) const { return workDir() + "/node" + std::to_string(node); }
   std::string outputDir() const { return dir_ + "/output"; }
+  // The slurm backend's batch script, and what its agents print (%j: Slurm's job id).
+  std::string batchScript() const { return dir_ + "/slurm.sbatch"; }
+  std::string batchOutput() const { return dir_ + "/slurm-%j.out"; }
 
  private:
   std::string dir_;

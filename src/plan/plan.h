@@ -87,6 +87,9 @@ struct PlanContext {
   // scheduler), then one per TensorFlow task. Empty for a dry plan: shown as "auto".
   std::vector<int> ports;
   std::vector<std::string> hosts;  // one per node; missing entries default to master_addr
+  // On real hosts: the interface of each node's address, for GLOO/NCCL_SOCKET_IFNAME. Empty for
+  // simulated nodes.
+  std::vector<std::string> interfaces;
   std::set<int> console_ranks;     // global ranks echoed on the console; empty: all
   std::vector<int> gpus;           // device indices; each rank gets one in CUDA_VISIBLE_DEVICES
   bool nodes_share_machine = true;  // simulated nodes: spread ranks over the machine's devices

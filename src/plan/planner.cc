@@ -195,6 +195,14 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
         // So that the Python helpers' cohort.copy() finds the binary and the store.
         if (!ctx.cohort_bin.empty()) setEnv(env, "COHORT_BIN", ctx.cohort_bin);
         if (!ctx.data_root.empty()) setEnv(env, "COHORT_DATA_ROOT", ctx.data_root);
+        // The collectives' own sockets (gloo, NCCL) take the node's interface, not the one the
+        // hostname resolves to (often 127.0.1.1), unless the job says otherwise.
+        if (static_cast<size_t>(node_index) < ctx.interfaces.size() &&
+            !ctx.interfaces[node_index].empty()) {
+          for (const char* var : {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"}) {
+            if (!hasEnv(spec.env, var)) setEnv(env, var, ctx.interfaces[node_index]);
+          }
+        }
         node.ranks.push_back(std::move(r));
       }
       plan.nodes.push_back(std::move(node));

@@ -47,6 +47,12 @@ std::string known(const std::vector<Entry>& all) {
 
 }  // namespace
 
+std::string hostName() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "";
+  return name;
+}
+
 Result<HostAddress> chooseAddress(const std::string& interface, const std::string& cidr,
                                   const std::string& toward) {
   const std::vector<Entry> all = ipv4Addresses();

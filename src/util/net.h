@@ -15,6 +15,9 @@ struct HostAddress {
   std::string address;    // "10.77.0.11"
 };
 
+// This host's name (gethostname), for people; never used to find an address.
+std::string hostName();
+
 // With `interface`: its first IPv4 address. With `cidr`: the first address of this host inside
 // it. With neither: the address this host would send from to reach `toward` (an IPv4 address).
 // Errors: kNotFound naming what was asked for and the addresses this host has.

@@ -58,6 +58,8 @@ bool validUtf8(std::string_view text);
 std::vector<std::string> split(std::string_view text, char sep);
 std::string join(const std::vector<std::string>& parts, std::string_view sep);
 bool startsWith(std::string_view text, std::string_view prefix);
+// Without the spaces, tabs and line ends at either end.
+std::string_view trim(std::string_view text);
 
 // Quotes a word for a POSIX shell only when it needs it.
 std::string shellQuote(std::string_view word);
