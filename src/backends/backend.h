@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "spec/job_spec.h"
 #include "util/result.h"
 
 namespace cohort::backends {
@@ -49,7 +50,10 @@ class Backend {
   virtual std::string describe(const std::string& handle) const = 0;
 };
 
-// `cohort_bin` is the binary coordinators run.
-std::unique_ptr<Backend> makeLocalBackend(std::string cohort_bin);
+// `cohort_bin` is the binary coordinators run. Coordinators run on this machine; their nodes are
+// simulated here too (spec::Backend::kLocal) or are those of a Slurm batch job (kSlurm: Slurm
+// queues and gang-schedules, see slurm.h); the backend's name is the nodes'.
+std::unique_ptr<Backend> makeLocalBackend(std::string cohort_bin,
+                                          spec::Backend nodes = spec::Backend::kLocal);
 
 }  // namespace cohort::backends

@@ -79,14 +79,19 @@ bool alive(const Handle& h) {
 
 class LocalBackend : public Backend {
  public:
-  explicit LocalBackend(std::string cohort_bin) : cohort_bin_(std::move(cohort_bin)) {}
+  LocalBackend(std::string cohort_bin, spec::Backend nodes)
+      : cohort_bin_(std::move(cohort_bin)), nodes_(nodes) {}
 
-  const char* name() const override { return "local"; }
+  const char* name() const override { return spec::backendName(nodes_); }
 
   Result<std::string> submit(const JobLaunch& l) override {
     const job::Layout layout(l.job_dir);
     std::vector<std::string> args = {cohort_bin_,  "run",       "--job-id", l.job_id,
                                      "--data-root", l.data_root, "-f",       layout.specFile()};
+    if (nodes_ == spec::Backend::kSlurm) {
+      args.push_back("--backend");
+      args.push_back("slurm");
+    }
     if (l.isolate) args.push_back("--isolate");
     if (l.report) args.push_back("--report");
     if (l.uid >= 0) {
@@ -163,13 +168,14 @@ class LocalBackend : public Backend {
 
  private:
   std::string cohort_bin_;
+  spec::Backend nodes_;
   std::set<pid_t> children_;  // spawned by this server: reaped by it
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> makeLocalBackend(std::string cohort_bin) {
-  return std::make_unique<LocalBackend>(std::move(cohort_bin));
+std::unique_ptr<Backend> makeLocalBackend(std::string cohort_bin, spec::Backend nodes) {
+  return std::make_unique<LocalBackend>(std::move(cohort_bin), nodes);
 }
 
 }  // namespace cohort::backends

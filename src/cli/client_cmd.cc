@@ -536,7 +536,8 @@ std::string stateSummary(const Json& job) {
     if (!reason.empty() && state != "succeeded") out += ": " + reason;
     return out;
   }
-  return state;
+  // "starting: Slurm job 42 is pending: waiting for free nodes (Resources)"
+  return reason.empty() ? state : state + ": " + reason;
 }
 
 // The line `cohort submit --wait` and `cohort status --wait` end with.
@@ -800,7 +801,12 @@ std::string psInfo(const Json& job) {
   }
   std::string started = str(job, "started");
   std::string since = durationBetween(started.empty() ? str(job, "submitted") : started, "");
-  return since.empty() ? "" : "for " + since;
+  std::string out = since.empty() ? "" : "for " + since;
+  // Why a starting job waits: "Slurm job 42 is pending: waiting for free nodes (Resources)".
+  if (std::string reason = str(job, "reason"); !reason.empty()) {
+    out += (out.empty() ? "" : ": ") + reason;
+  }
+  return out;
 }
 
 Result<int> cmdPs(int argc, char** argv) {

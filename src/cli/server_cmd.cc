@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "backends/local.h"
+#include "backends/slurm.h"
 #include "cli/args.h"
 #include "server/server.h"
 #include "util/fd.h"
@@ -33,7 +34,11 @@ of a data root it creates the account "admin" and prints its token (also saved, 
 Flags:
   --listen HOST:PORT       where the HTTP API listens (default 127.0.0.1:8600; port 0: any)
   --data-root DIR          database, jobs and store (default $COHORT_DATA_ROOT or ~/.cohort)
-  --cpus N                 CPUs the scheduler hands out (default: this machine's)
+  --backend NAME           local (default): jobs' nodes are simulated on this machine | slurm:
+                           each job is a Slurm batch job, its ranks on the cluster's nodes; the
+                           server queues by account and priority, Slurm allocates (docs/slurm.md)
+  --cpus N                 CPUs the scheduler hands out (default: this machine's; with slurm:
+                           no limit of its own)
   --memory SIZE            memory the scheduler hands out, e.g. 64Gi (default: this machine's)
   --gpus N                 GPUs the scheduler hands out (default: those nvidia-smi lists)
   --isolate                run every job's ranks under bubblewrap, where the store and other
@@ -113,6 +118,7 @@ int cmdServer(int argc, char** argv) {
                            {"--gpus", "", true},
                            {"--threads", "", true},
                            {"--idle-timeout", "", true},
+                           {"--backend", "", true},
                            {"--rank-uids", "", true},
                            {"--single-user", "", false},
                            {"--isolate", "", false},
@@ -175,6 +181,10 @@ int cmdServer(int argc, char** argv) {
       auto n = parseInt(value);
       if (!n || *n < 2) return bad("expected a number >= 2");
       options.http_threads = *n;
+    } else if (flag == "--backend") {
+      auto b = spec::parseBackend(value);
+      if (!b) return bad("expected local or slurm");
+      options.nodes = *b;
     } else if (flag == "--idle-timeout") {
       auto d = parseDuration(value);
       if (!d || *d < Millis(100) || *d > Millis(86400000)) {
@@ -194,6 +204,18 @@ int cmdServer(int argc, char** argv) {
                                   : static_cast<int>(i));
   }
   options.capacity.gpus = gpus;
+  if (options.nodes == spec::Backend::kSlurm) {
+    // Slurm allocates and gang-schedules: this server queues by account and priority, and hands
+    // Slurm whatever it asks for, unless --cpus, --memory or --gpus set the share it may use.
+    if (auto at = backends::slurmCoordinatorAddress({}); !at) {
+      std::fprintf(stderr, "cohort server: --backend slurm: %s\n", at.error().message.c_str());
+      return kExitFailed;
+    }
+    options.gpu_ids.clear();  // Slurm gives each node its GPUs (--gres)
+    if (!parsed->has("--cpus")) options.capacity.cpu_millis = int64_t{1} << 50;
+    if (!parsed->has("--memory")) options.capacity.memory_bytes = int64_t{1} << 60;
+    if (!parsed->has("--gpus")) options.capacity.gpus = int64_t{1} << 30;
+  }
   options.cohort_bin = backends::selfExecutable();
   // Jobs of different accounts share the machine and the server's user: unless told otherwise,
   // each job runs in a sandbox where the store and other jobs' directories do not exist.
@@ -245,8 +267,14 @@ int cmdServer(int argc, char** argv) {
   }
   std::printf("cohort server: listening on http://%s:%d\n", options.host.c_str(),
               (*server)->port());
-  std::printf("cohort server: data root %s, %s\n", options.data_root.c_str(),
-              sched::describe(options.capacity).c_str());
+  if (options.nodes == spec::Backend::kSlurm) {
+    std::printf("cohort server: data root %s; jobs are Slurm batch jobs (SLURM_CONF %s)\n",
+                options.data_root.c_str(),
+                std::getenv("SLURM_CONF") ? std::getenv("SLURM_CONF") : "not set");
+  } else {
+    std::printf("cohort server: data root %s, %s\n", options.data_root.c_str(),
+                sched::describe(options.capacity).c_str());
+  }
   std::printf("cohort server: jobs run %s\n",
               options.isolate    ? "isolated (bubblewrap: each sees only its own directory)"
               : isolate == "off" ? "without isolation (--no-isolate)"

@@ -60,7 +60,7 @@ struct JobService::Supervised {
 JobService::JobService(store::JobStore& store, JobServiceOptions options, const sched::Clock& clock)
     : store_(store),
       options_(std::move(options)),
-      backend_(backends::makeLocalBackend(options_.cohort_bin)),
+      backend_(backends::makeLocalBackend(options_.cohort_bin, options_.nodes)),
       clock_(clock) {}
 
 Result<std::unique_ptr<JobService>> JobService::create(store::JobStore& store,
@@ -338,8 +338,20 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
   }
   COHORT_TRY(backends::checkCommand(spec));
   COHORT_TRY(checkIdentity(caller, spec));
+  // The server's configuration decides where its jobs run.
+  if (spec.backend == spec::Backend::kSlurm && options_.nodes != spec::Backend::kSlurm) {
+    return fail(Code::kInvalidArgument,
+                "backend: this server runs its jobs on its own machine; a server started with "
+                "--backend slurm hands them to Slurm");
+  }
   for (spec::Role& role : spec.roles) {
     if (role.procs_per_node != spec::kAutoProcs) continue;
+    if (options_.nodes == spec::Backend::kSlurm) {
+      return fail(Code::kInvalidArgument,
+                  "roles." + role.name +
+                      ".procs_per_node: auto counts this machine's GPUs, not the cluster nodes': "
+                      "give a number, the jobs of this server run on Slurm");
+    }
     int64_t per_node = options_.capacity.gpus / spec::totalNodes(spec);
     role.procs_per_node = static_cast<int>(std::max<int64_t>(per_node, 1));
     // One process per GPU: each of them takes its GPU.
@@ -716,9 +728,13 @@ std::optional<std::string> JobService::progress(const std::string& job_id) const
 void JobService::applyEvents(const std::string& job_id, const std::vector<job::Event>& events) {
   std::optional<std::string> state;
   std::optional<int> attempts;
+  std::optional<std::string> reason;  // why a job waits: a cluster's queue
   for (const job::Event& e : events) {
     if (e.kind != job::EventKind::kState) continue;
-    if (!store::isFinalState(e.state)) state = e.state;
+    if (!store::isFinalState(e.state)) {
+      state = e.state;
+      reason = e.reason;
+    }
     if (e.state == "running") attempts = e.attempt.value_or(0) + 1;
   }
   if (!state && !attempts) return;
@@ -726,8 +742,9 @@ void JobService::applyEvents(const std::string& job_id, const std::vector<job::E
   if (!job || store::isFinalState(job->state)) return;
   bool changed = false;
   // A stop asked for stays "stopping" until the job ends.
-  if (state && job->state != "stopping" && job->state != *state) {
+  if (state && job->state != "stopping" && (job->state != *state || job->reason != *reason)) {
     job->state = *state;
+    job->reason = *reason;
     changed = true;
   }
   if (attempts && job->attempts != *attempts) {

@@ -53,6 +53,7 @@ struct JobServiceOptions {
   std::string cohort_bin;     // the binary coordinators run
   sched::Resources capacity;  // the machine
   std::vector<int> gpu_ids;   // its GPUs (capacity.gpus of them)
+  spec::Backend nodes = spec::Backend::kLocal;  // where jobs' nodes are: here, or Slurm's
   bool isolate = false;       // run ranks under bubblewrap (cohort run --isolate)
   Identities identities;
   std::string report_url;     // where coordinators report: this server, "http://host:port"

@@ -1318,6 +1318,7 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   jopts.cohort_bin = options.cohort_bin;
   jopts.capacity = options.capacity;
   jopts.gpu_ids = options.gpu_ids;
+  jopts.nodes = options.nodes;
   jopts.isolate = options.isolate;
   jopts.identities = options.identities;
   COHORT_ASSIGN(impl->hub, EventHub::create());

@@ -1293,8 +1293,9 @@ std::string toJobFile(const JobSpec& spec) {
               {"roles", roles},
               {"inputs", inputs},
               {"outputs", outputs},
-              {"policy", policy},
-              {"backend", backendName(spec.backend)}};
+              {"policy", policy}};
+  // Only when asked for: a server decides where a job without one runs.
+  if (spec.backend != Backend::kLocal) job["backend"] = backendName(spec.backend);
   Json network = Json::object();
   if (!spec.network.interface.empty()) network["interface"] = spec.network.interface;
   if (!spec.network.cidr.empty()) network["cidr"] = spec.network.cidr;

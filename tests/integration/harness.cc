@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -131,6 +132,9 @@ std::unique_ptr<ServerProcess> startServer(std::string* why,
   std::vector<std::string> argv_s = {COHORT_BIN, "server", "--listen", "127.0.0.1:0",
                                      "--data-root", server->data_root_};
   argv_s.insert(argv_s.end(), flags.begin(), flags.end());
+  const auto root_flag = std::find(flags.begin(), flags.end(), "--data-root");
+  const bool reused = root_flag != flags.end() && root_flag + 1 != flags.end();
+  if (reused) server->data_root_ = *(root_flag + 1);
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -164,7 +168,10 @@ std::unique_ptr<ServerProcess> startServer(std::string* why,
         std::string text = readText(server->out_path_);
         server->url_ = lineValue(text, "cohort server: listening on ");
         server->admin_token_ = lineValue(text, "cohort server: admin token: ");
-        return !server->url_.empty() && !server->admin_token_.empty();
+        // A data root used before has its accounts: no new token is printed.
+        return !server->url_.empty() &&
+               (!server->admin_token_.empty() ||
+                (reused && !lineValue(text, "cohort server: jobs run ").empty()));
       },
       30s);
   if (!up || exited) {

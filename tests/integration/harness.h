@@ -67,7 +67,8 @@ class ServerProcess {
 };
 
 // Starts a server (with `flags` after the listen address and data root) and waits (up to 30 s)
-// until it printed its URL and admin token. Returns null when it did not come up, with what it
+// until it printed its URL and admin token (only its URL when `flags` name a --data-root: a
+// restart over a data root that has its accounts). Returns null when it did not come up, with what it
 // printed in `why`.
 std::unique_ptr<ServerProcess> startServer(std::string* why = nullptr,
                                            const std::vector<std::string>& flags = {});

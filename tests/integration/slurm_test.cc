@@ -33,6 +33,14 @@ class Slurm : public ::testing::Test {
     ::setenv("SLURM_CONF", slurmConf().c_str(), 1);
     data_ = tempDir();
   }
+  // A test that failed half-way (or a server's job, which outlives it) leaves nothing to the next:
+  // the cluster is this suite's own.
+  void TearDown() override {
+    if (stateDir().empty()) return;
+    (void)std::system("scancel --quiet --full --signal=KILL --state=RUNNING --user=root 2>/dev/null;"
+                      " scancel --quiet --user=root 2>/dev/null");
+    waitFor([] { return shell("squeue -h -t pd,r,cg -o '%i'").empty(); }, 20s);
+  }
 
   std::vector<std::string> run(std::vector<std::string> args) {
     std::vector<std::string> all = {"run", "--backend", "slurm", "--data-root", data_};
@@ -60,6 +68,12 @@ class Slurm : public ::testing::Test {
   static std::string slurmJobOf(const std::string& err) {
     std::smatch m;
     return std::regex_search(err, m, std::regex("Slurm job ([0-9]+) submitted")) ? m[1].str() : "";
+  }
+
+  static std::string_view trimmed(const std::string& text) {
+    std::string_view v(text);
+    while (!v.empty() && (v.back() == '\n' || v.back() == ' ')) v.remove_suffix(1);
+    return v;
   }
 
   std::string data_;
@@ -225,6 +239,61 @@ TEST_F(Slurm, WhatSlurmRefusesIsSaidInItsOwnWordsAndNothingIsQueued) {
   EXPECT_TRUE(contains(u.err, "is Slurm up")) << u.err;
   EXPECT_EQ(shell("ls " + elsewhere + "/jobs 2>/dev/null"), "")
       << "no job directory for a job never submitted";
+}
+
+TEST_F(Slurm, AServerHandsItsJobsToSlurmAndFindsThemAgainAfterARestart) {
+  std::string why;
+  auto server = startServer(&why, {"--backend", "slurm", "--no-isolate", "--single-user"});
+  ASSERT_TRUE(server) << why;
+  const std::string token = server->adminToken();
+  const std::string root = server->dataRoot();
+  std::string url = server->url();
+  auto cli = [&](std::vector<std::string> args) {
+    args.insert(args.begin() + 1, {"--server", url, "--token", token});
+    return runCohort(args, 60s);
+  };
+  auto record = [&](const std::string& id) {
+    return nlohmann::json::parse(cli({"status", id, "--json"}).out, nullptr, false)["job"];
+  };
+  const std::string gate = data_ + "/go";
+  const std::string holder_file = data_ + "/holder.yaml";
+  std::ofstream(holder_file) << "name: holder\nframework: generic\nworkdir: " << data_
+                             << "\ncommand: [" << testRank() << ", echo=up, wait-file=" << gate
+                             << "]\nroles: {worker: {nodes: 3}}\nslurm: {options: [--exclusive]}\n";
+  RunResult held = cli({"submit", "-f", holder_file});
+  ASSERT_EQ(held.exit_code, 0) << held.err;
+  const std::string holder = std::string(trimmed(held.out));
+  ASSERT_TRUE(waitFor([&] { return record(holder).value("state", "") == "running"; }, 60s));
+  RunResult wait = cli({"submit", "--name", "waiter", "--nodes", "2", "--framework", "generic",
+                        "--workdir", data_, "--", "true"});
+  ASSERT_EQ(wait.exit_code, 0) << wait.err;
+  const std::string waiter = std::string(trimmed(wait.out));
+  // Slurm queues it, and the server says why, in cohort's words.
+  ASSERT_TRUE(waitFor([&] { return contains(cli({"ps"}).out, "waiting for free nodes"); }, 30s))
+      << cli({"ps"}).out;
+  EXPECT_TRUE(contains(record(waiter).value("reason", ""), "is pending: waiting for free nodes"))
+      << record(waiter).dump();
+  // cohort stop cancels it in Slurm: nothing stays queued.
+  EXPECT_EQ(cli({"stop", waiter}).exit_code, 0);
+  EXPECT_TRUE(waitFor([&] { return record(waiter).value("state", "") == "stopped"; }, 30s))
+      << record(waiter).dump();
+  EXPECT_TRUE(waitFor([&] { return !contains(shell("squeue -h -o '%j'"), "waiter"); }, 10s));
+
+  // The server goes away while the holder runs, and comes back on another port.
+  ::kill(server->pid(), SIGTERM);
+  ASSERT_TRUE(waitFor([&] { return processGone(server->pid()); }, 20s));
+  server = startServer(&why, {"--backend", "slurm", "--no-isolate", "--single-user",
+                              "--data-root", root});
+  ASSERT_TRUE(server) << why;
+  url = server->url();
+  EXPECT_EQ(record(holder).value("state", ""), "running") << record(holder).dump();
+  std::ofstream(gate) << "go\n";
+  ASSERT_TRUE(waitFor([&] { return record(holder).value("state", "") == "succeeded"; }, 60s))
+      << record(holder).dump();
+  // Slurm's accounting agrees: the batch job completed.
+  const std::string ids = shell("squeue -h -t all -n holder -o '%T'");
+  EXPECT_TRUE(contains(ids, "COMPLETED")) << ids;
+  EXPECT_TRUE(contains(readText(root + "/jobs/" + holder + "/logs/worker-2.log"), "up"));
 }
 
 TEST_F(Slurm, PlanPrintsTheBatchScriptWithoutSubmitting) {
