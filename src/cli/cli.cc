@@ -95,7 +95,8 @@ std::string planHelp() {
 Usage: cohort plan [flags] [-f job.yaml] [--json] [-- command...]
 
 Shows each rank's identity, argv and the variables cohort sets, and the files it writes.
-MASTER_PORT shows as "auto": a free port is leased when the job starts.
+MASTER_PORT shows as "auto": a free port is leased when the job starts. With --backend slurm
+(or backend: slurm in the job file) it prints the batch script cohort would submit instead.
 
 )") + jobFlagsHelp() + R"(
 Output:
