@@ -92,6 +92,7 @@ class Coordinator {
     std::chrono::steady_clock::time_point last_heard;  // its latest message
     HostAddress host;  // where its node's ranks are reached, from its hello
     std::string hostname;
+    bool dialled = false;  // it proved the secret once
   };
 
   // "n3 at 10.77.0.13: " on real hosts, to name a lost node where a person looks for it.
@@ -228,6 +229,11 @@ class Coordinator {
 
   void act(const ReapAgents&) {
     loop_.quit();
+    // An agent that never dialled in (the job was stopped while they started) would wait for a
+    // coordinator that no longer listens: it goes now, not at the reap's deadline.
+    for (size_t n = 0; n < agents_.size(); ++n) {
+      if (!agents_[n].dialled) launcher_.abandon(static_cast<int>(n));
+    }
     launcher_.reap(Millis(5000));
   }
 
@@ -461,6 +467,7 @@ class Coordinator {
       agent.last_heard = std::chrono::steady_clock::now();
       agent.host = p->host;
       agent.hostname = p->hostname;
+      agent.dialled = true;
       agent.channel->setLogSink(
           [this, node](size_t index, std::string_view bytes) { onLog(node, index, bytes); });
       (void)loop_.add(agent.channel->fd(), EPOLLIN, [this, node](uint32_t) { onAgent(node); });
@@ -580,6 +587,7 @@ class Coordinator {
 
 Result<JobOutcome> runCoordinator(const plan::Plan& plan, AgentLauncher& launcher,
                                   const CoordinatorOptions& options) {
+  raiseFileLimit();
   COHORT_ASSIGN(proc::SignalFd signals, proc::SignalFd::create({SIGINT, SIGTERM, SIGHUP}));
   COHORT_ASSIGN(auto loop, proc::EventLoop::create());
   COHORT_ASSIGN(proc::Timer connect, proc::Timer::create());

@@ -79,6 +79,26 @@ std::map<pid_t, Usage> usageByProcessGroup() {
   return out;
 }
 
+// Whether some process of process group `pgid` would take `sig` now: neither ignores nor blocks
+// it (/proc/<pid>/status). A sandboxed rank's group ignores the stop signals until the rank's
+// own program runs (plan/isolation.cc): a stop sent before then is lost, and must be sent again.
+bool groupTakes(pid_t pgid, int sig) {
+  const uint64_t bit = uint64_t{1} << (sig - 1);
+  bool takes = false;
+  forEachProcess([&](pid_t pid, const std::vector<std::string>& f) {
+    if (takes || f.size() < 3 || std::atoi(f[2].c_str()) != pgid) return;
+    auto status = readFile("/proc/" + std::to_string(pid) + "/status");
+    if (!status) return;
+    uint64_t ignored = 0, blocked = 0;
+    for (const std::string& line : split(*status, '\n')) {
+      if (startsWith(line, "SigIgn:")) ignored = std::strtoull(line.c_str() + 7, nullptr, 16);
+      if (startsWith(line, "SigBlk:")) blocked = std::strtoull(line.c_str() + 7, nullptr, 16);
+    }
+    takes = !((ignored | blocked) & bit);
+  });
+  return takes;
+}
+
 // Processes whose parent is `parent`.
 std::vector<pid_t> childrenOf(pid_t parent) {
   std::vector<pid_t> out;
@@ -122,6 +142,8 @@ struct Rank {
   int64_t last_output = 0;  // unix nanos of its latest output; 0: none yet
   bool running = false;
   bool signalled = false;  // cohort sent it a signal
+  bool stop_lost = false;  // its SIGTERM came when no process of it could take it
+  std::chrono::steady_clock::time_point spawned;
 };
 
 class Agent {
@@ -184,7 +206,28 @@ class Agent {
       return;
     }
     heartbeatIfDue();
+    resendLostStops();
     heartbeat_.arm(heartbeat_every_);
+  }
+
+  // A SIGTERM that reached a rank's group before any of its processes could take it (a sandbox
+  // still starting) is sent again once one can, until the grace period ends in SIGKILL.
+  void resendLostStops() {
+    if (!stopping_ || !grace_armed_) return;
+    for (Rank& rank : ranks_) {
+      if (rank.running && rank.stop_lost && groupTakes(rank.child.pid, SIGTERM)) {
+        rank.stop_lost = false;
+        ::kill(-rank.child.pid, SIGTERM);
+      }
+    }
+  }
+
+  // Only a rank started with the stop signals ignored (`env --ignore-signal=...`: a sandbox,
+  // plan/isolation.cc) can, just after its start, have every process ignore them.
+  static bool mayLoseStop(const Rank& rank) {
+    const std::vector<std::string>& argv = rank.plan.argv;
+    return argv.size() > 1 && argv[0] == "env" && startsWith(argv[1], "--ignore-signal=") &&
+           std::chrono::steady_clock::now() - rank.spawned < std::chrono::seconds(10);
   }
 
   // Also called from loops that may take long (spawning many ranks): silence is loss.
@@ -383,6 +426,7 @@ class Agent {
     attempt_ = attempt;
     stopping_ = false;
     grace_.disarm();  // the last attempt's stop is over: its SIGKILL must not hit this one
+    grace_armed_ = false;
     ranks_.clear();
     ranks_.resize(node_.ranks.size());
     for (size_t i = 0; i < node_.ranks.size(); ++i) {
@@ -463,6 +507,7 @@ class Agent {
     }
     rank.child = std::move(*child);
     rank.running = true;
+    rank.spawned = std::chrono::steady_clock::now();
     ++running_count_;
     COHORT_TRY(loop_.add(rank.child.pidfd.get(), EPOLLIN, [this, index](uint32_t) { onExit(index); }));
     COHORT_TRY(loop_.add(rank.out.get(), EPOLLIN, [this, index](uint32_t) { pump(index, 16); }));
@@ -568,18 +613,22 @@ class Agent {
       for (Rank& rank : ranks_) {
         if (!rank.running) continue;
         rank.signalled = true;
+        // Looked at before the signal: a process that takes it then gets it.
+        if (sig == SIGTERM && mayLoseStop(rank)) rank.stop_lost = !groupTakes(rank.child.pid, sig);
         ::kill(-rank.child.pid, sig);
         any = true;
       }
       // Only ranks that got SIGTERM need the SIGKILL: a timer armed with nothing running would
       // go off in the next attempt and kill its ranks.
       if (sig == SIGTERM && any) grace_.arm(grace);
+      grace_armed_ = sig == SIGTERM && any;
     }
     stopping_ = true;
   }
 
   void onGraceOver() {
     grace_.consume();
+    grace_armed_ = false;
     if (!stopping_) return;
     for (Rank& rank : ranks_) {
       if (rank.running) ::kill(-rank.child.pid, SIGKILL);
@@ -591,6 +640,7 @@ class Agent {
   // pipes, and tell the coordinator.
   void attemptOver() {
     grace_.disarm();
+    grace_armed_ = false;
     progress_.disarm();
     if (cgroup_) {
       if (auto killed = cgroup_->killAll(Millis(10000)); !killed) {
@@ -640,6 +690,7 @@ class Agent {
   bool trim_after_message_ = false;
   bool lost_coordinator_ = false;
   int exit_code_ = 0;  // the job's, from the coordinator's "exit"
+  bool grace_armed_ = false;  // SIGTERM was sent; SIGKILL follows when the grace period ends
   std::string nonce_;           // ours, for the coordinator's proof
   bool authenticated_ = false;  // the coordinator proved it knows the secret
 };
@@ -651,6 +702,7 @@ Result<int> runNodeAgent(const AgentOptions& options) {
   COHORT_ASSIGN(proc::SignalFd signals,
                 proc::SignalFd::create({SIGTERM, SIGINT, SIGHUP, SIGCHLD}));
   ::signal(SIGPIPE, SIG_IGN);
+  raiseFileLimit();
   if (::prctl(PR_SET_CHILD_SUBREAPER, 1) < 0) return failErrno("prctl(PR_SET_CHILD_SUBREAPER)");
   // The watchdog is forked, so it must come before any thread (and before the socket, which it
   // must not hold).

@@ -4,7 +4,6 @@
 #include <linux/openat2.h>
 #include <sys/file.h>
 #include <sys/random.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -1326,11 +1325,7 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
 
   Impl* self = impl.get();
   // Every follower holds a connection (a descriptor), not a thread: allow many.
-  rlimit files{};
-  if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
-    files.rlim_cur = files.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &files);
-  }
+  raiseFileLimit();
   impl->routes();
   http::Options hopts;
   hopts.host = options.host;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -46,6 +47,14 @@ Result<void> writeAll(int fd, std::string_view data) {
     data.remove_prefix(static_cast<size_t>(n));
   }
   return {};
+}
+
+void raiseFileLimit() {
+  rlimit files{};
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &files);
+  }
 }
 
 Result<std::string> readFile(const std::string& path) {

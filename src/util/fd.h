@@ -37,6 +37,11 @@ Result<void> writeAll(int fd, std::string_view data);
 
 Result<std::string> readFile(const std::string& path);
 
+// Raises this process's soft limit on open descriptors to its hard limit: a coordinator holds
+// one connection and a log per node and rank, an agent a pipe and a pidfd per rank, the server
+// one connection per follower; 1,024 (a common default) is not enough for big jobs.
+void raiseFileLimit();
+
 // Creates `path` and its missing parents (mode 0755), like `mkdir -p`. Errors: kIo.
 Result<void> makeDirs(const std::string& path);
 

@@ -185,10 +185,12 @@ std::unique_ptr<ServerProcess> startServer(std::string* why,
 
 namespace {
 
-// Removes the test's temporary directories when the test binary exits.
+// Removes the test's temporary directories when the test binary exits (unless
+// COHORT_TEST_KEEP is set: then they stay, to look at what a failing test left).
 struct TempDirs {
   std::vector<std::string> dirs;
   ~TempDirs() {
+    if (std::getenv("COHORT_TEST_KEEP")) return;
     std::error_code ignored;
     for (const auto& dir : dirs) std::filesystem::remove_all(dir, ignored);
   }

@@ -226,7 +226,7 @@ class ServerFixture : public ::testing::Test {
       if (ours && pid != ::getpid()) ::kill(pid, SIGKILL);
     }
     std::error_code ec;
-    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+    if (!dir_.empty() && !std::getenv("COHORT_TEST_KEEP")) std::filesystem::remove_all(dir_, ec);
   }
 
   // Starts the server on the data root and waits until it printed where it listens (and, on

@@ -119,6 +119,43 @@ TEST_F(Slurm, TheDdpExampleTrainsAcrossTwoHosts) {
   EXPECT_GT(std::stod(m[1]), 0.85) << r.out;
 }
 
+// MindSpore and TensorFlow from PyPI, in the venv scripts/frameworks-venv makes (CI makes it
+// before the tests run).
+bool haveFrameworks(const std::string& module) {
+  const std::string python = sourceDir() + "/build/venv-frameworks/bin/python";
+  return std::system((python + " -c 'import " + module + "' 2>/dev/null").c_str()) == 0;
+}
+
+// The distinct node addresses in a job's plan on record.
+std::set<std::string> planHosts(const std::string& job_dir) {
+  std::set<std::string> hosts;
+  const nlohmann::json plan = readJson(job_dir + "/plan.json");
+  for (const auto& node : plan["nodes"]) hosts.insert(node["host"].get<std::string>());
+  return hosts;
+}
+
+TEST_F(Slurm, TensorFlowParameterServersRunAcrossFourHosts) {
+  if (!haveFrameworks("tensorflow")) GTEST_SKIP() << "TensorFlow is not installed: run scripts/frameworks-venv";
+  auto r = runCohort(run({"-f", sourceDir() + "/examples/tensorflow/ps.yaml"}), 300s);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "tensorflow ps ok")) << r.out;
+  const std::string dir = onlyJobDir(data_);
+  EXPECT_EQ(planHosts(dir).size(), 4u);
+  // TF_CONFIG names every task by its own host's address.
+  const std::string plan = readText(dir + "/plan.json");
+  EXPECT_TRUE(contains(plan, "\\\"ps\\\":[\\\"10.77.0.14:")) << plan.substr(0, 4000);
+}
+
+TEST_F(Slurm, MindSporeDynamicClusterRunsAcrossTwoHosts) {
+  if (!haveFrameworks("mindspore")) GTEST_SKIP() << "MindSpore is not installed: run scripts/frameworks-venv";
+  auto r = runCohort(run({"-f", sourceDir() + "/examples/mindspore/train.yaml"}), 300s);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "[worker/0 node0] mindspore data-parallel ok")) << r.out;
+  const std::string dir = onlyJobDir(data_);
+  EXPECT_EQ(planHosts(dir).size(), 2u);
+  EXPECT_TRUE(contains(readText(dir + "/plan.json"), "\"MS_SCHED_HOST\": \"10.77.0.11\""));
+}
+
 TEST_F(Slurm, ARankFailingOnTheLastNodeEndsTheJobOnEveryNode) {
   const std::string pids = data_ + "/pids";
   auto r = runCohort(run({"--nodes", "3", "--framework", "generic", "--", testRank(),

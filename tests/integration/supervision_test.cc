@@ -277,6 +277,30 @@ INSTANTIATE_TEST_SUITE_P(Signals, StopSignal, ::testing::Values(SIGINT, SIGTERM)
                            return std::string("SIG") + sigabbrev_np(info.param);
                          });
 
+// A stop that comes while the ranks start, sandboxed or not: the sandbox ignores the stop signals
+// until the rank's own program runs, and an agent still dialling in has no coordinator to hear
+// from. Neither may hold the stop up for the grace period (60 s here) or the reap's deadline.
+TEST(Supervision, AStopWhileTheRanksStartEndsTheJobAtOnce) {
+  const bool sandbox = ::access("/usr/bin/bwrap", X_OK) == 0 &&
+                       std::system("/usr/bin/bwrap --dev-bind / / true 2>/dev/null") == 0;
+  for (int round = 0; round < 12; ++round) {
+    const std::string root = tempDir();
+    std::vector<std::string> args = {"run", "--data-root", root, "--grace-period", "60s",
+                                     "--nodes", "2", "--framework", "generic"};
+    if (sandbox && round % 2 == 0) args.push_back("--isolate");
+    for (const std::string& a : {std::string("--"), testRank(), std::string("sleep=60")}) {
+      args.push_back(a);
+    }
+    CohortProcess cohort(args);
+    ::usleep(static_cast<useconds_t>(round * 4000));  // 0 to 44 ms: every phase of the start
+    ::kill(cohort.pid(), SIGTERM);
+    const auto began = std::chrono::steady_clock::now();
+    RunResult r = cohort.wait(50s);
+    EXPECT_EQ(r.exit_code, 143) << "round " << round << ": " << r.err;
+    EXPECT_LT(std::chrono::steady_clock::now() - began, 4s) << "round " << round << ": " << r.err;
+  }
+}
+
 TEST(Supervision, SecondSignalKillsAtOnce) {
   std::string root = tempDir();
   std::string pids = root + "/pids";
