@@ -43,8 +43,8 @@ import glob, json, sys
 root, n, start_ms, peak_kib = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 events = [json.loads(l) for l in open(glob.glob(root + "/jobs/*/events.jsonl")[0])]
 exits = [e for e in events if e["event"] == "rank_exit"]
-fail = [e["exit_time"] for e in exits if e["rank"] == n - 1][0]
-others = [e["exit_time"] for e in exits if e["rank"] != n - 1]
+fail = [e["exit_t"] for e in exits if e["rank"] == n - 1][0]
+others = [e["exit_t"] for e in exits if e["rank"] != n - 1]
 assert len(others) == n - 1, f"{len(others)} of {n - 1} ranks reported"
 print(n, start_ms, (max(others) - fail) / 1e6, peak_kib // 1024)
 EOF
