@@ -9,7 +9,8 @@
 #                  hears of the failure, writes one stop to every connection, every agent
 #                  signals its rank and reports its exit)
 #   coordinator    its peak resident memory (VmHWM)
-# Run: bench/fanout.sh   (env: NODES="100 500 1000" REPS=3 COHORT=build/cohort)
+# Run: bench/fanout.sh   (env: NODES="100 500 1000" REPS=3 HEARTBEAT=120s COHORT=build/cohort;
+# the heartbeat timeout is long because 1,000 agents starting at once on 2 cores starve each other)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 COHORT=$(realpath "${COHORT:-build/cohort}")
@@ -25,7 +26,7 @@ for n in $NODES; do
     last=$((n - 1))
     t0=$(date +%s%N)
     "$COHORT" run --data-root "$TMP/d$n-$i" --nodes "$n" --framework generic --log-ranks none \
-      --heartbeat-timeout 30s -- "$RANK" "rank$last:wait-file=$TMP/go$n-$i" "rank$last:exit=1" \
+      --heartbeat-timeout "${HEARTBEAT:-120s}" -- "$RANK" "rank$last:wait-file=$TMP/go$n-$i" "rank$last:exit=1" \
       sleep=600 > /dev/null 2> "$TMP/err" &
     runner=$!
     until grep -q "process(es) started" "$TMP/err" 2>/dev/null; do
