@@ -347,11 +347,9 @@ class Coordinator {
 
   // A chunk of a rank's output, as the agent read it from the rank.
   void onLog(int node, size_t index, std::string_view bytes) {
-    if (static_cast<size_t>(node) >= logs_.size() || index >= logs_[node].size() ||
-        !logs_[node][index]) {
-      return;
-    }
-    logs_[node][index]->append(bytes);
+    if (static_cast<size_t>(node) >= logs_.size() || index >= logs_[node].size()) return;
+    // A log that could not be opened was said once; the console still shows the rank.
+    if (logs_[node][index]) logs_[node][index]->append(bytes);
     echo_[node][index]->consume(bytes.data(), bytes.size());
   }
 
