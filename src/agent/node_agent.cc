@@ -40,19 +40,33 @@ constexpr size_t kTailLines = 20;
 // How often the agent tells the coordinator how its ranks are doing.
 constexpr Millis kProgressEvery{2000};
 
-// Calls `fn(pid, fields)` for every process in /proc, with the fields of its stat line after
-// "(comm)": fields[0] is the state, [1] the ppid, [2] the process group, ... (proc(5), from 3).
+// Calls `fn(pid, fields)` for every process in /proc, or only for those in the cgroup at
+// `cgroup` when one is given and readable (what a node's ranks can be: a machine may run many
+// agents, and reading every process's stat for each of them grows as their square), with the
+// fields of its stat line after "(comm)": fields[0] is the state, [1] the ppid, [2] the process
+// group, ... (proc(5), from 3).
 template <class Fn>
-void forEachProcess(Fn fn) {
+void forEachProcess(Fn fn, const std::string& cgroup = {}) {
+  auto visit = [&](const std::string& pid) {
+    auto stat = readFile("/proc/" + pid + "/stat");
+    if (!stat) return;
+    size_t close = stat->rfind(')');  // comm may contain spaces and parentheses
+    if (close == std::string::npos || close + 2 >= stat->size()) return;
+    fn(static_cast<pid_t>(std::atoi(pid.c_str())), split(stat->substr(close + 2), ' '));
+  };
+  if (!cgroup.empty()) {
+    if (auto procs = readFile(cgroup + "/cgroup.procs")) {
+      for (const std::string& pid : split(*procs, '\n')) {
+        if (!pid.empty()) visit(pid);
+      }
+      return;
+    }
+  }
   DIR* dir = ::opendir("/proc");
   if (!dir) return;
   while (dirent* entry = ::readdir(dir)) {
     if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
-    auto stat = readFile(std::string("/proc/") + entry->d_name + "/stat");
-    if (!stat) continue;
-    size_t close = stat->rfind(')');  // comm may contain spaces and parentheses
-    if (close == std::string::npos || close + 2 >= stat->size()) continue;
-    fn(static_cast<pid_t>(std::atoi(entry->d_name)), split(stat->substr(close + 2), ' '));
+    visit(entry->d_name);
   }
   ::closedir(dir);
 }
@@ -64,7 +78,7 @@ struct Usage {
   int64_t rss_bytes = 0;
 };
 
-std::map<pid_t, Usage> usageByProcessGroup() {
+std::map<pid_t, Usage> usageByProcessGroup(const std::string& cgroup) {
   std::map<pid_t, Usage> out;
   static const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
   static const int64_t page = ::sysconf(_SC_PAGESIZE);
@@ -75,14 +89,14 @@ std::map<pid_t, Usage> usageByProcessGroup() {
     Usage& u = out[static_cast<pid_t>(num(2))];
     u.cpu_seconds += static_cast<double>(num(11) + num(12) + num(13) + num(14)) / ticks;
     u.rss_bytes += num(21) * page;
-  });
+  }, cgroup);
   return out;
 }
 
 // Whether some process of process group `pgid` would take `sig` now: neither ignores nor blocks
 // it (/proc/<pid>/status). A sandboxed rank's group ignores the stop signals until the rank's
 // own program runs (plan/isolation.cc): a stop sent before then is lost, and must be sent again.
-bool groupTakes(pid_t pgid, int sig) {
+bool groupTakes(pid_t pgid, int sig, const std::string& cgroup) {
   const uint64_t bit = uint64_t{1} << (sig - 1);
   bool takes = false;
   forEachProcess([&](pid_t pid, const std::vector<std::string>& f) {
@@ -95,7 +109,7 @@ bool groupTakes(pid_t pgid, int sig) {
       if (startsWith(line, "SigBlk:")) blocked = std::strtoull(line.c_str() + 7, nullptr, 16);
     }
     takes = !((ignored | blocked) & bit);
-  });
+  }, cgroup);
   return takes;
 }
 
@@ -215,12 +229,14 @@ class Agent {
   void resendLostStops() {
     if (!stopping_ || !grace_armed_) return;
     for (Rank& rank : ranks_) {
-      if (rank.running && rank.stop_lost && groupTakes(rank.child.pid, SIGTERM)) {
+      if (rank.running && rank.stop_lost && groupTakes(rank.child.pid, SIGTERM, cgroupPath())) {
         rank.stop_lost = false;
         ::kill(-rank.child.pid, SIGTERM);
       }
     }
   }
+
+  std::string cgroupPath() const { return cgroup_ ? cgroup_->path() : ""; }
 
   // Only a rank started with the stop signals ignored (`env --ignore-signal=...`: a sandbox,
   // plan/isolation.cc) can, just after its start, have every process ignore them.
@@ -455,7 +471,7 @@ class Agent {
   void onProgressTime() {
     progress_.consume();
     if (running_count_ == 0) return;
-    std::map<pid_t, Usage> usage = usageByProcessGroup();
+    std::map<pid_t, Usage> usage = usageByProcessGroup(cgroupPath());
     Message ranks = Message::array();
     for (size_t i = 0; i < ranks_.size(); ++i) {
       const Rank& rank = ranks_[i];
@@ -614,7 +630,9 @@ class Agent {
         if (!rank.running) continue;
         rank.signalled = true;
         // Looked at before the signal: a process that takes it then gets it.
-        if (sig == SIGTERM && mayLoseStop(rank)) rank.stop_lost = !groupTakes(rank.child.pid, sig);
+        if (sig == SIGTERM && mayLoseStop(rank)) {
+          rank.stop_lost = !groupTakes(rank.child.pid, sig, cgroupPath());
+        }
         ::kill(-rank.child.pid, sig);
         any = true;
       }
