@@ -1,5 +1,6 @@
 #include "agent/coordinator.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <malloc.h>
 #include <netinet/in.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -491,7 +493,19 @@ class Coordinator {
     if (!options_.place) return {};
     std::vector<HostAddress> hosts;
     for (const Agent& agent : agents_) {
-      if (agent.host.address.empty()) return fail(Code::kInvalidArgument, "an agent sent no address");
+      // It goes into every rank's variables and files: an IPv4 address and an interface name,
+      // nothing else, even from an agent that knows the secret.
+      in_addr parsed{};
+      const std::string& ifname = agent.host.interface;
+      const bool plain_ifname =
+          ifname.size() <= 15 && std::all_of(ifname.begin(), ifname.end(), [](char c) {
+            return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+          });
+      if (::inet_pton(AF_INET, agent.host.address.c_str(), &parsed) != 1 || !plain_ifname) {
+        return fail(Code::kInvalidArgument,
+                    "node " + std::to_string(hosts.size()) + "'s agent sent no usable address ('" +
+                        agent.host.address.substr(0, 64) + "')");
+      }
       hosts.push_back(agent.host);
     }
     COHORT_ASSIGN(plan_, options_.place(hosts));
