@@ -1,5 +1,7 @@
 // MPI, Horovod, DeepSpeed: a hostfile ("host slots=N") for the job, and with launcher mpirun a
-// single mpirun on the first node that starts every rank itself.
+// single mpirun on the first node that starts every rank itself. On Slurm that mpirun takes the
+// allocation from Slurm and reaches the other nodes with srun (a step that overlaps the agents'),
+// as mpirun does in any Slurm job: the hostfile's addresses are not Slurm's node names.
 #include <map>
 
 #include "plan/wiring.h"
@@ -32,8 +34,15 @@ void wireMpi(Builder& b) {
   for (const char* key : {"COHORT_RANK", "COHORT_LOCAL_RANK", "COHORT_ROLE_RANK"}) {
     unsetEnv(mpirun.env, key);
   }
-  std::vector<std::string> argv = {"mpirun", "--hostfile", path, "-np",
-                                   std::to_string(b.plan.world_size)};
+  std::vector<std::string> argv = {"mpirun", "-np", std::to_string(b.plan.world_size)};
+  if (b.spec.backend == spec::Backend::kSlurm) {
+    // Every node has the same number of ranks (the planner's check), so "so many per node".
+    argv.insert(argv.end(), {"--map-by", "ppr:" + std::to_string(b.plan.nodes.front().ranks.size()) +
+                                             ":node"});
+    setEnv(mpirun.env, "OMPI_MCA_plm_slurm_args", "--overlap");
+  } else {
+    argv.insert(argv.end(), {"--hostfile", path});
+  }
   if (b.ctx.as_root) argv.push_back("--allow-run-as-root");
   // More ranks than cores is normal when nodes are simulated. The cutoff avoids OpenMPI 4.1's
   // threaded local launch, which can lose a child's exit when many ranks end at once.

@@ -217,6 +217,21 @@ TEST(Planner, MpirunRunsOnceWithTheHostfile) {
   EXPECT_EQ(hostfile, "127.0.0.1 slots=4\n") << "simulated nodes share one host line";
 }
 
+TEST(Planner, MpirunOnSlurmTakesTheNodesFromTheAllocation) {
+  auto spec = parse("name: m\nframework: mpi\ncommand: [./hello]\n"
+                    "roles: {worker: {nodes: 2, procs_per_node: 3}}\n");
+  spec.backend = spec::Backend::kSlurm;
+  auto plan = makePlan(spec, context());
+  ASSERT_TRUE(plan);
+  const RankPlan& mpirun = onlyRank(*plan, "mpirun/0");
+  EXPECT_EQ(std::vector<std::string>(mpirun.argv.begin(), mpirun.argv.begin() + 5),
+            (std::vector<std::string>{"mpirun", "-np", "6", "--map-by", "ppr:3:node"}));
+  EXPECT_EQ(std::find(mpirun.argv.begin(), mpirun.argv.end(), "--hostfile"), mpirun.argv.end());
+  EXPECT_TRUE(std::any_of(mpirun.env.begin(), mpirun.env.end(), [](const auto& kv) {
+    return kv.first == "OMPI_MCA_plm_slurm_args" && kv.second == "--overlap";
+  }));
+}
+
 TEST(Planner, ModelArtsVariablesAndHostFiles) {
   auto plan = makePlan(parse("name: ma\ncommand: [sh, start.sh]\n"
                              "env: {MA_NUM_GPUS: '2'}\n"

@@ -831,7 +831,7 @@ Result<void> validateFramework(const JobSpec& spec) {
   if (spec.launcher == Launcher::kMpirun && spec.framework != Framework::kMpi) {
     return bad("launcher", "'mpirun' is for framework mpi");
   }
-  if (torch_launcher && spec.roles.size() != 1) {
+  if ((torch_launcher || spec.launcher == Launcher::kMpirun) && spec.roles.size() != 1) {
     return bad("launcher", "'" + launcher + "' runs one role; this job has " +
                                std::to_string(spec.roles.size()));
   }

@@ -213,6 +213,10 @@ TEST(Validate, LauncherMustFitTheFramework) {
   EXPECT_NE(errorOf("name: x\ncommand: [a]\nlauncher: mpirun\n")
                 .find("launcher: 'mpirun' is for framework mpi"),
             std::string::npos);
+  EXPECT_NE(errorOf("name: x\ncommand: [a]\nframework: mpi\n"
+                    "roles: {worker: {nodes: 1}, helper: {nodes: 1}}\n")
+                .find("launcher: 'mpirun' runs one role; this job has 2"),
+            std::string::npos);
 }
 
 TEST(Validate, AscendRankTableNeedsEightDevicesPerMachine) {

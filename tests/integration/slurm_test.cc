@@ -54,6 +54,17 @@ class Slurm : public ::testing::Test {
     return out.substr(0, out.find('\n'));
   }
 
+  // Slurm's accounting of an ended job, as `sacct` prints it: "FAILED|7:0" (state, exit code).
+  // The test cluster keeps it in a job completion file, which `sacct -c` reads.
+  static std::string accounted(const std::string& job) {
+    std::string out;
+    waitFor([&] {
+      out = std::string(trimmed(shell("sacct -c -n -P -j " + job + " -o State,ExitCode")));
+      return !out.empty();
+    }, 10s);
+    return out;
+  }
+
   static std::string shell(const std::string& command) {
     std::string out;
     if (FILE* p = ::popen(command.c_str(), "r")) {
@@ -173,6 +184,22 @@ TEST_F(Slurm, ARankFailingOnTheLastNodeEndsTheJobOnEveryNode) {
   ASSERT_FALSE(job.empty()) << r.err;
   EXPECT_TRUE(waitFor([&] { return slurmState(job) == "FAILED"; }, 10s)) << slurmState(job);
   EXPECT_TRUE(contains(shell("squeue -h -t all -j " + job + " -o '%r'"), "NonZeroExitCode"));
+  EXPECT_EQ(accounted(job), "FAILED|7:0");
+}
+
+TEST_F(Slurm, MpirunReachesEveryHostThroughSlurm) {
+  if (std::system("mpirun --version >/dev/null 2>&1 && /usr/bin/python3 -c 'import mpi4py'") != 0) {
+    GTEST_SKIP() << "Debian's openmpi-bin and python3-mpi4py are not installed";
+  }
+  auto r = runCohort(run({"-f", sourceDir() + "/examples/mpi/hello.yaml"}), 120s);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  // Two ranks on each host, numbered node by node as cohort numbers them.
+  for (const char* line : {"rank 0/4 on n1", "rank 1/4 on n1", "rank 2/4 on n2", "rank 3/4 on n2"}) {
+    EXPECT_TRUE(contains(r.out, line)) << line << "\n" << r.out;
+  }
+  EXPECT_TRUE(contains(r.out, ": sum 6")) << r.out;
+  const std::string dir = onlyJobDir(data_);
+  EXPECT_EQ(readText(dir + "/files/hostfile"), "10.77.0.11 slots=2\n10.77.0.12 slots=2\n");
 }
 
 TEST_F(Slurm, AKilledAgentAndACutNetworkAreEachNamed) {
@@ -328,8 +355,8 @@ TEST_F(Slurm, AServerHandsItsJobsToSlurmAndFindsThemAgainAfterARestart) {
   ASSERT_TRUE(waitFor([&] { return record(holder).value("state", "") == "succeeded"; }, 60s))
       << record(holder).dump();
   // Slurm's accounting agrees: the batch job completed.
-  const std::string ids = shell("squeue -h -t all -n holder -o '%T'");
-  EXPECT_TRUE(contains(ids, "COMPLETED")) << ids;
+  const std::string slurm_job = std::string(trimmed(shell("squeue -h -t all -n holder -o '%i' | sort -n | tail -1")));
+  EXPECT_EQ(accounted(slurm_job), "COMPLETED|0:0");
   EXPECT_TRUE(contains(readText(root + "/jobs/" + holder + "/logs/worker-2.log"), "up"));
 }
 
