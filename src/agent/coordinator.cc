@@ -20,7 +20,7 @@
 #include "job/events.h"
 #include "job/layout.h"
 #include "proc/event_loop.h"
-#include "storage/copy.h"
+#include "agent/staging.h"
 
 namespace cohort::agent {
 
@@ -60,6 +60,9 @@ class Coordinator {
     events_.reset(::open(layout_.eventsFile().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
                          0644));
     if (!events_.valid()) return failErrno("open '" + layout_.eventsFile() + "'");
+    // Agents that find this word through their own path to the job directory share it.
+    COHORT_ASSIGN(mark_, randomHex(16));
+    COHORT_TRY(writeFileAtomic(layout_.markFile(), mark_ + "\n", /*durable=*/false));
     COHORT_ASSIGN(auto listener, listenTcp(options_.listen_addr));
     listener_ = std::move(listener.first);
     port_ = listener.second;
@@ -181,6 +184,8 @@ class Coordinator {
     (void)agents_[a.node].channel->send(
         {{"type", "plan"},
          {"workdir", plan_.workdir},
+         {"job_dir", plan_.job_dir},
+         {"mark", mark_},
          {"heartbeat_ms", heartbeatEvery().count()},
          {"heartbeat_timeout_ms", plan_.heartbeat_timeout_ms},
          {"node", Message::parse(plan::nodeToJson(plan_.nodes[a.node]))}});
@@ -199,10 +204,19 @@ class Coordinator {
   void act(const SendStop& a) { broadcast({{"type", "stop"}, {"grace_ms", a.grace_ms}}); }
 
   void act(const SendExit& a) {
+    Message exit = {{"type", "exit"}, {"code", a.code}};
+    if (!a.outputs.empty()) {
+      Message outputs = Message::array();
+      for (size_t i : a.outputs) {
+        const plan::OutputPlan& o = plan_.outputs[i];
+        outputs.push_back({{"source", o.source}, {"target", o.target}});
+      }
+      exit["outputs"] = std::move(outputs);
+    }
     if (!a.node) {
-      broadcast({{"type", "exit"}, {"code", a.code}});
+      broadcast(exit);
     } else if (agents_[*a.node].channel) {
-      (void)agents_[*a.node].channel->send({{"type", "exit"}, {"code", a.code}});
+      (void)agents_[*a.node].channel->send(exit);
     }
   }
 
@@ -241,14 +255,8 @@ class Coordinator {
 
   // After the ranks: the job's results go where the job file says, verified.
   void act(const CopyOutput& a) {
-    const plan::OutputPlan& out = plan_.outputs[a.index];
-    // The ranks wrote the source: no link in it is followed (docs/security.md).
-    storage::CopyOptions untrusted;
-    untrusted.refuse_links = true;
-    auto copied = storage::copyTree(out.source, out.target, untrusted);
-    if (copied) {
-      feed(OutputCopied{a.index, copied->files_copied + copied->files_skipped,
-                        copied->bytes_copied});
+    if (auto copied = copyOutput(plan_.outputs[a.index])) {
+      feed(OutputCopied{a.index, copied->files, copied->bytes});
     } else {
       feed(OutputCopyFailed{a.index, copied.error().message});
     }
@@ -542,8 +550,27 @@ class Coordinator {
     if (type == "started") {
       feed(NodeStarted{node, attempt, field(m, "count", 0)});
     } else if (type == "staged") {
+      const bool own_dir = field(m, "own_dir", false);
+      // Its job directory is not this one: it gets the files cohort wrote for the ranks here,
+      // before its "start".
+      if (own_dir && !plan_.files.empty()) {
+        Message files = Message::array();
+        for (const plan::GeneratedFile& f : plan_.files) {
+          files.push_back({{"path", f.path}, {"content", f.content}});
+        }
+        (void)agents_[node].channel->send({{"type", "files"}, {"files", std::move(files)}});
+      }
       feed(NodeStaged{node, field(m, "files", int64_t{0}), field(m, "bytes", int64_t{0}),
-                      field(m, "seconds", 0.0)});
+                      field(m, "seconds", 0.0), own_dir});
+    } else if (type == "outputs_copied") {
+      std::vector<OutputResult> results;
+      if (m.contains("results") && m["results"].is_array()) {
+        for (const Message& r : m["results"]) {
+          results.push_back({"", "", field(r, "files", int64_t{0}), field(r, "bytes", int64_t{0}),
+                             field(r, "error", std::string()).substr(0, 4096)});
+        }
+      }
+      feed(NodeOutputsCopied{node, std::move(results)});
     } else if (type == "stage_failed") {
       feed(StagingFailed{node, field(m, "error", std::string())});
     } else if (type == "exited") {
@@ -585,7 +612,8 @@ class Coordinator {
   std::unique_ptr<Reporter> reporter_;  // null when no server follows the job
   std::vector<std::vector<std::optional<LogFile>>> logs_;  // [node][index in the node's plan]
   Console console_{STDOUT_FILENO};  // the merged stream of every rank's lines
-  std::vector<std::vector<std::optional<RankOutput>>> echo_;  // [node][index], to console_
+  std::vector<std::vector<std::optional<RankOutput>>> echo_;
+  std::string mark_;  // in layout_.markFile(), for agents to tell whether they share it  // [node][index], to console_
   bool all_connected_ = false;  // every agent has been there (once is enough)
   std::string queued_;  // why the launcher's cluster holds the agents, while it does
   bool said_log_error_ = false;

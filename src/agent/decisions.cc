@@ -123,9 +123,60 @@ void JobDecisions::finish(Ending ending, const std::string& why, Actions& out) {
   finishing_ = true;
   out.push_back(DisarmTimer{TimerKind::kConnect});
   out.push_back(DisarmTimer{TimerKind::kRuntime});
-  out.push_back(SendExit{std::nullopt, outcome().exit_code});
-  out.push_back(ArmTimer{TimerKind::kExit, kExitDeadline});
+  // The job's results go where the job file says; after a failure only the `always` ones.
+  copy_all_outputs_ = ending_ == Ending::kSucceeded;
+  std::vector<size_t> to_copy;
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    if (copy_all_outputs_ || outputs_[i].always) to_copy.push_back(i);
+  }
+  const int code = outcome().exit_code;
+  // A node whose job directory is its own has the only copy of what its ranks saved: it copies
+  // that before it goes. The coordinator copies the job directory it shares with the others.
+  for (size_t n = 0; n < nodes_.size() && !to_copy.empty(); ++n) {
+    if (!nodes_[n].connected || !nodes_[n].own_dir) continue;
+    nodes_[n].copying = true;
+    ++copying_;
+    out.push_back(SendExit{static_cast<int>(n), code, to_copy});
+  }
+  if (copying_ == 0) {
+    out.push_back(SendExit{std::nullopt, code});
+    out.push_back(ArmTimer{TimerKind::kExit, kExitDeadline});
+  } else {
+    for (size_t n = 0; n < nodes_.size(); ++n) {
+      if (nodes_[n].connected && !nodes_[n].copying) out.push_back(SendExit{static_cast<int>(n), code});
+    }
+  }
   if (connected_ == 0) agentsGone(out);
+}
+
+// A node's copies are in (or it was lost before they were): the agents that are left have the
+// exit deadline once none copies any more.
+void JobDecisions::nodeCopied(int node, const std::vector<OutputResult>& results,
+                              const std::string& missing, Actions& out) {
+  Node& n = nodes_[node];
+  if (!n.copying) return;
+  n.copying = false;
+  --copying_;
+  node_copies_.resize(outputs_.size());
+  std::vector<size_t> given;
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    if (copy_all_outputs_ || outputs_[i].always) given.push_back(i);
+  }
+  for (size_t k = 0; k < given.size(); ++k) {
+    OutputResult& total = node_copies_[given[k]];
+    const OutputResult r = k < results.size() ? results[k] : OutputResult{"", "", 0, 0, missing};
+    total.files += r.files;
+    total.bytes += r.bytes;
+    if (!r.error.empty() && total.error.empty()) {
+      total.error = "node " + std::to_string(node) + ": " + r.error;
+    }
+  }
+  if (copying_ == 0 && !reaped_) out.push_back(ArmTimer{TimerKind::kExit, kExitDeadline});
+}
+
+void JobDecisions::on(const NodeOutputsCopied& e, Actions& out) {
+  if (e.node < 0 || e.node >= static_cast<int>(nodes_.size())) return;
+  nodeCopied(e.node, e.results, "its agent did not say what it copied", out);
 }
 
 void JobDecisions::agentsGone(Actions& out) {
@@ -133,8 +184,6 @@ void JobDecisions::agentsGone(Actions& out) {
   reaped_ = true;
   out.push_back(DisarmTimer{TimerKind::kExit});
   out.push_back(ReapAgents{});
-  // The job's results go where the job file says; after a failure only the `always` ones.
-  copy_all_outputs_ = ending_ == Ending::kSucceeded;
   nextOutput(out);
 }
 
@@ -263,6 +312,7 @@ void JobDecisions::on(const AgentConnected& e, Actions& out) {
 }
 
 void JobDecisions::on(const NodeStaged& e, Actions& out) {
+  if (e.node >= 0 && e.node < static_cast<int>(nodes_.size())) nodes_[e.node].own_dir = e.own_dir;
   job::Event staged;
   staged.kind = job::EventKind::kStaged;
   staged.node = e.node;
@@ -362,6 +412,7 @@ void JobDecisions::on(const AgentLost& e, Actions& out) {
   node.idle = true;  // it cannot run or report ranks any more
   --connected_;
   if (finishing_) {
+    nodeCopied(e.node, {}, "its agent was lost before it copied its outputs", out);
     if (connected_ == 0) agentsGone(out);
     return;
   }
@@ -417,9 +468,19 @@ void JobDecisions::on(const OutputCopied& e, Actions& out) {
   if (!reaped_ || completed_ || e.index >= outputs_.size()) return;
   const plan::OutputPlan& plan = outputs_[e.index];
   OutputResult r{plan.source, plan.target, e.files, e.bytes, ""};
+  if (e.index < node_copies_.size()) {
+    // With what the nodes with job directories of their own copied there.
+    const OutputResult& nodes = node_copies_[e.index];
+    if (!nodes.error.empty()) {
+      on(OutputCopyFailed{e.index, nodes.error}, out);
+      return;
+    }
+    r.files += nodes.files;
+    r.bytes += nodes.bytes;
+  }
   char buf[64];
-  std::snprintf(buf, sizeof buf, " (%lld file(s), %.1f MiB)", static_cast<long long>(e.files),
-                static_cast<double>(e.bytes) / (1 << 20));
+  std::snprintf(buf, sizeof buf, " (%lld file(s), %.1f MiB)", static_cast<long long>(r.files),
+                static_cast<double>(r.bytes) / (1 << 20));
   say(out, "output " + plan.source + " -> " + plan.target + buf);
   job::Event ev;
   ev.kind = job::EventKind::kOutput;

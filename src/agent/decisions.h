@@ -62,7 +62,9 @@ struct AgentLaunchFailed { int node; std::string error; };  // node -1: all of t
 // The launcher's cluster holds the agents in its queue, for `reason`; "" once it no longer does.
 struct LauncherQueued { std::string reason; };
 struct AgentConnected { int node; };                   // said hello with the job's secret
-struct NodeStaged { int node; int64_t files; int64_t bytes; double seconds; };
+// own_dir: the node's job directory is its own, not the coordinator's (no shared filesystem):
+// the node copies its part of the outputs itself, before it exits.
+struct NodeStaged { int node; int64_t files; int64_t bytes; double seconds; bool own_dir = false; };
 struct StagingFailed { int node; std::string error; };
 struct NodeStarted { int node; int attempt; int count; };  // every rank of the node spawned
 struct RankExited {
@@ -86,6 +88,9 @@ struct ConnectDeadlineOver {};
 struct ExitDeadlineOver {};  // agents told to exit did not all go in time
 struct OutputCopied { size_t index; int64_t files; int64_t bytes; };
 struct OutputCopyFailed { size_t index; std::string error; };
+// A node with a job directory of its own copied its outputs: one result per index it was given
+// in SendExit, in that order (files, bytes and error are read).
+struct NodeOutputsCopied { int node; std::vector<OutputResult> results; };
 struct RecordWriteFailed {
   RecordFile file;
   std::string name;   // "events.jsonl"
@@ -95,7 +100,8 @@ struct RecordWriteFailed {
 using JobInput = std::variant<JobBegins, AgentLaunchFailed, LauncherQueued, AgentConnected, NodeStaged,
                               StagingFailed, NodeStarted, RankExited, NodeIdle, AgentLost,
                               StopSignal, MaxRuntimeOver, ConnectDeadlineOver, ExitDeadlineOver,
-                              OutputCopied, OutputCopyFailed, RecordWriteFailed>;
+                              OutputCopied, OutputCopyFailed, NodeOutputsCopied,
+                              RecordWriteFailed>;
 
 // ---- Actions: what to do, in order -----------------------------------------------------------
 
@@ -109,6 +115,9 @@ struct SendStop { int64_t grace_ms; };  // to every connected agent; 0: SIGKILL 
 struct SendExit {  // to one agent, or to every connected one
   std::optional<int> node;
   int code = 0;  // the job's exit code as it stands: what the agents exit with
+  // plan.outputs indices the node copies from its own job directory first; it answers with
+  // NodeOutputsCopied, then goes.
+  std::vector<size_t> outputs = {};
 };
 struct ArmTimer { TimerKind timer; Millis after; };
 struct DisarmTimer { TimerKind timer; };
@@ -155,6 +164,8 @@ class JobDecisions {
     bool ever_connected = false;
     bool idle = true;
     bool has_inputs = false;
+    bool own_dir = false;  // its job directory is not the coordinator's
+    bool copying = false;  // told to copy its outputs; no answer yet
   };
   using Actions = std::vector<JobAction>;
 
@@ -174,6 +185,7 @@ class JobDecisions {
   void on(const ExitDeadlineOver&, Actions& out);
   void on(const OutputCopied& e, Actions& out);
   void on(const OutputCopyFailed& e, Actions& out);
+  void on(const NodeOutputsCopied& e, Actions& out);
   void on(const RecordWriteFailed& e, Actions& out);
 
   void say(Actions& out, std::string line, bool always = false) const;
@@ -184,6 +196,9 @@ class JobDecisions {
   void maybeAttemptOver(Actions& out);
   void finish(Ending ending, const std::string& why, Actions& out);
   void agentsGone(Actions& out);
+  // `missing`: the error for an output the node gave no result for.
+  void nodeCopied(int node, const std::vector<OutputResult>& results, const std::string& missing,
+                  Actions& out);
   void nextOutput(Actions& out);
   void complete(Actions& out);
   JobOutcome outcome() const;
@@ -215,6 +230,8 @@ class JobDecisions {
   bool finishing_ = false;  // agents were told to exit
   bool reaped_ = false;
   bool copy_all_outputs_ = false;
+  int copying_ = 0;  // nodes told to copy their outputs that have not answered
+  std::vector<OutputResult> node_copies_;  // by output index: what the nodes copied themselves
   size_t next_output_ = 0;
   bool completed_ = false;  // the final state and result were asked for
   bool finished_ = false;

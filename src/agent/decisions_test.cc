@@ -681,6 +681,69 @@ TEST(JobDecisions, OutputCopyFailureFailsASucceededJob) {
   EXPECT_EQ(job.outcome()->outputs[0].error, "No space left on device");
 }
 
+// A node without the coordinator's filesystem has the only copy of what its ranks saved.
+TEST(JobDecisions, ANodeWithAJobDirectoryOfItsOwnCopiesItsOutputsBeforeItGoes) {
+  plan::Plan plan = makePlan(3, 1);
+  plan.outputs = {{"/job/output", "/store/m", false}};
+  Job job(plan);
+  job.connectAll();
+  job.feed(NodeStaged{0, 0, 0, 0.0});
+  job.feed(NodeStaged{1, 0, 0, 0.0, /*own_dir=*/true});
+  job.feed(NodeStaged{2, 0, 0, 0.0, /*own_dir=*/true});
+  job.startAll();
+  job.exit(0, 0);
+  job.exit(1, 0);
+  job.exit(2, 0);
+  auto a = job.stopRest({});
+  auto exits = all<SendExit>(a);
+  ASSERT_EQ(exits.size(), 3u);
+  for (const SendExit& e : exits) {
+    ASSERT_TRUE(e.node);
+    EXPECT_EQ(e.outputs, *e.node == 0 ? std::vector<size_t>{} : std::vector<size_t>{0}) << *e.node;
+  }
+  EXPECT_FALSE(has<ArmTimer>(a)) << "no exit deadline while nodes copy";
+  job.feed(NodeOutputsCopied{1, {{"", "", 2, 100, ""}}});
+  auto b = job.feed(NodeOutputsCopied{2, {{"", "", 3, 50, ""}}});
+  ASSERT_EQ(all<ArmTimer>(b).size(), 1u);
+  EXPECT_EQ(all<ArmTimer>(b)[0].timer, TimerKind::kExit);
+  auto c = job.agentsExit();
+  ASSERT_EQ(all<CopyOutput>(c).size(), 1u);  // node 0's, from the shared job directory
+  auto d = job.feed(OutputCopied{0, 1, 10});
+  EXPECT_TRUE(saidSomething(d, "output /job/output -> /store/m (6 file(s),")) << said(d)[0];
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->state, JobState::kSucceeded);
+  EXPECT_EQ(job.outcome()->outputs[0].files, 6);
+  EXPECT_EQ(job.outcome()->outputs[0].bytes, 160);
+}
+
+TEST(JobDecisions, ANodesFailedCopyOrItsLossFailsTheJobAndNamesTheNode) {
+  for (bool lost : {false, true}) {
+    plan::Plan plan = makePlan(2, 1);
+    plan.outputs = {{"/job/output", "/store/m", false}};
+    Job job(plan);
+    job.connectAll();
+    job.feed(NodeStaged{0, 0, 0, 0.0});
+    job.feed(NodeStaged{1, 0, 0, 0.0, true});
+    job.startAll();
+    job.exit(0, 0);
+    job.exit(1, 0);
+    job.stopRest({});
+    if (lost) {
+      job.feed(AgentLost{1});
+    } else {
+      job.feed(NodeOutputsCopied{1, {{"", "", 0, 0, "No space left on device"}}});
+      job.feed(AgentLost{1});
+    }
+    job.feed(AgentLost{0});
+    job.feed(OutputCopied{0, 1, 10});
+    ASSERT_TRUE(job.outcome());
+    EXPECT_EQ(job.outcome()->state, JobState::kFailed);
+    EXPECT_EQ(job.outcome()->outputs[0].error,
+              lost ? "node 1: its agent was lost before it copied its outputs"
+                   : "node 1: No space left on device");
+  }
+}
+
 // ---- the job's record ------------------------------------------------------------------------
 
 TEST(JobDecisions, RecordWriteFailureNeverReportsSuccess) {

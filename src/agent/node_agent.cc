@@ -174,7 +174,7 @@ class Agent {
         channel_(std::move(channel)),
         cgroups_(std::move(cgroups)) {}
   ~Agent() {
-    if (staging_.joinable()) staging_.join();
+    if (chore_.joinable()) chore_.join();
   }
 
   Result<int> run() {
@@ -311,6 +311,8 @@ class Agent {
       }
       node_ = std::move(*node);
       workdir_ = field(m, "workdir", std::string("."));
+      job_dir_ = field(m, "job_dir", std::string());
+      own_dir_ = !sharesJobDir(job_dir_, field(m, "mark", std::string()));
       heartbeat_every_ = Millis(std::max<int64_t>(100, field(m, "heartbeat_ms", int64_t{1000})));
       heartbeat_timeout_ =
           Millis(std::max<int64_t>(1000, field(m, "heartbeat_timeout_ms", int64_t{5000})));
@@ -319,6 +321,8 @@ class Agent {
       setUpCgroup();
     } else if (type == "stage") {
       startStaging();
+    } else if (type == "files") {
+      writeFiles(m);
     } else if (type == "start") {
       startAttempt(field(m, "attempt", 0));
     } else if (type == "stop") {
@@ -326,48 +330,110 @@ class Agent {
     } else if (type == "exit") {
       // Exiting with the job's code makes a cluster's accounting (sacct) agree with cohort.
       exit_code_ = std::clamp(field(m, "code", 0), 0, 255);
+      if (m.contains("outputs") && m["outputs"].is_array()) {
+        for (const Message& o : m["outputs"]) {
+          outputs_.push_back({field(o, "source", std::string()), field(o, "target", std::string())});
+        }
+      }
       exitWhenDone(Millis(field(m, "grace_ms", int64_t{3000})));
     }
   }
 
-  // The agent's one way out: quit now if nothing runs; otherwise stop the ranks (SIGTERM, then
-  // SIGKILL after `grace`) and quit when the last is gone (attemptOver), or when staging, which
-  // cannot be interrupted, is over (onStaged).
+  // The agent's one way out: leave now if nothing runs; otherwise stop the ranks (SIGTERM, then
+  // SIGKILL after `grace`) and leave when the last is gone (attemptOver), or when the chore
+  // under way (staging, which cannot be interrupted) is over.
   void exitWhenDone(Millis grace) {
     exiting_ = true;
-    if (staging_.joinable()) return;
+    if (chore_.joinable()) return;
     if (running_count_ == 0) {
-      loop_.quit();
+      leave();
     } else {
       stopRanks(grace);
     }
   }
 
-  // Staging runs on its own thread (copies block); its end wakes the loop through an eventfd.
-  void startStaging() {
-    staged_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-    (void)loop_.add(staged_.get(), EPOLLIN, [this](uint32_t) { onStaged(); });
-    staging_ = std::thread([this] {
-      staging_result_ = stageInputs(node_);
+  // Nothing of the job runs here any more. A node whose job directory is its own copies the
+  // outputs it was given first, and says what it copied.
+  void leave() {
+    if (outputs_.empty() || lost_coordinator_) {
+      loop_.quit();
+      return;
+    }
+    std::vector<plan::OutputPlan> outputs = std::move(outputs_);
+    outputs_.clear();
+    auto results = std::make_shared<Message>(Message::array());
+    runChore(
+        [outputs, results] {
+          for (const plan::OutputPlan& o : outputs) {
+            auto copied = copyOutput(o);
+            results->push_back(copied ? Message{{"files", copied->files}, {"bytes", copied->bytes}}
+                                      : Message{{"error", copied.error().message}});
+          }
+        },
+        [this, results] {
+          (void)channel_.send({{"type", "outputs_copied"}, {"results", std::move(*results)}});
+          loop_.quit();
+        });
+  }
+
+  // What blocks (copies) runs on a thread of its own; its end wakes the loop through an eventfd
+  // and `over` runs there. One chore at a time.
+  void runChore(std::function<void()> work, std::function<void()> over) {
+    chore_done_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    chore_over_ = std::move(over);
+    (void)loop_.add(chore_done_.get(), EPOLLIN, [this](uint32_t) {
+      chore_.join();
+      loop_.remove(chore_done_.get());
+      chore_done_.reset();
+      std::function<void()> over = std::move(chore_over_);
+      over();
+    });
+    chore_ = std::thread([this, work = std::move(work)] {
+      work();
       uint64_t one = 1;
-      ssize_t n = ::write(staged_.get(), &one, sizeof one);
+      ssize_t n = ::write(chore_done_.get(), &one, sizeof one);
       (void)n;
     });
   }
 
+  void startStaging() {
+    runChore(
+        [this] {
+          // A job directory of its own has nothing yet: make what the ranks expect in it.
+          auto prepared = own_dir_ ? prepareOwnJobDir(job_dir_, node_) : Result<void>{};
+          if (!prepared) {
+            staging_result_ = tl::unexpected<Error>(prepared.error());
+          } else {
+            staging_result_ = stageInputs(node_);
+          }
+        },
+        [this] { onStaged(); });
+  }
+
   void onStaged() {
-    staging_.join();
-    loop_.remove(staged_.get());
-    staged_.reset();
     if (!staging_result_) {
       (void)channel_.send({{"type", "stage_failed"}, {"error", staging_result_.error().message}});
     } else {
       (void)channel_.send({{"type", "staged"},
                            {"files", staging_result_->files},
                            {"bytes", staging_result_->bytes},
-                           {"seconds", staging_result_->seconds}});
+                           {"seconds", staging_result_->seconds},
+                           {"own_dir", own_dir_}});
     }
-    if (exiting_) loop_.quit();
+    if (exiting_) exitWhenDone(Millis(3000));
+  }
+
+  // The files cohort generated for the ranks, for a job directory of its own.
+  void writeFiles(const Message& m) {
+    if (!m.contains("files") || !m["files"].is_array()) return;
+    for (const Message& f : m["files"]) {
+      auto written = writeJobFile(job_dir_, field(f, "path", std::string()),
+                                  field(f, "content", std::string()));
+      if (!written) {
+        (void)channel_.send({{"type", "stage_failed"}, {"error", written.error().message}});
+        return;
+      }
+    }
   }
 
   void lostCoordinator() {
@@ -678,7 +744,7 @@ class Agent {
       }
     }
     (void)channel_.send({{"type", "idle"}, {"attempt", attempt_}, {"time", nowUnixNanos()}});
-    if (exiting_) loop_.quit();
+    if (exiting_) leave();
   }
 
   const AgentOptions& options_;
@@ -698,8 +764,12 @@ class Agent {
   plan::NodePlan node_;
   std::string workdir_;
   std::vector<Rank> ranks_;
-  std::thread staging_;
-  UniqueFd staged_;
+  std::string job_dir_;
+  bool own_dir_ = false;  // the job directory here is not the coordinator's
+  std::vector<plan::OutputPlan> outputs_;  // to copy from it before leaving
+  std::thread chore_;
+  UniqueFd chore_done_;
+  std::function<void()> chore_over_;
   Result<StagingResult> staging_result_ = StagingResult{};
   int attempt_ = 0;
   int running_count_ = 0;

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "job/layout.h"
 #include "storage/copy.h"
 #include "util/fd.h"
 #include "util/text.h"
@@ -59,6 +60,42 @@ Result<StagingResult> stageInputs(const plan::NodePlan& node) {
   result.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
+}
+
+bool sharesJobDir(const std::string& job_dir, const std::string& mark) {
+  auto found = readFile(job::Layout(job_dir).markFile());
+  return found && !mark.empty() && trim(*found) == mark;
+}
+
+Result<void> prepareOwnJobDir(const std::string& job_dir, const plan::NodePlan& node) {
+  const job::Layout layout(job_dir);
+  for (const std::string& dir : {layout.filesDir(), layout.logsDir(), layout.outputDir()}) {
+    COHORT_TRY(makeDirs(dir));
+  }
+  // As on the coordinator's machine: the ranks' own user may write their outputs.
+  if (!node.ranks.empty() && node.ranks.front().uid >= 0 &&
+      ::lchown(layout.outputDir().c_str(), node.ranks.front().uid, node.ranks.front().gid) < 0) {
+    return failErrno("chown '" + layout.outputDir() + "'");
+  }
+  return {};
+}
+
+Result<void> writeJobFile(const std::string& job_dir, const std::string& path,
+                          const std::string& content) {
+  const std::string dir = job::Layout(job_dir).filesDir() + "/";
+  if (!startsWith(path, dir) || path.find("/..") != std::string::npos ||
+      path.find("/./") != std::string::npos) {
+    return fail(Code::kInvalidArgument, "a generated file outside '" + dir + "': '" + path + "'");
+  }
+  COHORT_TRY(makeDirs(path.substr(0, path.rfind('/'))));
+  return writeFileAtomic(path, content, /*durable=*/false);
+}
+
+Result<Copied> copyOutput(const plan::OutputPlan& output) {
+  storage::CopyOptions untrusted;
+  untrusted.refuse_links = true;
+  COHORT_ASSIGN(auto copied, storage::copyTree(output.source, output.target, untrusted));
+  return Copied{copied.files_copied + copied.files_skipped, copied.bytes_copied};
 }
 
 }  // namespace cohort::agent

@@ -1,8 +1,11 @@
-// Staging: before any rank of a job starts, every node's agent puts the job's inputs into the
-// node's work directory: a verified parallel copy (storage::copyTree), or a symbolic link to the
-// source for inputs with mode `link`. The coordinator starts the ranks only when every node has
-// staged, so no rank waits in a rendezvous for another node's slow copy.
-// stageInputs blocks; the agent runs it on a thread of its own.
+// A node's data path. Staging: before any rank of a job starts, every node's agent puts the
+// job's inputs into the node's work directory: a verified parallel copy (storage::copyTree), or a
+// symbolic link to the source for inputs with mode `link`. The coordinator starts the ranks only
+// when every node has staged, so no rank waits in a rendezvous for another node's slow copy.
+// After the ranks, outputs are copied where the job file says: by the coordinator from the job
+// directory it shares with the nodes, and by each node whose job directory is its own (no shared
+// filesystem) from that one.
+// Everything here blocks; the agent runs it on a thread of its own.
 #pragma once
 
 #include <cstdint>
@@ -21,5 +24,27 @@ struct StagingResult {
 // Creates the node's work directory and stages its inputs. Errors name the input and the file:
 // "input 'store://datasets/digits': copy 'a.bin': No space left on device".
 Result<StagingResult> stageInputs(const plan::NodePlan& node);
+
+// True when `job_dir` holds the mark the coordinator wrote there (job::Layout::markFile()): this
+// node sees the coordinator's job directory, not one of its own.
+bool sharesJobDir(const std::string& job_dir, const std::string& mark);
+
+// On a node whose job directory is its own: makes what the coordinator made in its own (files/,
+// logs/, output/ for the ranks' user), before staging.
+Result<void> prepareOwnJobDir(const std::string& job_dir, const plan::NodePlan& node);
+
+// Writes a file cohort generated for the ranks (a rank table, the hostfile) into the job
+// directory's files/; any other path is refused.
+Result<void> writeJobFile(const std::string& job_dir, const std::string& path,
+                          const std::string& content);
+
+struct Copied {
+  int64_t files = 0;  // copied or skipped as identical
+  int64_t bytes = 0;  // bytes copied
+};
+
+// Copies one output to its target. The ranks wrote its source: no link in it is followed
+// (docs/security.md).
+Result<Copied> copyOutput(const plan::OutputPlan& output);
 
 }  // namespace cohort::agent

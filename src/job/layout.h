@@ -3,6 +3,8 @@
 //
 //   job.json plan.json events.jsonl result.json console.log   the job's record: written by
 //                                    cohort's own processes (server, coordinator), never by ranks
+//   mark       a random word the coordinator writes when it starts: an agent that finds it
+//              through its own path shares the coordinator's job directory
 //   report.url report.token   where the server that runs the job is now (it rewrites the file
 //                 when it restarts on another address) and the credential the coordinator pushes
 //                 the record with (0600, the server's; the coordinator reads it once, removes it)
@@ -35,6 +37,7 @@ class Layout {
   std::string eventsFile() const { return dir_ + "/events.jsonl"; }
   std::string resultFile() const { return dir_ + "/result.json"; }
   std::string consoleLog() const { return dir_ + "/console.log"; }
+  std::string markFile() const { return dir_ + "/mark"; }
   std::string reportUrlFile() const { return dir_ + "/report.url"; }
   std::string reportTokenFile() const { return dir_ + "/report.token"; }
   std::string filesDir() const { return dir_ + "/files"; }

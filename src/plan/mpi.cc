@@ -34,14 +34,13 @@ void wireMpi(Builder& b) {
   for (const char* key : {"COHORT_RANK", "COHORT_LOCAL_RANK", "COHORT_ROLE_RANK"}) {
     unsetEnv(mpirun.env, key);
   }
-  std::vector<std::string> argv = {"mpirun", "-np", std::to_string(b.plan.world_size)};
+  const std::string np = std::to_string(b.plan.world_size);
+  std::vector<std::string> argv = {"mpirun", "--hostfile", path, "-np", np};
   if (b.spec.backend == spec::Backend::kSlurm) {
-    // Every node has the same number of ranks (the planner's check), so "so many per node".
-    argv.insert(argv.end(), {"--map-by", "ppr:" + std::to_string(b.plan.nodes.front().ranks.size()) +
-                                             ":node"});
+    // One role (the job file's check), so every node has as many ranks as the first.
+    const std::string per_node = std::to_string(b.plan.nodes.front().ranks.size());
+    argv = {"mpirun", "-np", np, "--map-by", "ppr:" + per_node + ":node"};
     setEnv(mpirun.env, "OMPI_MCA_plm_slurm_args", "--overlap");
-  } else {
-    argv.insert(argv.end(), {"--hostfile", path});
   }
   if (b.ctx.as_root) argv.push_back("--allow-run-as-root");
   // More ranks than cores is normal when nodes are simulated. The cutoff avoids OpenMPI 4.1's

@@ -4,6 +4,7 @@
 // reached over a bridge. The filesystem is shared, as on most clusters (home directories).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -243,6 +244,43 @@ TEST_F(Slurm, AKilledAgentAndACutNetworkAreEachNamed) {
     EXPECT_TRUE(contains(r.err, "node 1's agent was lost (n2 at 10.77.0.12: no word from it in 2.0s)"))
         << r.err;
   }
+}
+
+// Nodes n2.. see STATE/private as a directory of their own (tests/slurm/cluster): a job there has
+// no shared filesystem past node 0. Each node gets the files cohort wrote for the ranks, and
+// copies what its ranks saved itself.
+std::string baseName(const std::string& path) { return path.substr(path.rfind('/') + 1); }
+bool fileExists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+
+TEST_F(Slurm, NodesWithoutTheJobDirectoryGetItsFilesAndCopyTheirOwnOutputs) {
+  const std::string root = stateDir() + "/private/" + baseName(data_);
+  const std::string target = data_ + "/saved";
+  const std::string f = data_ + "/job.yaml";
+  std::ofstream(f) << "name: local-disks\nframework: mpi\nlauncher: direct\nworkdir: " << data_
+                   << "\ncommand: [sh, -c, 'cp \"$COHORT_HOSTFILE\" \"$COHORT_OUTPUT_DIR/hosts-$COHORT_RANK\""
+                      " && hostname > \"$COHORT_OUTPUT_DIR/from-$COHORT_RANK\"']\n"
+                      "roles: {worker: {nodes: 3}}\n"
+                      "outputs: [{source: output/, target: " << target << "}]\n";
+  auto r = runCohort({"run", "--backend", "slurm", "--data-root", root, "-f", f}, 120s);
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const std::string hostfile = "10.77.0.11 slots=1\n10.77.0.12 slots=1\n10.77.0.13 slots=1\n";
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::string n = std::to_string(rank);
+    EXPECT_EQ(readText(target + "/from-" + n), "n" + std::to_string(rank + 1) + "\n") << rank;
+    EXPECT_EQ(readText(target + "/hosts-" + n), hostfile) << rank;
+  }
+  const std::string job = onlyJobDir(root);
+  const std::string id = baseName(job);
+  // Node 1's files stayed on node 1; the coordinator's job directory has node 0's only.
+  EXPECT_TRUE(fileExists(job + "/output/from-0"));
+  EXPECT_FALSE(fileExists(job + "/output/from-1"));
+  const std::string node1 = stateDir() + "/tmp/n2/private/" + baseName(data_) + "/jobs/" + id;
+  EXPECT_EQ(readText(node1 + "/output/from-1"), "n2\n");
+  EXPECT_EQ(readText(node1 + "/files/hostfile"), hostfile);
+  nlohmann::json result = readJson(job + "/result.json");
+  EXPECT_EQ(result["outputs"][0]["files"], 6) << result.dump();
+  // The logs came over the network, as always.
+  EXPECT_TRUE(fileExists(job + "/logs/worker-2.log"));
 }
 
 TEST_F(Slurm, CtrlCWhilePendingOrRunningCancelsTheSlurmJob) {
