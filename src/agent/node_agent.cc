@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "agent/channel.h"
+#include "agent/preload.h"
 #include "agent/rank_output.h"
 #include "agent/staging.h"
 #include "plan/plan.h"
@@ -326,6 +327,17 @@ class Agent {
     } else if (type == "start") {
       startAttempt(field(m, "attempt", 0));
     } else if (type == "stop") {
+      if (pending_attempt_) {
+        // Stopped while the preload template still imports: the attempt starts nothing.
+        attempt_ = *pending_attempt_;
+        pending_attempt_.reset();
+        ranks_.clear();
+        (void)channel_.send({{"type", "started"},
+                             {"attempt", attempt_},
+                             {"count", 0},
+                             {"time", nowUnixNanos()}});
+        attemptOver();
+      }
       stopRanks(Millis(field(m, "grace_ms", int64_t{30000})));
     } else if (type == "exit") {
       // Exiting with the job's code makes a cluster's accounting (sacct) agree with cohort.
@@ -397,6 +409,7 @@ class Agent {
   }
 
   void startStaging() {
+    if (node_.preload) startTemplate();  // its imports overlap the staging and the start barrier
     runChore(
         [this] {
           // A job directory of its own has nothing yet: make what the ranks expect in it.
@@ -504,7 +517,57 @@ class Agent {
     return env;
   }
 
+  // launcher: preload: the node's template, in a cgroup of its own (an attempt's end kills the
+  // ranks' cgroup, not it: restarts fork from the same template).
+  void startTemplate() {
+    template_.reset();
+    template_ready_ = false;
+    if (cgroups_.base && cgroup_ && !template_cgroup_) {
+      auto cg = proc::Cgroup::create(*cgroups_.base, cgroup_->path().substr(cgroups_.base->size() + 1) +
+                                                         "-preload");
+      if (cg && cgroups_.watchdog->watch(*cg)) template_cgroup_ = std::move(*cg);
+    }
+    const plan::RankPlan& first = node_.ranks.front();
+    PreloadTemplate::Options o;
+    o.preload = *node_.preload;
+    o.env = rankEnvironment(first);
+    o.cwd = workdir_;
+    o.uid = first.uid;
+    o.gid = first.gid;
+    o.cgroup_fd = template_cgroup_ ? template_cgroup_->fd() : -1;
+    o.stderr_fd = STDERR_FILENO;
+    auto started = PreloadTemplate::start(o);
+    if (!started) {
+      preload_error_ = "the preload template: " + started.error().message;
+      return;
+    }
+    template_.emplace(std::move(*started));
+    (void)loop_.add(template_->fd(), EPOLLIN, [this](uint32_t) { onTemplateReady(); });
+  }
+
+  void onTemplateReady() {
+    loop_.remove(template_->fd());  // from here on it is asked and answered in turn
+    if (auto ready = template_->ready(); !ready) {
+      preload_error_ = "the preload template: " + ready.error().message;
+      template_.reset();
+    } else {
+      template_ready_ = true;
+    }
+    if (pending_attempt_) {
+      const int attempt = *pending_attempt_;
+      pending_attempt_.reset();
+      startAttempt(attempt);
+    }
+  }
+
   void startAttempt(int attempt) {
+    if (node_.preload && !template_ready_ && preload_error_.empty()) {
+      if (!template_) startTemplate();
+      if (preload_error_.empty()) {
+        pending_attempt_ = attempt;  // onTemplateReady starts it
+        return;
+      }
+    }
     attempt_ = attempt;
     stopping_ = false;
     grace_.disarm();  // the last attempt's stop is over: its SIGKILL must not hit this one
@@ -568,6 +631,7 @@ class Agent {
     rank.out.reset(fds[0]);
     ::fcntl(fds[0], F_SETPIPE_SZ, 1 << 20);
     COHORT_TRY(setNonBlocking(fds[0]));
+    if (p.preload) return forkRank(index, std::move(write_end));
     proc::SpawnRequest req;
     req.argv = p.argv;
     req.env = rankEnvironment(p);
@@ -587,13 +651,59 @@ class Agent {
     if (!child) {
       return withContext(child.error(), p.name);
     }
-    rank.child = std::move(*child);
+    return watch(index, std::move(*child));
+  }
+
+  // A rank that runs: its exit and its output come through the loop.
+  Result<void> watch(size_t index, proc::Child child) {
+    Rank& rank = ranks_[index];
+    rank.child = std::move(child);
     rank.running = true;
     rank.spawned = std::chrono::steady_clock::now();
     ++running_count_;
     COHORT_TRY(loop_.add(rank.child.pidfd.get(), EPOLLIN, [this, index](uint32_t) { onExit(index); }));
     COHORT_TRY(loop_.add(rank.out.get(), EPOLLIN, [this, index](uint32_t) { pump(index, 16); }));
     return {};
+  }
+
+  // A preloaded rank: forked by the template, then adopted (our child already; its pidfd; the
+  // node's cgroup) before it may run.
+  Result<void> forkRank(size_t index, UniqueFd out) {
+    Rank& rank = ranks_[index];
+    const plan::RankPlan& p = rank.plan;
+    if (!template_ready_) {
+      return fail(Code::kUnavailable, p.name + ": " + (preload_error_.empty()
+                                                          ? "the preload template is not ready"
+                                                          : preload_error_));
+    }
+    int go[2];
+    if (::pipe2(go, O_CLOEXEC) < 0) return failErrno("pipe2");
+    UniqueFd go_read(go[0]);
+    UniqueFd go_write(go[1]);
+    auto pid = template_->fork({p.argv, rankEnvironment(p), workdir_, out.get(), go_read.get()},
+                               Millis(10000));
+    out.reset();
+    go_read.reset();
+    if (!pid) {
+      if (pid.error().code == Code::kUnavailable || pid.error().code == Code::kDeadlineExceeded) {
+        template_.reset();  // the next attempt starts another
+        template_ready_ = false;
+      }
+      return withContext(pid.error(), p.name);
+    }
+    proc::Child child;
+    child.pid = *pid;
+    child.pidfd.reset(proc::openPidfd(*pid));
+    if (!child.pidfd.valid()) return failErrno(p.name + ": pidfd_open");
+    if (cgroup_) {
+      if (auto adopted = cgroup_->adopt(*pid); !adopted) {
+        ::kill(*pid, SIGKILL);
+        (void)proc::reap(child.pidfd.get());
+        return withContext(adopted.error(), p.name);
+      }
+    }
+    if (::write(go_write.get(), "g", 1) != 1) return failErrno(p.name + ": start the forked rank");
+    return watch(index, std::move(child));
   }
 
   // Reads up to `max_reads` chunks of a rank's output. Returns false at end of output.
@@ -644,6 +754,7 @@ class Agent {
     for (int round = 0; round < 100; ++round) {
       std::vector<pid_t> orphans = childrenOf(::getpid());
       std::erase(orphans, watchdog);
+      if (template_) std::erase(orphans, template_->pid());
       if (orphans.empty()) break;
       for (pid_t pid : orphans) {
         ::kill(-pid, SIGKILL);
@@ -663,6 +774,7 @@ class Agent {
       for (const Rank& rank : ranks_) {
         if (rank.running && rank.child.pid == info.si_pid) return;
       }
+      if (template_ && info.si_pid == template_->pid()) return;  // its pidfd reaps it
       if (cgroups_.watchdog && info.si_pid == cgroups_.watchdog->pid()) {
         std::fprintf(stderr, "cohort exec: node %d: the cgroup watchdog exited\n",
                      options_.node);
@@ -764,6 +876,11 @@ class Agent {
   plan::NodePlan node_;
   std::string workdir_;
   std::vector<Rank> ranks_;
+  std::optional<PreloadTemplate> template_;  // launcher: preload
+  std::optional<proc::Cgroup> template_cgroup_;
+  bool template_ready_ = false;
+  std::string preload_error_;        // why this node's ranks cannot be forked
+  std::optional<int> pending_attempt_;  // to start once the template is ready
   std::string job_dir_;
   bool own_dir_ = false;  // the job directory here is not the coordinator's
   std::vector<plan::OutputPlan> outputs_;  // to copy from it before leaving

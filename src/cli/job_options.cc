@@ -108,7 +108,9 @@ std::string jobFlagsHelp() {
                            (generic sets only the COHORT_* variables)
   --launcher NAME          direct (default): cohort starts every rank; torchrun: one torchrun
                            per node; spawn: one process per node with --init_method --rank
-                           --world_size (mp.spawn); mpirun: one mpirun (default for mpi)
+                           --world_size (mp.spawn); mpirun: one mpirun (default for mpi);
+                           preload: one Python process per node imports `preload` (torch)
+                           once, then forks every rank of the node from it
   --mode NAME              MindSpore: dynamic_cluster (default) | rank_table (Ascend)
   --compat NAME            modelarts (default): also set the managed service's MA_* and
                            VC_* variables | none

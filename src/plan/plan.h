@@ -6,6 +6,7 @@
 #pragma once
 
 #include <set>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,7 @@ struct RankPlan {
   bool console = true;   // its output is echoed on the merged console stream
   int uid = -1;          // the Unix identity it runs as; -1: the agent's own
   int gid = -1;
+  bool preload = false;  // forked from its node's template (NodePlan::preload), not executed
 };
 
 // One input to stage on a node before any rank starts: a copy, or a symbolic link.
@@ -42,12 +44,20 @@ struct StagedInput {
   bool link = false;
 };
 
+// launcher: preload: one Python process per node that imports `modules` once, then forks each
+// of the node's ranks marked `preload` (agent/preload.h).
+struct Preload {
+  std::string python;  // the ranks' interpreter, argv[0] of their command
+  std::vector<std::string> modules;
+};
+
 struct NodePlan {
   int node = 0;
   std::string host;
   std::string work_dir;  // COHORT_WORK_DIR: <job dir>/work/node<i>
   std::vector<StagedInput> inputs;
   std::vector<RankPlan> ranks;
+  std::optional<Preload> preload;
 };
 
 // Copied out by the coordinator when the job ends.

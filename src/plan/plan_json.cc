@@ -34,16 +34,21 @@ Json nodeJson(const NodePlan& node) {
       ranks.back()["uid"] = r.uid;
       ranks.back()["gid"] = r.gid;
     }
+    if (r.preload) ranks.back()["preload"] = true;
   }
   Json inputs = Json::array();
   for (const StagedInput& in : node.inputs) {
     inputs.push_back(Json{{"source", in.source}, {"target", in.target}, {"link", in.link}});
   }
-  return {{"node", node.node},
-          {"host", node.host},
-          {"work_dir", node.work_dir},
-          {"inputs", inputs},
-          {"ranks", ranks}};
+  Json out = {{"node", node.node},
+              {"host", node.host},
+              {"work_dir", node.work_dir},
+              {"inputs", inputs},
+              {"ranks", ranks}};
+  if (node.preload) {
+    out["preload"] = Json{{"python", node.preload->python}, {"modules", node.preload->modules}};
+  }
+  return out;
 }
 
 }  // namespace
@@ -106,7 +111,13 @@ Result<NodePlan> nodeFromJson(const std::string& text) {
       r.log_file = jr.at("log_file").get<std::string>();
       r.uid = jr.value("uid", -1);
       r.gid = jr.value("gid", -1);
+      r.preload = jr.value("preload", false);
       node.ranks.push_back(std::move(r));
+    }
+    if (j.contains("preload")) {
+      const auto& p = j.at("preload");
+      node.preload = Preload{p.at("python").get<std::string>(),
+                             p.at("modules").get<std::vector<std::string>>()};
     }
     return node;
   } catch (const nlohmann::json::exception& e) {
@@ -126,11 +137,18 @@ std::string toText(const Plan& plan) {
     for (const StagedInput& in : node.inputs) {
       out += "  stage " + in.source + (in.link ? " -> (link) " : " -> ") + in.target + "\n";
     }
+    if (node.preload) {
+      out += "  preload: " + node.preload->python + " imports " +
+             (node.preload->modules.empty() ? std::string("nothing")
+                                            : join(node.preload->modules, ", ")) +
+             " once, then forks the ranks marked (preloaded)\n";
+    }
     for (const RankPlan& r : node.ranks) {
       std::vector<std::string> words;
       for (const auto& a : r.argv) words.push_back(shellQuote(a));
       out += "  " + r.name + "  (process " + std::to_string(r.rank) + ", local " +
-             std::to_string(r.local_rank) + (r.key ? "" : ", not a key role") + ")\n";
+             std::to_string(r.local_rank) + (r.key ? "" : ", not a key role") +
+             (r.preload ? ", preloaded" : "") + ")\n";
       out += "    argv: " + join(words, " ") + "\n";
       out += "    log:  " + r.log_file + "\n";
       for (const auto& [k, v] : r.env) out += "    " + k + "=" + v + "\n";

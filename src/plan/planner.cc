@@ -227,6 +227,15 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
       if (ctx.uid >= 0 && !hasEnv(spec.env, "HOME")) setEnv(r.env, "HOME", node.work_dir);
     }
   }
+  if (spec.launcher == spec::Launcher::kPreload) {
+    if (ctx.isolate) {
+      return fail(Code::kInvalidArgument,
+                  "launcher: preload forks every rank of a node from one process, which a "
+                  "sandbox per rank cannot hold: use launcher: direct here, or a server started "
+                  "with --no-isolate");
+    }
+    COHORT_TRY(wirePreload(b));
+  }
   if (ctx.isolate) isolate(b);
   return plan;
 }

@@ -232,6 +232,41 @@ TEST(Planner, MpirunOnSlurmTakesTheNodesFromTheAllocation) {
   }));
 }
 
+TEST(Planner, PreloadMarksEveryRankAndNamesEachNodesTemplate) {
+  auto plan = makePlan(parse("name: p\nlauncher: preload\ncommand: [/usr/bin/python3, train.py]\n"
+                             "roles: {worker: {nodes: 2, procs_per_node: 2}}\n"), context());
+  ASSERT_TRUE(plan) << plan.error().message;
+  for (const NodePlan& node : plan->nodes) {
+    ASSERT_TRUE(node.preload);
+    EXPECT_EQ(node.preload->python, "/usr/bin/python3");
+    EXPECT_EQ(node.preload->modules, std::vector<std::string>{"torch"}) << "pytorch's default";
+    for (const RankPlan& r : node.ranks) EXPECT_TRUE(r.preload) << r.name;
+  }
+  // The agents get it over the wire.
+  auto back = nodeFromJson(nodeToJson(plan->nodes[1]));
+  ASSERT_TRUE(back);
+  ASSERT_TRUE(back->preload);
+  EXPECT_EQ(back->preload->modules, std::vector<std::string>{"torch"});
+  EXPECT_TRUE(back->ranks[0].preload);
+  EXPECT_NE(toText(*plan).find("preload: /usr/bin/python3 imports torch once"), std::string::npos);
+
+  auto generic = makePlan(parse("name: p\nframework: generic\nlauncher: preload\npreload: []\n"
+                                "command: [python3, -m, pkg.main, --x]\n"), context());
+  ASSERT_TRUE(generic) << generic.error().message;
+  EXPECT_TRUE(generic->nodes[0].preload->modules.empty());
+  for (const char* command : {"[sh, run.sh]", "[python3, -u, train.py]", "[python3]"}) {
+    auto refused = makePlan(parse(std::string("name: p\nlauncher: preload\ncommand: ") + command +
+                                  "\n"), context());
+    ASSERT_FALSE(refused) << command;
+    EXPECT_NE(refused.error().message.find("launcher: preload forks Python ranks"), std::string::npos);
+  }
+  PlanContext sandboxed = context();
+  sandboxed.isolate = true;
+  auto in_sandbox = makePlan(parse("name: p\nlauncher: preload\ncommand: [python3, t.py]\n"), sandboxed);
+  ASSERT_FALSE(in_sandbox);
+  EXPECT_NE(in_sandbox.error().message.find("--no-isolate"), std::string::npos);
+}
+
 TEST(Planner, ModelArtsVariablesAndHostFiles) {
   auto plan = makePlan(parse("name: ma\ncommand: [sh, start.sh]\n"
                              "env: {MA_NUM_GPUS: '2'}\n"

@@ -50,5 +50,6 @@ void wireTensorFlow(Builder& b);
 void wireMpi(Builder& b);
 void wireModelArts(Builder& b);
 void isolate(Builder& b);
+Result<void> wirePreload(Builder& b);
 
 }  // namespace cohort::plan

@@ -243,6 +243,16 @@ Cgroup::~Cgroup() {
   if (!path_.empty()) (void)remove();
 }
 
+Result<void> Cgroup::adopt(pid_t pid) const {
+  UniqueFd procs(::openat(dir_.get(), "cgroup.procs", O_WRONLY | O_CLOEXEC));
+  if (!procs.valid()) return failErrno("open '" + path_ + "/cgroup.procs'");
+  const std::string text = std::to_string(pid);
+  if (::write(procs.get(), text.data(), text.size()) < 0) {
+    return failErrno("move process " + text + " into '" + path_ + "'");
+  }
+  return {};
+}
+
 Result<void> Cgroup::killAll(Millis deadline) const {
   if (path_.empty()) return {};
   return killCgroup(path_, deadline);

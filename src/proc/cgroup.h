@@ -43,6 +43,8 @@ class Cgroup {
   // How many directories above path() create() may remove when they are empty.
   int parents() const { return parents_; }
 
+  // Moves process `pid` (of ours, or a child's child we were given) into it. Errors: kIo.
+  Result<void> adopt(pid_t pid) const;
   // Kills every process in it and waits until none is left. Errors: kDeadlineExceeded after
   // `deadline`, kIo.
   Result<void> killAll(Millis deadline) const;

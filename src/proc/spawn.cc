@@ -156,6 +156,8 @@ Result<Child> spawn(const SpawnRequest& req) {
       if (req.merge_stderr && req.stderr_fd < 0 && ::dup2(req.stdout_fd, 2) < 0) die(kStageDup2);
     }
     if (req.stderr_fd >= 0 && ::dup2(req.stderr_fd, 2) < 0) die(kStageDup2);
+    if (req.fd3 == 3 && ::fcntl(3, F_SETFD, 0) < 0) die(kStageDup2);
+    if (req.fd3 >= 0 && req.fd3 != 3 && ::dup2(req.fd3, 3) < 0) die(kStageDup2);
     ::execve(program.c_str(), argv.data(), envp.data());
     die(kStageExec);
   }

@@ -31,6 +31,7 @@ struct SpawnRequest {
   int uid = -1;
   int gid = -1;
   int cgroup_fd = -1;  // a cgroup v2 directory the child joins before exec; -1: ours
+  int fd3 = -1;        // >= 0: given to the child as its descriptor 3
 };
 
 struct Child {

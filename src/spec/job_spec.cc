@@ -39,6 +39,7 @@ const char* launcherName(Launcher l) {
     case Launcher::kTorchrun: return "torchrun";
     case Launcher::kSpawn: return "spawn";
     case Launcher::kMpirun: return "mpirun";
+    case Launcher::kPreload: return "preload";
   }
   return "direct";
 }
@@ -62,11 +63,12 @@ Result<Framework> parseFramework(const std::string& text) {
 }
 
 Result<Launcher> parseLauncher(const std::string& text) {
-  for (Launcher l : {Launcher::kDirect, Launcher::kTorchrun, Launcher::kSpawn, Launcher::kMpirun}) {
+  for (Launcher l : {Launcher::kDirect, Launcher::kTorchrun, Launcher::kSpawn, Launcher::kMpirun,
+                     Launcher::kPreload}) {
     if (text == launcherName(l)) return l;
   }
   return fail(Code::kInvalidArgument,
-              "unknown launcher '" + text + "' (direct, torchrun, spawn, mpirun)");
+              "unknown launcher '" + text + "' (direct, torchrun, spawn, mpirun, preload)");
 }
 
 void Origin::setByFlag(const std::string& path, const std::string& flag) {
@@ -593,7 +595,7 @@ class Parser {
         root, "",
         {"name", "framework", "launcher", "mode", "rank_table_version", "compat", "workdir",
          "command", "hyperparameters", "env", "roles", "inputs", "outputs", "policy", "backend",
-         "network", "slurm"},
+         "network", "slurm", "preload"},
         [&](const std::string& key, const YAML::Node& value) -> Result<void> {
           if (key == "name") {
             COHORT_ASSIGN(spec.name, scalar(value, key));
@@ -667,6 +669,9 @@ class Parser {
             COHORT_ASSIGN(spec.network, network(value, key));
           } else if (key == "slurm") {
             COHORT_ASSIGN(spec.slurm, slurm(value, key));
+          } else if (key == "preload") {
+            COHORT_ASSIGN(spec.preload, stringList(value, key, kMaxPreload));
+            spec.preload_given = true;
           } else {
             COHORT_ASSIGN(spec.policy, policy(value, key));
           }
@@ -830,6 +835,24 @@ Result<void> validateFramework(const JobSpec& spec) {
   }
   if (spec.launcher == Launcher::kMpirun && spec.framework != Framework::kMpi) {
     return bad("launcher", "'mpirun' is for framework mpi");
+  }
+  if (spec.launcher == Launcher::kPreload && spec.framework != Framework::kPyTorch &&
+      spec.framework != Framework::kGeneric) {
+    return bad("launcher", "'preload' is for framework pytorch or generic");
+  }
+  if (spec.preload_given && spec.launcher != Launcher::kPreload) {
+    return bad("preload", "names the modules of launcher: preload; this job's launcher is '" +
+                              launcher + "'");
+  }
+  for (size_t i = 0; i < spec.preload.size(); ++i) {
+    const std::string& m = spec.preload[i];
+    bool ok = !m.empty() && m.size() <= 128 && m.front() != '.' && m.back() != '.' &&
+              m.find("..") == std::string::npos && !(m.front() >= '0' && m.front() <= '9');
+    for (char c : m) ok = ok && (wordCharacter(c) && c != '-');
+    if (!ok) {
+      return bad("preload[" + std::to_string(i) + "]",
+                 "'" + m.substr(0, 64) + "' is not a Python module name (torch, numpy.linalg)");
+    }
   }
   if ((torch_launcher || spec.launcher == Launcher::kMpirun) && spec.roles.size() != 1) {
     return bad("launcher", "'" + launcher + "' runs one role; this job has " +
@@ -1294,6 +1317,7 @@ std::string toJobFile(const JobSpec& spec) {
               {"inputs", inputs},
               {"outputs", outputs},
               {"policy", policy}};
+  if (spec.preload_given) job["preload"] = spec.preload;
   // Only when asked for: a server decides where a job without one runs.
   if (spec.backend != Backend::kLocal) job["backend"] = backendName(spec.backend);
   Json network = Json::object();

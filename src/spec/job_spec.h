@@ -24,7 +24,7 @@ const char* frameworkName(Framework f);
 // How ranks are started. direct: cohort starts every rank. torchrun: one torchrun per node.
 // spawn: one process per node gets --init_method/--rank/--world_size and forks its ranks
 // (mp.spawn). mpirun: one mpirun for the whole job.
-enum class Launcher { kDirect, kTorchrun, kSpawn, kMpirun };
+enum class Launcher { kDirect, kTorchrun, kSpawn, kMpirun, kPreload };
 const char* launcherName(Launcher l);
 
 // MindSpore: dynamic cluster (a scheduler process plus workers; CPU, GPU, Ascend) or an HCCL
@@ -107,6 +107,7 @@ struct SlurmOptions {
   std::vector<std::string> options;  // more sbatch options, each "--name=value" or "--flag"
 };
 inline constexpr int kMaxSlurmOptions = 64;
+inline constexpr int kMaxPreload = 64;  // modules in `preload`
 
 using KeyValues = std::vector<std::pair<std::string, std::string>>;  // in the order given
 
@@ -157,6 +158,10 @@ struct JobSpec {
   std::vector<Output> outputs;
   Policy policy;
   Launcher launcher = Launcher::kDirect;  // kMpirun by default for framework mpi
+  // launcher: preload: the modules each node's template process imports before it forks the
+  // ranks (docs/frameworks.md); when not given, [torch] for framework pytorch.
+  std::vector<std::string> preload;
+  bool preload_given = false;
   MindSporeMode mindspore_mode = MindSporeMode::kDynamicCluster;
   std::string rank_table_version = "1.0";  // or "0.1"
   bool compat_modelarts = true;  // set the managed service's MA_*/VC_* variables too

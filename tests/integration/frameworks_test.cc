@@ -43,6 +43,18 @@ TEST(RealPyTorch, TorchrunModeOneTorchrunPerNode) {
   EXPECT_NE(r.out.find("[torchrun/node1 node1]"), std::string::npos) << r.out;
 }
 
+TEST(RealPyTorch, PreloadForksTheRanksFromOneTemplatePerNode) {
+  REQUIRE(kTorch, "Debian's python3-torch and python3-sklearn are not installed");
+  std::string root = tempDir();
+  auto r = runCohort({"run", "--data-root", root, "--launcher", "preload", "--nodes", "2",
+                      "--nproc-per-node", "2", "--workdir", sourceDir() + "/examples/pytorch",
+                      "--", "/usr/bin/python3", "ddp.py", "--epochs", "6"},
+                     300s);
+  expectDdpTrained(r);
+  // torch was imported by each node's template, not by each rank.
+  EXPECT_TRUE(contains(readText(onlyJobDir(root) + "/plan.json"), "\"modules\": [\n")) << root;
+}
+
 TEST(RealPyTorch, DdpExampleTrainsThroughTheServer) {
   REQUIRE(kTorch, "Debian's python3-torch and python3-sklearn are not installed");
   std::string why;

@@ -247,6 +247,17 @@ bool processGone(pid_t pid) {
   return close == std::string::npos || text.size() < close + 3 || text[close + 2] == 'Z';
 }
 
+std::string shellOutput(const std::string& command) {
+  std::string out;
+  if (FILE* p = ::popen(command.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    ::pclose(p);
+  }
+  return out;
+}
+
 std::string readText(const std::string& path) {
   std::ifstream in(path);
   std::stringstream s;

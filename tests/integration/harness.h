@@ -93,6 +93,8 @@ std::vector<pid_t> readPids(const std::string& path);
 bool processGone(pid_t pid);
 
 std::string readText(const std::string& path);
+// What `sh -c command` printed on stdout.
+std::string shellOutput(const std::string& command);
 inline bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }

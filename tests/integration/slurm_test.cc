@@ -66,16 +66,7 @@ class Slurm : public ::testing::Test {
     return out;
   }
 
-  static std::string shell(const std::string& command) {
-    std::string out;
-    if (FILE* p = ::popen(command.c_str(), "r")) {
-      char buf[4096];
-      size_t n;
-      while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-      ::pclose(p);
-    }
-    return out;
-  }
+  static std::string shell(const std::string& command) { return shellOutput(command); }
 
   static std::string slurmJobOf(const std::string& err) {
     std::smatch m;

@@ -1,0 +1,331 @@
+#include "agent/preload.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+#include "proc/spawn.h"
+
+namespace cohort::agent {
+
+namespace {
+
+using Json = nlohmann::json;
+
+// The template, run as `python -c kTemplate FD MODULE...`. It must not start a thread or touch
+// the network before it forks.
+constexpr const char* kTemplate = R"PY(
+import gc, importlib, io, json, os, signal, socket, struct, sys, traceback
+
+sock = socket.socket(fileno=int(sys.argv[1]))
+modules = sys.argv[2:]
+
+def send(obj):
+    body = json.dumps(obj).encode()
+    sock.sendall(struct.pack(">I", len(body)) + body)
+
+def exact(n):
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise EOFError
+        data += chunk
+    return data
+
+def unsafe():
+    threads = len(os.listdir("/proc/self/task"))
+    if threads > 1:
+        return "%d threads are running after importing %s: a fork would copy only one" % (
+            threads, ", ".join(modules))
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "cuda") and torch.cuda.is_initialized():
+        return "importing %s initialised CUDA, which a forked process cannot use" % ", ".join(modules)
+    return None
+
+def stream(fd, unbuffered, encoding):
+    # As the interpreter makes sys.stdout and sys.stderr (-u / PYTHONUNBUFFERED included).
+    raw = io.FileIO(fd, "w", closefd=False)
+    errors = "backslashreplace" if fd == 2 else "strict"
+    if unbuffered:
+        return io.TextIOWrapper(raw, encoding=encoding, errors=errors, write_through=True)
+    return io.TextIOWrapper(io.BufferedWriter(raw), encoding=encoding, errors=errors,
+                            line_buffering=fd == 2 or raw.isatty())
+
+def become_rank(req, out_fd, go_fd):
+    # The agent's: a session and process group of its own, its output, then wait until the
+    # agent adopted it (pidfd, cgroup).
+    sock.close()
+    os.setsid()
+    null = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(out_fd, 1)
+    os.dup2(out_fd, 2)
+    for fd in (null, out_fd):
+        if fd > 2:
+            os.close(fd)
+    if os.read(go_fd, 1) != b"g":
+        os._exit(127)
+    os.close(go_fd)
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != req["parent"]:
+        os._exit(127)  # the agent died before we were adopted
+    for s in range(1, signal.NSIG):
+        if s in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        try:
+            signal.signal(s, signal.SIG_DFL)
+        except (OSError, ValueError, RuntimeError):
+            pass
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter has them
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    os.chdir(req["cwd"])
+    os.environ.clear()
+    for entry in req["env"]:
+        key, _, value = entry.partition("=")
+        os.environ[key] = value
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    encoding = sys.stdout.encoding
+    sys.stdin = sys.__stdin__ = open(0, "r", closefd=False)
+    sys.stdout = sys.__stdout__ = stream(1, unbuffered, encoding)
+    sys.stderr = sys.__stderr__ = stream(2, unbuffered, encoding)
+    argv = req["argv"]
+    import runpy
+    if argv[1] == "-m":
+        sys.argv = [argv[2]] + argv[3:]
+        sys.path[0] = os.getcwd()
+        runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = argv[1:]
+        sys.path[0] = os.path.dirname(os.path.abspath(argv[1]))
+        runpy.run_path(argv[1], run_name="__main__")
+    sys.exit(0)
+
+def serve():
+    while True:
+        try:
+            header, fds, _, _ = socket.recv_fds(sock, 4, 2)
+        except OSError:
+            return
+        if not header:
+            return  # the agent is gone
+        if len(header) < 4:
+            header += exact(4 - len(header))
+        req = json.loads(exact(struct.unpack(">I", header)[0]))
+        if len(fds) != 2:
+            send({"error": "a fork request came without its two descriptors"})
+            for fd in fds:
+                os.close(fd)
+            continue
+        out_fd, go_fd = fds
+        r, w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        middle = os.fork()
+        if middle == 0:
+            os.close(r)
+            rank = os.fork()
+            if rank == 0:
+                os.close(w)
+                try:
+                    become_rank(req, out_fd, go_fd)
+                except SystemExit:
+                    raise
+                except KeyboardInterrupt:
+                    # As the interpreter ends on one: the traceback, then SIGINT.
+                    traceback.print_exc()
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    signal.signal(signal.SIGINT, signal.SIG_DFL)
+                    os.kill(os.getpid(), signal.SIGINT)
+                except BaseException:
+                    sys.excepthook(*sys.exc_info())
+                    sys.exit(1)  # the interpreter's own way out: atexit, flushed output
+            os.write(w, str(rank).encode())
+            os._exit(0)
+        os.close(w)
+        os.close(out_fd)
+        os.close(go_fd)
+        pid = os.read(r, 32)
+        os.close(r)
+        os.waitpid(middle, 0)
+        send({"pid": int(pid)} if pid else {"error": "the fork failed"})
+
+def main():
+    try:
+        for m in modules:
+            importlib.import_module(m)
+    except BaseException as e:
+        send({"error": "importing %s: %s" % (m, traceback.format_exception_only(type(e), e)[-1].strip())})
+        return
+    why = unsafe()
+    if why:
+        send({"error": why})
+        return
+    gc.collect()
+    gc.freeze()  # the forked ranks share these pages instead of touching them
+    send({"ready": True})
+    serve()
+
+main()
+)PY";
+
+// One frame: 4-byte big-endian length, then the JSON.
+std::string frame(const Json& j) {
+  const std::string body = j.dump(-1, ' ', false, Json::error_handler_t::replace);
+  const uint32_t n = static_cast<uint32_t>(body.size());
+  std::string out(4, '\0');
+  out[0] = static_cast<char>(n >> 24);
+  out[1] = static_cast<char>(n >> 16);
+  out[2] = static_cast<char>(n >> 8);
+  out[3] = static_cast<char>(n);
+  return out + body;
+}
+
+// Reads exactly `n` bytes before `deadline`.
+Result<std::string> readExact(int fd, size_t n, std::chrono::steady_clock::time_point deadline) {
+  std::string out;
+  while (out.size() < n) {
+    const auto left = std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return fail(Code::kDeadlineExceeded, "the preload template did not answer");
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) < 0 && errno != EINTR) return failErrno("poll");
+    char buf[4096];
+    ssize_t got = ::recv(fd, buf, std::min(sizeof buf, n - out.size()), MSG_DONTWAIT);
+    if (got == 0) return fail(Code::kUnavailable, "the preload template exited");
+    if (got < 0) {
+      if (errno == EAGAIN || errno == EINTR) continue;
+      return failErrno("read from the preload template");
+    }
+    out.append(buf, static_cast<size_t>(got));
+  }
+  return out;
+}
+
+Result<Json> readFrame(int fd, Millis timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  COHORT_ASSIGN(std::string header, readExact(fd, 4, deadline));
+  const uint32_t n = (static_cast<uint32_t>(static_cast<unsigned char>(header[0])) << 24) |
+                     (static_cast<uint32_t>(static_cast<unsigned char>(header[1])) << 16) |
+                     (static_cast<uint32_t>(static_cast<unsigned char>(header[2])) << 8) |
+                     static_cast<uint32_t>(static_cast<unsigned char>(header[3]));
+  if (n > (1u << 20)) return fail(Code::kIo, "the preload template sent a frame too large");
+  COHORT_ASSIGN(std::string body, readExact(fd, n, deadline));
+  Json j = Json::parse(body, nullptr, false);
+  if (!j.is_object()) return fail(Code::kIo, "the preload template sent no JSON object");
+  return j;
+}
+
+std::string errorOf(const Json& j) {
+  auto it = j.find("error");
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+}  // namespace
+
+Result<PreloadTemplate> PreloadTemplate::start(const Options& options) {
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) < 0) return failErrno("socketpair");
+  UniqueFd ours(pair[0]);
+  UniqueFd theirs(pair[1]);
+  proc::SpawnRequest req;
+  req.argv = {options.preload.python, "-c", kTemplate, "3"};
+  req.argv.insert(req.argv.end(), options.preload.modules.begin(), options.preload.modules.end());
+  req.env = options.env;
+  req.cwd = options.cwd;
+  req.stdout_fd = options.stderr_fd;
+  req.uid = options.uid;
+  req.gid = options.gid;
+  req.cgroup_fd = options.cgroup_fd;
+  req.fd3 = theirs.get();
+  COHORT_ASSIGN(proc::Child child, proc::spawn(req));
+  PreloadTemplate t;
+  t.sock_ = std::move(ours);
+  t.pid_ = child.pid;
+  t.pidfd_ = std::move(child.pidfd);
+  return t;
+}
+
+PreloadTemplate::PreloadTemplate(PreloadTemplate&& other) noexcept
+    : sock_(std::move(other.sock_)), pidfd_(std::move(other.pidfd_)), pid_(other.pid_) {
+  other.pid_ = -1;
+}
+
+PreloadTemplate& PreloadTemplate::operator=(PreloadTemplate&& other) noexcept {
+  if (this != &other) {
+    this->~PreloadTemplate();
+    new (this) PreloadTemplate(std::move(other));
+  }
+  return *this;
+}
+
+PreloadTemplate::~PreloadTemplate() {
+  if (pid_ < 0) return;
+  sock_.reset();
+  // Through its pidfd: its pid may have been reaped and reused by now.
+  if (pidfd_.valid()) {
+    (void)::syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0);
+    (void)proc::reap(pidfd_.get());
+  }
+  pid_ = -1;
+}
+
+Result<void> PreloadTemplate::ready() {
+  auto said = readFrame(sock_.get(), Millis(1000));
+  if (!said) {
+    if (said.error().code == Code::kUnavailable) {
+      return fail(Code::kUnavailable, "the preload template exited before it was ready (its "
+                                      "output is in the agent's)");
+    }
+    return tl::unexpected<Error>(said.error());
+  }
+  if (std::string why = errorOf(*said); !why.empty()) return fail(Code::kFailedPrecondition, why);
+  return {};
+}
+
+Result<pid_t> PreloadTemplate::fork(const Fork& request, Millis timeout) {
+  Json req = {{"argv", request.argv}, {"env", request.env}, {"cwd", request.cwd},
+              {"parent", ::getpid()}};
+  const std::string bytes = frame(req);
+  // The descriptors ride on the frame's first bytes.
+  iovec iov{const_cast<char*>(bytes.data()), bytes.size()};
+  char control[CMSG_SPACE(2 * sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+  cmsg->cmsg_level = SOL_SOCKET;
+  cmsg->cmsg_type = SCM_RIGHTS;
+  cmsg->cmsg_len = CMSG_LEN(2 * sizeof(int));
+  const int fds[2] = {request.out_fd, request.go_fd};
+  std::memcpy(CMSG_DATA(cmsg), fds, sizeof fds);
+  ssize_t sent = ::sendmsg(sock_.get(), &msg, MSG_NOSIGNAL);
+  if (sent < 0) {
+    return errno == EPIPE ? fail(Code::kUnavailable, "the preload template is gone")
+                          : failErrno("send to the preload template");
+  }
+  if (static_cast<size_t>(sent) < bytes.size()) {
+    COHORT_TRY(writeAll(sock_.get(), std::string_view(bytes).substr(static_cast<size_t>(sent))));
+  }
+  COHORT_ASSIGN(Json answer, readFrame(sock_.get(), timeout));
+  if (std::string why = errorOf(answer); !why.empty()) return fail(Code::kIo, why);
+  auto pid = answer.find("pid");
+  if (pid == answer.end() || !pid->is_number_integer()) {
+    return fail(Code::kIo, "the preload template said no pid");
+  }
+  return static_cast<pid_t>(pid->get<int64_t>());
+}
+
+}  // namespace cohort::agent

@@ -1,0 +1,211 @@
+// launcher: preload with real Python ranks (Debian's /usr/bin/python3): every rank of a node is
+// forked from one template that imported the job's `preload` modules, and is supervised exactly
+// as a directly launched rank is. These tests preload small modules of their own (not torch),
+// so they are quick; the DDP example with torch preloaded is in frameworks_test.cc.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "harness.h"
+
+namespace cohort::testing {
+namespace {
+
+class Preload : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = tempDir();
+    root_ = dir_ + "/root";
+    // Imported once per node by the template: each import leaves a line in imports.log.
+    write("stamp.py", "import os\nwith open(os.path.join(os.path.dirname(__file__), 'imports.log'), "
+                      "'a') as f:\n    f.write('imported %d\\n' % os.getpid())\n");
+  }
+
+  void write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ + "/" + name) << text;
+  }
+
+  // A job file running `script` on 2 nodes x 2 ranks with launcher preload.
+  std::string job(const std::string& script, const std::string& preload = "[stamp]",
+                  const std::string& extra = "") {
+    const std::string f = dir_ + "/job.yaml";
+    std::ofstream(f) << "name: pre\nframework: generic\nlauncher: preload\npreload: " << preload
+                     << "\nworkdir: " << dir_ << "\ncommand: [/usr/bin/python3, " << script
+                     << ", one, two]\nroles: {worker: {nodes: 2, procs_per_node: 2}}\n" << extra;
+    return f;
+  }
+
+  RunResult run(const std::string& file, std::vector<std::string> more = {}) {
+    std::vector<std::string> args = {"run", "--data-root", root_, "-f", file};
+    args.insert(args.end(), more.begin(), more.end());
+    return runCohort(args, 120s);
+  }
+
+  // The pids of the processes whose working directory is the job's workdir: ranks and
+  // templates both run there.
+  std::string leftInWorkdir() const {
+    return shellOutput("for p in /proc/[0-9]*; do [ \"$(readlink $p/cwd)\" = '" + dir_ +
+                       "' ] && echo ${p#/proc/}; done");
+  }
+
+  int imports() const {
+    std::string log = readText(dir_ + "/imports.log");
+    return static_cast<int>(std::count(log.begin(), log.end(), '\n'));
+  }
+
+  std::string dir_, root_;
+};
+
+TEST_F(Preload, EachRankIsAForkedScriptWithItsOwnIdentity) {
+  write("who.py",
+        "import os, sys\n"
+        "print('who', os.environ['COHORT_RANK'], sys.argv, __name__, 'stamp' in sys.modules,\n"
+        "      os.getpgid(0) == os.getpid(), os.getsid(0) == os.getpid(),\n"
+        "      open('/proc/%d/cmdline' % os.getppid()).read().split('\\0')[1], sys.path[0] == os.getcwd(),\n"
+        "      flush=True)\n");
+  auto r = run(job("who.py"));
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  for (int rank = 0; rank < 4; ++rank) {
+    // Its own argv, run as __main__, the module already there, its own process group and
+    // session, the agent (`cohort exec`) as its parent, the script's directory first on the path.
+    EXPECT_TRUE(contains(r.out, "who " + std::to_string(rank) +
+                                    " ['who.py', 'one', 'two'] __main__ True True True exec True"))
+        << r.out;
+  }
+  EXPECT_EQ(imports(), 2) << "one import per node, not per rank";
+  EXPECT_TRUE(contains(readText(onlyJobDir(root_) + "/plan.json"), "\"preload\": true"));
+}
+
+TEST_F(Preload, AFailingRankStopsTheOthersGracefullyAndIsTheRootCause) {
+  write("fail.py",
+        "import os, signal, subprocess, sys, time\n"
+        "rank = int(os.environ['COHORT_RANK'])\n"
+        "def bye(*_):\n    print('graceful', rank, flush=True)\n    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, bye)\n"
+        "if rank == 0:\n"
+        "    p = subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
+        "    open('escaped.pid', 'w').write(str(p.pid))\n"
+        "print('up', rank, flush=True)\n"
+        "if rank == 3:\n    time.sleep(1)\n    raise RuntimeError('boom on three')\n"
+        "time.sleep(300)\n");
+  auto r = run(job("fail.py"));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "root cause: worker/3 on node 1 exited with code 1")) << r.err;
+  EXPECT_TRUE(contains(r.err, "RuntimeError: boom on three")) << r.err;
+  for (int rank : {0, 1, 2}) {
+    EXPECT_TRUE(contains(r.out, "graceful " + std::to_string(rank))) << r.out;
+  }
+  // What a rank started in a session of its own went with the job.
+  const pid_t escaped = std::atoi(readText(dir_ + "/escaped.pid").c_str());
+  ASSERT_GT(escaped, 0);
+  EXPECT_TRUE(waitFor([&] { return processGone(escaped); }, 5s));
+}
+
+TEST_F(Preload, ARestartForksFromTheSameTemplate) {
+  write("flaky.py",
+        "import os, sys\n"
+        "if os.environ['COHORT_RESTART_COUNT'] == '0' and os.environ['COHORT_RANK'] == '1':\n"
+        "    sys.exit(3)\n"
+        "print('attempt', os.environ['COHORT_RESTART_COUNT'], 'rank', os.environ['COHORT_RANK'], flush=True)\n");
+  auto r = run(job("flaky.py"), {"--max-restarts", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "attempt 1 rank 1")) << r.out;
+  EXPECT_EQ(imports(), 2) << "the restart reused each node's template";
+}
+
+TEST_F(Preload, ATemplateThatCannotForkSafelySaysWhy) {
+  write("threads.py", "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n");
+  write("ok.py", "print('never')\n");
+  auto threaded = run(job("ok.py", "[threads]"));
+  EXPECT_EQ(threaded.exit_code, 127) << threaded.err;
+  EXPECT_TRUE(contains(threaded.err, "threads are running after importing threads: a fork would "
+                                     "copy only one"))
+      << threaded.err;
+  EXPECT_FALSE(contains(threaded.out, "never"));
+  auto missing = run(job("ok.py", "[no_such_module_here]"));
+  EXPECT_EQ(missing.exit_code, 127) << missing.err;
+  EXPECT_TRUE(contains(missing.err, "importing no_such_module_here: ModuleNotFoundError: No module "
+                                    "named 'no_such_module_here'"))
+      << missing.err;
+}
+
+TEST_F(Preload, ACtrlCStopsEveryRankAndTheTemplates) {
+  write("wait.py", "import os, time\nprint('up', os.environ['COHORT_RANK'], flush=True)\ntime.sleep(300)\n");
+  CohortProcess cohort({"run", "--data-root", root_, "-f", job("wait.py")});
+  ASSERT_TRUE(waitFor([&] {
+    std::string logs;
+    for (int i = 0; i < 4; ++i) {
+      logs += readText(onlyJobDir(root_) + "/logs/worker-" + std::to_string(i) + ".log");
+    }
+    return std::count(logs.begin(), logs.end(), '\n') == 4;
+  }, 60s));
+  ::kill(cohort.pid(), SIGINT);
+  RunResult r = cohort.wait(30s);
+  EXPECT_EQ(r.exit_code, 130) << r.err;
+  EXPECT_TRUE(waitFor([&] { return leftInWorkdir().empty(); }, 10s)) << leftInWorkdir();
+}
+
+TEST_F(Preload, ARankIgnoringSigtermIsKilledAfterTheGracePeriod) {
+  write("stubborn.py",
+        "import os, signal, sys, time\n"
+        "rank = os.environ['COHORT_RANK']\n"
+        "if rank == '0':\n    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print('up', rank, flush=True)\n"
+        "if rank == '2':\n    time.sleep(1)\n    sys.exit(4)\n"
+        "time.sleep(300)\n");
+  auto r = run(job("stubborn.py"), {"--grace-period", "1s"});
+  EXPECT_EQ(r.exit_code, 4) << r.err;
+  EXPECT_TRUE(contains(r.err, "root cause: worker/2 on node 1 exited with code 4")) << r.err;
+  bool killed = false;
+  for (const auto& e : readJsonLines(onlyJobDir(root_) + "/events.jsonl")) {
+    killed |= e.value("event", "") == "rank_exit" && e.value("name", "") == "worker/0" &&
+              e.value("signal", 0) == SIGKILL;
+  }
+  EXPECT_TRUE(killed) << "worker/0 ignored SIGTERM and got SIGKILL";
+}
+
+TEST_F(Preload, KillDashNineOfCohortAndItsAgentsLeavesNoRankAndNoTemplate) {
+  write("wait.py", "import time\nprint('up', flush=True)\ntime.sleep(300)\n");
+  CohortProcess cohort({"run", "--data-root", root_, "-f", job("wait.py")});
+  ASSERT_TRUE(waitFor([&] { return contains(readText(onlyJobDir(root_) + "/logs/worker-3.log"), "up"); }, 60s));
+  std::vector<pid_t> agents;
+  std::istringstream children(readText("/proc/" + std::to_string(cohort.pid()) + "/task/" +
+                                       std::to_string(cohort.pid()) + "/children"));
+  for (pid_t pid; children >> pid;) {
+    if (contains(readText("/proc/" + std::to_string(pid) + "/cmdline"), "exec")) agents.push_back(pid);
+  }
+  ASSERT_EQ(agents.size(), 2u);
+  // Nobody cleans up: cohort is stopped, then everything of cohort's own is killed.
+  ASSERT_EQ(::kill(cohort.pid(), SIGSTOP), 0);
+  for (pid_t pid : agents) ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  ASSERT_EQ(::kill(cohort.pid(), SIGKILL), 0);
+  cohort.wait(20s);
+  EXPECT_TRUE(waitFor([&] { return leftInWorkdir().empty(); }, 10s)) << leftInWorkdir();
+}
+
+TEST_F(Preload, CommandsItCannotForkAreRefusedBeforeAnythingStarts) {
+  const std::string f = dir_ + "/bad.yaml";
+  std::ofstream(f) << "name: bad\nframework: generic\nlauncher: preload\nworkdir: " << dir_
+                   << "\ncommand: [sh, -c, 'true']\n";
+  auto r = runCohort({"plan", "-f", f, "--data-root", root_});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, "launcher: preload forks Python ranks")) << r.err;
+  std::ofstream(f) << "name: bad\nframework: tensorflow\nlauncher: preload\ncommand: [python3, a.py]\n";
+  r = runCohort({"plan", "-f", f, "--data-root", root_});
+  EXPECT_TRUE(contains(r.err, "'preload' is for framework pytorch or generic")) << r.err;
+  std::ofstream(f) << "name: bad\nlauncher: direct\npreload: [torch]\ncommand: [python3, a.py]\n";
+  r = runCohort({"plan", "-f", f, "--data-root", root_});
+  EXPECT_TRUE(contains(r.err, "preload: names the modules of launcher: preload")) << r.err;
+  std::ofstream(f) << "name: bad\nlauncher: preload\npreload: [\"os; rm\"]\ncommand: [python3, a.py]\n";
+  r = runCohort({"plan", "-f", f, "--data-root", root_});
+  EXPECT_TRUE(contains(r.err, "is not a Python module name")) << r.err;
+}
+
+}  // namespace
+}  // namespace cohort::testing
