@@ -612,8 +612,8 @@ class Coordinator {
   std::unique_ptr<Reporter> reporter_;  // null when no server follows the job
   std::vector<std::vector<std::optional<LogFile>>> logs_;  // [node][index in the node's plan]
   Console console_{STDOUT_FILENO};  // the merged stream of every rank's lines
-  std::vector<std::vector<std::optional<RankOutput>>> echo_;
-  std::string mark_;  // in layout_.markFile(), for agents to tell whether they share it  // [node][index], to console_
+  std::vector<std::vector<std::optional<RankOutput>>> echo_;  // [node][index], to console_
+  std::string mark_;  // in layout_.markFile(), for agents to tell whether they share it
   bool all_connected_ = false;  // every agent has been there (once is enough)
   std::string queued_;  // why the launcher's cluster holds the agents, while it does
   bool said_log_error_ = false;

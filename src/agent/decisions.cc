@@ -125,15 +125,12 @@ void JobDecisions::finish(Ending ending, const std::string& why, Actions& out) {
   out.push_back(DisarmTimer{TimerKind::kRuntime});
   // The job's results go where the job file says; after a failure only the `always` ones.
   copy_all_outputs_ = ending_ == Ending::kSucceeded;
-  std::vector<size_t> to_copy;
-  for (size_t i = 0; i < outputs_.size(); ++i) {
-    if (copy_all_outputs_ || outputs_[i].always) to_copy.push_back(i);
-  }
+  const std::vector<size_t> to_copy = outputsToCopy();
   const int code = outcome().exit_code;
   // A node whose job directory is its own has the only copy of what its ranks saved: it copies
   // that before it goes. The coordinator copies the job directory it shares with the others.
   for (size_t n = 0; n < nodes_.size() && !to_copy.empty(); ++n) {
-    if (!nodes_[n].connected || !nodes_[n].own_dir) continue;
+    if (!nodes_[n].connected || !nodes_[n].own_dir || nodes_[n].copying) continue;
     nodes_[n].copying = true;
     ++copying_;
     out.push_back(SendExit{static_cast<int>(n), code, to_copy});
@@ -158,10 +155,7 @@ void JobDecisions::nodeCopied(int node, const std::vector<OutputResult>& results
   n.copying = false;
   --copying_;
   node_copies_.resize(outputs_.size());
-  std::vector<size_t> given;
-  for (size_t i = 0; i < outputs_.size(); ++i) {
-    if (copy_all_outputs_ || outputs_[i].always) given.push_back(i);
-  }
+  const std::vector<size_t> given = outputsToCopy();
   for (size_t k = 0; k < given.size(); ++k) {
     OutputResult& total = node_copies_[given[k]];
     const OutputResult r = k < results.size() ? results[k] : OutputResult{"", "", 0, 0, missing};
@@ -185,6 +179,14 @@ void JobDecisions::agentsGone(Actions& out) {
   out.push_back(DisarmTimer{TimerKind::kExit});
   out.push_back(ReapAgents{});
   nextOutput(out);
+}
+
+std::vector<size_t> JobDecisions::outputsToCopy() const {
+  std::vector<size_t> out;
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    if (copy_all_outputs_ || outputs_[i].always) out.push_back(i);
+  }
+  return out;
 }
 
 void JobDecisions::nextOutput(Actions& out) {

@@ -199,6 +199,7 @@ class JobDecisions {
   // `missing`: the error for an output the node gave no result for.
   void nodeCopied(int node, const std::vector<OutputResult>& results, const std::string& missing,
                   Actions& out);
+  std::vector<size_t> outputsToCopy() const;  // by the ending: all, or the `always` ones
   void nextOutput(Actions& out);
   void complete(Actions& out);
   JobOutcome outcome() const;

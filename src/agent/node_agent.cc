@@ -313,7 +313,8 @@ class Agent {
       node_ = std::move(*node);
       workdir_ = field(m, "workdir", std::string("."));
       job_dir_ = field(m, "job_dir", std::string());
-      own_dir_ = !sharesJobDir(job_dir_, field(m, "mark", std::string()));
+      // An agent that finds no mark (no shared filesystem) makes the job directory itself.
+      own_dir_ = startsWith(job_dir_, "/") && !sharesJobDir(job_dir_, field(m, "mark", std::string()));
       heartbeat_every_ = Millis(std::max<int64_t>(100, field(m, "heartbeat_ms", int64_t{1000})));
       heartbeat_timeout_ =
           Millis(std::max<int64_t>(1000, field(m, "heartbeat_timeout_ms", int64_t{5000})));
@@ -438,7 +439,7 @@ class Agent {
 
   // The files cohort generated for the ranks, for a job directory of its own.
   void writeFiles(const Message& m) {
-    if (!m.contains("files") || !m["files"].is_array()) return;
+    if (!own_dir_ || !m.contains("files") || !m["files"].is_array()) return;
     for (const Message& f : m["files"]) {
       auto written = writeJobFile(job_dir_, field(f, "path", std::string()),
                                   field(f, "content", std::string()));
