@@ -256,6 +256,25 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"NoCommand", {}, "", "command: no command"}),
     [](const ::testing::TestParamInfo<BadInput>& info) { return info.param.name; });
 
+// A program that exists and is executable but that the kernel refuses to run is each rank's
+// failure (exit code 127), with the kernel's reason, on every node.
+TEST(Run, AProgramTheKernelCannotExecuteFailsWithItsReason) {
+  const std::string dir = tempDir();
+  const std::string program = dir + "/not-a-program";
+  std::ofstream(program) << std::string("\x7f\x01garbage", 9);
+  ASSERT_EQ(::chmod(program.c_str(), 0755), 0);
+  auto r = runCohort({"run", "--data-root", dir + "/root", "--framework", "generic", "--nodes",
+                      "2", "--nproc-per-node", "3", "--", program});
+  EXPECT_EQ(r.exit_code, 127) << r.err;
+  EXPECT_TRUE(contains(r.err, "exited with code 127")) << r.err;
+  EXPECT_TRUE(contains(r.err, "Exec format error")) << r.err;
+  int reported = 0;
+  for (const auto& e : readJsonLines(onlyJobDir(dir + "/root") + "/events.jsonl")) {
+    reported += e.value("event", "") == "rank_exit" && e.value("code", 0) == 127;
+  }
+  EXPECT_EQ(reported, 6);
+}
+
 TEST(Plan, PrintsEveryRankWithoutStartingAnything) {
   std::string root = tempDir();
   auto r = runCohort({"plan", "--data-root", root, "--framework", "pytorch", "--nodes", "2",
