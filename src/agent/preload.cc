@@ -100,15 +100,27 @@ def become_rank(req, out_fd, go_fd):
     sys.stdout = sys.__stdout__ = stream(1, unbuffered, encoding)
     sys.stderr = sys.__stderr__ = stream(2, unbuffered, encoding)
     argv = req["argv"]
+    # The script becomes the real __main__ module, as `python SCRIPT` and `python -m MODULE`
+    # make it: its globals are torn down at exit, so what it left open is flushed and closed.
     import runpy
     if argv[1] == "-m":
         sys.argv = [argv[2]] + argv[3:]
         sys.path[0] = os.getcwd()
-        runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
+        runpy._run_module_as_main(argv[2], alter_argv=True)
     else:
+        import builtins, importlib.machinery, types
+        path = argv[1]
         sys.argv = argv[1:]
-        sys.path[0] = os.path.dirname(os.path.abspath(argv[1]))
-        runpy.run_path(argv[1], run_name="__main__")
+        sys.path[0] = os.path.dirname(os.path.abspath(path))
+        main = types.ModuleType("__main__")
+        main.__file__ = path
+        main.__cached__ = None
+        main.__builtins__ = builtins
+        main.__loader__ = importlib.machinery.SourceFileLoader("__main__", path)
+        sys.modules["__main__"] = main
+        with io.open_code(path) as f:
+            code = compile(f.read(), path, "exec", dont_inherit=True)
+        exec(code, main.__dict__)
     sys.exit(0)
 
 def serve():

@@ -82,6 +82,38 @@ TEST_F(Preload, EachRankIsAForkedScriptWithItsOwnIdentity) {
   EXPECT_TRUE(contains(readText(onlyJobDir(root_) + "/plan.json"), "\"preload\": true"));
 }
 
+TEST_F(Preload, AModuleRunsAsPythonDashMRunsIt) {
+  write("mainmod.py", "import os, sys\nprint('mod', os.environ['COHORT_RANK'], __name__, "
+                      "os.path.basename(sys.argv[0]), sys.argv[1:], flush=True)\n");
+  auto r = run(job("-m, mainmod", "[]"));  // command: [python3, -m, mainmod, one, two]
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "mod 3 __main__ mainmod.py ['one', 'two']")) << r.out;
+}
+
+// A forked rank ends as the interpreter would end it: what it left open is flushed.
+TEST_F(Preload, ARankEndsAsTheInterpreterWouldEndIt) {
+  write("ending.py",
+        "import atexit, os, sys, threading, time\n"
+        "rank = os.environ['COHORT_RANK']\n"
+        "left_open = open('left-open-' + rank, 'w')\n"
+        "left_open.write('flushed')\n"
+        "atexit.register(lambda: print('atexit', rank, flush=True))\n"
+        "def late():\n    time.sleep(0.3)\n    open('thread-' + rank, 'w').write('joined')\n"
+        "threading.Thread(target=late).start()\n"
+        "if os.environ.get('FAIL'):\n    sys.exit('bad config')\n");
+  auto r = run(job("ending.py"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (int rank = 0; rank < 4; ++rank) {
+    const std::string n = std::to_string(rank);
+    EXPECT_TRUE(contains(r.out, "atexit " + n)) << r.out;
+    EXPECT_EQ(readText(dir_ + "/left-open-" + n), "flushed") << "a file left open is flushed";
+    EXPECT_EQ(readText(dir_ + "/thread-" + n), "joined") << "a thread is waited for";
+  }
+  auto failed = run(job("ending.py", "[stamp]", "env: {FAIL: '1'}\n"));
+  EXPECT_EQ(failed.exit_code, 1) << failed.err;
+  EXPECT_TRUE(contains(failed.err, "| bad config")) << failed.err;
+}
+
 TEST_F(Preload, AFailingRankStopsTheOthersGracefullyAndIsTheRootCause) {
   write("fail.py",
         "import os, signal, subprocess, sys, time\n"
