@@ -696,6 +696,20 @@ class Agent {
     child.pid = *pid;
     child.pidfd.reset(proc::openPidfd(*pid));
     if (!child.pidfd.valid()) return failErrno(p.name + ": pidfd_open");
+    // The template runs the job's code: the pid it names must be our child (the pidfd pins it),
+    // never another process for us to put in the job's cgroup and kill with it.
+    siginfo_t info{};
+    constexpr int kPidfdType = 3;  // P_PIDFD, which older headers lack
+    const bool known = *pid == template_->pid() ||
+                       (cgroups_.watchdog && *pid == cgroups_.watchdog->pid()) ||
+                       std::any_of(ranks_.begin(), ranks_.end(), [&](const Rank& other) {
+                         return other.running && other.child.pid == *pid;
+                       });
+    if (known || ::waitid(static_cast<idtype_t>(kPidfdType), static_cast<id_t>(child.pidfd.get()),
+                          &info, WEXITED | WNOHANG | WNOWAIT) < 0) {
+      return fail(Code::kPermissionDenied, p.name + ": the preload template named process " +
+                                               std::to_string(*pid) + ", which is not this agent's");
+    }
     if (cgroup_) {
       if (auto adopted = cgroup_->adopt(*pid); !adopted) {
         ::kill(*pid, SIGKILL);

@@ -167,6 +167,20 @@ TEST_F(Preload, ATemplateThatCannotForkSafelySaysWhy) {
       << missing.err;
 }
 
+// The template runs the job's code (its preload modules): a module that makes it name another
+// process than the rank it forked gets that rank refused, and the other process is left alone.
+TEST_F(Preload, ATemplateThatNamesAProcessNotItsRankIsRefused) {
+  write("liar.py", "import __main__\nreal = __main__.send\n"
+                   "__main__.send = lambda obj: real({'pid': 1} if 'pid' in obj else obj)\n");
+  write("ok.py", "print('never')\n");
+  const std::string init_cgroup = readText("/proc/1/cgroup");
+  auto r = run(job("ok.py", "[liar]"));
+  EXPECT_EQ(r.exit_code, 127) << r.err;
+  EXPECT_TRUE(contains(r.err, "the preload template named process 1, which is not this agent's"))
+      << r.err;
+  EXPECT_EQ(readText("/proc/1/cgroup"), init_cgroup) << "pid 1 was moved";
+}
+
 TEST_F(Preload, ACtrlCStopsEveryRankAndTheTemplates) {
   write("wait.py", "import os, time\nprint('up', os.environ['COHORT_RANK'], flush=True)\ntime.sleep(300)\n");
   CohortProcess cohort({"run", "--data-root", root_, "-f", job("wait.py")});
