@@ -122,6 +122,16 @@ TEST_F(Slurm, TheDdpExampleTrainsAcrossTwoHosts) {
   EXPECT_GT(std::stod(m[1]), 0.85) << r.out;
 }
 
+TEST_F(Slurm, PreloadedRanksTrainAcrossTwoHosts) {
+  const std::string example = sourceDir() + "/examples/pytorch/ddp.yaml";
+  auto r = runCohort(run({"-f", example, "--launcher", "preload", "--hp", "epochs=3"}), 240s);
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("held-out accuracy: ([0-9.]+)"))) << r.out;
+  EXPECT_GT(std::stod(m[1]), 0.85) << r.out;
+  EXPECT_TRUE(contains(readText(onlyJobDir(data_) + "/plan.json"), "\"preload\": true"));
+}
+
 // MindSpore and TensorFlow from PyPI, in the venv scripts/frameworks-venv makes (CI makes it
 // before the tests run).
 bool haveFrameworks(const std::string& module) {
