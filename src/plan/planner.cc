@@ -231,8 +231,8 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
     if (ctx.isolate) {
       return fail(Code::kInvalidArgument,
                   "launcher: preload forks every rank of a node from one process, which a "
-                  "sandbox per rank cannot hold: use launcher: direct here, or a server started "
-                  "with --no-isolate");
+                  "sandbox per rank cannot hold: use launcher: direct in the sandbox, or preload "
+                  "without it (cohort run without --isolate, cohort server --no-isolate)");
     }
     COHORT_TRY(wirePreload(b));
   }
