@@ -840,7 +840,11 @@ Result<void> validateFramework(const JobSpec& spec) {
       spec.framework != Framework::kGeneric) {
     return bad("launcher", "'preload' is for framework pytorch or generic");
   }
-  if (spec.preload_given && spec.launcher != Launcher::kPreload) {
+  // A --launcher flag may set aside a job file's preload launcher (to compare), not the file.
+  const auto launcher_from = spec.origin.where.find("launcher");
+  const bool launcher_flag =
+      launcher_from != spec.origin.where.end() && startsWith(launcher_from->second, "--");
+  if (spec.preload_given && spec.launcher != Launcher::kPreload && !launcher_flag) {
     return bad("preload", "names the modules of launcher: preload; this job's launcher is '" +
                               launcher + "'");
   }

@@ -219,6 +219,28 @@ TEST(Validate, LauncherMustFitTheFramework) {
             std::string::npos);
 }
 
+TEST(Validate, PreloadNamesModulesOfThePreloadLauncherOnly) {
+  EXPECT_EQ(errorOf("name: x\nlauncher: preload\npreload: [torch, numpy.linalg, my_pkg]\n"
+                    "command: [python3, t.py]\n"), "");
+  EXPECT_NE(errorOf("name: x\npreload: [torch]\ncommand: [python3, t.py]\n")
+                .find("preload: names the modules of launcher: preload"),
+            std::string::npos);
+  for (const char* bad : {"\"os; rm\"", "\"1abc\"", "\"a..b\"", "\".a\"", "\"\""}) {
+    EXPECT_NE(errorOf(std::string("name: x\nlauncher: preload\npreload: [") + bad +
+                      "]\ncommand: [python3, t.py]\n")
+                  .find("is not a Python module name"),
+              std::string::npos)
+        << bad;
+  }
+  // --launcher direct sets a job file's preload launcher aside, its modules with it.
+  auto spec = parseJobFile("name: x\nlauncher: preload\npreload: [torch]\ncommand: [python3, t.py]\n",
+                           "job.yaml");
+  ASSERT_TRUE(spec);
+  spec->launcher = Launcher::kDirect;
+  spec->origin.setByFlag("launcher", "--launcher");
+  EXPECT_TRUE(validate(*spec)) << validate(*spec).error().message;
+}
+
 TEST(Validate, AscendRankTableNeedsEightDevicesPerMachine) {
   std::string msg = errorOf("name: x\ncommand: [a]\nframework: mindspore\nmode: rank_table\n"
                             "roles: {worker: {nodes: 2, procs_per_node: 4}}\n");
