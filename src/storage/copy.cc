@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -213,7 +214,13 @@ void removeLeftovers(const std::string& dir, const std::string& name) {
   while (dirent* entry = ::readdir(listing)) {
     if (startsWith(entry->d_name, prefix)) leftovers.emplace_back(entry->d_name);
   }
-  for (const std::string& leftover : leftovers) ::unlinkat(::dirfd(listing), leftover.c_str(), 0);
+  for (const std::string& leftover : leftovers) {
+    // A copy under way holds a lock on its temporary file (createTemporary): another copy into
+    // the same directory (another node's, say) is not a leftover.
+    UniqueFd fd(::openat(::dirfd(listing), leftover.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (fd.valid() && ::flock(fd.get(), LOCK_EX | LOCK_NB) < 0) continue;
+    ::unlinkat(::dirfd(listing), leftover.c_str(), 0);
+  }
   ::closedir(listing);
 }
 
@@ -470,7 +477,18 @@ class CopyJob {
       std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(random));
       std::string tmp = joinPath(dirName(file.dst), std::string(kTmpPrefix) + name + "-" + hex);
       UniqueFd fd(::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-      if (fd.valid()) return std::make_pair(std::move(fd), std::move(tmp));
+      if (fd.valid()) {
+        // Locked while it is written, so that another copy's cleanup leaves it alone; one that
+        // took it for a leftover just before has unlinked it: then make another.
+        struct stat mine {}, named {};
+        if (::flock(fd.get(), LOCK_EX) == 0 && ::fstat(fd.get(), &mine) == 0 &&
+            ::lstat(tmp.c_str(), &named) == 0 && mine.st_ino == named.st_ino &&
+            mine.st_dev == named.st_dev) {
+          return std::make_pair(std::move(fd), std::move(tmp));
+        }
+        if (attempt == 3) return failCopy(file.src, "create '" + tmp + "'", EAGAIN);
+        continue;
+      }
       if (errno != EEXIST || attempt == 3) return failCopy(file.src, "create '" + tmp + "'", errno);
     }
   }
@@ -499,6 +517,9 @@ class CopyJob {
     COHORT_ASSIGN(auto created, createTemporary(file));
     auto& [out, tmp] = created;
     auto written = writeVerified(file, in.get(), out.get(), worker);
+    // Its lock (createTemporary) holds through a second descriptor until the rename: closing
+    // `out` first is where a late write error shows.
+    UniqueFd lock(::dup(out.get()));
     if (written && ::close(out.release()) < 0) written = failCopy(file.src, "write", errno);
     if (written && ::rename(tmp.c_str(), file.dst.c_str()) < 0) {
       written = failCopy(file.src, "rename to '" + file.dst + "'", errno);
@@ -666,11 +687,13 @@ Result<Tree> planTreeCopy(const std::string& src, const struct stat& src_st,
     if (auto made = makeDirs(dirName(dst)); !made) {
       return withContext(made.error(), "copy '" + src + "'");
     }
-    if (::mkdir(dst.c_str(), (src_st.st_mode & 07777) | 0700) < 0) {
+    if (::mkdir(dst.c_str(), (src_st.st_mode & 07777) | 0700) == 0) {
+      tree.dirs[0].created = true;
+      ++stats.dirs_created;
+    } else if (errno != EEXIST || ::stat(dst.c_str(), &st) < 0 || !S_ISDIR(st.st_mode)) {
+      // EEXIST: another copy into the same place (another node's) made it first; fine.
       return failCopy(src, "create directory '" + dst + "'", errno);
     }
-    tree.dirs[0].created = true;
-    ++stats.dirs_created;
   } else {
     return failCopy(src, "stat '" + dst + "'", errno);
   }

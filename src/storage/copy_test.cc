@@ -148,6 +148,38 @@ TEST_F(CopyTest, CopiesATreeWithNestedAndEmptyDirectories) {
   EXPECT_TRUE(temporaryFiles(dst_).empty());
 }
 
+// Nodes without a shared job directory copy their outputs into one target at the same time:
+// neither may fail on the other's directories, nor take the other's files in flight for
+// leftovers of an interrupted copy.
+TEST_F(CopyTest, CopiesIntoOneTargetAtTheSameTimeBothArrive) {
+  for (int side = 0; side < 2; ++side) {
+    for (int f = 0; f < 40; ++f) {
+      writeFile(src_ + "/s" + std::to_string(side) + "/sub/f" + std::to_string(side) + "-" +
+                    std::to_string(f),
+                std::string(20000 + f, static_cast<char>('a' + side)));
+    }
+  }
+  for (int round = 0; round < 20; ++round) {
+    const std::string target = dst_ + "/round" + std::to_string(round);
+    std::atomic<int> failed{0};
+    std::string why[2];
+    std::thread copies[2];
+    for (int side = 0; side < 2; ++side) {
+      copies[side] = std::thread([&, side] {
+        auto copied = copyTree(src_ + "/s" + std::to_string(side), target, {});
+        if (!copied) {
+          why[side] = copied.error().message;
+          ++failed;
+        }
+      });
+    }
+    for (std::thread& t : copies) t.join();
+    ASSERT_EQ(failed.load(), 0) << why[0] << why[1];
+    EXPECT_EQ(listTree(target).size(), 81u) << "sub/ and both sides' 40 files";
+    EXPECT_TRUE(temporaryFiles(target).empty());
+  }
+}
+
 TEST_F(CopyTest, CopiesIntoAnExistingDirectoryWithOneWorker) {
   makeTree(src_);
   fs::create_directories(dst_);
