@@ -536,7 +536,6 @@ class Agent {
     o.uid = first.uid;
     o.gid = first.gid;
     o.cgroup_fd = template_cgroup_ ? template_cgroup_->fd() : -1;
-    o.stderr_fd = STDERR_FILENO;
     auto started = PreloadTemplate::start(o);
     if (!started) {
       preload_error_ = "the preload template: " + started.error().message;

@@ -1,5 +1,6 @@
 #include "agent/preload.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -178,7 +179,12 @@ def main():
         for m in modules:
             importlib.import_module(m)
     except BaseException as e:
-        send({"error": "importing %s: %s" % (m, traceback.format_exception_only(type(e), e)[-1].strip())})
+        # Its words and where: the template's own output goes nowhere (it runs the job's code).
+        frames = [f for f in traceback.extract_tb(e.__traceback__)
+                  if not f.filename.startswith("<") and "/importlib/" not in f.filename]
+        where = " (%s:%d)" % (os.path.basename(frames[-1].filename), frames[-1].lineno) if frames else ""
+        send({"error": "importing %s%s: %s" % (
+            m, where, traceback.format_exception_only(type(e), e)[-1].strip())})
         return
     why = unsafe()
     if why:
@@ -238,9 +244,10 @@ Result<Json> readFrame(int fd, Millis timeout) {
   return j;
 }
 
+// The template's reason, kept to one screen: it runs the job's code, which chose the words.
 std::string errorOf(const Json& j) {
   auto it = j.find("error");
-  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+  return it != j.end() && it->is_string() ? it->get<std::string>().substr(0, 2048) : "";
 }
 
 }  // namespace
@@ -255,7 +262,10 @@ Result<PreloadTemplate> PreloadTemplate::start(const Options& options) {
   req.argv.insert(req.argv.end(), options.preload.modules.begin(), options.preload.modules.end());
   req.env = options.env;
   req.cwd = options.cwd;
-  req.stdout_fd = options.stderr_fd;
+  // Nowhere: it runs the job's code, which must not write into the agent's output (on a server,
+  // the job's console record). What it has to say comes back in its answers.
+  UniqueFd null(::open("/dev/null", O_WRONLY | O_CLOEXEC));
+  req.stdout_fd = null.get();
   req.uid = options.uid;
   req.gid = options.gid;
   req.cgroup_fd = options.cgroup_fd;
@@ -271,14 +281,6 @@ Result<PreloadTemplate> PreloadTemplate::start(const Options& options) {
 PreloadTemplate::PreloadTemplate(PreloadTemplate&& other) noexcept
     : sock_(std::move(other.sock_)), pidfd_(std::move(other.pidfd_)), pid_(other.pid_) {
   other.pid_ = -1;
-}
-
-PreloadTemplate& PreloadTemplate::operator=(PreloadTemplate&& other) noexcept {
-  if (this != &other) {
-    this->~PreloadTemplate();
-    new (this) PreloadTemplate(std::move(other));
-  }
-  return *this;
 }
 
 PreloadTemplate::~PreloadTemplate() {

@@ -34,13 +34,13 @@ class PreloadTemplate {
     std::string cwd;
     int uid = -1, gid = -1;
     int cgroup_fd = -1;  // a cgroup of its own, not the ranks': killing an attempt keeps it
-    int stderr_fd = -1;  // where its own complaints go (a failed import's traceback)
   };
-  // Starts the template; it imports the modules in the background. Errors: those of spawn().
+  // Starts the template; it imports the modules in the background. Its output goes to
+  // /dev/null: it runs the job's code. Errors: those of spawn().
   static Result<PreloadTemplate> start(const Options& options);
 
   PreloadTemplate(PreloadTemplate&& other) noexcept;
-  PreloadTemplate& operator=(PreloadTemplate&& other) noexcept;
+  PreloadTemplate& operator=(PreloadTemplate&&) = delete;
   ~PreloadTemplate();  // SIGKILL, and reaped
 
   // Readable once the template says it is ready (or it died).

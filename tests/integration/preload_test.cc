@@ -160,6 +160,14 @@ TEST_F(Preload, ATemplateThatCannotForkSafelySaysWhy) {
                                      "copy only one"))
       << threaded.err;
   EXPECT_FALSE(contains(threaded.out, "never"));
+  // What an imported module prints goes nowhere; what breaks it says where.
+  write("broken.py", "print('from the template')\nx = 1\nundefined_name\n");
+  auto broken = run(job("ok.py", "[broken]"));
+  EXPECT_EQ(broken.exit_code, 127) << broken.err;
+  EXPECT_TRUE(contains(broken.err, "importing broken (broken.py:3): NameError: name "
+                                   "'undefined_name' is not defined"))
+      << broken.err;
+  EXPECT_FALSE(contains(broken.err + broken.out, "from the template"));
   auto missing = run(job("ok.py", "[no_such_module_here]"));
   EXPECT_EQ(missing.exit_code, 127) << missing.err;
   EXPECT_TRUE(contains(missing.err, "importing no_such_module_here: ModuleNotFoundError: No module "
