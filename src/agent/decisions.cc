@@ -190,12 +190,10 @@ std::vector<size_t> JobDecisions::outputsToCopy() const {
 }
 
 void JobDecisions::nextOutput(Actions& out) {
-  while (next_output_ < outputs_.size()) {
-    size_t index = next_output_++;
-    if (copy_all_outputs_ || outputs_[index].always) {
-      out.push_back(CopyOutput{index});
-      return;  // the next one after its answer
-    }
+  const std::vector<size_t> to_copy = outputsToCopy();
+  if (next_output_ < to_copy.size()) {
+    out.push_back(CopyOutput{to_copy[next_output_++]});
+    return;  // the next one after its answer
   }
   complete(out);
 }

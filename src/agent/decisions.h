@@ -233,7 +233,7 @@ class JobDecisions {
   bool copy_all_outputs_ = false;
   int copying_ = 0;  // nodes told to copy their outputs that have not answered
   std::vector<OutputResult> node_copies_;  // by output index: what the nodes copied themselves
-  size_t next_output_ = 0;
+  size_t next_output_ = 0;  // into outputsToCopy()
   bool completed_ = false;  // the final state and result were asked for
   bool finished_ = false;
   std::vector<RankExit> exits_;
