@@ -55,6 +55,10 @@ std::string hintFor(const RankExit& exit) {
     return "a Python module is missing for the interpreter the job runs: install it for that "
            "interpreter (check the command's python and its PATH)";
   }
+  if (seen("the preload template")) {
+    return "launcher: preload forks the ranks from one process per node that imports the job's "
+           "`preload` modules first: fix what stopped it, or run with --launcher direct";
+  }
   if (exit.code == 127) {
     return "the command could not be started: check the program name, the PATH and the workdir";
   }

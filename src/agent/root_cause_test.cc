@@ -47,6 +47,10 @@ TEST(HintFor, KnownFailures) {
   EXPECT_NE(hintFor(e).find("module is missing"), std::string::npos);
   e.tail = {"torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate"};
   EXPECT_NE(hintFor(e).find("GPU ran out of memory"), std::string::npos);
+  e.tail = {"cohort: worker/0: the preload template: 2 threads are running after importing x"};
+  e.code = 127;
+  EXPECT_NE(hintFor(e).find("--launcher direct"), std::string::npos) << "not the PATH hint";
+  e.code = 1;
   e.tail = {};
   e.signal = SIGKILL;
   EXPECT_NE(hintFor(e).find("out-of-memory killer"), std::string::npos);
