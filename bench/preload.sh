@@ -6,8 +6,9 @@
 #   direct     cohort run --launcher direct
 #   preload    cohort run --launcher preload (one template imports torch, then forks the ranks)
 #   torchrun   python3 -m torch.distributed.run --standalone --monitor_interval 0.1
-# Then the memory of N idle ranks after `import torch` (the sum of their PSS, from
-# /proc/PID/smaps_rollup), direct against preload.
+# Then the DDP example (examples/pytorch/ddp.yaml), direct against preload. Then the memory of
+# N idle ranks after `import torch` (the sum of their PSS, from /proc/PID/smaps_rollup), direct
+# against preload.
 # Run: bench/preload.sh   (env: NS="4 16" RUNS=5 WARMUP=1 COHORT=build/cohort)
 # Needs hyperfine and Debian's python3-torch for /usr/bin/python3.
 set -euo pipefail
@@ -51,6 +52,13 @@ for n in $NS; do
     -n torchrun "/usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node $n --redirects 1 --tee 1 --monitor_interval 0.1 --log_dir $TMP/tlog $TMP/gloo.py" >&2
 done
 
+# The DDP example end to end (examples/pytorch/ddp.yaml: 2 nodes x 2 ranks, 8 epochs).
+echo "== DDP example" >&2
+ddp="$COHORT run -q --log-ranks none --data-root $TMP/dr -f examples/pytorch/ddp.yaml"
+hyperfine -N --style basic --warmup "$WARMUP" --runs "$RUNS" --prepare "rm -rf $TMP/dr" \
+  --export-json "$TMP/ddp.json" \
+  -n direct "$ddp --launcher direct" -n preload "$ddp --launcher preload" >&2
+
 # PSS of N idle ranks: each writes its pid, cohort is stopped once every rank has.
 pss() {  # launcher n -> MiB
   rm -rf "$TMP/pids" && mkdir -p "$TMP/pids"
@@ -82,6 +90,11 @@ for n in ns:
     print(f"| {n} | {s('loop')} | {s('direct')} | {s('preload')} | {s('torchrun')} | "
           f"{med['preload'] / med['torchrun']:.2f}x | {med['preload'] / med['direct']:.2f}x |")
 print("\nMedian wall time of the trivial gloo job from start to exit.\n")
+med = {r["command"]: r["median"] for r in json.load(open(f"{tmp}/ddp.json"))["results"]}
+print("| DDP example (2x2 ranks, 8 epochs) | direct | preload | preload / direct |")
+print("|---|---:|---:|---:|")
+print(f"| examples/pytorch/ddp.yaml | {med['direct']:.2f} s | {med['preload']:.2f} s | "
+      f"{med['preload'] / med['direct']:.2f}x |\n")
 print("| N | PSS of N idle ranks, direct | preload | preload / direct |")
 print("|---:|---:|---:|---:|")
 for line in open(f"{tmp}/pss"):

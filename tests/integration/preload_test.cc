@@ -90,13 +90,23 @@ TEST_F(Preload, AModuleRunsAsPythonDashMRunsIt) {
   EXPECT_TRUE(contains(r.out, "mod 3 __main__ mainmod.py ['one', 'two']")) << r.out;
 }
 
-// A forked rank ends as the interpreter would end it: what it left open is flushed.
+// A forked rank ends as the interpreter would end it, without the interpreter's teardown:
+// threads joined, atexit handlers run, what the script still holds finalized, what it left
+// open (in its globals or anywhere else) flushed and closed, wrappers before what they wrap.
 TEST_F(Preload, ARankEndsAsTheInterpreterWouldEndIt) {
   write("ending.py",
-        "import atexit, os, sys, threading, time\n"
+        "import atexit, gzip, json, os, sys, threading, time\n"
         "rank = os.environ['COHORT_RANK']\n"
         "left_open = open('left-open-' + rank, 'w')\n"
         "left_open.write('flushed')\n"
+        "zipped = gzip.open('zipped-' + rank + '.gz', 'wt')\n"
+        "zipped.write('zipped in globals')\n"
+        "json.held = gzip.open('held-' + rank + '.gz', 'wt')  # in another module's globals\n"
+        "json.held.write('zipped elsewhere')\n"
+        "class Last:  # as it must be written to work at a plain interpreter's exit too\n"
+        "    def __del__(self, write=os.write, fd=os.open('del-' + rank, os.O_WRONLY | os.O_CREAT)):\n"
+        "        write(fd, b'finalized')\n"
+        "last = Last()\n"
         "atexit.register(lambda: print('atexit', rank, flush=True))\n"
         "def late():\n    time.sleep(0.3)\n    open('thread-' + rank, 'w').write('joined')\n"
         "threading.Thread(target=late).start()\n"
@@ -108,6 +118,12 @@ TEST_F(Preload, ARankEndsAsTheInterpreterWouldEndIt) {
     EXPECT_TRUE(contains(r.out, "atexit " + n)) << r.out;
     EXPECT_EQ(readText(dir_ + "/left-open-" + n), "flushed") << "a file left open is flushed";
     EXPECT_EQ(readText(dir_ + "/thread-" + n), "joined") << "a thread is waited for";
+    EXPECT_EQ(readText(dir_ + "/del-" + n), "finalized") << "the script's globals are released";
+    for (const auto& [file, text] : {std::pair{"zipped-", "zipped in globals"},
+                                     std::pair{"held-", "zipped elsewhere"}}) {
+      EXPECT_EQ(shellOutput("gzip -dc " + dir_ + "/" + file + n + ".gz"), text)
+          << "a gzip file left open is closed whole, trailer included";
+    }
   }
   auto failed = run(job("ending.py", "[stamp]", "env: {FAIL: '1'}\n"));
   EXPECT_EQ(failed.exit_code, 1) << failed.err;
@@ -173,6 +189,20 @@ TEST_F(Preload, ATemplateThatCannotForkSafelySaysWhy) {
   EXPECT_TRUE(contains(missing.err, "importing no_such_module_here: ModuleNotFoundError: No module "
                                     "named 'no_such_module_here'"))
       << missing.err;
+}
+
+// numpy's OpenBLAS starts a thread pool when it is loaded, unless OMP_NUM_THREADS=1, and stops
+// it for a fork: the template may fork then, and each rank gets its pool back when it needs it.
+TEST_F(Preload, AThreadPoolThatStopsForAForkIsNoReasonToRefuse) {
+  write("blas.py", "import numpy\na = numpy.ones((300, 300))\n"
+                   "print('sum', int((a @ a).sum()), flush=True)\n");
+  auto r = run(job("blas.py", "[numpy]", "env: {OMP_NUM_THREADS: '2'}\n"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_TRUE(contains(r.out, "[worker/" + std::to_string(rank) + " node" +
+                                    std::to_string(rank / 2) + "] sum 27000000"))
+        << r.out;
+  }
 }
 
 // The template runs the job's code (its preload modules): a module that makes it name another
