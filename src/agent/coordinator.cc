@@ -12,10 +12,14 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <memory>
+#include <set>
 
 #include "agent/channel.h"
+#include "agent/hang.h"
 #include "agent/rank_output.h"
 #include "job/events.h"
 #include "job/layout.h"
@@ -35,23 +39,39 @@ std::string causeOf(const Error& error) {
 
 std::string baseName(const std::string& path) { return path.substr(path.rfind('/') + 1); }
 
+// How long the agents have to send their ranks' stacks after a hang.
+constexpr Millis kStacksDeadline{15000};
+
+struct Timers {
+  proc::Timer connect, runtime, exit, heartbeat, launch_poll, hang, stacks;
+
+  static Result<Timers> create() {
+    Timers t;
+    for (proc::Timer* timer : {&t.connect, &t.runtime, &t.exit, &t.heartbeat, &t.launch_poll,
+                               &t.hang, &t.stacks}) {
+      COHORT_ASSIGN(*timer, proc::Timer::create());
+    }
+    return t;
+  }
+};
+
 class Coordinator {
  public:
   Coordinator(const plan::Plan& plan, AgentLauncher& launcher, const CoordinatorOptions& options,
-              proc::EventLoop& loop, proc::SignalFd signals, proc::Timer connect,
-              proc::Timer runtime, proc::Timer exit, proc::Timer heartbeat,
-              proc::Timer launch_poll, std::string secret)
+              proc::EventLoop& loop, proc::SignalFd signals, Timers timers, std::string secret)
       : plan_(plan),
         layout_(plan.job_dir),
         launcher_(launcher),
         options_(options),
         loop_(loop),
         signals_(std::move(signals)),
-        connect_(std::move(connect)),
-        runtime_(std::move(runtime)),
-        exit_(std::move(exit)),
-        heartbeat_(std::move(heartbeat)),
-        launch_poll_(std::move(launch_poll)),
+        connect_(std::move(timers.connect)),
+        runtime_(std::move(timers.runtime)),
+        exit_(std::move(timers.exit)),
+        heartbeat_(std::move(timers.heartbeat)),
+        launch_poll_(std::move(timers.launch_poll)),
+        hang_(std::move(timers.hang)),
+        stacks_deadline_(std::move(timers.stacks)),
         secret_(std::move(secret)),
         decisions_(plan, options.connect_timeout),
         agents_(plan.nodes.size()) {}
@@ -79,6 +99,14 @@ class Coordinator {
     COHORT_TRY(loop_.add(exit_.fd(), EPOLLIN, [this](uint32_t) {
       exit_.consume();
       feed(ExitDeadlineOver{});
+    }));
+    COHORT_TRY(loop_.add(hang_.fd(), EPOLLIN, [this](uint32_t) {
+      hang_.consume();
+      feed(HangTimeOver{});
+    }));
+    COHORT_TRY(loop_.add(stacks_deadline_.fd(), EPOLLIN, [this](uint32_t) {
+      stacks_deadline_.consume();
+      diagnoseHang();
     }));
     COHORT_TRY(loop_.add(heartbeat_.fd(), EPOLLIN, [this](uint32_t) { onHeartbeatTime(); }));
     COHORT_TRY(loop_.add(launch_poll_.fd(), EPOLLIN, [this](uint32_t) { onLaunchPoll(); }));
@@ -225,6 +253,7 @@ class Coordinator {
       case TimerKind::kConnect: return connect_;
       case TimerKind::kRuntime: return runtime_;
       case TimerKind::kExit: return exit_;
+      case TimerKind::kHang: return hang_;
     }
     return exit_;
   }
@@ -241,6 +270,72 @@ class Coordinator {
 
   void act(const Say& a) {
     if (options_.progress || a.always) std::fprintf(stderr, "cohort: %s\n", a.line.c_str());
+  }
+
+  // A hang: every agent sends its ranks' stacks ("stacks"), then diagnoseHang() names the rank
+  // that holds the others up.
+  void act(const CollectStacks& a) {
+    stacks_.clear();
+    stacks_silent_ = std::set<int>(a.silent.begin(), a.silent.end());
+    stacks_waiting_.clear();
+    for (size_t n = 0; n < agents_.size(); ++n) {
+      if (agents_[n].channel && agents_[n].channel->send({{"type", "stacks"}})) {
+        stacks_waiting_.insert(static_cast<int>(n));
+      }
+    }
+    collecting_ = true;
+    if (stacks_waiting_.empty()) {
+      diagnoseHang();
+    } else {
+      stacks_deadline_.arm(kStacksDeadline);
+    }
+  }
+
+  void onStacks(int node, const Message& m) {
+    if (!collecting_ || !stacks_waiting_.erase(node)) return;
+    const plan::NodePlan& plan = plan_.nodes[node];
+    if (m.contains("ranks") && m["ranks"].is_array()) {
+      for (const Message& r : m["ranks"]) {
+        if (!r.is_object()) continue;
+        const int64_t index = field(r, "index", int64_t{-1});
+        if (index < 0 || static_cast<size_t>(index) >= plan.ranks.size()) continue;
+        const plan::RankPlan& rp = plan.ranks[index];
+        RankStack s;
+        s.rank = rp.rank;
+        s.label = rp.name + " on node " + std::to_string(node);
+        const std::string state = field(r, "state", std::string("?"));
+        s.state = state.size() == 1 ? state[0] : '?';
+        s.frames = framesOfPySpy(field(r, "stack", std::string()).substr(0, 64 * 1024));
+        s.error = field(r, "error", std::string()).substr(0, 512);
+        s.silent = stacks_silent_.count(rp.rank) > 0;
+        stacks_.push_back(std::move(s));
+      }
+    }
+    if (stacks_waiting_.empty()) diagnoseHang();
+  }
+
+  // Every stack is in, or the agents are out of time: the report goes to <job>/stacks.txt, its
+  // verdict to the decisions.
+  void diagnoseHang() {
+    if (!collecting_) return;
+    collecting_ = false;
+    stacks_deadline_.disarm();
+    std::string missing;
+    for (int node : stacks_waiting_) missing += (missing.empty() ? "" : ", ") + std::to_string(node);
+    std::sort(stacks_.begin(), stacks_.end(),
+              [](const RankStack& a, const RankStack& b) { return a.rank < b.rank; });
+    HangReport report = diagnose(stacks_);
+    if (!missing.empty()) report.text += "\n(no stacks from node(s) " + missing + ": out of time)\n";
+    const std::string file = layout_.stacksFile();
+    const std::string record = "== attempt " + std::to_string(progress_attempt_ + 1) + ", " +
+                               isoTime(nowUnixNanos()) + "\n" +
+                               (report.laggards.empty() ? "" : report.laggards + "\n") +
+                               report.text + "\n";
+    UniqueFd fd(::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644));
+    if (!fd.valid() || !writeAll(fd.get(), record)) {
+      std::fprintf(stderr, "cohort: could not write '%s': %s\n", file.c_str(), std::strerror(errno));
+    }
+    feed(HangDiagnosed{report.laggards, report.text + "(also in " + file + ")\n"});
   }
 
   void act(const ReapAgents&) {
@@ -315,6 +410,7 @@ class Coordinator {
                       {"attempts", out.attempts},
                       {"outputs", std::move(outputs)},
                       {"duration_s", out.duration_s}};
+    if (!out.diagnosis.empty()) record["diagnosis"] = out.diagnosis;
     if (out.root_cause) {
       const RankExit& rc = *out.root_cause;
       record["root_cause"] = {{"name", rc.name},     {"role", rc.role},
@@ -373,10 +469,28 @@ class Coordinator {
 
   // A node's latest word on its ranks: the job's snapshot, by rank, goes to the server.
   void onProgress(int node, const Message& m) {
-    if (!reporter_) return;
     auto ranks = m.find("ranks");
     if (ranks == m.end() || !ranks->is_array()) return;
     const plan::NodePlan& plan = plan_.nodes[node];
+    // Which ranks made progress since the node's last report: for hang detection.
+    last_output_.resize(plan_.nodes.size());
+    last_output_[node].resize(plan.ranks.size(), 0);
+    const int attempt = field(m, "attempt", 0);
+    if (attempt != progress_attempt_) {
+      for (auto& node_outputs : last_output_) std::fill(node_outputs.begin(), node_outputs.end(), 0);
+      progress_attempt_ = attempt;
+    }
+    RanksProgressed progressed{node, attempt, {}};
+    for (const Message& r : *ranks) {
+      if (!r.is_object()) continue;
+      const int64_t index = field(r, "index", int64_t{-1});
+      if (index < 0 || static_cast<size_t>(index) >= plan.ranks.size()) continue;
+      const int64_t last = field(r, "last_output", int64_t{0});
+      if (last != 0 && last != last_output_[node][index]) progressed.ranks.push_back(plan.ranks[index].rank);
+      last_output_[node][index] = last;
+    }
+    if (!progressed.ranks.empty()) feed(std::move(progressed));
+    if (!reporter_) return;
     Message mine = Message::array();
     for (const Message& r : *ranks) {
       if (!r.is_object()) continue;
@@ -583,6 +697,8 @@ class Coordinator {
       feed(NodeIdle{node, attempt});
     } else if (type == "progress") {
       onProgress(node, m);
+    } else if (type == "stacks") {
+      onStacks(node, m);
     }
   }
 
@@ -604,6 +720,8 @@ class Coordinator {
   proc::Timer exit_;
   proc::Timer heartbeat_;
   proc::Timer launch_poll_;
+  proc::Timer hang_;
+  proc::Timer stacks_deadline_;
   std::string secret_;
   JobDecisions decisions_;
   std::vector<Agent> agents_;
@@ -618,6 +736,13 @@ class Coordinator {
   std::string queued_;  // why the launcher's cluster holds the agents, while it does
   bool said_log_error_ = false;
   std::vector<Message> progress_;  // [node]: its ranks' latest progress
+  std::vector<std::vector<int64_t>> last_output_;  // [node][index]: as its last report said
+  int progress_attempt_ = 0;
+  // A hang's stacks, while the agents send them.
+  bool collecting_ = false;
+  std::set<int> stacks_waiting_;  // nodes
+  std::set<int> stacks_silent_;   // ranks that never made progress
+  std::vector<RankStack> stacks_;
   int port_ = 0;
   bool finished_ = false;
   JobOutcome outcome_;
@@ -630,15 +755,10 @@ Result<JobOutcome> runCoordinator(const plan::Plan& plan, AgentLauncher& launche
   raiseFileLimit();
   COHORT_ASSIGN(proc::SignalFd signals, proc::SignalFd::create({SIGINT, SIGTERM, SIGHUP}));
   COHORT_ASSIGN(auto loop, proc::EventLoop::create());
-  COHORT_ASSIGN(proc::Timer connect, proc::Timer::create());
-  COHORT_ASSIGN(proc::Timer runtime, proc::Timer::create());
-  COHORT_ASSIGN(proc::Timer exit, proc::Timer::create());
-  COHORT_ASSIGN(proc::Timer heartbeat, proc::Timer::create());
-  COHORT_ASSIGN(proc::Timer launch_poll, proc::Timer::create());
+  COHORT_ASSIGN(Timers timers, Timers::create());
   COHORT_ASSIGN(std::string secret, makeSecret());
-  Coordinator coordinator(plan, launcher, options, *loop, std::move(signals), std::move(connect),
-                          std::move(runtime), std::move(exit), std::move(heartbeat),
-                          std::move(launch_poll), std::move(secret));
+  Coordinator coordinator(plan, launcher, options, *loop, std::move(signals), std::move(timers),
+                          std::move(secret));
   return coordinator.run();
 }
 

@@ -37,6 +37,8 @@ JobDecisions::JobDecisions(const plan::Plan& plan, Millis connect_timeout)
       max_restarts_(plan.max_restarts),
       grace_ms_(plan.grace_period_ms),
       max_runtime_ms_(plan.max_runtime_ms),
+      hang_ms_(plan.hang_timeout_ms),
+      startup_ms_(plan.startup_timeout_ms),
       connect_timeout_(connect_timeout) {
   for (size_t n = 0; n < plan.nodes.size(); ++n) {
     nodes_[n].has_inputs = !plan.nodes[n].inputs.empty();
@@ -75,9 +77,31 @@ void JobDecisions::startAttempt(Actions& out) {
   started_nodes_ = 0;
   started_processes_ = 0;
   attempt_started_ = now_;
+  progressed_.assign(ranks_.size(), false);
+  progressed_count_ = 0;
+  collecting_stacks_ = false;
   for (Node& node : nodes_) node.idle = false;
   state(out, "running", attempt_);
   out.push_back(SendStart{attempt_});
+  armHangTimer(out);
+}
+
+int JobDecisions::worldRanks() const {
+  int n = 0;
+  for (const auto& r : ranks_) n += r ? 1 : 0;
+  return n;
+}
+
+// From now: startup_timeout until every rank has made progress once (when given), then
+// hang_timeout from each progress.
+void JobDecisions::armHangTimer(Actions& out) {
+  const bool starting = progressed_count_ < worldRanks();
+  const int64_t limit = starting && startup_ms_ > 0 ? startup_ms_ : hang_ms_;
+  if (limit > 0) {
+    out.push_back(ArmTimer{TimerKind::kHang, Millis(limit)});
+  } else {
+    out.push_back(DisarmTimer{TimerKind::kHang});
+  }
 }
 
 // The attempt ends: say why once, tell every agent to stop its ranks, and see whether that is
@@ -102,7 +126,8 @@ void JobDecisions::maybeAttemptOver(Actions& out) {
   for (const Node& node : nodes_) {
     if (node.connected && !node.idle) return;
   }
-  if (ending_ == Ending::kFailed && attempt_ < max_restarts_ && !no_restart_ &&
+  if ((ending_ == Ending::kFailed || ending_ == Ending::kHung) && attempt_ < max_restarts_ &&
+      !no_restart_ &&
       connected_ == static_cast<int>(nodes_.size())) {
     ++attempt_;
     say(out, "attempt " + std::to_string(attempt_) + " failed (" + why_ + "); restarting (" +
@@ -123,6 +148,7 @@ void JobDecisions::finish(Ending ending, const std::string& why, Actions& out) {
   finishing_ = true;
   out.push_back(DisarmTimer{TimerKind::kConnect});
   out.push_back(DisarmTimer{TimerKind::kRuntime});
+  out.push_back(DisarmTimer{TimerKind::kHang});
   // The job's results go where the job file says; after a failure only the `always` ones.
   copy_all_outputs_ = ending_ == Ending::kSucceeded;
   const std::vector<size_t> to_copy = outputsToCopy();
@@ -228,6 +254,11 @@ JobOutcome JobDecisions::outcome() const {
     case Ending::kTimedOut:
       o.state = JobState::kFailed;
       o.exit_code = 124;
+      break;
+    case Ending::kHung:
+      o.state = JobState::kFailed;
+      o.exit_code = 124;
+      o.diagnosis = diagnosis_;
       break;
     case Ending::kNone:  // cannot end so; never report success for it
     case Ending::kLost:
@@ -441,6 +472,52 @@ void JobDecisions::on(const StopSignal& e, Actions& out) {
   }
   say(out, name + " received: stopping the job (send it again to kill at once)");
   beginStop(Ending::kStopped, why, out);
+}
+
+void JobDecisions::on(const RanksProgressed& e, Actions& out) {
+  if (e.attempt != attempt_ || ending_ != Ending::kNone || finishing_ || collecting_stacks_) return;
+  const bool was_starting = progressed_count_ < worldRanks();
+  bool any = false;
+  for (int r : e.ranks) {
+    if (r < 0 || static_cast<size_t>(r) >= progressed_.size() || !ranks_[r]) continue;
+    any = true;
+    if (!progressed_[r]) {
+      progressed_[r] = true;
+      ++progressed_count_;
+    }
+  }
+  if (!any) return;
+  // During a startup with a limit of its own, only its end moves the timer.
+  if (was_starting && startup_ms_ > 0 && progressed_count_ < worldRanks()) return;
+  armHangTimer(out);
+}
+
+void JobDecisions::on(const HangTimeOver&, Actions& out) {
+  if (ending_ != Ending::kNone || finishing_ || collecting_stacks_) return;
+  collecting_stacks_ = true;
+  CollectStacks collect;
+  if (progressed_count_ < worldRanks() && startup_ms_ > 0) {
+    for (size_t r = 0; r < progressed_.size(); ++r) {
+      if (ranks_[r] && !progressed_[r]) collect.silent.push_back(static_cast<int>(r));
+    }
+  }
+  say(out, "no progress: collecting every rank's stack");
+  out.push_back(std::move(collect));
+}
+
+void JobDecisions::on(const HangDiagnosed& e, Actions& out) {
+  if (ending_ != Ending::kNone || finishing_ || !collecting_stacks_) return;
+  collecting_stacks_ = false;
+  const bool starting = progressed_count_ < worldRanks() && startup_ms_ > 0;
+  std::string why =
+      starting ? "not every rank made progress within startup_timeout " +
+                     formatDuration(Millis(startup_ms_)) + " (" +
+                     std::to_string(progressed_count_) + " of " + std::to_string(worldRanks()) +
+                     " did)"
+               : "no rank made progress for hang_timeout " + formatDuration(Millis(hang_ms_));
+  if (!e.laggards.empty()) why += ": " + e.laggards;
+  diagnosis_ = e.diagnosis;
+  beginStop(Ending::kHung, why, out);
 }
 
 void JobDecisions::on(const MaxRuntimeOver&, Actions& out) {

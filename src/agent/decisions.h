@@ -7,8 +7,10 @@
 // decision table is a unit test (decisions_test.cc). The rules, in docs/architecture.md:
 // key roles decide success, the first failure cohort did not cause stops every rank, the whole
 // gang restarts within `max_restarts` (never after a stop, a staging failure, a lost agent or a
-// record that cannot be written), `max_runtime` ends with exit code 124, and a job whose record
-// cannot be written never reports success. One owner, one thread.
+// record that cannot be written), `max_runtime` ends with exit code 124, a job in which no rank
+// made progress for `hang_timeout` (or not every rank within `startup_timeout`) has every rank's
+// stack collected, then ends with 124 too (or restarts), and a job whose record cannot be
+// written never reports success. One owner, one thread.
 #pragma once
 
 #include <chrono>
@@ -50,6 +52,7 @@ struct JobOutcome {
   std::vector<OutputResult> outputs;
   int attempts = 0;
   double duration_s = 0;
+  std::string diagnosis;  // a hang: who held the others up, and every rank's stack, grouped
 };
 
 // The files of the job's record the coordinator writes.
@@ -83,6 +86,13 @@ struct AgentLost {  // its connection closed, or it said nothing for too long
   std::string why = {};  // "" for a closed connection
 };
 struct StopSignal { int signal; };           // SIGINT, SIGTERM or SIGHUP reached the coordinator
+// Ranks (global) of the attempt that made progress (printed, logged a metric, sent a heartbeat)
+// since the node's last report.
+struct RanksProgressed { int node; int attempt; std::vector<int> ranks; };
+struct HangTimeOver {};
+// Every rank's stack is in (or the agents ran out of time): `diagnosis` says who held the others
+// up, for the reason of the job's end.
+struct HangDiagnosed { std::string laggards; std::string diagnosis; };
 struct MaxRuntimeOver {};
 struct ConnectDeadlineOver {};
 struct ExitDeadlineOver {};  // agents told to exit did not all go in time
@@ -99,13 +109,14 @@ struct RecordWriteFailed {
 
 using JobInput = std::variant<JobBegins, AgentLaunchFailed, LauncherQueued, AgentConnected, NodeStaged,
                               StagingFailed, NodeStarted, RankExited, NodeIdle, AgentLost,
-                              StopSignal, MaxRuntimeOver, ConnectDeadlineOver, ExitDeadlineOver,
+                              StopSignal, RanksProgressed, HangTimeOver, HangDiagnosed,
+                              MaxRuntimeOver, ConnectDeadlineOver, ExitDeadlineOver,
                               OutputCopied, OutputCopyFailed, NodeOutputsCopied,
                               RecordWriteFailed>;
 
 // ---- Actions: what to do, in order -----------------------------------------------------------
 
-enum class TimerKind { kConnect, kRuntime, kExit };
+enum class TimerKind { kConnect, kRuntime, kExit, kHang };
 
 struct LaunchAgents {};              // have the launcher start one agent per node
 struct SendPlan { int node; };       // the node's part of the plan, once every agent is there
@@ -126,13 +137,17 @@ struct Say {
   std::string line;
   bool always = false;  // a failure of the coordinator itself: said even without progress
 };
+// Ask every agent for its ranks' stacks; answer HangDiagnosed. `silent`: the ranks that never
+// made progress in the attempt (a startup that did not finish), which the diagnosis names.
+struct CollectStacks { std::vector<int> silent; };
 struct ReapAgents {};  // every agent is gone or out of time: wait for them, kill what is left
 struct CopyOutput { size_t index; };  // plan.outputs[index]; answer OutputCopied or ...Failed
 struct WriteResult { JobOutcome outcome; };  // result.json
 struct Finish { JobOutcome outcome; };  // the job is over; nothing after this is carried out
 
 using JobAction = std::variant<LaunchAgents, SendPlan, SendStage, SendStart, SendStop, SendExit,
-                               ArmTimer, DisarmTimer, WriteEvent, Say, ReapAgents, CopyOutput,
+                               ArmTimer, DisarmTimer, WriteEvent, Say, CollectStacks, ReapAgents,
+                               CopyOutput,
                                WriteResult, Finish>;
 
 // ---- The machine -----------------------------------------------------------------------------
@@ -151,8 +166,8 @@ class JobDecisions {
 
  private:
   enum class Ending {
-    kNone, kSucceeded, kFailed, kStopped, kTimedOut, kLost, kStagingFailed, kOutputFailed,
-    kRecordFailed
+    kNone, kSucceeded, kFailed, kStopped, kTimedOut, kHung, kLost, kStagingFailed,
+    kOutputFailed, kRecordFailed
   };
   struct Rank {
     std::string name, role, log_file;
@@ -180,6 +195,9 @@ class JobDecisions {
   void on(const NodeIdle& e, Actions& out);
   void on(const AgentLost& e, Actions& out);
   void on(const StopSignal& e, Actions& out);
+  void on(const RanksProgressed& e, Actions& out);
+  void on(const HangTimeOver&, Actions& out);
+  void on(const HangDiagnosed& e, Actions& out);
   void on(const MaxRuntimeOver&, Actions& out);
   void on(const ConnectDeadlineOver&, Actions& out);
   void on(const ExitDeadlineOver&, Actions& out);
@@ -192,6 +210,8 @@ class JobDecisions {
   void state(Actions& out, const std::string& name, std::optional<int> attempt,
              const std::string& reason = {}) const;
   void startAttempt(Actions& out);
+  int worldRanks() const;  // ranks with a global rank (a MindSpore scheduler has none)
+  void armHangTimer(Actions& out);
   void beginStop(Ending ending, const std::string& why, Actions& out);
   void maybeAttemptOver(Actions& out);
   void finish(Ending ending, const std::string& why, Actions& out);
@@ -212,6 +232,8 @@ class JobDecisions {
   int max_restarts_ = 0;
   int64_t grace_ms_ = 0;
   int64_t max_runtime_ms_ = 0;
+  int64_t hang_ms_ = 0;     // 0: no hang detection
+  int64_t startup_ms_ = 0;  // 0: hang_ms_ from the attempt's start
   Millis connect_timeout_;
 
   TimePoint now_{};
@@ -227,6 +249,10 @@ class JobDecisions {
   int stop_signal_ = 0;
   Ending ending_ = Ending::kNone;
   std::string why_;
+  std::string diagnosis_;           // of a hang
+  std::vector<bool> progressed_;    // by global rank: made progress in this attempt
+  int progressed_count_ = 0;
+  bool collecting_stacks_ = false;  // a hang was seen; the stacks are on their way
   bool no_restart_ = false;
   bool finishing_ = false;  // agents were told to exit
   bool reaped_ = false;

@@ -552,6 +552,93 @@ TEST(JobDecisions, MaxRuntimeEndsWith124) {
   EXPECT_EQ(job.outcome()->exit_code, 124);
 }
 
+// ---- hangs -----------------------------------------------------------------------------------
+
+std::optional<Millis> hangTimer(const std::vector<JobAction>& actions) {
+  std::optional<Millis> armed;
+  for (const JobAction& a : actions) {
+    if (auto* t = std::get_if<ArmTimer>(&a); t && t->timer == TimerKind::kHang) armed = t->after;
+    if (auto* t = std::get_if<DisarmTimer>(&a); t && t->timer == TimerKind::kHang) armed = Millis(0);
+  }
+  return armed;
+}
+
+TEST(JobDecisions, AJobWithoutProgressForHangTimeoutHasItsStacksTakenThenEndsWith124) {
+  plan::Plan plan = makePlan(2, 1);
+  plan.hang_timeout_ms = 10000;
+  Job job(plan);
+  job.connectAll();
+  job.stageAll();
+  EXPECT_EQ(hangTimer(job.log()), Millis(10000)) << "armed when the attempt starts";
+  job.startAll();
+  EXPECT_EQ(hangTimer(job.feed(RanksProgressed{0, 0, {0}}, 3s)), Millis(10000)) << "re-armed";
+  EXPECT_FALSE(hangTimer(job.feed(RanksProgressed{0, 0, {}}, 1s))) << "no progress, no change";
+  EXPECT_FALSE(hangTimer(job.feed(RanksProgressed{0, 1, {0}}))) << "another attempt's";
+  auto a = job.feed(HangTimeOver{}, 10s);
+  ASSERT_EQ(all<CollectStacks>(a).size(), 1u);
+  EXPECT_TRUE(all<CollectStacks>(a)[0].silent.empty());
+  EXPECT_FALSE(has<SendStop>(a)) << "the stacks first, while every rank still hangs";
+  EXPECT_FALSE(has<CollectStacks>(job.feed(HangTimeOver{}))) << "once";
+  auto b = job.feed(HangDiagnosed{"worker/1 on node 1 is stopped", "stacks...\n"});
+  EXPECT_EQ(said(b), std::vector<std::string>{"no rank made progress for hang_timeout 10.0s: "
+                                              "worker/1 on node 1 is stopped; stopping every rank"});
+  EXPECT_TRUE(has<SendStop>(b));
+  job.stopRest({0, 1});
+  job.agentsExit();
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->state, JobState::kFailed);
+  EXPECT_EQ(job.outcome()->exit_code, 124);
+  EXPECT_EQ(job.outcome()->diagnosis, "stacks...\n");
+}
+
+TEST(JobDecisions, StartupTimeoutHoldsUntilEveryRankMadeProgressAndNamesTheSilentOnes) {
+  plan::Plan plan = makePlan(3, 1);
+  plan.hang_timeout_ms = 10000;
+  plan.startup_timeout_ms = 60000;
+  Job job(plan);
+  job.runAll();
+  EXPECT_EQ(hangTimer(job.log()), Millis(60000));
+  EXPECT_FALSE(hangTimer(job.feed(RanksProgressed{0, 0, {0}}, 20s))) << "the startup's limit holds";
+  auto a = job.feed(HangTimeOver{}, 40s);
+  ASSERT_EQ(all<CollectStacks>(a).size(), 1u);
+  EXPECT_EQ(all<CollectStacks>(a)[0].silent, (std::vector<int>{1, 2}));
+  auto b = job.feed(HangDiagnosed{"", ""});
+  EXPECT_TRUE(saidSomething(b, "not every rank made progress within startup_timeout 1m00s (1 of 3 "
+                               "did); stopping every rank"))
+      << said(b)[0];
+
+  Job started(plan);
+  started.runAll();
+  started.feed(RanksProgressed{0, 0, {0}}, 1s);
+  started.feed(RanksProgressed{1, 0, {1}}, 1s);
+  EXPECT_EQ(hangTimer(started.feed(RanksProgressed{2, 0, {2}}, 1s)), Millis(10000))
+      << "every rank is up: hang_timeout from here";
+}
+
+TEST(JobDecisions, AHangRestartsWithinTheBudgetAndAFailureMeanwhileWins) {
+  plan::Plan plan = makePlan(2, 1);
+  plan.hang_timeout_ms = 5000;
+  plan.max_restarts = 1;
+  Job job(plan);
+  job.runAll();
+  job.feed(HangTimeOver{}, 5s);
+  job.feed(HangDiagnosed{"", ""});
+  auto a = job.stopRest({0, 1});
+  EXPECT_EQ(states(a), (std::vector<std::string>{"restarting", "running"}));
+  EXPECT_EQ(hangTimer(a), Millis(5000)) << "the new attempt has its own timer";
+  job.nextAttempt();
+  job.startAll();
+  job.feed(HangTimeOver{}, 5s);
+  job.exit(1, 7);  // fails while its stacks are taken
+  EXPECT_FALSE(saidSomething(job.feed(HangDiagnosed{"late", ""}), "late"))
+      << "the failure already ends the attempt";
+  job.stopRest({0});
+  job.agentsExit();
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->exit_code, 7) << "the rank's failure is the cause, not the hang";
+  EXPECT_EQ(job.outcome()->diagnosis, "");
+}
+
 TEST(JobDecisions, ConnectDeadlineNamesTheNodesThatDidNotConnect) {
   Job job(makePlan(3, 1), Millis(2000));
   job.feed(JobBegins{});

@@ -28,6 +28,7 @@
 #include "proc/cgroup.h"
 #include "proc/event_loop.h"
 #include "proc/spawn.h"
+#include "util/fd.h"
 #include "util/net.h"
 #include "util/text.h"
 
@@ -40,6 +41,49 @@ namespace {
 constexpr size_t kTailLines = 20;
 // How often the agent tells the coordinator how its ranks are doing.
 constexpr Millis kProgressEvery{2000};
+constexpr Millis kStackDumpTimeout{5000};   // one rank's py-spy dump
+constexpr Millis kStacksTimeout{10000};     // every rank of the node
+
+// py-spy reads a Python process's stack from outside, without stopping it or changing the
+// script: from PATH, else where scripts/setup installs it beside cohort (venv-tools/bin).
+std::string findPySpy() {
+  const char* path = std::getenv("PATH");
+  if (auto found = proc::findProgram("py-spy", path ? path : "/usr/local/bin:/usr/bin:/bin", "/")) {
+    return *found;
+  }
+  char exe[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return "";
+  const std::string self(exe, static_cast<size_t>(n));
+  const std::string beside = self.substr(0, self.rfind('/')) + "/venv-tools/bin/py-spy";
+  return ::access(beside.c_str(), X_OK) == 0 ? beside : "";
+}
+
+// The state letter of /proc/PID/stat (R, S, D, T, t, Z...); "?" when it cannot be read.
+std::string processState(pid_t pid) {
+  const std::string stat = readFile("/proc/" + std::to_string(pid) + "/stat").value_or("");
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() ? stat.substr(paren + 2, 1) : "?";
+}
+
+// What a rank's py-spy dump said: the stack, or why there is none.
+Message dumpStack(const std::string& py_spy, pid_t pid, std::chrono::steady_clock::time_point deadline) {
+  if (py_spy.empty()) return {{"error", "py-spy is not installed (pip install py-spy)"}};
+  if (std::chrono::steady_clock::now() >= deadline) return {{"error", "out of time"}};
+  proc::SpawnRequest req;
+  req.argv = {py_spy, "dump", "--pid", std::to_string(pid), "--nonblocking"};
+  req.env = {"PATH=/usr/bin:/bin"};
+  req.cwd = "/";
+  auto got = proc::runCaptured(req, kStackDumpTimeout);
+  if (!got) return {{"error", got.error().message}};
+  if (got->status.shellCode() != 0) {
+    // py-spy's first line says why ("Error: Failed to find python version...").
+    std::string why = got->err.substr(0, got->err.find('\n'));
+    if (startsWith(why, "Error: ")) why = why.substr(7);
+    return {{"error", "py-spy: " + (why.empty() ? got->status.describe() : why.substr(0, 300))}};
+  }
+  return {{"stack", got->out.substr(0, 64 * 1024)}};
+}
 
 // Calls `fn(pid, fields)` for every process in /proc, or only for those in the cgroup at
 // `cgroup` when one is given and readable (what a node's ranks can be: a machine may run many
@@ -340,6 +384,8 @@ class Agent {
         attemptOver();
       }
       stopRanks(Millis(field(m, "grace_ms", int64_t{30000})));
+    } else if (type == "stacks") {
+      sendStacks();
     } else if (type == "exit") {
       // Exiting with the job's code makes a cluster's accounting (sacct) agree with cohort.
       exit_code_ = std::clamp(field(m, "code", 0), 0, 255);
@@ -387,6 +433,43 @@ class Agent {
           (void)channel_.send({{"type", "outputs_copied"}, {"results", std::move(*results)}});
           loop_.quit();
         });
+  }
+
+  // A hang: every running rank's state and Python stack, on the chore's thread (a dump takes a
+  // few milliseconds, a dead end up to kStackDumpTimeout); the answer is "stacks".
+  void sendStacks() {
+    auto answer = std::make_shared<Message>(Message::array());
+    std::vector<std::pair<size_t, pid_t>> running;
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      if (ranks_[i].running) running.emplace_back(i, ranks_[i].child.pid);
+    }
+    auto work = [running, answer, busy = chore_.joinable()] {
+      const std::string py_spy = busy ? "" : findPySpy();
+      const auto deadline = std::chrono::steady_clock::now() + kStacksTimeout;
+      for (const auto& [index, pid] : running) {
+        Message r = busy ? Message{{"error", "the agent was busy staging or copying"}}
+                         : dumpStack(py_spy, pid, deadline);
+        r["index"] = index;
+        r["state"] = processState(pid);
+        answer->push_back(std::move(r));
+      }
+    };
+    auto over = [this, answer] {
+      (void)channel_.send({{"type", "stacks"}, {"attempt", attempt_}, {"ranks", std::move(*answer)}});
+    };
+    if (chore_.joinable()) {  // states only: they cannot block
+      work();
+      over();
+      return;
+    }
+    // py-spy is our child too: orphans wait until its dumps are reaped by the chore.
+    dumping_ = true;
+    runChore(std::move(work), [this, over] {
+      dumping_ = false;
+      reapOrphans();
+      over();
+      if (exiting_) exitWhenDone(Millis(3000));
+    });
   }
 
   // What blocks (copies) runs on a thread of its own; its end wakes the loop through an eventfd
@@ -782,6 +865,7 @@ class Agent {
   // onExit, which reaps it through its pidfd: waitid only peeks (WNOWAIT) at whoever is
   // waiting before reaping that one pid.
   void reapOrphans() {
+    if (dumping_) return;  // sendStacks() reaps its py-spy processes itself, then calls this
     for (;;) {
       siginfo_t info{};
       if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) < 0 || info.si_pid == 0) return;
@@ -826,6 +910,9 @@ class Agent {
           rank.stop_lost = !groupTakes(rank.child.pid, sig, cgroupPath());
         }
         ::kill(-rank.child.pid, sig);
+        // A stopped rank (SIGSTOP, Ctrl-Z) takes SIGTERM only once it runs again: as systemd
+        // does, SIGCONT follows.
+        if (sig == SIGTERM) ::kill(-rank.child.pid, SIGCONT);
         any = true;
       }
       // Only ranks that got SIGTERM need the SIGKILL: a timer armed with nothing running would
@@ -909,6 +996,7 @@ class Agent {
   bool trim_after_message_ = false;
   bool lost_coordinator_ = false;
   int exit_code_ = 0;  // the job's, from the coordinator's "exit"
+  bool dumping_ = false;  // the chore runs py-spy (sendStacks)
   bool grace_armed_ = false;  // SIGTERM was sent; SIGKILL follows when the grace period ends
   std::string nonce_;           // ours, for the coordinator's proof
   bool authenticated_ = false;  // the coordinator proved it knows the secret

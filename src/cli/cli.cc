@@ -52,9 +52,9 @@ Examples:
   cohort cp ./digits store://datasets/digits
 
 Exit codes: 0 the job succeeded; 2 bad usage or a bad job (nothing was started); 124 max_runtime
-exceeded; 128+N stopped by signal N; otherwise the exit code of the rank that failed first
-(128+N if it was killed by signal N); 1 when the job could not run or finish for another
-reason (staging an input or copying an output failed, a node's agent was lost), which cohort
+exceeded, or no rank made progress for hang_timeout; 128+N stopped by signal N; otherwise the
+exit code of the rank that failed first (128+N if it was killed by signal N); 1 when the job
+could not run or finish for another reason (staging an input or copying an output failed, a node's agent was lost), which cohort
 prints with the file or node concerned.
 )";
 
@@ -258,6 +258,7 @@ int cmdRun(int argc, char** argv) {
     std::fprintf(stderr, "cohort: job %s %s: %s (exit code %d)\n", plan->job_id.c_str(),
                  agent::jobStateName(outcome->state), outcome->reason.c_str(),
                  outcome->exit_code);
+    if (!outcome->diagnosis.empty()) std::fprintf(stderr, "%s", outcome->diagnosis.c_str());
     if (outcome->root_cause) {
       std::string report = agent::formatRootCause(*outcome->root_cause, outcome->exits);
       std::fprintf(stderr, "%s", report.c_str());

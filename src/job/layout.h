@@ -38,6 +38,7 @@ class Layout {
   std::string resultFile() const { return dir_ + "/result.json"; }
   std::string consoleLog() const { return dir_ + "/console.log"; }
   std::string markFile() const { return dir_ + "/mark"; }
+  std::string stacksFile() const { return dir_ + "/stacks.txt"; }  // a hang's stacks, appended
   std::string reportUrlFile() const { return dir_ + "/report.url"; }
   std::string reportTokenFile() const { return dir_ + "/report.token"; }
   std::string filesDir() const { return dir_ + "/files"; }

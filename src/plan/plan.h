@@ -83,6 +83,8 @@ struct Plan {
   int64_t grace_period_ms = 0;
   int64_t heartbeat_timeout_ms = 5000;  // an agent silent for this long is lost
   int64_t max_runtime_ms = 0;  // 0: none
+  int64_t hang_timeout_ms = 0;     // 0: none (spec.h's Policy)
+  int64_t startup_timeout_ms = 0;  // 0: none
   std::vector<NodePlan> nodes;
   std::vector<OutputPlan> outputs;
   std::vector<GeneratedFile> files;

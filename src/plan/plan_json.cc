@@ -74,6 +74,8 @@ std::string toJson(const Plan& plan, int indent) {
                         {"grace_period_ms", plan.grace_period_ms},
                         {"heartbeat_timeout_ms", plan.heartbeat_timeout_ms},
                         {"max_runtime_ms", plan.max_runtime_ms},
+                        {"hang_timeout_ms", plan.hang_timeout_ms},
+                        {"startup_timeout_ms", plan.startup_timeout_ms},
                         {"nodes", nodes},
                         {"outputs", outputs},
                         {"files", files}};

@@ -123,6 +123,8 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
   plan.grace_period_ms = spec.policy.grace_period.count();
   plan.heartbeat_timeout_ms = spec.policy.heartbeat_timeout.count();
   plan.max_runtime_ms = spec.policy.max_runtime ? spec.policy.max_runtime->count() : 0;
+  plan.hang_timeout_ms = spec.policy.hang_timeout ? spec.policy.hang_timeout->count() : 0;
+  plan.startup_timeout_ms = spec.policy.startup_timeout ? spec.policy.startup_timeout->count() : 0;
 
   Builder b{spec, ctx, plan, {}};
   const int num_nodes = spec::totalNodes(spec);

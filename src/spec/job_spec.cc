@@ -89,7 +89,7 @@ namespace {
 
 // Fields that DESIGN.md names but this version does not run yet: a clear refusal beats silently
 // ignoring them.
-const std::set<std::string> kNotYet = {"debug", "policy.hang_timeout", "policy.startup_timeout"};
+const std::set<std::string> kNotYet = {"debug"};
 
 // A relative path that stays inside its directory: no "..", not absolute.
 bool containedPath(const std::string& path) {
@@ -539,7 +539,9 @@ class Parser {
   Result<Policy> policy(const YAML::Node& node, const std::string& path) {
     Policy policy;
     COHORT_TRY(forEachField(
-        node, path, {"success", "max_restarts", "grace_period", "max_runtime", "heartbeat_timeout"},
+        node, path,
+        {"success", "max_restarts", "grace_period", "max_runtime", "heartbeat_timeout",
+         "hang_timeout", "startup_timeout"},
         [&](const std::string& key, const YAML::Node& value) -> Result<void> {
           std::string sub = path + "." + key;
           if (key == "success") {
@@ -550,6 +552,10 @@ class Parser {
             COHORT_ASSIGN(policy.grace_period, duration(value, sub));
           } else if (key == "heartbeat_timeout") {
             COHORT_ASSIGN(policy.heartbeat_timeout, duration(value, sub));
+          } else if (key == "hang_timeout") {
+            COHORT_ASSIGN(policy.hang_timeout, duration(value, sub));
+          } else if (key == "startup_timeout") {
+            COHORT_ASSIGN(policy.startup_timeout, duration(value, sub));
           } else {
             COHORT_ASSIGN(policy.max_runtime, duration(value, sub));
           }
@@ -1113,6 +1119,15 @@ Result<void> validatePolicy(const JobSpec& spec, const std::set<std::string>& ro
                "must be from 1s to 1h (how long a node may say nothing before it is lost), got " +
                    describe(policy.heartbeat_timeout));
   }
+  // Progress reaches the coordinator every 2 s: a shorter limit would see hangs that are not.
+  for (const auto& [name, limit] : {std::pair{"policy.hang_timeout", policy.hang_timeout},
+                                    std::pair{"policy.startup_timeout", policy.startup_timeout}}) {
+    if (limit && (*limit < Millis(5000) || *limit > kMaxRuntime)) {
+      return bad(name, std::string("must be from 5s to 365d (how long no rank may make "
+                                   "progress: print, log a metric or call cohort.heartbeat()), "
+                                   "got ") + describe(*limit));
+    }
+  }
   if (policy.max_runtime) {
     if (policy.max_runtime->count() <= 0) return bad("policy.max_runtime", "must be longer than 0");
     if (*policy.max_runtime > kMaxRuntime) {
@@ -1305,6 +1320,12 @@ std::string toJobFile(const JobSpec& spec) {
                   std::to_string(spec.policy.heartbeat_timeout.count()) + "ms"}};
   if (spec.policy.max_runtime) {
     policy["max_runtime"] = std::to_string(spec.policy.max_runtime->count()) + "ms";
+  }
+  if (spec.policy.hang_timeout) {
+    policy["hang_timeout"] = std::to_string(spec.policy.hang_timeout->count()) + "ms";
+  }
+  if (spec.policy.startup_timeout) {
+    policy["startup_timeout"] = std::to_string(spec.policy.startup_timeout->count()) + "ms";
   }
   Json job = {{"name", spec.name},
               {"framework", frameworkName(spec.framework)},

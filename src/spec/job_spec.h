@@ -91,6 +91,11 @@ struct Policy {
   // A node whose agent says nothing for this long is lost (also when its connection stays open:
   // a hung machine, a network that went away).
   Millis heartbeat_timeout{5000};
+  // No rank made progress (output, a metric, cohort.heartbeat()) for this long: the job hangs.
+  // Until every rank of an attempt has made progress once, startup_timeout is the limit instead
+  // (when given).
+  std::optional<Millis> hang_timeout;
+  std::optional<Millis> startup_timeout;
 };
 
 // How each node's address is chosen, the one its ranks are reached at: the IPv4 address of

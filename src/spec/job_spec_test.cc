@@ -142,9 +142,18 @@ TEST(ParseJobFile, InputTargetsStayInsideTheWorkDirectory) {
 }
 
 TEST(ParseJobFile, FieldsOfLaterVersionsAreRefusedNotIgnored) {
-  std::string msg = errorOf("name: x\ncommand: [a]\npolicy: {hang_timeout: 15m}\n");
-  EXPECT_NE(msg.find("policy.hang_timeout: not supported by this version"), std::string::npos)
-      << msg;
+  std::string msg = errorOf("name: x\ncommand: [a]\ndebug: {ranks: [1]}\n");
+  EXPECT_NE(msg.find("debug: not supported by this version"), std::string::npos) << msg;
+}
+
+TEST(ParseJobFile, HangAndStartupTimeouts) {
+  auto spec = parseJobFile(
+      "name: x\ncommand: [a]\npolicy: {hang_timeout: 15m, startup_timeout: 1h}\n", "job.yaml");
+  ASSERT_TRUE(spec) << spec.error().message;
+  EXPECT_EQ(spec->policy.hang_timeout, Millis(15 * 60000));
+  EXPECT_EQ(spec->policy.startup_timeout, Millis(3600000));
+  std::string msg = errorOf("name: x\ncommand: [a]\npolicy: {hang_timeout: 2s}\n");
+  EXPECT_NE(msg.find("policy.hang_timeout: must be from 5s to 365d"), std::string::npos) << msg;
 }
 
 TEST(ParseJobFile, FrameworkOptions) {
@@ -574,7 +583,7 @@ std::vector<BadFile> generatedCorpus() {
                         "[{source: o, target: t, when: never}]", "[{source: o, target: {}}]"}) {
     top("outputs", v, "outputs");
   }
-  for (const std::string& v : std::vector<std::string>{"x", "[1]", "{restarts: 1}", "{hang_timeout: 1m}", "{success: {a: 1}}",
+  for (const std::string& v : std::vector<std::string>{"x", "[1]", "{restarts: 1}", "{hang_timeout: 1s}", "{success: {a: 1}}",
                         "{success: [chief]}"}) {
     top("policy", v, "policy");
   }
@@ -625,7 +634,7 @@ std::vector<BadFile> generatedCorpus() {
   nested("policy:\n  max_restarts: 5000\n", "policy.max_restarts");
   nested("policy:\n  max_runtime: 0s\n", "policy.max_runtime");
   nested("policy:\n  success: [chief]\n", "policy.success");
-  nested("policy:\n  startup_timeout: 1m\n", "policy.startup_timeout");
+  nested("policy:\n  startup_timeout: 400d\n", "policy.startup_timeout");
   nested("inputs:\n  - source: s\n    target: ../t\n", "inputs[0].target");
   nested("inputs:\n  - source: s\n    target: t\n  - source: s\n    mode: copy\n", "inputs[1]");
   nested("inputs:\n  - {source: s, target: t, arg: " + std::string(300, 'a') + "}\n",

@@ -55,6 +55,43 @@ TEST(RealPyTorch, PreloadForksTheRanksFromOneTemplatePerNode) {
   EXPECT_TRUE(contains(readText(onlyJobDir(root) + "/plan.json"), "\"modules\": [\n")) << root;
 }
 
+// examples/pytorch/hang.yaml: one rank of a gloo job stops (SIGSTOP), or gets stuck outside the
+// collective, at step 3 while the others wait in all_reduce. hang_timeout notices, every rank's
+// stack is taken, and the rank that holds the others up is the root cause.
+TEST(RealPyTorch, AHungRankIsNamedWithEveryRanksStack) {
+  REQUIRE(kTorch, "Debian's python3-torch and python3-sklearn are not installed");
+  const std::string bin = COHORT_BIN;
+  const bool py_spy = have("test -x " + bin.substr(0, bin.rfind('/')) +
+                           "/venv-tools/bin/py-spy || command -v py-spy");
+  for (const std::string how : {"stop", "sleep"}) {  // NOLINT: a copy per case
+    SCOPED_TRACE(how);
+    if (how == "sleep" && !py_spy) {
+      GTEST_SKIP() << "py-spy is not installed (scripts/setup puts it in build/venv-tools): "
+                      "the stuck-outside-the-collective case needs the Python stacks";
+    }
+    std::string root = tempDir();
+    auto r = runCohort({"run", "--data-root", root, "-f",
+                        sourceDir() + "/examples/pytorch/hang.yaml", "--env", "HOW=" + how},
+                       180s);
+    EXPECT_EQ(r.exit_code, 124) << r.out << r.err;
+    EXPECT_TRUE(contains(r.err, "cohort: no progress: collecting every rank's stack")) << r.err;
+    const std::string laggard = how == "stop"
+        ? "no rank made progress for hang_timeout 10.0s: worker/2 on node 1 is stopped"
+        : "no rank made progress for hang_timeout 10.0s: worker/2 on node 1 is elsewhere (at "
+          "load_next_batch (hang.py:20)) while 3 other rank(s) wait at all_reduce";
+    EXPECT_TRUE(contains(r.err, laggard)) << r.err;
+    const std::string stacks = readText(onlyJobDir(root) + "/stacks.txt");
+    EXPECT_TRUE(contains(stacks, "stacks of 4 rank(s), grouped:")) << stacks;
+    if (py_spy) {
+      EXPECT_TRUE(contains(stacks, "worker/0 on node 0, worker/1 on node 0, worker/3 on node 1 "
+                                   "(3 rank(s), sleeping):\nThread (idle): \"MainThread\"\n"
+                                   "    all_reduce"))
+          << stacks;
+    }
+    EXPECT_TRUE(contains(readText(onlyJobDir(root) + "/result.json"), "\"diagnosis\""));
+  }
+}
+
 TEST(RealPyTorch, DdpExampleTrainsThroughTheServer) {
   REQUIRE(kTorch, "Debian's python3-torch and python3-sklearn are not installed");
   std::string why;
