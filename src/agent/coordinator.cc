@@ -83,6 +83,8 @@ class Coordinator {
     // Agents that find this word through their own path to the job directory share it.
     COHORT_ASSIGN(mark_, randomHex(16));
     COHORT_TRY(writeFileAtomic(layout_.markFile(), mark_ + "\n", /*durable=*/false));
+    COHORT_TRY(writeFileAtomic(layout_.coordinatorPidFile(), std::to_string(::getpid()) + "\n",
+                               /*durable=*/false));
     COHORT_ASSIGN(auto listener, listenTcp(options_.listen_addr));
     listener_ = std::move(listener.first);
     port_ = listener.second;
@@ -274,9 +276,14 @@ class Coordinator {
 
   // A hang: every agent sends its ranks' stacks ("stacks"), then diagnoseHang() names the rank
   // that holds the others up.
-  void act(const CollectStacks& a) {
+  void act(const CollectStacks& a) { collectStacks(a.silent, /*on_request=*/false); }
+
+  // `cohort stacks` (SIGUSR1): the same, for stacks-now.txt; the job goes on.
+  void collectStacks(const std::vector<int>& silent, bool on_request) {
+    if (collecting_) return;  // the one under way answers
+    on_request_ = on_request;
     stacks_.clear();
-    stacks_silent_ = std::set<int>(a.silent.begin(), a.silent.end());
+    stacks_silent_ = std::set<int>(silent.begin(), silent.end());
     stacks_waiting_.clear();
     for (size_t n = 0; n < agents_.size(); ++n) {
       if (agents_[n].channel && agents_[n].channel->send({{"type", "stacks"}})) {
@@ -326,6 +333,14 @@ class Coordinator {
               [](const RankStack& a, const RankStack& b) { return a.rank < b.rank; });
     HangReport report = diagnose(stacks_);
     if (!missing.empty()) report.text += "\n(no stacks from node(s) " + missing + ": out of time)\n";
+    if (on_request_) {
+      const std::string now = isoTime(nowUnixNanos()) + "\n" +
+                              (report.laggards.empty() ? "" : report.laggards + "\n") + report.text;
+      if (auto written = writeFileAtomic(layout_.stacksNowFile(), now, /*durable=*/false); !written) {
+        std::fprintf(stderr, "cohort: %s\n", written.error().message.c_str());
+      }
+      return;
+    }
     const std::string file = layout_.stacksFile();
     const std::string record = "== attempt " + std::to_string(progress_attempt_ + 1) + ", " +
                                isoTime(nowUnixNanos()) + "\n" +
@@ -705,6 +720,11 @@ class Coordinator {
   void onSignal() {
     while (int sig = signals_.next()) {
       if (finished_) continue;
+      if (sig == SIGUSR1) {
+        if (decisions_.finished()) continue;
+        collectStacks({}, /*on_request=*/true);
+        continue;
+      }
       feed(StopSignal{sig});
     }
   }
@@ -740,6 +760,7 @@ class Coordinator {
   int progress_attempt_ = 0;
   // A hang's stacks, while the agents send them.
   bool collecting_ = false;
+  bool on_request_ = false;  // for `cohort stacks`, not a hang
   std::set<int> stacks_waiting_;  // nodes
   std::set<int> stacks_silent_;   // ranks that never made progress
   std::vector<RankStack> stacks_;
@@ -753,7 +774,8 @@ class Coordinator {
 Result<JobOutcome> runCoordinator(const plan::Plan& plan, AgentLauncher& launcher,
                                   const CoordinatorOptions& options) {
   raiseFileLimit();
-  COHORT_ASSIGN(proc::SignalFd signals, proc::SignalFd::create({SIGINT, SIGTERM, SIGHUP}));
+  COHORT_ASSIGN(proc::SignalFd signals,
+                proc::SignalFd::create({SIGINT, SIGTERM, SIGHUP, SIGUSR1}));
   COHORT_ASSIGN(auto loop, proc::EventLoop::create());
   COHORT_ASSIGN(Timers timers, Timers::create());
   COHORT_ASSIGN(std::string secret, makeSecret());

@@ -1,8 +1,23 @@
 #include "cli/args.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
+
 #include "util/text.h"
 
 namespace cohort::cli {
+
+std::string dataRoot(const std::string& flag) {
+  const char* env_root = std::getenv("COHORT_DATA_ROOT");
+  const char* home = std::getenv("HOME");
+  std::string root = !flag.empty()           ? flag
+                     : env_root && *env_root ? std::string(env_root)
+                                             : std::string(home ? home : "/tmp") + "/.cohort";
+  if (root[0] == '/') return root;
+  char cwd[4096];
+  return std::string(::getcwd(cwd, sizeof cwd) ? cwd : "/") + "/" + root;
+}
 
 int exitCodeFor(const Error& e) {
   switch (e.code) {

@@ -33,6 +33,10 @@ struct Args {
   std::vector<std::string> all(const std::string& name) const;
 };
 
+// --data-root's value, else $COHORT_DATA_ROOT, else $HOME/.cohort (as `cohort run` has it),
+// made absolute.
+std::string dataRoot(const std::string& flag);
+
 // Parses argv[2..] (argv[1] is the subcommand). Errors (kInvalidArgument) name the flag and end
 // with "(see cohort <command> --help)": an unknown flag, a missing value, a value given to a
 // flag that takes none.

@@ -113,21 +113,6 @@ Result<CpArgs> parseCpArgs(int argc, char** argv) {
   return args;
 }
 
-std::string currentDir() {
-  std::vector<char> buf(4096);
-  if (::getcwd(buf.data(), buf.size()) == nullptr) return "/";
-  return buf.data();
-}
-
-// --data-root, else $COHORT_DATA_ROOT, else $HOME/.cohort (as `cohort run`), made absolute.
-std::string dataRoot(const std::string& flag) {
-  const char* env_root = std::getenv("COHORT_DATA_ROOT");
-  const char* home = std::getenv("HOME");
-  std::string root = !flag.empty()           ? flag
-                     : env_root && *env_root ? std::string(env_root)
-                                             : std::string(home ? home : "/tmp") + "/.cohort";
-  return root[0] == '/' ? root : currentDir() + "/" + root;
-}
 
 // Runs the copy with SIGINT and SIGTERM turned into a cancel request.
 Result<storage::CopyStats> copyInterruptibly(const std::string& src, const std::string& dst,

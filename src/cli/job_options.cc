@@ -125,6 +125,9 @@ std::string jobFlagsHelp() {
   --grace-period DUR       SIGTERM -> SIGKILL delay when stopping ranks (default 30s)
   --heartbeat-timeout DUR  a node that says nothing for this long is lost (default 5s)
   --max-runtime DUR        stop the job after this long (e.g. 2h); exit code 124
+  --hang-timeout DUR       no rank printed for this long: take every rank's stack, name the
+                           one that holds the others up, exit code 124 (docs/hangs.md)
+  --startup-timeout DUR    the same until every rank has printed once (imports, data loading)
   --success ROLE[,ROLE]    key roles: the job succeeds when all their ranks exit 0
   --data-root DIR          where job directories go (default $COHORT_DATA_ROOT or ~/.cohort)
   --isolate                run ranks under bubblewrap: other jobs' directories and the store
@@ -202,6 +205,10 @@ Result<JobOptions> parseJobOptions(int argc, char** argv, int first) {
       COHORT_ASSIGN(o.heartbeat_timeout, next());
     } else if (arg == "--max-runtime") {
       COHORT_ASSIGN(o.max_runtime, next());
+    } else if (arg == "--hang-timeout") {
+      COHORT_ASSIGN(o.hang_timeout, next());
+    } else if (arg == "--startup-timeout") {
+      COHORT_ASSIGN(o.startup_timeout, next());
     } else if (arg == "--success") {
       COHORT_ASSIGN(o.success, next());
     } else if (arg == "--data-root") {
@@ -349,6 +356,9 @@ Result<spec::JobSpec> buildSpec(const JobOptions& o) {
                       s.policy.heartbeat_timeout));
   COHORT_TRY(duration(o.grace_period, "--grace-period", "grace_period", s.policy.grace_period));
   COHORT_TRY(duration(o.max_runtime, "--max-runtime", "max_runtime", s.policy.max_runtime));
+  COHORT_TRY(duration(o.hang_timeout, "--hang-timeout", "hang_timeout", s.policy.hang_timeout));
+  COHORT_TRY(duration(o.startup_timeout, "--startup-timeout", "startup_timeout",
+                      s.policy.startup_timeout));
   if (!o.success.empty()) {
     s.policy.success = split(o.success, ',');
     origin.setByFlag("policy.success", "--success");

@@ -17,7 +17,7 @@ namespace cohort::cli {
 struct JobOptions {
   std::string file;
   std::string name, framework, launcher, backend, mode, compat, workdir, grace_period, max_runtime,
-      heartbeat_timeout, success, data_root, log_ranks;
+      heartbeat_timeout, hang_timeout, startup_timeout, success, data_root, log_ranks;
   std::string job_id;  // --job-id: set by `cohort server`, whose job directory already exists
   std::string run_as;  // --run-as UID:GID: set by `cohort server`, the account's identity
   int nodes = 0, procs_per_node = 0, max_restarts = -1;  // procs_per_node may be kAutoProcs

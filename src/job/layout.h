@@ -39,6 +39,9 @@ class Layout {
   std::string consoleLog() const { return dir_ + "/console.log"; }
   std::string markFile() const { return dir_ + "/mark"; }
   std::string stacksFile() const { return dir_ + "/stacks.txt"; }  // a hang's stacks, appended
+  // `cohort stacks`: the coordinator's pid (it takes SIGUSR1), and the stacks it then writes.
+  std::string coordinatorPidFile() const { return dir_ + "/coordinator.pid"; }
+  std::string stacksNowFile() const { return dir_ + "/stacks-now.txt"; }
   std::string reportUrlFile() const { return dir_ + "/report.url"; }
   std::string reportTokenFile() const { return dir_ + "/report.token"; }
   std::string filesDir() const { return dir_ + "/files"; }

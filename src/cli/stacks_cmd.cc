@@ -1,0 +1,116 @@
+#include "cli/stacks_cmd.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "cli/args.h"
+#include "job/layout.h"
+#include "util/fd.h"
+#include "util/text.h"
+
+namespace cohort::cli {
+
+namespace {
+
+constexpr auto kAnswerWithin = std::chrono::seconds(30);
+
+// The file's modification time in nanoseconds; 0 when it is not there.
+int64_t modified(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return 0;
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+// The executable of `pid`, or "" when it cannot be read (gone, or another user's).
+std::string exeOf(pid_t pid) {
+  char buf[4096];
+  const ssize_t n = ::readlink(("/proc/" + std::to_string(pid) + "/exe").c_str(), buf, sizeof buf);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+}
+
+int failWith(int code, const std::string& message) {
+  std::fprintf(stderr, "cohort stacks: %s\n", message.c_str());
+  return code;
+}
+
+}  // namespace
+
+const char* stacksHelp() {
+  return R"(Usage: cohort stacks JOB [--data-root DIR]
+
+Prints every rank's Python stack of JOB, a job that `cohort run` runs on this machine, now:
+identical stacks once, with the ranks that share them. The job goes on. Stacks are read with
+py-spy (scripts/setup installs it; else pip install py-spy), without stopping the ranks; a
+rank's state (stopped, in uninterruptible sleep) is shown too. A job that hung with
+policy.hang_timeout has its stacks of that moment in its stacks.txt.
+
+  --data-root DIR    where job directories are (default $COHORT_DATA_ROOT or ~/.cohort)
+)";
+}
+
+int cmdStacks(int argc, char** argv) {
+  auto args = parseArgs("stacks", argc, argv, {{"--data-root", "", true}, {"--help", "-h", false}});
+  if (!args) return failWith(kExitUsage, args.error().message);
+  if (args->has("--help")) {
+    std::fputs(stacksHelp(), stdout);
+    return 0;
+  }
+  if (args->positional.size() != 1) {
+    return failWith(kExitUsage, "give one job id (see cohort stacks --help)");
+  }
+  const std::string id = args->positional[0];
+  if (id.empty() || id.find('/') != std::string::npos || id[0] == '.') {
+    return failWith(kExitUsage, "'" + id + "' is not a job id");
+  }
+  const std::string root = dataRoot(args->get("--data-root"));
+  const job::Layout layout = job::Layout::of(root, id);
+  if (::access(layout.dir().c_str(), F_OK) != 0) {
+    return failWith(kExitUsage, "no job '" + id + "' in " + job::jobsDir(root) +
+                                    " (a server's job? this command reads local ones)");
+  }
+  if (::access(layout.resultFile().c_str(), F_OK) == 0) {
+    return failWith(kExitFailed, "job " + id + " has ended" +
+                                     (::access(layout.stacksFile().c_str(), F_OK) == 0
+                                          ? "; the stacks of its hang are in " + layout.stacksFile()
+                                          : std::string()));
+  }
+  auto pid_text = readFile(layout.coordinatorPidFile());
+  auto pid = pid_text ? parseInt(trim(*pid_text)) : Result<int>(0);
+  if (!pid || *pid <= 1) {
+    return failWith(kExitFailed, "job " + id + " has no coordinator.pid: it has not started");
+  }
+  // The pid must still be a cohort coordinator (not a process that took its number later).
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self);
+  if (n <= 0 || exeOf(*pid) != std::string(self, static_cast<size_t>(n))) {
+    return failWith(kExitFailed, "job " + id + "'s coordinator (pid " + std::to_string(*pid) +
+                                     ") is not running");
+  }
+  const int64_t before = modified(layout.stacksNowFile());
+  if (::kill(*pid, SIGUSR1) != 0) {
+    return failWith(kExitFailed, "cannot signal job " + id + "'s coordinator (pid " +
+                                     std::to_string(*pid) + "): " + std::strerror(errno));
+  }
+  const auto until = std::chrono::steady_clock::now() + kAnswerWithin;
+  while (std::chrono::steady_clock::now() < until) {
+    if (modified(layout.stacksNowFile()) != before) {
+      auto text = readFile(layout.stacksNowFile());
+      if (!text) return failWith(kExitFailed, text.error().message);
+      std::fputs(text->c_str(), stdout);
+      return 0;
+    }
+    if (::kill(*pid, 0) != 0) return failWith(kExitFailed, "job " + id + " ended meanwhile");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return failWith(kExitFailed, "job " + id + " did not answer within 30s");
+}
+
+}  // namespace cohort::cli
