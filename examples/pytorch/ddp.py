@@ -62,6 +62,9 @@ def main():
         if rank == 0:
             print(f"epoch {epoch + 1}/{args.epochs} loss {mean_loss:.4f}",
                   flush=True)
+            # A training metric for cohort (metrics.jsonl, `cohort top`); with the helper
+            # package on the path this is cohort.log(step=..., loss=...).
+            print(f"cohort.log step={epoch + 1} loss={mean_loss:.4f}", flush=True)
 
     if rank == 0:
         accuracy = evaluate(model.module, X_test.to(device), y_test.to(device))

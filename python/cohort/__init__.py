@@ -15,6 +15,7 @@ cohort's message when the copy fails.
 """
 
 import os
+import re
 import shutil
 import subprocess
 from typing import Optional
@@ -22,7 +23,7 @@ from typing import Optional
 from cohort.client import Client, CohortError, Job
 
 __all__ = ["rank", "world_size", "local_rank", "is_main", "output_dir", "copy", "cohort_binary",
-           "Client", "CohortError", "Job"]
+           "log", "Client", "CohortError", "Job"]
 
 
 def _int_env(names, default):
@@ -63,6 +64,35 @@ def output_dir() -> str:
     path = os.environ.get("COHORT_OUTPUT_DIR") or os.path.join(os.getcwd(), "output")
     os.makedirs(path, exist_ok=True)
     return path
+
+
+_METRIC_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]{0,63}\Z")
+
+
+def log(step: Optional[int] = None, **metrics: float) -> None:
+    """Reports training metrics: ``cohort.log(step=120, loss=0.42, accuracy=0.91)``.
+
+    Prints one line, ``cohort.log step=120 loss=0.42 accuracy=0.91``, which cohort records
+    with the rank and the time in the job's metrics.jsonl (``cohort top JOB`` shows the
+    latest); it also counts as progress for ``policy.hang_timeout``. Keys are letters, digits
+    and ``_ . / -`` (at most 64 characters, not ``t`` or ``rank``); values are numbers
+    (a tensor's ``.item()``). Raises ValueError for anything else."""
+    if not metrics:
+        raise ValueError("cohort.log: give at least one metric, e.g. cohort.log(loss=0.5)")
+    parts = ["cohort.log"]
+    if step is not None:
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise ValueError("cohort.log: step must be an int, got %r" % (step,))
+        parts.append("step=%d" % step)
+    for key, value in metrics.items():
+        if not _METRIC_KEY.match(key) or key in ("t", "rank", "step"):
+            raise ValueError("cohort.log: %r is not a metric name" % key)
+        if hasattr(value, "item"):
+            value = value.item()
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError("cohort.log: %s must be a number, got %r" % (key, value))
+        parts.append("%s=%r" % (key, float(value)))
+    print(" ".join(parts), flush=True)
 
 
 def cohort_binary() -> str:

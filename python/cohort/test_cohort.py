@@ -55,6 +55,29 @@ class OutputDir(unittest.TestCase):
                 self.assertEqual(cohort.output_dir(), path)  # twice is fine
 
 
+class Log(unittest.TestCase):
+    def printed(self, *args, **kwargs):
+        with mock.patch("builtins.print") as p:
+            cohort.log(*args, **kwargs)
+        return p.call_args[0][0]
+
+    def test_one_line_cohort_records(self):
+        self.assertEqual(self.printed(step=120, loss=0.5, accuracy=1),
+                         "cohort.log step=120 loss=0.5 accuracy=1.0")
+        self.assertEqual(self.printed(loss=float("nan")), "cohort.log loss=nan")
+
+        class Scalar:  # a tensor's .item()
+            def item(self):
+                return 0.25
+        self.assertEqual(self.printed(loss=Scalar()), "cohort.log loss=0.25")
+
+    def test_what_is_not_a_record_is_refused(self):
+        for bad in ({"step": 1.5, "loss": 1}, {"loss": "x"}, {"rank": 1}, {"t": 1},
+                    {"bad key": 1}, {"loss": True}, {}):
+            with self.assertRaises(ValueError, msg=bad):
+                cohort.log(**bad)
+
+
 class CopyWithoutBinary(unittest.TestCase):
     def test_missing_binary_is_a_clear_error(self):
         env = dict(_CLEAN, PATH="/nonexistent")

@@ -20,6 +20,7 @@
 
 #include "agent/channel.h"
 #include "agent/hang.h"
+#include "agent/metrics.h"
 #include "agent/rank_output.h"
 #include "job/events.h"
 #include "job/layout.h"
@@ -451,7 +452,8 @@ class Coordinator {
         const plan::RankPlan& rank = plan_.nodes[n].ranks[i];
         if (!echo_[n][i]) {
           echo_[n][i].emplace("[" + rank.name + " node" + std::to_string(rank.node) + "] ",
-                              rank.console ? &console_ : nullptr);
+                              rank.console ? &console_ : nullptr,
+                              [this, r = rank.rank](std::string_view line) { onLine(r, line); });
         }
         if (logs_[n][i]) continue;
         auto log = LogFile::open(plan_.nodes[n].ranks[i].log_file);
@@ -472,6 +474,30 @@ class Coordinator {
     // A log that could not be opened was said once; the console still shows the rank.
     if (logs_[node][index]) logs_[node][index]->append(bytes);
     echo_[node][index]->consume(bytes.data(), bytes.size());
+  }
+
+  // A line of a rank's output: a training metric (agent/metrics.h) goes to metrics.jsonl.
+  void onLine(int rank, std::string_view line) {
+    if (rank < 0 || line.substr(0, 11) != "cohort.log ") return;
+    auto record = parseMetricLine(line);
+    if (!record) return;
+    appendRecord(metrics_, layout_.metricsFile(), metricJson(nowUnixNanos(), rank, *record));
+  }
+
+  // One line of metrics.jsonl or resources.jsonl, opened at the first. A write that fails is
+  // said once; the job goes on (its events and logs are the record that must be whole).
+  void appendRecord(UniqueFd& fd, const std::string& path, const std::string& line) {
+    if (!fd.valid() && !said_metrics_error_) {
+      fd.reset(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644));
+    }
+    if (!fd.valid() || !writeAll(fd.get(), line + "\n")) {
+      if (!said_metrics_error_) {
+        said_metrics_error_ = true;
+        std::fprintf(stderr, "cohort: writing '%s': %s; metrics are not recorded\n", path.c_str(),
+                     std::strerror(errno));
+      }
+      fd.reset();
+    }
   }
 
   // A rank's output ended with it: a last line without a newline is shown too.
@@ -496,6 +522,7 @@ class Coordinator {
       progress_attempt_ = attempt;
     }
     RanksProgressed progressed{node, attempt, {}};
+    Message sampled = Message::array();  // for resources.jsonl
     for (const Message& r : *ranks) {
       if (!r.is_object()) continue;
       const int64_t index = field(r, "index", int64_t{-1});
@@ -503,6 +530,16 @@ class Coordinator {
       const int64_t last = field(r, "last_output", int64_t{0});
       if (last != 0 && last != last_output_[node][index]) progressed.ranks.push_back(plan.ranks[index].rank);
       last_output_[node][index] = last;
+      if (field(r, "running", false) && r.contains("cpu_seconds")) {
+        sampled.push_back({{"rank", plan.ranks[index].rank},
+                           {"cpu_seconds", field(r, "cpu_seconds", 0.0)},
+                           {"rss_bytes", field(r, "rss_bytes", int64_t{0})}});
+      }
+    }
+    if (!sampled.empty()) {
+      Message line = {{"t", nowUnixNanos()}, {"node", node}, {"attempt", attempt},
+                      {"ranks", std::move(sampled)}};
+      appendRecord(resources_, layout_.resourcesFile(), line.dump());
     }
     if (!progressed.ranks.empty()) feed(std::move(progressed));
     if (!reporter_) return;
@@ -761,6 +798,9 @@ class Coordinator {
   // A hang's stacks, while the agents send them.
   bool collecting_ = false;
   bool on_request_ = false;  // for `cohort stacks`, not a hang
+  UniqueFd metrics_;    // metrics.jsonl, once a rank logged a metric
+  UniqueFd resources_;  // resources.jsonl, once an agent sampled a running rank
+  bool said_metrics_error_ = false;
   std::set<int> stacks_waiting_;  // nodes
   std::set<int> stacks_silent_;   // ranks that never made progress
   std::vector<RankStack> stacks_;

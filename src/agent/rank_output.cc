@@ -91,7 +91,7 @@ void Console::loop() {
 void RankOutput::consume(const char* data, size_t size) {
   tail_.append(data, size);
   if (tail_.size() > 2 * kTailBytes) tail_.erase(0, tail_.size() - kTailBytes);
-  if (console_) emitLines(data, size);
+  if (console_ || on_line_) emitLines(data, size);
 }
 
 Result<LogFile> LogFile::open(const std::string& path) {
@@ -117,9 +117,12 @@ void RankOutput::emitLines(const char* data, size_t size) {
   auto emit = [&](std::string_view line) {  // in pieces of at most kMaxLine, each prefixed
     do {
       std::string_view piece = line.substr(0, kMaxLine);
-      out += prefix_;
-      out.append(piece);
-      out += '\n';
+      if (on_line_) on_line_(piece);
+      if (console_) {
+        out += prefix_;
+        out.append(piece);
+        out += '\n';
+      }
       line.remove_prefix(piece.size());
     } while (!line.empty());
   };
@@ -142,14 +145,14 @@ void RankOutput::emitLines(const char* data, size_t size) {
     emit(whole.substr(0, partial_.size() - keep));
     partial_.erase(0, partial_.size() - keep);
   }
-  if (!out.empty()) console_->write(std::move(out));
+  if (!out.empty() && console_) console_->write(std::move(out));
 }
 
 void RankOutput::finish() {
-  if (console_ && !partial_.empty()) {
-    console_->write(prefix_ + partial_ + "\n");
-    partial_.clear();
-  }
+  if (partial_.empty()) return;
+  if (on_line_) on_line_(partial_);
+  if (console_) console_->write(prefix_ + partial_ + "\n");
+  partial_.clear();
 }
 
 std::vector<std::string> RankOutput::tail(size_t max_lines) const {

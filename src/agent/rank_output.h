@@ -8,6 +8,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -45,9 +46,11 @@ class Console {
 
 class RankOutput {
  public:
-  // `console` may be null: nothing is echoed.
-  RankOutput(std::string prefix, Console* console)
-      : prefix_(std::move(prefix)), console_(console) {}
+  // `console` may be null: nothing is echoed. `on_line`, when given, sees every whole line
+  // (without its newline; a line longer than 64 KiB in pieces), echoed or not.
+  RankOutput(std::string prefix, Console* console,
+             std::function<void(std::string_view)> on_line = nullptr)
+      : prefix_(std::move(prefix)), console_(console), on_line_(std::move(on_line)) {}
 
   // Handles a chunk read from the rank's pipe.
   void consume(const char* data, size_t size);
@@ -61,6 +64,7 @@ class RankOutput {
 
   std::string prefix_;
   Console* console_ = nullptr;
+  std::function<void(std::string_view)> on_line_;
   std::string partial_;
   std::string tail_;
 };

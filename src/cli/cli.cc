@@ -18,6 +18,7 @@
 #include "cli/client_cmd.h"
 #include "cli/cp_cmd.h"
 #include "cli/stacks_cmd.h"
+#include "cli/top_cmd.h"
 #include "cli/job_options.h"
 #include "cli/server_cmd.h"
 #include "job/layout.h"
@@ -41,6 +42,7 @@ Usage:
   cohort plan [flags] [-f job.yaml] [-- command...]  show what each rank would get; start nothing
   cohort cp [flags] SRC DST                          copy files to, from or within the store
   cohort stacks JOB                                  every rank's Python stack of a running job, now
+  cohort top JOB                                     a running job's ranks: CPU, memory, metrics
   cohort server [flags]                              the multi-user job service (queue, accounts)
   cohort exec --coordinator ADDR:PORT --node N       a node agent (started by cohort itself)
   cohort version                                     print the version
@@ -357,6 +359,8 @@ int help(const std::string& topic) {
     std::fputs(cpHelp(), stdout);
   } else if (topic == "stacks") {
     std::fputs(stacksHelp(), stdout);
+  } else if (topic == "top") {
+    std::fputs(topHelp(), stdout);
   } else if (topic == "server") {
     std::fputs(serverHelp(), stdout);
   } else if (!clientHelp(topic).empty()) {
@@ -384,6 +388,7 @@ int main(int argc, char** argv) {
   }
   if (command == "cp") return cmdCp(argc, argv);
   if (command == "stacks") return cmdStacks(argc, argv);
+  if (command == "top") return cmdTop(argc, argv);
   if (command == "server") {
     if (wantsHelp(argc, argv)) return help(command);
     return cmdServer(argc, argv);

@@ -42,6 +42,9 @@ class Layout {
   // `cohort stacks`: the coordinator's pid (it takes SIGUSR1), and the stacks it then writes.
   std::string coordinatorPidFile() const { return dir_ + "/coordinator.pid"; }
   std::string stacksNowFile() const { return dir_ + "/stacks-now.txt"; }
+  // Training metrics (agent/metrics.h) and the agents' resource samples, one JSON line each.
+  std::string metricsFile() const { return dir_ + "/metrics.jsonl"; }
+  std::string resourcesFile() const { return dir_ + "/resources.jsonl"; }
   std::string reportUrlFile() const { return dir_ + "/report.url"; }
   std::string reportTokenFile() const { return dir_ + "/report.token"; }
   std::string filesDir() const { return dir_ + "/files"; }

@@ -53,6 +53,25 @@ TEST(RealPyTorch, PreloadForksTheRanksFromOneTemplatePerNode) {
   expectDdpTrained(r);
   // torch was imported by each node's template, not by each rank.
   EXPECT_TRUE(contains(readText(onlyJobDir(root) + "/plan.json"), "\"modules\": [\n")) << root;
+  // The losses rank 0 printed are its training metrics, step by step; every rank was sampled.
+  const std::string metrics = readText(onlyJobDir(root) + "/metrics.jsonl");
+  std::smatch m;
+  for (auto it = r.out.cbegin(); std::regex_search(it, r.out.cend(), m, std::regex(
+           R"(epoch ([0-9]+)/6 loss ([0-9.]+))")); it = m.suffix().first) {
+    std::smatch logged;
+    ASSERT_TRUE(std::regex_search(metrics, logged,
+                                  std::regex("\"rank\":0,\"step\":" + m[1].str() +
+                                             ",\"loss\":([0-9.e+-]+)\\}")))
+        << m[0] << " not in\n" << metrics;
+    EXPECT_DOUBLE_EQ(std::stod(logged[1]), std::stod(m[2])) << m[0];
+  }
+  EXPECT_TRUE(contains(metrics, "\"step\":6,")) << metrics;
+  const std::string resources = readText(onlyJobDir(root) + "/resources.jsonl");
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_TRUE(contains(resources, "{\"cpu_seconds\":")) << resources;
+    EXPECT_TRUE(contains(resources, "\"rank\":" + std::to_string(rank) + ",\"rss_bytes\":"))
+        << resources;
+  }
 }
 
 // examples/pytorch/hang.yaml: one rank of a gloo job stops (SIGSTOP), or gets stuck outside the

@@ -1,12 +1,14 @@
-// Hangs and stacks with plain Python ranks (Debian's /usr/bin/python3, no torch): a job in
-// which no rank makes progress for hang_timeout names the rank that is stopped and records every
-// rank's stack; `cohort stacks` prints the stacks of a running job that goes on. The real gloo
-// DDP case (one rank stopped or stuck outside all_reduce) is RealPyTorch.AHungRankIs... in
-// frameworks_test.cc.
+// Seeing inside a running job, with plain Python ranks (Debian's /usr/bin/python3, no torch): a
+// job in which no rank makes progress for hang_timeout names the rank that is stopped and
+// records every rank's stack; `cohort stacks` prints the stacks of a running job that goes on;
+// `cohort top` shows each rank's resources and latest metrics. The real gloo DDP cases (a rank
+// stopped or stuck outside all_reduce; the losses it logged) are in frameworks_test.cc.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
+#include <regex>
 #include <thread>
 
 #include "harness.h"
@@ -20,7 +22,7 @@ bool havePySpy() {
                      "/venv-tools/bin/py-spy && echo yes || command -v py-spy") != "";
 }
 
-class Hang : public ::testing::Test {
+class Observe : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = tempDir();
@@ -29,10 +31,19 @@ class Hang : public ::testing::Test {
   void write(const std::string& name, const std::string& text) {
     std::ofstream(dir_ + "/" + name) << text;
   }
+  // The id of the job that has just started under root_ ("" if none came within 5 s).
+  std::string jobId() const {
+    std::string id;
+    for (int i = 0; i < 100 && id.empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      id = shellOutput("ls " + root_ + "/jobs 2>/dev/null | tr -d '\\n'");
+    }
+    return id;
+  }
   std::string dir_, root_;
 };
 
-TEST_F(Hang, NoProgressForHangTimeoutNamesTheStoppedRankAndRecordsEveryStack) {
+TEST_F(Observe, NoProgressForHangTimeoutNamesTheStoppedRankAndRecordsEveryStack) {
   // Each rank prints once, then waits silently; rank 1 stops itself first.
   write("wait.py",
         "import os, signal, time\n"
@@ -63,15 +74,11 @@ TEST_F(Hang, NoProgressForHangTimeoutNamesTheStoppedRankAndRecordsEveryStack) {
   EXPECT_FALSE(contains(readText(onlyJobDir(root_) + "/events.jsonl"), "\"signal\":9")) << r.err;
 }
 
-TEST_F(Hang, StacksOfARunningJobPrintAndTheJobGoesOn) {
+TEST_F(Observe, StacksOfARunningJobPrintAndTheJobGoesOn) {
   write("work.py", "import time\ndef work():\n    time.sleep(4)\nwork()\n");
   CohortProcess job({"run", "-q", "--data-root", root_, "--nodes", "2", "--nproc-per-node", "2",
                      "--workdir", dir_, "--name", "busy", "--", "/usr/bin/python3", "work.py"});
-  std::string id;
-  for (int i = 0; i < 100 && id.empty(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    id = shellOutput("ls " + root_ + "/jobs 2>/dev/null | tr -d '\\n'");
-  }
+  const std::string id = jobId();
   ASSERT_FALSE(id.empty());
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // python is up
   auto stacks = runCohort({"stacks", id, "--data-root", root_}, 40s);
@@ -91,6 +98,39 @@ TEST_F(Hang, StacksOfARunningJobPrintAndTheJobGoesOn) {
   auto missing = runCohort({"stacks", "no-such-job", "--data-root", root_});
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_TRUE(contains(missing.err, "no job 'no-such-job'")) << missing.err;
+}
+
+TEST_F(Observe, TopShowsEachRanksResourcesAndLatestMetrics) {
+  write("train.py",
+        "import os, sys, time\n"
+        "sys.path.insert(0, os.environ['HELPERS'])\n"
+        "import cohort\n"
+        "for step in range(1, 4):\n"
+        "    cohort.log(step=step, loss=1.0 / step, accuracy=0.5 + step / 10)\n"
+        "    sum(i * i for i in range(200000))\n"
+        "print('cohort.log not a metric', flush=True)\n"
+        "time.sleep(5)\n");
+  CohortProcess job({"run", "-q", "--data-root", root_, "--nodes", "2", "--nproc-per-node", "1",
+                     "--workdir", dir_, "--name", "train", "--env",
+                     "HELPERS=" + sourceDir() + "/python", "--", "/usr/bin/python3", "train.py"});
+  const std::string id = jobId();
+  ASSERT_FALSE(id.empty());
+  std::this_thread::sleep_for(std::chrono::milliseconds(4500));  // two resource samples
+  auto top = runCohort({"top", id, "--once", "--data-root", root_});
+  EXPECT_EQ(top.exit_code, 0) << top.err;
+  EXPECT_TRUE(contains(top.out, "job " + id + ": running, 2 rank(s)\n")) << top.out;
+  EXPECT_TRUE(std::regex_search(top.out, std::regex(R"(RANK +NAME +NODE +CPU% +RSS +STEP +loss +accuracy)")))
+      << top.out;
+  // Rank 1 on node 1: sampled (a CPU share and a resident size), at step 3.
+  EXPECT_TRUE(std::regex_search(top.out, std::regex(R"(\n1 +worker/1 +1 +[0-9.]+ +[0-9]+ MiB +3 +0.3333 +0.8\n)")))
+      << top.out;
+  auto done = job.wait(60s);
+  EXPECT_EQ(done.exit_code, 0) << done.err;
+  const std::string metrics = readText(onlyJobDir(root_) + "/metrics.jsonl");
+  EXPECT_EQ(std::count(metrics.begin(), metrics.end(), '\n'), 6) << metrics;
+  EXPECT_TRUE(contains(metrics, "\"rank\":1,\"step\":2,\"loss\":0.5,\"accuracy\":0.7}")) << metrics;
+  auto after = runCohort({"top", id, "--data-root", root_});
+  EXPECT_TRUE(contains(after.out, ": succeeded, 2 rank(s)")) << after.out;
 }
 
 }  // namespace

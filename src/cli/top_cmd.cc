@@ -1,0 +1,211 @@
+#include "cli/top_cmd.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/args.h"
+#include "job/layout.h"
+#include "util/fd.h"
+#include "util/text.h"
+
+namespace cohort::cli {
+
+namespace {
+
+using Json = nlohmann::ordered_json;  // metrics keep the order they were logged in
+
+constexpr off_t kTailBytes = 1 << 20;  // of each JSON-lines file: the latest samples are last
+constexpr size_t kMetricColumns = 4;
+
+// The whole lines of the last kTailBytes of `path`, parsed; lines that are not JSON objects
+// are skipped.
+std::vector<Json> tailLines(const std::string& path) {
+  std::vector<Json> out;
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) return out;
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return out;
+  const off_t from = st.st_size > kTailBytes ? st.st_size - kTailBytes : 0;
+  std::string text(static_cast<size_t>(st.st_size - from), '\0');
+  const ssize_t n = ::pread(fd.get(), text.data(), text.size(), from);
+  if (n <= 0) return out;
+  text.resize(static_cast<size_t>(n));
+  size_t start = from > 0 ? text.find('\n') + 1 : 0;  // a partial first line goes
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) break;  // being written
+    Json j = Json::parse(text.substr(start, end - start), nullptr, false);
+    if (j.is_object()) out.push_back(std::move(j));
+    start = end + 1;
+  }
+  return out;
+}
+
+std::string mib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.0f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
+
+std::string number(const Json& v) {
+  if (v.is_null()) return "nan";
+  if (!v.is_number()) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", v.get<double>());
+  return buf;
+}
+
+struct RankRow {
+  std::string name;
+  int node = 0;
+  double cpu_percent = -1;  // -1: fewer than two samples
+  int64_t rss = -1;
+  Json metric;  // its latest metrics.jsonl record
+};
+
+// The table, as of now.
+std::string render(const job::Layout& layout, const std::string& id, bool* ended) {
+  std::map<int, RankRow> rows;
+  auto plan_text = readFile(layout.planFile());
+  Json plan = plan_text ? Json::parse(*plan_text, nullptr, false) : Json();
+  if (plan.is_object() && plan["nodes"].is_array()) {
+    for (const Json& node : plan["nodes"]) {
+      if (!node.is_object() || !node["ranks"].is_array()) continue;
+      for (const Json& r : node["ranks"]) {
+        if (!r.is_object() || !r["rank"].is_number_integer() || r["rank"].get<int>() < 0) continue;
+        rows[r["rank"].get<int>()] = {r.value("name", "?"), r.value("node", 0)};
+      }
+    }
+  }
+  // CPU from each rank's last two samples.
+  std::map<int, std::vector<std::pair<int64_t, double>>> cpu;
+  for (const Json& line : tailLines(layout.resourcesFile())) {
+    const int64_t t = line.value("t", int64_t{0});
+    if (!line["ranks"].is_array()) continue;
+    for (const Json& r : line["ranks"]) {
+      if (!r.is_object()) continue;
+      const int rank = r.value("rank", -1);
+      if (!rows.count(rank)) continue;
+      rows[rank].rss = r.value("rss_bytes", int64_t{0});
+      auto& samples = cpu[rank];
+      samples.emplace_back(t, r.value("cpu_seconds", 0.0));
+      if (samples.size() > 2) samples.erase(samples.begin());
+    }
+  }
+  for (auto& [rank, samples] : cpu) {
+    if (samples.size() == 2 && samples[1].first > samples[0].first) {
+      rows[rank].cpu_percent = 100.0 * (samples[1].second - samples[0].second) /
+                               (static_cast<double>(samples[1].first - samples[0].first) / 1e9);
+    }
+  }
+  std::vector<std::string> columns;  // metric names, by first appearance in the latest records
+  for (const Json& line : tailLines(layout.metricsFile())) {
+    const int rank = line.value("rank", -1);
+    if (rows.count(rank)) rows[rank].metric = line;
+  }
+  for (const auto& [rank, row] : rows) {
+    if (!row.metric.is_object()) continue;
+    for (const auto& [key, value] : row.metric.items()) {
+      if (key == "t" || key == "rank" || key == "step") continue;
+      bool seen = false;
+      for (const std::string& c : columns) seen = seen || c == key;
+      if (!seen && columns.size() < kMetricColumns) columns.push_back(key);
+    }
+  }
+  auto result_text = readFile(layout.resultFile());
+  Json result = result_text ? Json::parse(*result_text, nullptr, false) : Json();
+  *ended = result.is_object();
+  std::string out = "job " + id + ": " +
+                    (*ended ? result.value("state", std::string("ended")) : std::string("running")) +
+                    ", " + std::to_string(rows.size()) + " rank(s)\n";
+  char line[512];
+  std::snprintf(line, sizeof line, "%-5s %-16s %4s %7s %9s %8s", "RANK", "NAME", "NODE", "CPU%",
+                "RSS", "STEP");
+  out += line;
+  for (const std::string& c : columns) {
+    std::snprintf(line, sizeof line, " %12.12s", c.c_str());
+    out += line;
+  }
+  out += "\n";
+  for (const auto& [rank, row] : rows) {
+    char cpu_text[16] = "-";
+    if (row.cpu_percent >= 0) std::snprintf(cpu_text, sizeof cpu_text, "%.1f", row.cpu_percent);
+    const std::string step = row.metric.is_object() && row.metric["step"].is_number_integer()
+                                 ? std::to_string(row.metric["step"].get<int64_t>())
+                                 : "-";
+    std::snprintf(line, sizeof line, "%-5d %-16.16s %4d %7s %9s %8s", rank, row.name.c_str(),
+                  row.node, cpu_text, row.rss >= 0 ? mib(row.rss).c_str() : "-", step.c_str());
+    out += line;
+    for (const std::string& c : columns) {
+      const std::string v = row.metric.is_object() && row.metric.contains(c) ? number(row.metric[c]) : "-";
+      std::snprintf(line, sizeof line, " %12s", v.c_str());
+      out += line;
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+const char* topHelp() {
+  return R"(Usage: cohort top JOB [--once] [--data-root DIR]
+
+A live table of JOB's ranks, for a job that `cohort run` runs on this machine: CPU use and
+resident memory of each rank (its process group, sampled by its node's agent every 2 s), and
+its latest training metrics (what it logged with cohort.log(step=..., loss=...), or printed as
+`cohort.log step=N loss=X ...`). Redrawn every 2 s until the job ends; printed once when
+stdout is not a terminal, or with --once. The samples are in the job's resources.jsonl and
+metrics.jsonl.
+
+  --once             print the table once and exit
+  --data-root DIR    where job directories are (default $COHORT_DATA_ROOT or ~/.cohort)
+)";
+}
+
+int cmdTop(int argc, char** argv) {
+  auto args = parseArgs("top", argc, argv,
+                        {{"--data-root", "", true}, {"--once", "", false}, {"--help", "-h", false}});
+  if (!args) {
+    std::fprintf(stderr, "cohort top: %s\n", args.error().message.c_str());
+    return kExitUsage;
+  }
+  if (args->has("--help")) {
+    std::fputs(topHelp(), stdout);
+    return 0;
+  }
+  if (args->positional.size() != 1) {
+    std::fprintf(stderr, "cohort top: give one job id (see cohort top --help)\n");
+    return kExitUsage;
+  }
+  const std::string id = args->positional[0];
+  const std::string root = dataRoot(args->get("--data-root"));
+  const job::Layout layout = job::Layout::of(root, id);
+  if (id.empty() || id.find('/') != std::string::npos || id[0] == '.' ||
+      ::access(layout.planFile().c_str(), F_OK) != 0) {
+    std::fprintf(stderr, "cohort top: no job '%s' in %s\n", id.c_str(), job::jobsDir(root).c_str());
+    return kExitUsage;
+  }
+  const bool live = !args->has("--once") && ::isatty(STDOUT_FILENO);
+  for (;;) {
+    bool ended = false;
+    const std::string table = render(layout, id, &ended);
+    if (live) std::fputs("\x1b[H\x1b[2J", stdout);  // home, clear
+    std::fputs(table.c_str(), stdout);
+    std::fflush(stdout);
+    if (!live || ended) return 0;
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+  }
+}
+
+}  // namespace cohort::cli

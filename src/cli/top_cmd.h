@@ -1,0 +1,14 @@
+// `cohort top JOB`: a live per-rank table of a job that runs on this machine, like `top`: each
+// rank's CPU use and resident memory (the agents' samples, resources.jsonl) and its latest
+// training metrics (cohort.log lines, metrics.jsonl), redrawn every 2 seconds until the job
+// ends; printed once when stdout is not a terminal, or with --once.
+#pragma once
+
+namespace cohort::cli {
+
+// argv[1] is "top". Exit codes: 0 shown, 2 bad usage or no such job.
+int cmdTop(int argc, char** argv);
+
+const char* topHelp();
+
+}  // namespace cohort::cli
