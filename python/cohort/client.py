@@ -562,6 +562,13 @@ class Job:
         """Every rank's name, node, state and exit code (empty before the job starts)."""
         return self.client._call("GET", _job_path(self.id, "ranks"))["ranks"]
 
+    def metrics(self, after: int = 0, limit: int = 1000) -> Dict[str, List[Dict[str, Any]]]:
+        """The job's training metrics (``cohort.log`` records: ``{"t", "rank", "step", "loss",
+        ...}``) and its ranks' resource samples, the latest ``limit`` of each after ``after``
+        (unix nanoseconds): ``{"metrics": [...], "resources": [...]}``."""
+        return self.client._call("GET", _job_path(self.id, "metrics"),
+                                 query={"after": after, "limit": limit})
+
     def stop(self) -> "Job":
         """Stops the job (a queued one at once, a running one with SIGTERM, then SIGKILL after
         its grace period); returns self with the new record."""

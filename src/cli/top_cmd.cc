@@ -1,7 +1,5 @@
 #include "cli/top_cmd.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -14,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/args.h"
+#include "job/jsonl.h"
 #include "job/layout.h"
 #include "util/fd.h"
 #include "util/text.h"
@@ -24,32 +23,7 @@ namespace {
 
 using Json = nlohmann::ordered_json;  // metrics keep the order they were logged in
 
-constexpr off_t kTailBytes = 1 << 20;  // of each JSON-lines file: the latest samples are last
 constexpr size_t kMetricColumns = 4;
-
-// The whole lines of the last kTailBytes of `path`, parsed; lines that are not JSON objects
-// are skipped.
-std::vector<Json> tailLines(const std::string& path) {
-  std::vector<Json> out;
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!fd.valid()) return out;
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return out;
-  const off_t from = st.st_size > kTailBytes ? st.st_size - kTailBytes : 0;
-  std::string text(static_cast<size_t>(st.st_size - from), '\0');
-  const ssize_t n = ::pread(fd.get(), text.data(), text.size(), from);
-  if (n <= 0) return out;
-  text.resize(static_cast<size_t>(n));
-  size_t start = from > 0 ? text.find('\n') + 1 : 0;  // a partial first line goes
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) break;  // being written
-    Json j = Json::parse(text.substr(start, end - start), nullptr, false);
-    if (j.is_object()) out.push_back(std::move(j));
-    start = end + 1;
-  }
-  return out;
-}
 
 std::string mib(int64_t bytes) {
   char buf[32];
@@ -89,7 +63,7 @@ std::string render(const job::Layout& layout, const std::string& id, bool* ended
   }
   // CPU from each rank's last two samples.
   std::map<int, std::vector<std::pair<int64_t, double>>> cpu;
-  for (const Json& line : tailLines(layout.resourcesFile())) {
+  for (const Json& line : job::tailJsonLines(layout.resourcesFile())) {
     const int64_t t = line.value("t", int64_t{0});
     if (!line["ranks"].is_array()) continue;
     for (const Json& r : line["ranks"]) {
@@ -109,7 +83,7 @@ std::string render(const job::Layout& layout, const std::string& id, bool* ended
     }
   }
   std::vector<std::string> columns;  // metric names, by first appearance in the latest records
-  for (const Json& line : tailLines(layout.metricsFile())) {
+  for (const Json& line : job::tailJsonLines(layout.metricsFile())) {
     const int rank = line.value("rank", -1);
     if (rows.count(rank)) rows[rank].metric = line;
   }

@@ -151,6 +151,13 @@ Json jobPaths() {
        {{"parameters", {kJobId}},
         {"get", operation("A job's processes (empty before it starts)", "getJobRanks", 200,
                           "the ranks", json("RankList"), {401, 404, 500})}}},
+      {"/v1/jobs/{id}/metrics",
+       {{"parameters", {kJobId}},
+        {"get", operation("A job's training metrics (what its ranks logged with cohort.log) and "
+                          "its ranks' resource samples, the latest `limit` of each (1000 by "
+                          "default, at most 10000) after `after` (unix nanoseconds)",
+                          "getJobMetrics", 200, "the metrics", json("MetricList"),
+                          {400, 401, 404, 500})}}},
       {"/v1/jobs/{id}/logs", {{"parameters", {kJobId}}, {"get", logs}}},
       {"/v1/jobs/{id}/report",
        {{"parameters", {kJobId}},
@@ -439,6 +446,15 @@ const char* const kSchemas = R"json(
       "result": {"type": "boolean", "description": "the job's end is recorded"}
     },
     "required": ["events_seq", "result"],
+    "additionalProperties": false
+  },
+  "MetricList": {
+    "type": "object",
+    "properties": {
+      "metrics": {"type": "array", "items": {"type": "object", "description": "{t (unix nanos), rank, step (if logged), and each metric: a number, or null for nan/inf}"}},
+      "resources": {"type": "array", "items": {"type": "object", "description": "{t, node, attempt, ranks: [{rank, cpu_seconds, rss_bytes}]}: one node's sample of its running ranks"}}
+    },
+    "required": ["metrics", "resources"],
     "additionalProperties": false
   },
   "RankList": {

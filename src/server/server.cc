@@ -22,6 +22,7 @@
 #include <unordered_map>
 
 #include "server/access.h"
+#include "job/jsonl.h"
 #include "job/layout.h"
 #include "server/console.h"
 #include "server/event_hub.h"
@@ -943,6 +944,45 @@ void Server::Impl::jobRoutes() {
             }
           }
           writeJson(res, 200, {{"ranks", ranks}});
+          return Result<void>();
+        });
+  // Its training metrics and resource samples (agent/metrics.h, docs/observing.md): the latest
+  // `limit` of each (default 1000, at most 10000) written after `after` (unix nanos).
+  route("GET", R"(/v1/jobs/([^/]+)/metrics)", true,
+        [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
+          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[1]));
+          int64_t after = 0;
+          if (req.hasParam("after")) {
+            auto n = parseInt64(req.param("after"));
+            if (!n || *n < 0) return fail(Code::kInvalidArgument, "after: expected unix nanoseconds >= 0");
+            after = *n;
+          }
+          int64_t limit = 1000;
+          if (req.hasParam("limit")) {
+            auto n = parseInt64(req.param("limit"));
+            if (!n || *n < 1 || *n > 10000) {
+              return fail(Code::kInvalidArgument, "limit: expected 1 to 10000");
+            }
+            limit = *n;
+          }
+          auto latest = [&](const std::string& path) {
+            Json out = Json::array();
+            if (job.job_dir.empty()) return out;
+            std::vector<nlohmann::ordered_json> lines = job::tailJsonLines(path, 8u << 20);
+            std::vector<const nlohmann::ordered_json*> kept;
+            for (const auto& line : lines) {
+              const auto t = line.find("t");
+              if (t != line.end() && t->is_number_integer() && t->get<int64_t>() > after) {
+                kept.push_back(&line);
+              }
+            }
+            const size_t from = kept.size() > static_cast<size_t>(limit) ? kept.size() - limit : 0;
+            for (size_t i = from; i < kept.size(); ++i) out.push_back(Json::parse(kept[i]->dump()));
+            return out;
+          };
+          const job::Layout layout(job.job_dir);
+          writeJson(res, 200, {{"metrics", latest(layout.metricsFile())},
+                               {"resources", latest(layout.resourcesFile())}});
           return Result<void>();
         });
   route("GET", R"(/v1/jobs/([^/]+)/logs)", true,

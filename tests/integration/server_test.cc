@@ -467,8 +467,10 @@ TEST_F(ApiDocument, AnswersMatchTheDocumentedSchemas) {
   const std::string alice = created.json.value("token", "");
   createAccount("bob");
 
-  Answer submitted = post("/v1/jobs", alice,
-                          {{"job", rankJob("schema", {"echo=hello", "output-file=model.txt"})}});
+  Answer submitted =
+      post("/v1/jobs", alice,
+           {{"job", rankJob("schema", {"echo=hello", "echo=cohort.log step=7 loss=0.25",
+                                       "output-file=model.txt"})}});
   EXPECT_TRUE(matches(doc, "POST", "/v1/jobs", 201, submitted));
   const std::string id = submitted.json.value("id", "");
   const std::string failing = submit(alice, rankJob("schema-fails", {"echo=oops", "exit=3"}));
@@ -492,6 +494,18 @@ TEST_F(ApiDocument, AnswersMatchTheDocumentedSchemas) {
   EXPECT_EQ(ranks.json.value("ranks", Json::array()).size(), 1u);
   EXPECT_TRUE(
       matches(doc, "GET", job + "/ranks", 200, get("/v1/jobs/" + failing + "/ranks", alice)));
+  Answer logged = get("/v1/jobs/" + id + "/metrics", alice);
+  EXPECT_TRUE(matches(doc, "GET", job + "/metrics", 200, logged));
+  ASSERT_EQ(logged.json.value("metrics", Json::array()).size(), 1u) << logged;
+  EXPECT_EQ(logged.json["metrics"][0].value("loss", 0.0), 0.25) << logged;
+  EXPECT_EQ(logged.json["metrics"][0].value("step", 0), 7) << logged;
+  EXPECT_EQ(get("/v1/jobs/" + id + "/metrics?after=" +
+                    std::to_string(logged.json["metrics"][0].value("t", int64_t{0})),
+                alice)
+                .json.value("metrics", Json::array())
+                .size(),
+            0u);
+  EXPECT_EQ(get("/v1/jobs/" + id + "/metrics?limit=0", alice).status, 400);
   Answer outputs = get("/v1/jobs/" + id + "/outputs", alice);
   EXPECT_TRUE(matches(doc, "GET", job + "/outputs", 200, outputs));
   EXPECT_EQ(outputs.json.value("files", Json::array()).size(), 1u) << outputs;
@@ -499,7 +513,7 @@ TEST_F(ApiDocument, AnswersMatchTheDocumentedSchemas) {
       matches(doc, "POST", job + "/stop", 202, call("POST", "/v1/jobs/" + id + "/stop", alice)));
   Answer logs = get("/v1/jobs/" + id + "/logs?rank=0", alice);
   EXPECT_EQ(logs.status, 200);
-  EXPECT_EQ(logs.body, "hello\n");
+  EXPECT_EQ(logs.body, "hello\ncohort.log step=7 loss=0.25\n") << "a metric line stays in the log";
 
   Answer upload = call("PUT", "/v1/store/alice-data/run1/model.txt", alice, "weights",
                        "application/octet-stream");
@@ -558,6 +572,7 @@ TEST_F(ServerIsolation, AnotherAccountsJobIsNotFoundOnEveryEndpoint) {
   };
   const std::vector<Probe> probes = {{"GET", ""},           {"GET", "/events"},
                                      {"GET", "/ranks"},     {"GET", "/logs"},
+                                     {"GET", "/metrics"},
                                      {"GET", "/logs?rank=0"}, {"GET", "/outputs"},
                                      {"GET", "/outputs/model.txt"}, {"POST", "/stop"},
                                      {"DELETE", ""}};
