@@ -57,9 +57,11 @@ std::string framesOfPySpy(const std::string& output) {
   std::string line, out;
   while (std::getline(in, line)) {
     if (line.rfind("Thread ", 0) == 0) {
-      // "Thread 11875 (idle): "MainThread"": the id differs from rank to rank.
-      const size_t status = line.find(" (");
-      out += "Thread" + (status == std::string::npos ? std::string() : line.substr(status)) + "\n";
+      // "Thread 11875 (idle): "MainThread"": the id differs from rank to rank, and whether
+      // py-spy saw the thread idle or active at that instant says nothing about where it is.
+      const size_t name = line.find("): ");
+      out += "Thread" + (name == std::string::npos ? std::string() : " " + line.substr(name + 3)) +
+             "\n";
     } else if (line.rfind("    ", 0) == 0) {
       out += line + "\n";
     }

@@ -25,12 +25,14 @@ RankStack rank(int r, char state, std::string frames, bool silent = false) {
 
 TEST(FramesOfPySpy, KeepsFramesAndThreadsWithoutIds) {
   EXPECT_EQ(framesOfPySpy(kAllReduce),
-            "Thread (idle): \"MainThread\"\n"
+            "Thread \"MainThread\"\n"
             "    all_reduce (torch/distributed/distributed_c10d.py:1536)\n"
             "    <module> (train.py:10)\n");
   std::string other = kAllReduce;
-  other.replace(other.find("4242 (idle)"), 4, "9999");
-  EXPECT_EQ(framesOfPySpy(other), framesOfPySpy(kAllReduce)) << "the same place, another pid";
+  other.replace(other.find("4242 (idle)"), 11, "9999 (active+gil)");
+  EXPECT_EQ(framesOfPySpy(other), framesOfPySpy(kAllReduce))
+      << "the same place, another pid, seen busy for an instant";
+  EXPECT_EQ(framesOfPySpy("Thread 7 (idle)\n    f (a.py:1)\n"), "Thread\n    f (a.py:1)\n");
 }
 
 TEST(Diagnose, AStoppedRankIsNamedFirst) {
@@ -40,7 +42,7 @@ TEST(Diagnose, AStoppedRankIsNamedFirst) {
   EXPECT_EQ(r.laggards, "worker/2 on node 1 is stopped (SIGSTOP, or a debugger holds it): the "
                         "others wait for it");
   EXPECT_NE(r.text.find("worker/0 on node 0, worker/1 on node 0, worker/3 on node 1 (3 rank(s), "
-                        "sleeping):\nThread (idle): \"MainThread\"\n    all_reduce"),
+                        "sleeping):\nThread \"MainThread\"\n    all_reduce"),
             std::string::npos)
       << r.text;
   EXPECT_NE(r.text.find("worker/2 on node 1 (1 rank(s), stopped):\n    (no stack: unknown)"),
@@ -50,7 +52,7 @@ TEST(Diagnose, AStoppedRankIsNamedFirst) {
 
 TEST(Diagnose, TheRankWhoseStackIsNotTheOthersIsElsewhere) {
   const std::string waiting = framesOfPySpy(kAllReduce);
-  const std::string sleeping = "Thread (idle): \"MainThread\"\n    slow (train.py:4)\n"
+  const std::string sleeping = "Thread \"MainThread\"\n    slow (train.py:4)\n"
                                "    <module> (train.py:9)\n";
   HangReport r = diagnose({rank(0, 'S', waiting), rank(1, 'S', sleeping), rank(2, 'S', waiting),
                            rank(3, 'S', waiting)});

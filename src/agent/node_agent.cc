@@ -436,21 +436,46 @@ class Agent {
   }
 
   // A hang: every running rank's state and Python stack, on the chore's thread (a dump takes a
-  // few milliseconds, a dead end up to kStackDumpTimeout); the answer is "stacks".
+  // few milliseconds, a dead end up to kStackDumpTimeout); the answer is "stacks". A rank is its
+  // process group: the leader may be a wrapper (a sandbox, a shell) with Python below it, and a
+  // stopped or D-state process anywhere in it is what holds the rank up.
   void sendStacks() {
     auto answer = std::make_shared<Message>(Message::array());
-    std::vector<std::pair<size_t, pid_t>> running;
+    std::map<pid_t, std::pair<size_t, std::vector<pid_t>>> groups;  // leader -> index, leader first
     for (size_t i = 0; i < ranks_.size(); ++i) {
-      if (ranks_[i].running) running.emplace_back(i, ranks_[i].child.pid);
+      if (ranks_[i].running) groups[ranks_[i].child.pid] = {i, {ranks_[i].child.pid}};
     }
-    auto work = [running, answer, busy = chore_.joinable()] {
+    forEachProcess(
+        [&](pid_t pid, const std::vector<std::string>& f) {
+          if (f.size() < 3) return;
+          auto g = groups.find(static_cast<pid_t>(std::atoi(f[2].c_str())));
+          if (g != groups.end() && pid != g->first) g->second.second.push_back(pid);
+        },
+        cgroupPath());
+    auto work = [groups, answer, busy = chore_.joinable()] {
       const std::string py_spy = busy ? "" : findPySpy();
       const auto deadline = std::chrono::steady_clock::now() + kStacksTimeout;
-      for (const auto& [index, pid] : running) {
+      constexpr size_t kTries = 4;  // processes of one group tried for a Python stack
+      for (const auto& [leader, rank] : groups) {
+        const auto& [index, pids] = rank;
+        std::string state = processState(leader);
+        for (pid_t pid : pids) {
+          const std::string s = processState(pid);
+          if (s == "T" || s == "t") {
+            state = s;
+            break;
+          }
+          if (s == "D") state = s;
+        }
         Message r = busy ? Message{{"error", "the agent was busy staging or copying"}}
-                         : dumpStack(py_spy, pid, deadline);
+                         : Message{{"error", "no process"}};
+        for (size_t k = 0; !busy && k < pids.size() && k < kTries; ++k) {
+          Message dumped = dumpStack(py_spy, pids[k], deadline);
+          if (k == 0 || dumped.contains("stack")) r = std::move(dumped);
+          if (r.contains("stack") || py_spy.empty()) break;
+        }
         r["index"] = index;
-        r["state"] = processState(pid);
+        r["state"] = state;
         answer->push_back(std::move(r));
       }
     };
