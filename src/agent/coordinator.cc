@@ -13,6 +13,7 @@
 #include <cctype>
 #include <chrono>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -230,6 +231,57 @@ class Coordinator {
   void act(const SendStart& a) {
     openLogs();
     broadcast({{"type", "start"}, {"attempt", a.attempt}});
+    // The attempt's startup, node by node (result.json's "startup"): spawned, first output,
+    // first metric, in seconds since the start was sent; the staging came before.
+    attempt_start_ = std::chrono::steady_clock::now();
+    startup_.assign(plan_.nodes.size(), Startup{});
+    for (size_t n = 0; n < startup_.size() && n < staged_seconds_.size(); ++n) {
+      startup_[n].staged = staged_seconds_[n];
+    }
+    said_startup_ = false;
+  }
+
+  struct Startup {
+    double staged = -1, spawned = -1, first_output = -1, first_metric = -1;  // -1: not yet
+  };
+
+  double sinceStart() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - attempt_start_).count();
+  }
+
+  // Once every node has shown output: one line on how long that took, and who was last.
+  void noteFirstOutput(int node) {
+    if (static_cast<size_t>(node) >= startup_.size() || startup_[node].first_output >= 0) return;
+    startup_[node].first_output = sinceStart();
+    int slowest = 0;
+    for (size_t n = 0; n < startup_.size(); ++n) {
+      if (startup_[n].first_output < 0) return;
+      if (startup_[n].first_output > startup_[slowest].first_output) slowest = static_cast<int>(n);
+    }
+    if (said_startup_ || !options_.progress) return;
+    said_startup_ = true;
+    if (startup_.size() == 1) {
+      std::fprintf(stderr, "cohort: first output within %.2fs of the start\n",
+                   startup_[0].first_output);
+    } else {
+      std::fprintf(stderr,
+                   "cohort: first output from every node within %.2fs of the start (the last: "
+                   "node %d)\n",
+                   startup_[slowest].first_output, slowest);
+    }
+  }
+
+  Message startupJson() const {
+    Message nodes = Message::array();
+    auto seconds = [](double s) { return s < 0 ? Message() : Message(std::round(s * 1000) / 1000); };
+    for (size_t n = 0; n < startup_.size(); ++n) {
+      nodes.push_back({{"node", n},
+                       {"staged_s", seconds(startup_[n].staged)},
+                       {"spawned_s", seconds(startup_[n].spawned)},
+                       {"first_output_s", seconds(startup_[n].first_output)},
+                       {"first_metric_s", seconds(startup_[n].first_metric)}});
+    }
+    return nodes;
   }
 
   void act(const SendStop& a) { broadcast({{"type", "stop"}, {"grace_ms", a.grace_ms}}); }
@@ -427,6 +479,7 @@ class Coordinator {
                       {"outputs", std::move(outputs)},
                       {"duration_s", out.duration_s}};
     if (!out.diagnosis.empty()) record["diagnosis"] = out.diagnosis;
+    if (!startup_.empty()) record["startup"] = startupJson();  // of the last attempt
     if (out.root_cause) {
       const RankExit& rc = *out.root_cause;
       record["root_cause"] = {{"name", rc.name},     {"role", rc.role},
@@ -453,7 +506,8 @@ class Coordinator {
         if (!echo_[n][i]) {
           echo_[n][i].emplace("[" + rank.name + " node" + std::to_string(rank.node) + "] ",
                               rank.console ? &console_ : nullptr,
-                              [this, r = rank.rank](std::string_view line) { onLine(r, line); });
+                              [this, node = static_cast<int>(n), r = rank.rank](
+                                  std::string_view line) { onLine(node, r, line); });
         }
         if (logs_[n][i]) continue;
         auto log = LogFile::open(plan_.nodes[n].ranks[i].log_file);
@@ -473,14 +527,18 @@ class Coordinator {
     if (static_cast<size_t>(node) >= logs_.size() || index >= logs_[node].size()) return;
     // A log that could not be opened was said once; the console still shows the rank.
     if (logs_[node][index]) logs_[node][index]->append(bytes);
+    noteFirstOutput(node);
     echo_[node][index]->consume(bytes.data(), bytes.size());
   }
 
   // A line of a rank's output: a training metric (agent/metrics.h) goes to metrics.jsonl.
-  void onLine(int rank, std::string_view line) {
+  void onLine(int node, int rank, std::string_view line) {
     if (rank < 0 || line.substr(0, 11) != "cohort.log ") return;
     auto record = parseMetricLine(line);
     if (!record) return;
+    if (static_cast<size_t>(node) < startup_.size() && startup_[node].first_metric < 0) {
+      startup_[node].first_metric = sinceStart();
+    }
     appendRecord(metrics_, layout_.metricsFile(), metricJson(nowUnixNanos(), rank, *record));
   }
 
@@ -714,6 +772,7 @@ class Coordinator {
     std::string type = field(m, "type", std::string());
     int attempt = field(m, "attempt", -1);
     if (type == "started") {
+      if (static_cast<size_t>(node) < startup_.size()) startup_[node].spawned = sinceStart();
       feed(NodeStarted{node, attempt, field(m, "count", 0)});
     } else if (type == "staged") {
       const bool own_dir = field(m, "own_dir", false);
@@ -726,6 +785,8 @@ class Coordinator {
         }
         (void)agents_[node].channel->send({{"type", "files"}, {"files", std::move(files)}});
       }
+      staged_seconds_.resize(plan_.nodes.size(), -1);
+      staged_seconds_[node] = field(m, "seconds", 0.0);
       feed(NodeStaged{node, field(m, "files", int64_t{0}), field(m, "bytes", int64_t{0}),
                       field(m, "seconds", 0.0), own_dir});
     } else if (type == "outputs_copied") {
@@ -798,6 +859,10 @@ class Coordinator {
   // A hang's stacks, while the agents send them.
   bool collecting_ = false;
   bool on_request_ = false;  // for `cohort stacks`, not a hang
+  std::chrono::steady_clock::time_point attempt_start_{};
+  std::vector<Startup> startup_;        // [node], of the latest attempt
+  std::vector<double> staged_seconds_;  // [node]
+  bool said_startup_ = false;
   UniqueFd metrics_;    // metrics.jsonl, once a rank logged a metric
   UniqueFd resources_;  // resources.jsonl, once an agent sampled a running rank
   bool said_metrics_error_ = false;

@@ -129,6 +129,13 @@ TEST_F(Observe, TopShowsEachRanksResourcesAndLatestMetrics) {
   const std::string metrics = readText(onlyJobDir(root_) + "/metrics.jsonl");
   EXPECT_EQ(std::count(metrics.begin(), metrics.end(), '\n'), 6) << metrics;
   EXPECT_TRUE(contains(metrics, "\"rank\":1,\"step\":2,\"loss\":0.5,\"accuracy\":0.7}")) << metrics;
+  // Each node's startup: spawned, first output and first metric, in seconds after the start.
+  const std::string result = readText(onlyJobDir(root_) + "/result.json");
+  const std::regex first_metric(R"("first_metric_s": [0-9.]+)");
+  EXPECT_EQ(std::distance(std::sregex_iterator(result.begin(), result.end(), first_metric),
+                          std::sregex_iterator()),
+            2)
+      << result;
   auto after = runCohort({"top", id, "--data-root", root_});
   EXPECT_TRUE(contains(after.out, ": succeeded, 2 rank(s)")) << after.out;
 }
