@@ -11,8 +11,8 @@
 
 #include <algorithm>
 #include <cctype>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -23,10 +23,10 @@
 #include "agent/hang.h"
 #include "agent/metrics.h"
 #include "agent/rank_output.h"
+#include "agent/staging.h"
 #include "job/events.h"
 #include "job/layout.h"
 #include "proc/event_loop.h"
-#include "agent/staging.h"
 
 namespace cohort::agent {
 
@@ -49,8 +49,8 @@ struct Timers {
 
   static Result<Timers> create() {
     Timers t;
-    for (proc::Timer* timer : {&t.connect, &t.runtime, &t.exit, &t.heartbeat, &t.launch_poll,
-                               &t.hang, &t.stacks}) {
+    for (proc::Timer* timer :
+         {&t.connect, &t.runtime, &t.exit, &t.heartbeat, &t.launch_poll, &t.hang, &t.stacks}) {
       COHORT_ASSIGN(*timer, proc::Timer::create());
     }
     return t;
@@ -273,7 +273,9 @@ class Coordinator {
 
   Message startupJson() const {
     Message nodes = Message::array();
-    auto seconds = [](double s) { return s < 0 ? Message() : Message(std::round(s * 1000) / 1000); };
+    auto seconds = [](double s) {
+      return s < 0 ? Message() : Message(std::round(s * 1000) / 1000);
+    };
     for (size_t n = 0; n < startup_.size(); ++n) {
       nodes.push_back({{"node", n},
                        {"staged_s", seconds(startup_[n].staged)},
@@ -308,7 +310,8 @@ class Coordinator {
       case TimerKind::kConnect: return connect_;
       case TimerKind::kRuntime: return runtime_;
       case TimerKind::kExit: return exit_;
-      case TimerKind::kHang: return hang_;
+      case TimerKind::kHang:
+        return hang_;
     }
     return exit_;
   }
@@ -381,27 +384,30 @@ class Coordinator {
     collecting_ = false;
     stacks_deadline_.disarm();
     std::string missing;
-    for (int node : stacks_waiting_) missing += (missing.empty() ? "" : ", ") + std::to_string(node);
+    for (int node : stacks_waiting_)
+      missing += (missing.empty() ? "" : ", ") + std::to_string(node);
     std::sort(stacks_.begin(), stacks_.end(),
               [](const RankStack& a, const RankStack& b) { return a.rank < b.rank; });
     HangReport report = diagnose(stacks_);
-    if (!missing.empty()) report.text += "\n(no stacks from node(s) " + missing + ": out of time)\n";
+    if (!missing.empty())
+      report.text += "\n(no stacks from node(s) " + missing + ": out of time)\n";
     if (on_request_) {
       const std::string now = isoTime(nowUnixNanos()) + "\n" +
                               (report.laggards.empty() ? "" : report.laggards + "\n") + report.text;
-      if (auto written = writeFileAtomic(layout_.stacksNowFile(), now, /*durable=*/false); !written) {
+      if (auto written = writeFileAtomic(layout_.stacksNowFile(), now, /*durable=*/false);
+          !written) {
         std::fprintf(stderr, "cohort: %s\n", written.error().message.c_str());
       }
       return;
     }
     const std::string file = layout_.stacksFile();
-    const std::string record = "== attempt " + std::to_string(progress_attempt_ + 1) + ", " +
-                               isoTime(nowUnixNanos()) + "\n" +
-                               (report.laggards.empty() ? "" : report.laggards + "\n") +
-                               report.text + "\n";
+    const std::string record =
+        "== attempt " + std::to_string(progress_attempt_ + 1) + ", " + isoTime(nowUnixNanos()) +
+        "\n" + (report.laggards.empty() ? "" : report.laggards + "\n") + report.text + "\n";
     UniqueFd fd(::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644));
     if (!fd.valid() || !writeAll(fd.get(), record)) {
-      std::fprintf(stderr, "cohort: could not write '%s': %s\n", file.c_str(), std::strerror(errno));
+      std::fprintf(stderr, "cohort: could not write '%s': %s\n", file.c_str(),
+                   std::strerror(errno));
     }
     feed(HangDiagnosed{report.laggards, report.text + "(also in " + file + ")\n"});
   }
@@ -506,8 +512,8 @@ class Coordinator {
         if (!echo_[n][i]) {
           echo_[n][i].emplace("[" + rank.name + " node" + std::to_string(rank.node) + "] ",
                               rank.console ? &console_ : nullptr,
-                              [this, node = static_cast<int>(n), r = rank.rank](
-                                  std::string_view line) { onLine(node, r, line); });
+                              [this, node = static_cast<int>(n),
+                               r = rank.rank](std::string_view line) { onLine(node, r, line); });
         }
         if (logs_[n][i]) continue;
         auto log = LogFile::open(plan_.nodes[n].ranks[i].log_file);
@@ -576,7 +582,8 @@ class Coordinator {
     last_output_[node].resize(plan.ranks.size(), 0);
     const int attempt = field(m, "attempt", 0);
     if (attempt != progress_attempt_) {
-      for (auto& node_outputs : last_output_) std::fill(node_outputs.begin(), node_outputs.end(), 0);
+      for (auto& node_outputs : last_output_)
+        std::fill(node_outputs.begin(), node_outputs.end(), 0);
       progress_attempt_ = attempt;
     }
     RanksProgressed progressed{node, attempt, {}};
@@ -586,7 +593,8 @@ class Coordinator {
       const int64_t index = field(r, "index", int64_t{-1});
       if (index < 0 || static_cast<size_t>(index) >= plan.ranks.size()) continue;
       const int64_t last = field(r, "last_output", int64_t{0});
-      if (last != 0 && last != last_output_[node][index]) progressed.ranks.push_back(plan.ranks[index].rank);
+      if (last != 0 && last != last_output_[node][index])
+        progressed.ranks.push_back(plan.ranks[index].rank);
       last_output_[node][index] = last;
       if (field(r, "running", false) && r.contains("cpu_seconds")) {
         sampled.push_back({{"rank", plan.ranks[index].rank},
@@ -595,7 +603,9 @@ class Coordinator {
       }
     }
     if (!sampled.empty()) {
-      Message line = {{"t", nowUnixNanos()}, {"node", node}, {"attempt", attempt},
+      Message line = {{"t", nowUnixNanos()},
+                      {"node", node},
+                      {"attempt", attempt},
                       {"ranks", std::move(sampled)}};
       appendRecord(resources_, layout_.resourcesFile(), line.dump());
     }
@@ -879,8 +889,7 @@ class Coordinator {
 Result<JobOutcome> runCoordinator(const plan::Plan& plan, AgentLauncher& launcher,
                                   const CoordinatorOptions& options) {
   raiseFileLimit();
-  COHORT_ASSIGN(proc::SignalFd signals,
-                proc::SignalFd::create({SIGINT, SIGTERM, SIGHUP, SIGUSR1}));
+  COHORT_ASSIGN(proc::SignalFd signals, proc::SignalFd::create({SIGINT, SIGTERM, SIGHUP, SIGUSR1}));
   COHORT_ASSIGN(auto loop, proc::EventLoop::create());
   COHORT_ASSIGN(Timers timers, Timers::create());
   COHORT_ASSIGN(std::string secret, makeSecret());

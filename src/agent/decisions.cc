@@ -127,8 +127,7 @@ void JobDecisions::maybeAttemptOver(Actions& out) {
     if (node.connected && !node.idle) return;
   }
   if ((ending_ == Ending::kFailed || ending_ == Ending::kHung) && attempt_ < max_restarts_ &&
-      !no_restart_ &&
-      connected_ == static_cast<int>(nodes_.size())) {
+      !no_restart_ && connected_ == static_cast<int>(nodes_.size())) {
     ++attempt_;
     say(out, "attempt " + std::to_string(attempt_) + " failed (" + why_ + "); restarting (" +
                  std::to_string(attempt_) + " of " + std::to_string(max_restarts_) +
@@ -510,11 +509,11 @@ void JobDecisions::on(const HangDiagnosed& e, Actions& out) {
   collecting_stacks_ = false;
   const bool starting = progressed_count_ < worldRanks() && startup_ms_ > 0;
   std::string why =
-      starting ? "not every rank made progress within startup_timeout " +
-                     formatDuration(Millis(startup_ms_)) + " (" +
-                     std::to_string(progressed_count_) + " of " + std::to_string(worldRanks()) +
-                     " did)"
-               : "no rank made progress for hang_timeout " + formatDuration(Millis(hang_ms_));
+      starting
+          ? "not every rank made progress within startup_timeout " +
+                formatDuration(Millis(startup_ms_)) + " (" + std::to_string(progressed_count_) +
+                " of " + std::to_string(worldRanks()) + " did)"
+          : "no rank made progress for hang_timeout " + formatDuration(Millis(hang_ms_));
   if (!e.laggards.empty()) why += ": " + e.laggards;
   diagnosis_ = e.diagnosis;
   beginStop(Ending::kHung, why, out);

@@ -88,11 +88,18 @@ struct AgentLost {  // its connection closed, or it said nothing for too long
 struct StopSignal { int signal; };           // SIGINT, SIGTERM or SIGHUP reached the coordinator
 // Ranks (global) of the attempt that made progress (printed, logged a metric, sent a heartbeat)
 // since the node's last report.
-struct RanksProgressed { int node; int attempt; std::vector<int> ranks; };
+struct RanksProgressed {
+  int node;
+  int attempt;
+  std::vector<int> ranks;
+};
 struct HangTimeOver {};
 // Every rank's stack is in (or the agents ran out of time): `diagnosis` says who held the others
 // up, for the reason of the job's end.
-struct HangDiagnosed { std::string laggards; std::string diagnosis; };
+struct HangDiagnosed {
+  std::string laggards;
+  std::string diagnosis;
+};
 struct MaxRuntimeOver {};
 struct ConnectDeadlineOver {};
 struct ExitDeadlineOver {};  // agents told to exit did not all go in time
@@ -107,12 +114,11 @@ struct RecordWriteFailed {
   std::string error;  // "No space left on device"
 };
 
-using JobInput = std::variant<JobBegins, AgentLaunchFailed, LauncherQueued, AgentConnected, NodeStaged,
-                              StagingFailed, NodeStarted, RankExited, NodeIdle, AgentLost,
-                              StopSignal, RanksProgressed, HangTimeOver, HangDiagnosed,
-                              MaxRuntimeOver, ConnectDeadlineOver, ExitDeadlineOver,
-                              OutputCopied, OutputCopyFailed, NodeOutputsCopied,
-                              RecordWriteFailed>;
+using JobInput = std::variant<JobBegins, AgentLaunchFailed, LauncherQueued, AgentConnected,
+                              NodeStaged, StagingFailed, NodeStarted, RankExited, NodeIdle,
+                              AgentLost, StopSignal, RanksProgressed, HangTimeOver, HangDiagnosed,
+                              MaxRuntimeOver, ConnectDeadlineOver, ExitDeadlineOver, OutputCopied,
+                              OutputCopyFailed, NodeOutputsCopied, RecordWriteFailed>;
 
 // ---- Actions: what to do, in order -----------------------------------------------------------
 
@@ -139,7 +145,9 @@ struct Say {
 };
 // Ask every agent for its ranks' stacks; answer HangDiagnosed. `silent`: the ranks that never
 // made progress in the attempt (a startup that did not finish), which the diagnosis names.
-struct CollectStacks { std::vector<int> silent; };
+struct CollectStacks {
+  std::vector<int> silent;
+};
 struct ReapAgents {};  // every agent is gone or out of time: wait for them, kill what is left
 struct CopyOutput { size_t index; };  // plan.outputs[index]; answer OutputCopied or ...Failed
 struct WriteResult { JobOutcome outcome; };  // result.json
@@ -147,8 +155,7 @@ struct Finish { JobOutcome outcome; };  // the job is over; nothing after this i
 
 using JobAction = std::variant<LaunchAgents, SendPlan, SendStage, SendStart, SendStop, SendExit,
                                ArmTimer, DisarmTimer, WriteEvent, Say, CollectStacks, ReapAgents,
-                               CopyOutput,
-                               WriteResult, Finish>;
+                               CopyOutput, WriteResult, Finish>;
 
 // ---- The machine -----------------------------------------------------------------------------
 
@@ -166,8 +173,16 @@ class JobDecisions {
 
  private:
   enum class Ending {
-    kNone, kSucceeded, kFailed, kStopped, kTimedOut, kHung, kLost, kStagingFailed,
-    kOutputFailed, kRecordFailed
+    kNone,
+    kSucceeded,
+    kFailed,
+    kStopped,
+    kTimedOut,
+    kHung,
+    kLost,
+    kStagingFailed,
+    kOutputFailed,
+    kRecordFailed
   };
   struct Rank {
     std::string name, role, log_file;
@@ -249,8 +264,8 @@ class JobDecisions {
   int stop_signal_ = 0;
   Ending ending_ = Ending::kNone;
   std::string why_;
-  std::string diagnosis_;           // of a hang
-  std::vector<bool> progressed_;    // by global rank: made progress in this attempt
+  std::string diagnosis_;         // of a hang
+  std::vector<bool> progressed_;  // by global rank: made progress in this attempt
   int progressed_count_ = 0;
   bool collecting_stacks_ = false;  // a hang was seen; the stacks are on their way
   bool no_restart_ = false;

@@ -558,7 +558,8 @@ std::optional<Millis> hangTimer(const std::vector<JobAction>& actions) {
   std::optional<Millis> armed;
   for (const JobAction& a : actions) {
     if (auto* t = std::get_if<ArmTimer>(&a); t && t->timer == TimerKind::kHang) armed = t->after;
-    if (auto* t = std::get_if<DisarmTimer>(&a); t && t->timer == TimerKind::kHang) armed = Millis(0);
+    if (auto* t = std::get_if<DisarmTimer>(&a); t && t->timer == TimerKind::kHang)
+      armed = Millis(0);
   }
   return armed;
 }
@@ -580,8 +581,9 @@ TEST(JobDecisions, AJobWithoutProgressForHangTimeoutHasItsStacksTakenThenEndsWit
   EXPECT_FALSE(has<SendStop>(a)) << "the stacks first, while every rank still hangs";
   EXPECT_FALSE(has<CollectStacks>(job.feed(HangTimeOver{}))) << "once";
   auto b = job.feed(HangDiagnosed{"worker/1 on node 1 is stopped", "stacks...\n"});
-  EXPECT_EQ(said(b), std::vector<std::string>{"no rank made progress for hang_timeout 10.0s: "
-                                              "worker/1 on node 1 is stopped; stopping every rank"});
+  EXPECT_EQ(said(b),
+            std::vector<std::string>{"no rank made progress for hang_timeout 10.0s: "
+                                     "worker/1 on node 1 is stopped; stopping every rank"});
   EXPECT_TRUE(has<SendStop>(b));
   job.stopRest({0, 1});
   job.agentsExit();
@@ -603,8 +605,9 @@ TEST(JobDecisions, StartupTimeoutHoldsUntilEveryRankMadeProgressAndNamesTheSilen
   ASSERT_EQ(all<CollectStacks>(a).size(), 1u);
   EXPECT_EQ(all<CollectStacks>(a)[0].silent, (std::vector<int>{1, 2}));
   auto b = job.feed(HangDiagnosed{"", ""});
-  EXPECT_TRUE(saidSomething(b, "not every rank made progress within startup_timeout 1m00s (1 of 3 "
-                               "did); stopping every rank"))
+  EXPECT_TRUE(saidSomething(b,
+                            "not every rank made progress within startup_timeout 1m00s (1 of 3 "
+                            "did); stopping every rank"))
       << said(b)[0];
 
   Job started(plan);

@@ -10,13 +10,20 @@ namespace {
 
 const char* stateWord(char state) {
   switch (state) {
-    case 'R': return "running";
-    case 'S': return "sleeping";
-    case 'D': return "in uninterruptible sleep";
-    case 'T': return "stopped";
-    case 't': return "stopped by a debugger";
-    case 'Z': return "exited, not yet reaped";
-    default: return "state unknown";
+    case 'R':
+      return "running";
+    case 'S':
+      return "sleeping";
+    case 'D':
+      return "in uninterruptible sleep";
+    case 'T':
+      return "stopped";
+    case 't':
+      return "stopped by a debugger";
+    case 'Z':
+      return "exited, not yet reaped";
+    default:
+      return "state unknown";
   }
 }
 
@@ -105,9 +112,8 @@ HangReport diagnose(const std::vector<RankStack>& stacks) {
   }
   std::vector<std::pair<std::string, std::vector<const RankStack*>>> ordered(groups.begin(),
                                                                              groups.end());
-  std::stable_sort(ordered.begin(), ordered.end(), [](const auto& a, const auto& b) {
-    return a.second.size() > b.second.size();
-  });
+  std::stable_sort(ordered.begin(), ordered.end(),
+                   [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
 
   if (why.empty() && ordered.size() >= 2 && ordered[0].second.size() >= 2 &&
       ordered[0].second.size() > ordered[1].second.size() &&
@@ -136,8 +142,8 @@ HangReport diagnose(const std::vector<RankStack>& stacks) {
     for (const RankStack* s : sorted) ++states[stateWord(s->state)];
     std::string how;
     for (const auto& [word, n] : states) {
-      how += (how.empty() ? "" : ", ") +
-             (states.size() == 1 ? word : std::to_string(n) + " " + word);
+      how +=
+          (how.empty() ? "" : ", ") + (states.size() == 1 ? word : std::to_string(n) + " " + word);
     }
     report.text += "\n" + names(sorted) + " (" + std::to_string(sorted.size()) + " rank(s), " +
                    how + "):\n" + frames;

@@ -10,12 +10,12 @@
 namespace cohort::agent {
 
 struct RankStack {
-  int rank = -1;       // global
-  std::string label;   // "worker/2 on node 1"
-  char state = '?';    // /proc/PID/stat: R, S, D, T (stopped), t (traced), Z; '?' unknown
-  std::string frames;  // innermost first, one "    func (file:line)" per line; "" when none
-  std::string error;   // why there are no frames ("py-spy is not installed", ...)
-  bool silent = false; // it never made progress in the attempt
+  int rank = -1;        // global
+  std::string label;    // "worker/2 on node 1"
+  char state = '?';     // /proc/PID/stat: R, S, D, T (stopped), t (traced), Z; '?' unknown
+  std::string frames;   // innermost first, one "    func (file:line)" per line; "" when none
+  std::string error;    // why there are no frames ("py-spy is not installed", ...)
+  bool silent = false;  // it never made progress in the attempt
 };
 
 struct HangReport {

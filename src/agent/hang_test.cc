@@ -37,10 +37,11 @@ TEST(FramesOfPySpy, KeepsFramesAndThreadsWithoutIds) {
 
 TEST(Diagnose, AStoppedRankIsNamedFirst) {
   const std::string waiting = framesOfPySpy(kAllReduce);
-  HangReport r = diagnose({rank(0, 'S', waiting), rank(1, 'S', waiting), rank(2, 'T', ""),
-                           rank(3, 'S', waiting)});
-  EXPECT_EQ(r.laggards, "worker/2 on node 1 is stopped (SIGSTOP, or a debugger holds it): the "
-                        "others wait for it");
+  HangReport r = diagnose(
+      {rank(0, 'S', waiting), rank(1, 'S', waiting), rank(2, 'T', ""), rank(3, 'S', waiting)});
+  EXPECT_EQ(r.laggards,
+            "worker/2 on node 1 is stopped (SIGSTOP, or a debugger holds it): the "
+            "others wait for it");
   EXPECT_NE(r.text.find("worker/0 on node 0, worker/1 on node 0, worker/3 on node 1 (3 rank(s), "
                         "sleeping):\nThread \"MainThread\"\n    all_reduce"),
             std::string::npos)
@@ -52,12 +53,14 @@ TEST(Diagnose, AStoppedRankIsNamedFirst) {
 
 TEST(Diagnose, TheRankWhoseStackIsNotTheOthersIsElsewhere) {
   const std::string waiting = framesOfPySpy(kAllReduce);
-  const std::string sleeping = "Thread \"MainThread\"\n    slow (train.py:4)\n"
-                               "    <module> (train.py:9)\n";
+  const std::string sleeping =
+      "Thread \"MainThread\"\n    slow (train.py:4)\n"
+      "    <module> (train.py:9)\n";
   HangReport r = diagnose({rank(0, 'S', waiting), rank(1, 'S', sleeping), rank(2, 'S', waiting),
                            rank(3, 'S', waiting)});
-  EXPECT_EQ(r.laggards, "worker/1 on node 0 is elsewhere (at slow (train.py:4)) while 3 other "
-                        "rank(s) wait at all_reduce (torch/distributed/distributed_c10d.py:1536)");
+  EXPECT_EQ(r.laggards,
+            "worker/1 on node 0 is elsewhere (at slow (train.py:4)) while 3 other "
+            "rank(s) wait at all_reduce (torch/distributed/distributed_c10d.py:1536)");
 }
 
 TEST(Diagnose, NobodyStandsOutWhenAllWaitAlikeOrHalvesDiffer) {
@@ -70,11 +73,13 @@ TEST(Diagnose, NobodyStandsOutWhenAllWaitAlikeOrHalvesDiffer) {
 }
 
 TEST(Diagnose, DStateAndRanksThatNeverStarted) {
-  EXPECT_NE(diagnose({rank(0, 'D', ""), rank(1, 'S', "")}).laggards.find(
-                "worker/0 on node 0 is in uninterruptible sleep"),
+  EXPECT_NE(diagnose({rank(0, 'D', ""), rank(1, 'S', "")})
+                .laggards.find("worker/0 on node 0 is in uninterruptible sleep"),
             std::string::npos);
-  HangReport r = diagnose({rank(0, 'S', "", false), rank(1, 'S', "", true), rank(2, 'S', "", true)});
-  EXPECT_EQ(r.laggards.rfind("worker/1 on node 0, worker/2 on node 1 have not made progress", 0), 0u)
+  HangReport r =
+      diagnose({rank(0, 'S', "", false), rank(1, 'S', "", true), rank(2, 'S', "", true)});
+  EXPECT_EQ(r.laggards.rfind("worker/1 on node 0, worker/2 on node 1 have not made progress", 0),
+            0u)
       << r.laggards;
   EXPECT_EQ(diagnose({rank(0, 'S', "", true)}).laggards,
             "no rank made progress since the attempt started");

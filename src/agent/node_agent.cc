@@ -41,8 +41,8 @@ namespace {
 constexpr size_t kTailLines = 20;
 // How often the agent tells the coordinator how its ranks are doing.
 constexpr Millis kProgressEvery{2000};
-constexpr Millis kStackDumpTimeout{5000};   // one rank's py-spy dump
-constexpr Millis kStacksTimeout{10000};     // every rank of the node
+constexpr Millis kStackDumpTimeout{5000};  // one rank's py-spy dump
+constexpr Millis kStacksTimeout{10000};    // every rank of the node
 
 // py-spy reads a Python process's stack from outside, without stopping it or changing the
 // script: from PATH, else where scripts/setup installs it beside cohort (venv-tools/bin).
@@ -67,7 +67,8 @@ std::string processState(pid_t pid) {
 }
 
 // What a rank's py-spy dump said: the stack, or why there is none.
-Message dumpStack(const std::string& py_spy, pid_t pid, std::chrono::steady_clock::time_point deadline) {
+Message dumpStack(const std::string& py_spy, pid_t pid,
+                  std::chrono::steady_clock::time_point deadline) {
   if (py_spy.empty()) return {{"error", "py-spy is not installed (pip install py-spy)"}};
   if (std::chrono::steady_clock::now() >= deadline) return {{"error", "out of time"}};
   proc::SpawnRequest req;
@@ -480,7 +481,8 @@ class Agent {
       }
     };
     auto over = [this, answer] {
-      (void)channel_.send({{"type", "stacks"}, {"attempt", attempt_}, {"ranks", std::move(*answer)}});
+      (void)channel_.send(
+          {{"type", "stacks"}, {"attempt", attempt_}, {"ranks", std::move(*answer)}});
     };
     if (chore_.joinable()) {  // states only: they cannot block
       work();
@@ -1021,7 +1023,7 @@ class Agent {
   bool trim_after_message_ = false;
   bool lost_coordinator_ = false;
   int exit_code_ = 0;  // the job's, from the coordinator's "exit"
-  bool dumping_ = false;  // the chore runs py-spy (sendStacks)
+  bool dumping_ = false;      // the chore runs py-spy (sendStacks)
   bool grace_armed_ = false;  // SIGTERM was sent; SIGKILL follows when the grace period ends
   std::string nonce_;           // ours, for the coordinator's proof
   bool authenticated_ = false;  // the coordinator proved it knows the secret

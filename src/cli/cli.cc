@@ -17,10 +17,10 @@
 #include "cli/args.h"
 #include "cli/client_cmd.h"
 #include "cli/cp_cmd.h"
-#include "cli/stacks_cmd.h"
-#include "cli/top_cmd.h"
 #include "cli/job_options.h"
 #include "cli/server_cmd.h"
+#include "cli/stacks_cmd.h"
+#include "cli/top_cmd.h"
 #include "job/layout.h"
 #include "plan/port_lease.h"
 #include "util/fd.h"
@@ -33,7 +33,6 @@
 namespace cohort::cli {
 
 namespace {
-
 
 const char* kMainHelp = R"(cohort: run distributed training jobs, on this machine or a cluster
 

@@ -113,7 +113,6 @@ Result<CpArgs> parseCpArgs(int argc, char** argv) {
   return args;
 }
 
-
 // Runs the copy with SIGINT and SIGTERM turned into a cancel request.
 Result<storage::CopyStats> copyInterruptibly(const std::string& src, const std::string& dst,
                                              storage::CopyOptions options) {

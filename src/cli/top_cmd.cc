@@ -5,11 +5,10 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "cli/args.h"
 #include "job/jsonl.h"
@@ -99,9 +98,10 @@ std::string render(const job::Layout& layout, const std::string& id, bool* ended
   auto result_text = readFile(layout.resultFile());
   Json result = result_text ? Json::parse(*result_text, nullptr, false) : Json();
   *ended = result.is_object();
-  std::string out = "job " + id + ": " +
-                    (*ended ? result.value("state", std::string("ended")) : std::string("running")) +
-                    ", " + std::to_string(rows.size()) + " rank(s)\n";
+  std::string out =
+      "job " + id + ": " +
+      (*ended ? result.value("state", std::string("ended")) : std::string("running")) + ", " +
+      std::to_string(rows.size()) + " rank(s)\n";
   char line[512];
   std::snprintf(line, sizeof line, "%-5s %-16s %4s %7s %9s %8s", "RANK", "NAME", "NODE", "CPU%",
                 "RSS", "STEP");
@@ -121,7 +121,8 @@ std::string render(const job::Layout& layout, const std::string& id, bool* ended
                   row.node, cpu_text, row.rss >= 0 ? mib(row.rss).c_str() : "-", step.c_str());
     out += line;
     for (const std::string& c : columns) {
-      const std::string v = row.metric.is_object() && row.metric.contains(c) ? number(row.metric[c]) : "-";
+      const std::string v =
+          row.metric.is_object() && row.metric.contains(c) ? number(row.metric[c]) : "-";
       std::snprintf(line, sizeof line, " %12s", v.c_str());
       out += line;
     }
@@ -148,8 +149,9 @@ metrics.jsonl.
 }
 
 int cmdTop(int argc, char** argv) {
-  auto args = parseArgs("top", argc, argv,
-                        {{"--data-root", "", true}, {"--once", "", false}, {"--help", "-h", false}});
+  auto args =
+      parseArgs("top", argc, argv,
+                {{"--data-root", "", true}, {"--once", "", false}, {"--help", "-h", false}});
   if (!args) {
     std::fprintf(stderr, "cohort top: %s\n", args.error().message.c_str());
     return kExitUsage;

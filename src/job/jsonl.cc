@@ -15,7 +15,8 @@ std::vector<nlohmann::ordered_json> tailJsonLines(const std::string& path, size_
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return out;
   const off_t size = st.st_size;
-  const off_t from = size > static_cast<off_t>(max_bytes) ? size - static_cast<off_t>(max_bytes) : 0;
+  const off_t from =
+      size > static_cast<off_t>(max_bytes) ? size - static_cast<off_t>(max_bytes) : 0;
   std::string text(static_cast<size_t>(size - from), '\0');
   const ssize_t n = ::pread(fd.get(), text.data(), text.size(), from);
   if (n <= 0) return out;
@@ -29,9 +30,9 @@ std::vector<nlohmann::ordered_json> tailJsonLines(const std::string& path, size_
   while (start < text.size()) {
     const size_t end = text.find('\n', start);
     if (end == std::string::npos) break;  // still being written
-    auto j = nlohmann::ordered_json::parse(text.begin() + static_cast<ptrdiff_t>(start),
-                                           text.begin() + static_cast<ptrdiff_t>(end), nullptr,
-                                           false);
+    auto j =
+        nlohmann::ordered_json::parse(text.begin() + static_cast<ptrdiff_t>(start),
+                                      text.begin() + static_cast<ptrdiff_t>(end), nullptr, false);
     if (j.is_object()) out.push_back(std::move(j));
     start = end + 1;
   }

@@ -65,20 +65,20 @@ std::string toJson(const Plan& plan, int indent) {
     outputs.push_back(Json{{"source", o.source}, {"target", o.target}, {"always", o.always}});
   }
   Json out = {{"job_id", plan.job_id},
-                        {"job_name", plan.job_name},
-                        {"job_dir", plan.job_dir},
-                        {"workdir", plan.workdir},
-                        {"framework", plan.framework},
-                        {"world_size", plan.world_size},
-                        {"max_restarts", plan.max_restarts},
-                        {"grace_period_ms", plan.grace_period_ms},
-                        {"heartbeat_timeout_ms", plan.heartbeat_timeout_ms},
-                        {"max_runtime_ms", plan.max_runtime_ms},
-                        {"hang_timeout_ms", plan.hang_timeout_ms},
-                        {"startup_timeout_ms", plan.startup_timeout_ms},
-                        {"nodes", nodes},
-                        {"outputs", outputs},
-                        {"files", files}};
+              {"job_name", plan.job_name},
+              {"job_dir", plan.job_dir},
+              {"workdir", plan.workdir},
+              {"framework", plan.framework},
+              {"world_size", plan.world_size},
+              {"max_restarts", plan.max_restarts},
+              {"grace_period_ms", plan.grace_period_ms},
+              {"heartbeat_timeout_ms", plan.heartbeat_timeout_ms},
+              {"max_runtime_ms", plan.max_runtime_ms},
+              {"hang_timeout_ms", plan.hang_timeout_ms},
+              {"startup_timeout_ms", plan.startup_timeout_ms},
+              {"nodes", nodes},
+              {"outputs", outputs},
+              {"files", files}};
   return out.dump(indent) + "\n";
 }
 

@@ -14,16 +14,16 @@
 #include <filesystem>
 #include <limits>
 #include <mutex>
-#include <regex>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <thread>
 #include <type_traits>
 #include <unordered_map>
 
-#include "server/access.h"
 #include "job/jsonl.h"
 #include "job/layout.h"
+#include "server/access.h"
 #include "server/console.h"
 #include "server/event_hub.h"
 #include "server/http.h"
@@ -954,7 +954,8 @@ void Server::Impl::jobRoutes() {
           int64_t after = 0;
           if (req.hasParam("after")) {
             auto n = parseInt64(req.param("after"));
-            if (!n || *n < 0) return fail(Code::kInvalidArgument, "after: expected unix nanoseconds >= 0");
+            if (!n || *n < 0)
+              return fail(Code::kInvalidArgument, "after: expected unix nanoseconds >= 0");
             after = *n;
           }
           int64_t limit = 1000;
@@ -981,8 +982,9 @@ void Server::Impl::jobRoutes() {
             return out;
           };
           const job::Layout layout(job.job_dir);
-          writeJson(res, 200, {{"metrics", latest(layout.metricsFile())},
-                               {"resources", latest(layout.resourcesFile())}});
+          writeJson(res, 200,
+                    {{"metrics", latest(layout.metricsFile())},
+                     {"resources", latest(layout.resourcesFile())}});
           return Result<void>();
         });
   route("GET", R"(/v1/jobs/([^/]+)/logs)", true,

@@ -538,29 +538,28 @@ class Parser {
 
   Result<Policy> policy(const YAML::Node& node, const std::string& path) {
     Policy policy;
-    COHORT_TRY(forEachField(
-        node, path,
-        {"success", "max_restarts", "grace_period", "max_runtime", "heartbeat_timeout",
-         "hang_timeout", "startup_timeout"},
-        [&](const std::string& key, const YAML::Node& value) -> Result<void> {
-          std::string sub = path + "." + key;
-          if (key == "success") {
-            COHORT_ASSIGN(policy.success, stringList(value, sub, kMaxRoles));
-          } else if (key == "max_restarts") {
-            COHORT_ASSIGN(policy.max_restarts, integer(value, sub, 0));
-          } else if (key == "grace_period") {
-            COHORT_ASSIGN(policy.grace_period, duration(value, sub));
-          } else if (key == "heartbeat_timeout") {
-            COHORT_ASSIGN(policy.heartbeat_timeout, duration(value, sub));
-          } else if (key == "hang_timeout") {
-            COHORT_ASSIGN(policy.hang_timeout, duration(value, sub));
-          } else if (key == "startup_timeout") {
-            COHORT_ASSIGN(policy.startup_timeout, duration(value, sub));
-          } else {
-            COHORT_ASSIGN(policy.max_runtime, duration(value, sub));
-          }
-          return {};
-        }));
+    COHORT_TRY(forEachField(node, path,
+                            {"success", "max_restarts", "grace_period", "max_runtime",
+                             "heartbeat_timeout", "hang_timeout", "startup_timeout"},
+                            [&](const std::string& key, const YAML::Node& value) -> Result<void> {
+                              std::string sub = path + "." + key;
+                              if (key == "success") {
+                                COHORT_ASSIGN(policy.success, stringList(value, sub, kMaxRoles));
+                              } else if (key == "max_restarts") {
+                                COHORT_ASSIGN(policy.max_restarts, integer(value, sub, 0));
+                              } else if (key == "grace_period") {
+                                COHORT_ASSIGN(policy.grace_period, duration(value, sub));
+                              } else if (key == "heartbeat_timeout") {
+                                COHORT_ASSIGN(policy.heartbeat_timeout, duration(value, sub));
+                              } else if (key == "hang_timeout") {
+                                COHORT_ASSIGN(policy.hang_timeout, duration(value, sub));
+                              } else if (key == "startup_timeout") {
+                                COHORT_ASSIGN(policy.startup_timeout, duration(value, sub));
+                              } else {
+                                COHORT_ASSIGN(policy.max_runtime, duration(value, sub));
+                              }
+                              return {};
+                            }));
     return policy;
   }
 
@@ -1125,7 +1124,8 @@ Result<void> validatePolicy(const JobSpec& spec, const std::set<std::string>& ro
     if (limit && (*limit < Millis(5000) || *limit > kMaxRuntime)) {
       return bad(name, std::string("must be from 5s to 365d (how long no rank may make "
                                    "progress: print, log a metric or call cohort.heartbeat()), "
-                                   "got ") + describe(*limit));
+                                   "got ") +
+                           describe(*limit));
     }
   }
   if (policy.max_runtime) {

@@ -583,8 +583,9 @@ std::vector<BadFile> generatedCorpus() {
                         "[{source: o, target: t, when: never}]", "[{source: o, target: {}}]"}) {
     top("outputs", v, "outputs");
   }
-  for (const std::string& v : std::vector<std::string>{"x", "[1]", "{restarts: 1}", "{hang_timeout: 1s}", "{success: {a: 1}}",
-                        "{success: [chief]}"}) {
+  for (const std::string& v :
+       std::vector<std::string>{"x", "[1]", "{restarts: 1}", "{hang_timeout: 1s}",
+                                "{success: {a: 1}}", "{success: [chief]}"}) {
     top("policy", v, "policy");
   }
   top("debug", "{ranks: [1]}", "debug");

@@ -56,13 +56,15 @@ TEST(RealPyTorch, PreloadForksTheRanksFromOneTemplatePerNode) {
   // The losses rank 0 printed are its training metrics, step by step; every rank was sampled.
   const std::string metrics = readText(onlyJobDir(root) + "/metrics.jsonl");
   std::smatch m;
-  for (auto it = r.out.cbegin(); std::regex_search(it, r.out.cend(), m, std::regex(
-           R"(epoch ([0-9]+)/6 loss ([0-9.]+))")); it = m.suffix().first) {
+  for (auto it = r.out.cbegin();
+       std::regex_search(it, r.out.cend(), m, std::regex(R"(epoch ([0-9]+)/6 loss ([0-9.]+))"));
+       it = m.suffix().first) {
     std::smatch logged;
-    ASSERT_TRUE(std::regex_search(metrics, logged,
-                                  std::regex("\"rank\":0,\"step\":" + m[1].str() +
-                                             ",\"loss\":([0-9.e+-]+)\\}")))
-        << m[0] << " not in\n" << metrics;
+    ASSERT_TRUE(std::regex_search(
+        metrics, logged,
+        std::regex("\"rank\":0,\"step\":" + m[1].str() + ",\"loss\":([0-9.e+-]+)\\}")))
+        << m[0] << " not in\n"
+        << metrics;
     EXPECT_DOUBLE_EQ(std::stod(logged[1]), std::stod(m[2])) << m[0];
   }
   EXPECT_TRUE(contains(metrics, "\"step\":6,")) << metrics;
@@ -94,17 +96,19 @@ TEST(RealPyTorch, AHungRankIsNamedWithEveryRanksStack) {
                        180s);
     EXPECT_EQ(r.exit_code, 124) << r.out << r.err;
     EXPECT_TRUE(contains(r.err, "cohort: no progress: collecting every rank's stack")) << r.err;
-    const std::string laggard = how == "stop"
-        ? "no rank made progress for hang_timeout 10.0s: worker/2 on node 1 is stopped"
-        : "no rank made progress for hang_timeout 10.0s: worker/2 on node 1 is elsewhere (at "
-          "load_next_batch (hang.py:20)) while 3 other rank(s) wait at all_reduce";
+    const std::string laggard =
+        how == "stop"
+            ? "no rank made progress for hang_timeout 10.0s: worker/2 on node 1 is stopped"
+            : "no rank made progress for hang_timeout 10.0s: worker/2 on node 1 is elsewhere (at "
+              "load_next_batch (hang.py:20)) while 3 other rank(s) wait at all_reduce";
     EXPECT_TRUE(contains(r.err, laggard)) << r.err;
     const std::string stacks = readText(onlyJobDir(root) + "/stacks.txt");
     EXPECT_TRUE(contains(stacks, "stacks of 4 rank(s), grouped:")) << stacks;
     if (py_spy) {
-      EXPECT_TRUE(contains(stacks, "worker/0 on node 0, worker/1 on node 0, worker/3 on node 1 "
-                                   "(3 rank(s), sleeping):\nThread \"MainThread\"\n"
-                                   "    all_reduce"))
+      EXPECT_TRUE(contains(stacks,
+                           "worker/0 on node 0, worker/1 on node 0, worker/3 on node 1 "
+                           "(3 rank(s), sleeping):\nThread \"MainThread\"\n"
+                           "    all_reduce"))
           << stacks;
     }
     EXPECT_TRUE(contains(readText(onlyJobDir(root) + "/result.json"), "\"diagnosis\""));

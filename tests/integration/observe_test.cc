@@ -51,19 +51,21 @@ TEST_F(Observe, NoProgressForHangTimeoutNamesTheStoppedRankAndRecordsEveryStack)
         "def wait_for_peers():\n    time.sleep(600)\n"
         "if os.environ['COHORT_RANK'] == '1':\n    os.kill(os.getpid(), signal.SIGSTOP)\n"
         "wait_for_peers()\n");
-  auto r = runCohort({"run", "--data-root", root_, "--nodes", "2", "--nproc-per-node", "2",
-                      "--workdir", dir_, "--hang-timeout", "5s", "--grace-period", "5s", "--",
-                      "/usr/bin/python3", "wait.py"},
-                     90s);
+  auto r = runCohort(
+      {"run", "--data-root", root_, "--nodes", "2", "--nproc-per-node", "2", "--workdir", dir_,
+       "--hang-timeout", "5s", "--grace-period", "5s", "--", "/usr/bin/python3", "wait.py"},
+      90s);
   EXPECT_EQ(r.exit_code, 124) << r.err;
-  EXPECT_TRUE(contains(r.err, "no rank made progress for hang_timeout 5.0s: worker/1 on node 0 is "
-                              "stopped (SIGSTOP, or a debugger holds it)"))
+  EXPECT_TRUE(contains(r.err,
+                       "no rank made progress for hang_timeout 5.0s: worker/1 on node 0 is "
+                       "stopped (SIGSTOP, or a debugger holds it)"))
       << r.err;
   const std::string stacks = readText(onlyJobDir(root_) + "/stacks.txt");
   EXPECT_TRUE(contains(stacks, "worker/1 on node 0 (1 rank(s), stopped)")) << stacks;
   if (havePySpy()) {
-    EXPECT_TRUE(contains(stacks, "worker/0 on node 0, worker/2 on node 1, worker/3 on node 1 (3 "
-                                 "rank(s), sleeping):\nThread\n    wait_for_peers (wait.py:4)"))
+    EXPECT_TRUE(contains(stacks,
+                         "worker/0 on node 0, worker/2 on node 1, worker/3 on node 1 (3 "
+                         "rank(s), sleeping):\nThread\n    wait_for_peers (wait.py:4)"))
         << stacks;
   }
   EXPECT_EQ(shellOutput("for p in /proc/[0-9]*; do [ \"$(readlink $p/cwd)\" = '" + dir_ +
@@ -85,9 +87,10 @@ TEST_F(Observe, StacksOfARunningJobPrintAndTheJobGoesOn) {
   EXPECT_EQ(stacks.exit_code, 0) << stacks.err;
   EXPECT_TRUE(contains(stacks.out, "stacks of 4 rank(s), grouped:")) << stacks.out;
   if (havePySpy()) {
-    EXPECT_TRUE(contains(stacks.out, "worker/0 on node 0, worker/1 on node 0, worker/2 on node 1, "
-                                     "worker/3 on node 1 (4 rank(s), sleeping):\nThread\n"
-                                     "    work (work.py:3)"))
+    EXPECT_TRUE(contains(stacks.out,
+                         "worker/0 on node 0, worker/1 on node 0, worker/2 on node 1, "
+                         "worker/3 on node 1 (4 rank(s), sleeping):\nThread\n"
+                         "    work (work.py:3)"))
         << stacks.out;
   }
   auto done = job.wait(60s);
@@ -119,10 +122,12 @@ TEST_F(Observe, TopShowsEachRanksResourcesAndLatestMetrics) {
   auto top = runCohort({"top", id, "--once", "--data-root", root_});
   EXPECT_EQ(top.exit_code, 0) << top.err;
   EXPECT_TRUE(contains(top.out, "job " + id + ": running, 2 rank(s)\n")) << top.out;
-  EXPECT_TRUE(std::regex_search(top.out, std::regex(R"(RANK +NAME +NODE +CPU% +RSS +STEP +loss +accuracy)")))
+  EXPECT_TRUE(std::regex_search(top.out,
+                                std::regex(R"(RANK +NAME +NODE +CPU% +RSS +STEP +loss +accuracy)")))
       << top.out;
   // Rank 1 on node 1: sampled (a CPU share and a resident size), at step 3.
-  EXPECT_TRUE(std::regex_search(top.out, std::regex(R"(\n1 +worker/1 +1 +[0-9.]+ +[0-9]+ MiB +3 +0.3333 +0.8\n)")))
+  EXPECT_TRUE(std::regex_search(
+      top.out, std::regex(R"(\n1 +worker/1 +1 +[0-9.]+ +[0-9]+ MiB +3 +0.3333 +0.8\n)")))
       << top.out;
   auto done = job.wait(60s);
   EXPECT_EQ(done.exit_code, 0) << done.err;

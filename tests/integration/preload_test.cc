@@ -104,7 +104,8 @@ TEST_F(Preload, ARankEndsAsTheInterpreterWouldEndIt) {
         "json.held = gzip.open('held-' + rank + '.gz', 'wt')  # in another module's globals\n"
         "json.held.write('zipped elsewhere')\n"
         "class Last:  # as it must be written to work at a plain interpreter's exit too\n"
-        "    def __del__(self, write=os.write, fd=os.open('del-' + rank, os.O_WRONLY | os.O_CREAT)):\n"
+        "    def __del__(self, write=os.write, fd=os.open('del-' + rank, os.O_WRONLY | "
+        "os.O_CREAT)):\n"
         "        write(fd, b'finalized')\n"
         "last = Last()\n"
         "atexit.register(lambda: print('atexit', rank, flush=True))\n"
@@ -119,8 +120,8 @@ TEST_F(Preload, ARankEndsAsTheInterpreterWouldEndIt) {
     EXPECT_EQ(readText(dir_ + "/left-open-" + n), "flushed") << "a file left open is flushed";
     EXPECT_EQ(readText(dir_ + "/thread-" + n), "joined") << "a thread is waited for";
     EXPECT_EQ(readText(dir_ + "/del-" + n), "finalized") << "the script's globals are released";
-    for (const auto& [file, text] : {std::pair{"zipped-", "zipped in globals"},
-                                     std::pair{"held-", "zipped elsewhere"}}) {
+    for (const auto& [file, text] :
+         {std::pair{"zipped-", "zipped in globals"}, std::pair{"held-", "zipped elsewhere"}}) {
       EXPECT_EQ(shellOutput("gzip -dc " + dir_ + "/" + file + n + ".gz"), text)
           << "a gzip file left open is closed whole, trailer included";
     }
@@ -194,8 +195,9 @@ TEST_F(Preload, ATemplateThatCannotForkSafelySaysWhy) {
 // numpy's OpenBLAS starts a thread pool when it is loaded, unless OMP_NUM_THREADS=1, and stops
 // it for a fork: the template may fork then, and each rank gets its pool back when it needs it.
 TEST_F(Preload, AThreadPoolThatStopsForAForkIsNoReasonToRefuse) {
-  write("blas.py", "import numpy\na = numpy.ones((300, 300))\n"
-                   "print('sum', int((a @ a).sum()), flush=True)\n");
+  write("blas.py",
+        "import numpy\na = numpy.ones((300, 300))\n"
+        "print('sum', int((a @ a).sum()), flush=True)\n");
   auto r = run(job("blas.py", "[numpy]", "env: {OMP_NUM_THREADS: '2'}\n"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (int rank = 0; rank < 4; ++rank) {

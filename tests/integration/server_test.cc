@@ -570,12 +570,11 @@ TEST_F(ServerIsolation, AnotherAccountsJobIsNotFoundOnEveryEndpoint) {
   struct Probe {
     std::string method, suffix;
   };
-  const std::vector<Probe> probes = {{"GET", ""},           {"GET", "/events"},
-                                     {"GET", "/ranks"},     {"GET", "/logs"},
-                                     {"GET", "/metrics"},
-                                     {"GET", "/logs?rank=0"}, {"GET", "/outputs"},
-                                     {"GET", "/outputs/model.txt"}, {"POST", "/stop"},
-                                     {"DELETE", ""}};
+  const std::vector<Probe> probes = {{"GET", ""},         {"GET", "/events"},
+                                     {"GET", "/ranks"},   {"GET", "/logs"},
+                                     {"GET", "/metrics"}, {"GET", "/logs?rank=0"},
+                                     {"GET", "/outputs"}, {"GET", "/outputs/model.txt"},
+                                     {"POST", "/stop"},   {"DELETE", ""}};
   for (const Probe& p : probes) {
     Answer theirs = call(p.method, "/v1/jobs/" + id + p.suffix, bob);
     Answer none = call(p.method, "/v1/jobs/" + ghost + p.suffix, bob);
