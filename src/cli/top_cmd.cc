@@ -5,12 +5,14 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/client.h"
 #include "job/jsonl.h"
 #include "job/layout.h"
 #include "util/fd.h"
@@ -46,9 +48,17 @@ struct RankRow {
   Json metric;  // its latest metrics.jsonl record
 };
 
-// The table, as of now.
-std::string render(const job::Layout& layout, const std::string& id, bool* ended) {
-  std::map<int, RankRow> rows;
+// What the table is made of, from the job directory or from the server.
+struct Sources {
+  std::map<int, RankRow> rows;  // by global rank: name and node
+  std::vector<Json> resources;  // resources.jsonl records, oldest first
+  std::vector<Json> metrics;    // metrics.jsonl records, oldest first
+  std::string state;            // "running", or the final state
+  bool ended = false;
+};
+
+Sources localSources(const job::Layout& layout) {
+  Sources src;
   auto plan_text = readFile(layout.planFile());
   Json plan = plan_text ? Json::parse(*plan_text, nullptr, false) : Json();
   if (plan.is_object() && plan["nodes"].is_array()) {
@@ -56,15 +66,51 @@ std::string render(const job::Layout& layout, const std::string& id, bool* ended
       if (!node.is_object() || !node["ranks"].is_array()) continue;
       for (const Json& r : node["ranks"]) {
         if (!r.is_object() || !r["rank"].is_number_integer() || r["rank"].get<int>() < 0) continue;
-        rows[r["rank"].get<int>()] = {r.value("name", "?"), r.value("node", 0)};
+        src.rows[r["rank"].get<int>()] = {r.value("name", "?"), r.value("node", 0)};
       }
     }
   }
+  src.resources = job::tailJsonLines(layout.resourcesFile());
+  src.metrics = job::tailJsonLines(layout.metricsFile());
+  auto result_text = readFile(layout.resultFile());
+  Json result = result_text ? Json::parse(*result_text, nullptr, false) : Json();
+  src.ended = result.is_object();
+  src.state = src.ended ? result.value("state", std::string("ended")) : "running";
+  return src;
+}
+
+// A job of `cohort server`: its record, ranks and stored metrics (GET /v1/jobs/{id}/...).
+Result<Sources> serverSources(ApiClient& api, const std::string& id) {
+  Sources src;
+  const std::string job = "/v1/jobs/" + urlEncode(id);
+  COHORT_ASSIGN(nlohmann::json record, api.call("GET", job));
+  src.state = record.value("state", std::string("?"));
+  src.ended = src.state == "succeeded" || src.state == "failed" || src.state == "stopped";
+  COHORT_ASSIGN(nlohmann::json ranks, api.call("GET", job + "/ranks"));
+  for (const auto& r : ranks.value("ranks", nlohmann::json::array())) {
+    if (r.is_object() && r["rank"].is_number_integer()) {
+      src.rows[r["rank"].get<int>()] = {r.value("name", "?"), r.value("node", 0)};
+    }
+  }
+  COHORT_ASSIGN(nlohmann::json stored, api.call("GET", job + "/metrics", nullptr,
+                                               {{"limit", "10000"}}));
+  for (const auto& m : stored.value("metrics", nlohmann::json::array())) {
+    src.metrics.push_back(Json::parse(m.dump()));
+  }
+  for (const auto& r : stored.value("resources", nlohmann::json::array())) {
+    src.resources.push_back(Json::parse(r.dump()));
+  }
+  return src;
+}
+
+// The table, as of now.
+std::string render(Sources src, const std::string& id) {
+  std::map<int, RankRow>& rows = src.rows;
   // CPU from each rank's last two samples.
   std::map<int, std::vector<std::pair<int64_t, double>>> cpu;
-  for (const Json& line : job::tailJsonLines(layout.resourcesFile())) {
+  for (const Json& line : src.resources) {
     const int64_t t = line.value("t", int64_t{0});
-    if (!line["ranks"].is_array()) continue;
+    if (!line.contains("ranks") || !line["ranks"].is_array()) continue;
     for (const Json& r : line["ranks"]) {
       if (!r.is_object()) continue;
       const int rank = r.value("rank", -1);
@@ -82,7 +128,7 @@ std::string render(const job::Layout& layout, const std::string& id, bool* ended
     }
   }
   std::vector<std::string> columns;  // metric names, by first appearance in the latest records
-  for (const Json& line : job::tailJsonLines(layout.metricsFile())) {
+  for (const Json& line : src.metrics) {
     const int rank = line.value("rank", -1);
     if (rows.count(rank)) rows[rank].metric = line;
   }
@@ -95,13 +141,8 @@ std::string render(const job::Layout& layout, const std::string& id, bool* ended
       if (!seen && columns.size() < kMetricColumns) columns.push_back(key);
     }
   }
-  auto result_text = readFile(layout.resultFile());
-  Json result = result_text ? Json::parse(*result_text, nullptr, false) : Json();
-  *ended = result.is_object();
   std::string out =
-      "job " + id + ": " +
-      (*ended ? result.value("state", std::string("ended")) : std::string("running")) + ", " +
-      std::to_string(rows.size()) + " rank(s)\n";
+      "job " + id + ": " + src.state + ", " + std::to_string(rows.size()) + " rank(s)\n";
   char line[512];
   std::snprintf(line, sizeof line, "%-5s %-16s %4s %7s %9s %8s", "RANK", "NAME", "NODE", "CPU%",
                 "RSS", "STEP");
@@ -114,7 +155,8 @@ std::string render(const job::Layout& layout, const std::string& id, bool* ended
   for (const auto& [rank, row] : rows) {
     char cpu_text[16] = "-";
     if (row.cpu_percent >= 0) std::snprintf(cpu_text, sizeof cpu_text, "%.1f", row.cpu_percent);
-    const std::string step = row.metric.is_object() && row.metric["step"].is_number_integer()
+    const std::string step = row.metric.is_object() && row.metric.contains("step") &&
+                                     row.metric["step"].is_number_integer()
                                  ? std::to_string(row.metric["step"].get<int64_t>())
                                  : "-";
     std::snprintf(line, sizeof line, "%-5d %-16.16s %4d %7s %9s %8s", rank, row.name.c_str(),
@@ -134,9 +176,10 @@ std::string render(const job::Layout& layout, const std::string& id, bool* ended
 }  // namespace
 
 const char* topHelp() {
-  return R"(Usage: cohort top JOB [--once] [--data-root DIR]
+  return R"(Usage: cohort top JOB [--once] [--data-root DIR] [--server URL] [--token T]
 
-A live table of JOB's ranks, for a job that `cohort run` runs on this machine: CPU use and
+A live table of JOB's ranks, for a job that `cohort run` runs on this machine (or, when there is
+no such job here, a job of the server you logged in to with cohort login): CPU use and
 resident memory of each rank (its process group, sampled by its node's agent every 2 s), and
 its latest training metrics (what it logged with cohort.log(step=..., loss=...), or printed as
 `cohort.log step=N loss=X ...`). Redrawn every 2 s until the job ends; printed once when
@@ -145,6 +188,8 @@ metrics.jsonl.
 
   --once             print the table once and exit
   --data-root DIR    where job directories are (default $COHORT_DATA_ROOT or ~/.cohort)
+  --server URL       the server to ask (default: COHORT_SERVER, else cohort login's)
+  --token T          its token (default: COHORT_TOKEN, else cohort login's)
 )";
 }
 
@@ -167,15 +212,34 @@ int cmdTop(int argc, char** argv) {
   const std::string id = args->positional[0];
   const std::string root = dataRoot(args->get("--data-root"));
   const job::Layout layout = job::Layout::of(root, id);
-  if (id.empty() || id.find('/') != std::string::npos || id[0] == '.' ||
-      ::access(layout.planFile().c_str(), F_OK) != 0) {
-    std::fprintf(stderr, "cohort top: no job '%s' in %s\n", id.c_str(), job::jobsDir(root).c_str());
-    return kExitUsage;
+  const bool local = !id.empty() && id.find('/') == std::string::npos && id[0] != '.' &&
+                     ::access(layout.planFile().c_str(), F_OK) == 0;
+  std::optional<ApiClient> api;
+  if (!local) {
+    // Not here: a job of the server this machine is logged in to (cohort login), if any.
+    auto settings = resolveServerSettings(args->get("--server"), args->get("--token"));
+    if (!settings) {
+      std::fprintf(stderr, "cohort top: no job '%s' in %s, and no server to ask (%s)\n",
+                   id.c_str(), job::jobsDir(root).c_str(), settings.error().message.c_str());
+      return kExitUsage;
+    }
+    api.emplace(*settings);
   }
   const bool live = !args->has("--once") && ::isatty(STDOUT_FILENO);
   for (;;) {
-    bool ended = false;
-    const std::string table = render(layout, id, &ended);
+    Sources src;
+    if (local) {
+      src = localSources(layout);
+    } else {
+      auto got = serverSources(*api, id);
+      if (!got) {
+        std::fprintf(stderr, "cohort top: %s\n", got.error().message.c_str());
+        return exitCodeFor(got.error());
+      }
+      src = std::move(*got);
+    }
+    const bool ended = src.ended;
+    const std::string table = render(std::move(src), id);
     if (live) std::fputs("\x1b[H\x1b[2J", stdout);  // home, clear
     std::fputs(table.c_str(), stdout);
     std::fflush(stdout);

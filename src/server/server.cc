@@ -966,25 +966,29 @@ void Server::Impl::jobRoutes() {
             }
             limit = *n;
           }
+          // Ordered: a metric record's keys stay in the order the rank logged them.
           auto latest = [&](const std::string& path) {
-            Json out = Json::array();
+            nlohmann::ordered_json out = nlohmann::ordered_json::array();
             if (job.job_dir.empty()) return out;
             std::vector<nlohmann::ordered_json> lines = job::tailJsonLines(path, 8u << 20);
-            std::vector<const nlohmann::ordered_json*> kept;
-            for (const auto& line : lines) {
+            std::vector<nlohmann::ordered_json*> kept;
+            for (auto& line : lines) {
               const auto t = line.find("t");
               if (t != line.end() && t->is_number_integer() && t->get<int64_t>() > after) {
                 kept.push_back(&line);
               }
             }
             const size_t from = kept.size() > static_cast<size_t>(limit) ? kept.size() - limit : 0;
-            for (size_t i = from; i < kept.size(); ++i) out.push_back(Json::parse(kept[i]->dump()));
+            for (size_t i = from; i < kept.size(); ++i) out.push_back(std::move(*kept[i]));
             return out;
           };
           const job::Layout layout(job.job_dir);
-          writeJson(res, 200,
-                    {{"metrics", latest(layout.metricsFile())},
-                     {"resources", latest(layout.resourcesFile())}});
+          nlohmann::ordered_json body = {{"metrics", latest(layout.metricsFile())},
+                                         {"resources", latest(layout.resourcesFile())}};
+          res.status = 200;
+          res.setContent(body.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) +
+                             "\n",
+                         "application/json");
           return Result<void>();
         });
   route("GET", R"(/v1/jobs/([^/]+)/logs)", true,

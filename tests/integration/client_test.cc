@@ -17,6 +17,8 @@
 
 #include <gtest/gtest.h>
 
+#include <regex>
+
 #include "harness.h"
 #include "util/httplib.h"
 
@@ -479,6 +481,20 @@ TEST_F(LiveClient, SubmitWaitExitsWithTheJobsExitCode) {
   EXPECT_TRUE(Contains(r.err, "failed"));
   EXPECT_TRUE(Contains(r.err, "exit code 3"));
   EXPECT_TRUE(Contains(r.err, "root cause: worker/0"));
+}
+
+// cohort top for a job of the server: its ranks and the metrics they logged, from the API.
+TEST_F(LiveClient, TopShowsAServerJobsRanksAndMetrics) {
+  const std::string id = runJob({"echo=cohort.log step=3 loss=0.5 accuracy=0.75"}, 2);
+  ASSERT_FALSE(id.empty());
+  RunResult r = admin({"top", id, "--once"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "job " + id + ": succeeded, 2 rank(s)\n")) << r.out;
+  EXPECT_TRUE(std::regex_search(
+      r.out, std::regex(R"(\n1 +worker/1 +0 +\S+ +\S+( MiB)? +3 +(0.5 +0.75|0.75 +0.5)\n)")))
+      << r.out;
+  RunResult missing = admin({"top", "no-such-job-20000101-000000-abcdef", "--once"});
+  EXPECT_EQ(missing.exit_code, 2) << missing.err;
 }
 
 TEST_F(LiveClient, SubmitWithoutWaitPrintsOnlyTheId) {
