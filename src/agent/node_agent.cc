@@ -83,7 +83,7 @@ Message dumpStack(const std::string& py_spy, pid_t pid,
     if (startsWith(why, "Error: ")) why = why.substr(7);
     return {{"error", "py-spy: " + (why.empty() ? got->status.describe() : why.substr(0, 300))}};
   }
-  return {{"stack", got->out.substr(0, 64 * 1024)}};
+  return {{"stack", got->out.substr(0, 16 * 1024)}};  // 1,024 ranks fit in one message
 }
 
 // Calls `fn(pid, fields)` for every process in /proc, or only for those in the cgroup at

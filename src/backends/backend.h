@@ -46,6 +46,9 @@ class Backend {
   virtual bool running(const std::string& handle) = 0;
   // Asks the job to stop gracefully (its coordinator stops the ranks and records the end).
   virtual void cancel(const std::string& handle) = 0;
+  // Asks the job's coordinator for every rank's stack now, written to the job directory's
+  // stacks-now.txt (`cohort stacks`); the job goes on. False when it no longer runs.
+  virtual bool requestStacks(const std::string& handle) = 0;
   // For a person: "coordinator pid 4242".
   virtual std::string describe(const std::string& handle) const = 0;
 };

@@ -161,6 +161,12 @@ class LocalBackend : public Backend {
     if (h && alive(*h)) ::kill(static_cast<pid_t>(h->pid), SIGTERM);
   }
 
+  // The coordinator takes SIGUSR1 as the request (agent/coordinator.cc).
+  bool requestStacks(const std::string& handle) override {
+    auto h = decode(handle);
+    return h && alive(*h) && ::kill(static_cast<pid_t>(h->pid), SIGUSR1) == 0;
+  }
+
   std::string describe(const std::string& handle) const override {
     auto h = decode(handle);
     return h ? "coordinator pid " + std::to_string(h->pid) : "no coordinator";

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "cli/args.h"
+#include "cli/client.h"
 #include "job/layout.h"
 #include "util/fd.h"
 #include "util/text.h"
@@ -41,23 +42,52 @@ int failWith(int code, const std::string& message) {
   return code;
 }
 
+// A job of the server: ask (POST .../stacks), then wait until GET has newer ones.
+int serverStacks(ApiClient api, const std::string& id) {
+  const std::string path = "/v1/jobs/" + urlEncode(id) + "/stacks";
+  auto before = api.call("GET", path);
+  if (!before) return failWith(exitCodeFor(before.error()), before.error().message);
+  const int64_t then = before->value("time", int64_t{0});
+  if (auto asked = api.call("POST", path); !asked) {
+    return failWith(exitCodeFor(asked.error()), asked.error().message);
+  }
+  const auto until = std::chrono::steady_clock::now() + kAnswerWithin;
+  while (std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    auto now = api.call("GET", path);
+    if (!now) return failWith(exitCodeFor(now.error()), now.error().message);
+    if (now->value("time", int64_t{0}) != then && (*now)["stacks"].is_string()) {
+      std::fputs((*now)["stacks"].get<std::string>().c_str(), stdout);
+      return 0;
+    }
+  }
+  return failWith(kExitFailed, "job " + id + " did not answer within 30s");
+}
+
 }  // namespace
 
 const char* stacksHelp() {
-  return R"(Usage: cohort stacks JOB [--data-root DIR]
+  return R"(Usage: cohort stacks JOB [--data-root DIR] [--server URL] [--token T]
 
-Prints every rank's Python stack of JOB, a job that `cohort run` runs on this machine, now:
-identical stacks once, with the ranks that share them. The job goes on. Stacks are read with
+Prints every rank's Python stack of JOB now, identical stacks once with the ranks that share
+them: a job that `cohort run` runs on this machine, or else a job of the server you logged in
+to (cohort login). The job goes on. Stacks are read with
 py-spy (scripts/setup installs it; else pip install py-spy), without stopping the ranks; a
 rank's state (stopped, in uninterruptible sleep) is shown too. A job that hung with
 policy.hang_timeout has its stacks of that moment in its stacks.txt.
 
   --data-root DIR    where job directories are (default $COHORT_DATA_ROOT or ~/.cohort)
+  --server URL       the server to ask (default: COHORT_SERVER, else cohort login's)
+  --token T          its token (default: COHORT_TOKEN, else cohort login's)
 )";
 }
 
 int cmdStacks(int argc, char** argv) {
-  auto args = parseArgs("stacks", argc, argv, {{"--data-root", "", true}, {"--help", "-h", false}});
+  auto args = parseArgs("stacks", argc, argv,
+                        {{"--data-root", "", true},
+                         {"--server", "", true},
+                         {"--token", "", true},
+                         {"--help", "-h", false}});
   if (!args) return failWith(kExitUsage, args.error().message);
   if (args->has("--help")) {
     std::fputs(stacksHelp(), stdout);
@@ -73,8 +103,13 @@ int cmdStacks(int argc, char** argv) {
   const std::string root = dataRoot(args->get("--data-root"));
   const job::Layout layout = job::Layout::of(root, id);
   if (::access(layout.dir().c_str(), F_OK) != 0) {
-    return failWith(kExitUsage, "no job '" + id + "' in " + job::jobsDir(root) +
-                                    " (a server's job? this command reads local ones)");
+    // Not a job of this machine: one of the server this machine is logged in to, if any.
+    auto settings = resolveServerSettings(args->get("--server"), args->get("--token"));
+    if (!settings) {
+      return failWith(kExitUsage, "no job '" + id + "' in " + job::jobsDir(root) +
+                                      ", and no server to ask (" + settings.error().message + ")");
+    }
+    return serverStacks(ApiClient(*settings), id);
   }
   if (::access(layout.resultFile().c_str(), F_OK) == 0) {
     return failWith(kExitFailed, "job " + id + " has ended" +

@@ -1,7 +1,9 @@
-// `cohort stacks JOB`: every rank's Python stack of a job running on this machine, now, grouped
-// so that identical stacks print once with the ranks that share them (agent/hang.h). It signals
-// the job's coordinator (SIGUSR1, its pid in the job directory), which asks every agent for its
-// ranks' stacks and writes them to stacks-now.txt; this prints that file. The job goes on.
+// `cohort stacks JOB`: every rank's Python stack of a running job, now, grouped so that
+// identical stacks print once with the ranks that share them (agent/hang.h). For a job of this
+// machine it signals the job's coordinator (SIGUSR1, its pid in the job directory), which asks
+// every agent for its ranks' stacks and writes them to stacks-now.txt; this prints that file.
+// For a job of the server, the server does the signalling (POST /v1/jobs/{id}/stacks) and GET
+// serves the file. The job goes on.
 #pragma once
 
 namespace cohort::cli {

@@ -450,6 +450,16 @@ Result<store::Job> JobService::stop(const std::string& id) {
   return job;
 }
 
+Result<void> JobService::requestStacks(const std::string& id) {
+  std::lock_guard lock(mu_);
+  COHORT_ASSIGN(store::Job job, store_.job(id));
+  if (job.state != "running" || job.handle.empty() || !backend_->requestStacks(job.handle)) {
+    return fail(Code::kFailedPrecondition,
+                "job '" + id + "' is " + job.state + ": only a running job has stacks to take");
+  }
+  return {};
+}
+
 Result<void> JobService::remove(const std::string& id) {
   COHORT_ASSIGN(store::Job job, store_.job(id));
   if (!store::isFinalState(job.state)) {

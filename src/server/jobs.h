@@ -87,6 +87,9 @@ class JobService {
   // A queued job is stopped at once; a started one gets SIGTERM on its coordinator (which stops
   // the ranks gracefully) and shows `stopping`. A final job is returned as it is.
   Result<store::Job> stop(const std::string& id);
+  // Has a running job's coordinator write every rank's stack to its stacks-now.txt. Errors:
+  // kFailedPrecondition when the job does not run; those of the store.
+  Result<void> requestStacks(const std::string& id);
 
   // Removes a final job: its record, events and directory. kFailedPrecondition otherwise.
   Result<void> remove(const std::string& id);

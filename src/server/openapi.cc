@@ -156,6 +156,16 @@ Json jobPaths() {
                           "default, at most 10000) after `after` (unix nanoseconds)",
                           "getJobMetrics", 200, "the metrics", json("MetricList"),
                           {400, 401, 404, 500})}}},
+      {"/v1/jobs/{id}/stacks",
+       {{"parameters", {kJobId}},
+        {"get", operation("Every rank's stack, grouped: the latest the coordinator wrote on "
+                          "request (with its time, unix nanoseconds; 0 when none) and those of "
+                          "a hang",
+                          "getJobStacks", 200, "the stacks", json("Stacks"), {401, 404, 500})},
+        {"post", operation("Ask a running job for every rank's stack now; GET has them a moment "
+                           "later (its time changes)",
+                           "requestJobStacks", 202, "asked", json("StacksRequested"),
+                           {401, 404, 409, 500})}}},
       {"/v1/jobs/{id}/logs", {{"parameters", {kJobId}}, {"get", logs}}},
       {"/v1/jobs/{id}/report",
        {{"parameters", {kJobId}},
@@ -444,6 +454,22 @@ const char* const kSchemas = R"json(
       "result": {"type": "boolean", "description": "the job's end is recorded"}
     },
     "required": ["events_seq", "result"],
+    "additionalProperties": false
+  },
+  "Stacks": {
+    "type": "object",
+    "properties": {
+      "stacks": {"type": "string", "nullable": true, "description": "stacks-now.txt: the grouped stacks of the latest request"},
+      "time": {"type": "integer", "description": "when they were written, unix nanoseconds; 0 when never"},
+      "hang": {"type": "string", "nullable": true, "description": "stacks.txt: the stacks taken at each hang (policy.hang_timeout)"}
+    },
+    "required": ["stacks", "time", "hang"],
+    "additionalProperties": false
+  },
+  "StacksRequested": {
+    "type": "object",
+    "properties": {"requested": {"type": "boolean"}},
+    "required": ["requested"],
     "additionalProperties": false
   },
   "MetricList": {

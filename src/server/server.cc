@@ -991,6 +991,45 @@ void Server::Impl::jobRoutes() {
                          "application/json");
           return Result<void>();
         });
+  // Every rank's stack (docs/observing.md): POST asks the running job's coordinator for them now;
+  // GET answers the latest it wrote (`stacks`, with its `time`) and those of a hang (`hang`).
+  route("POST", R"(/v1/jobs/([^/]+)/stacks)", true,
+        [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
+          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[1]));
+          COHORT_TRY(jobs->requestStacks(job.id));
+          writeJson(res, 202, {{"requested", true}});
+          return Result<void>();
+        });
+  route("GET", R"(/v1/jobs/([^/]+)/stacks)", true,
+        [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
+          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[1]));
+          Json body = {{"stacks", nullptr}, {"time", 0}, {"hang", nullptr}};
+          if (!job.job_dir.empty()) {
+            const job::Layout layout(job.job_dir);
+            // Written by the coordinator; never followed as a link, and bounded.
+            auto read = [](const std::string& path, int64_t* mtime) -> std::optional<std::string> {
+              UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+              struct stat st {};
+              if (!fd.valid() || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+                return std::nullopt;
+              }
+              if (mtime) *mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 +
+                                  st.st_mtim.tv_nsec;
+              std::string text(static_cast<size_t>(std::min<off_t>(st.st_size, 4 << 20)), '\0');
+              const ssize_t n = ::pread(fd.get(), text.data(), text.size(), 0);
+              text.resize(n > 0 ? static_cast<size_t>(n) : 0);
+              return text;
+            };
+            int64_t mtime = 0;
+            if (auto now = read(layout.stacksNowFile(), &mtime)) {
+              body["stacks"] = *now;
+              body["time"] = mtime;
+            }
+            if (auto hang = read(layout.stacksFile(), nullptr)) body["hang"] = *hang;
+          }
+          writeJson(res, 200, body);
+          return Result<void>();
+        });
   route("GET", R"(/v1/jobs/([^/]+)/logs)", true,
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
           COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[1]));

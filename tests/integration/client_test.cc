@@ -497,6 +497,28 @@ TEST_F(LiveClient, TopShowsAServerJobsRanksAndMetrics) {
   EXPECT_EQ(missing.exit_code, 2) << missing.err;
 }
 
+// cohort stacks for a running job of the server; a job that ended has none to take.
+TEST_F(LiveClient, StacksOfARunningServerJob) {
+  RunResult submitted = admin({"submit", "--framework", "generic", "--nproc-per-node", "2", "--",
+                               testRank(), "echo=up", "sleep=20"});
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.err;
+  const std::string id = submitted.out.substr(0, submitted.out.find('\n'));
+  for (int i = 0; i < 100; ++i) {  // until it runs
+    if (contains(admin({"status", id}).out, "running")) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  RunResult r = admin({"stacks", id}, 60s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "stacks of 2 rank(s), grouped:")) << r.out;
+  EXPECT_TRUE(contains(r.out, "worker/0 on node 0, worker/1 on node 0 (2 rank(s), sleeping)"))
+      << r.out;
+  EXPECT_EQ(admin({"stop", id}).exit_code, 0);
+  const std::string done = runJob({"echo=done"});
+  RunResult ended = admin({"stacks", done});
+  EXPECT_EQ(ended.exit_code, 2) << ended.err;
+  EXPECT_TRUE(contains(ended.err, "only a running job has stacks to take")) << ended.err;
+}
+
 TEST_F(LiveClient, SubmitWithoutWaitPrintsOnlyTheId) {
   RunResult r = admin({"submit", "--framework", "generic", "--", testRank(), "sleep=0.2"});
   EXPECT_EQ(r.exit_code, 0) << r.err;

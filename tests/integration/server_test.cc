@@ -572,7 +572,8 @@ TEST_F(ServerIsolation, AnotherAccountsJobIsNotFoundOnEveryEndpoint) {
   };
   const std::vector<Probe> probes = {{"GET", ""},         {"GET", "/events"},
                                      {"GET", "/ranks"},   {"GET", "/logs"},
-                                     {"GET", "/metrics"}, {"GET", "/logs?rank=0"},
+                                     {"GET", "/metrics"},     {"GET", "/stacks"},
+                                     {"POST", "/stacks"}, {"GET", "/logs?rank=0"},
                                      {"GET", "/outputs"}, {"GET", "/outputs/model.txt"},
                                      {"POST", "/stop"},   {"DELETE", ""}};
   for (const Probe& p : probes) {
