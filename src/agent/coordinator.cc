@@ -332,14 +332,13 @@ class Coordinator {
 
   // A hang: every agent sends its ranks' stacks ("stacks"), then diagnoseHang() names the rank
   // that holds the others up.
-  void act(const CollectStacks& a) { collectStacks(a.silent, /*on_request=*/false); }
+  void act(const CollectStacks&) { collectStacks(/*on_request=*/false); }
 
   // `cohort stacks` (SIGUSR1): the same, for stacks-now.txt; the job goes on.
-  void collectStacks(const std::vector<int>& silent, bool on_request) {
+  void collectStacks(bool on_request) {
     if (collecting_) return;  // the one under way answers
     on_request_ = on_request;
     stacks_.clear();
-    stacks_silent_ = std::set<int>(silent.begin(), silent.end());
     stacks_waiting_.clear();
     for (size_t n = 0; n < agents_.size(); ++n) {
       if (agents_[n].channel && agents_[n].channel->send({{"type", "stacks"}})) {
@@ -370,7 +369,6 @@ class Coordinator {
         s.state = state.size() == 1 ? state[0] : '?';
         s.frames = framesOfPySpy(field(r, "stack", std::string()).substr(0, 64 * 1024));
         s.error = field(r, "error", std::string()).substr(0, 512);
-        s.silent = stacks_silent_.count(rp.rank) > 0;
         stacks_.push_back(std::move(s));
       }
     }
@@ -830,7 +828,7 @@ class Coordinator {
       if (finished_) continue;
       if (sig == SIGUSR1) {
         if (decisions_.finished()) continue;
-        collectStacks({}, /*on_request=*/true);
+        collectStacks(/*on_request=*/true);
         continue;
       }
       feed(StopSignal{sig});
@@ -877,7 +875,6 @@ class Coordinator {
   UniqueFd resources_;  // resources.jsonl, once an agent sampled a running rank
   bool said_metrics_error_ = false;
   std::set<int> stacks_waiting_;  // nodes
-  std::set<int> stacks_silent_;   // ranks that never made progress
   std::vector<RankStack> stacks_;
   int port_ = 0;
   bool finished_ = false;

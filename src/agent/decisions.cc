@@ -77,8 +77,7 @@ void JobDecisions::startAttempt(Actions& out) {
   started_nodes_ = 0;
   started_processes_ = 0;
   attempt_started_ = now_;
-  progressed_.assign(ranks_.size(), false);
-  progressed_count_ = 0;
+  progressed_ = false;
   collecting_stacks_ = false;
   for (Node& node : nodes_) node.idle = false;
   state(out, "running", attempt_);
@@ -86,17 +85,10 @@ void JobDecisions::startAttempt(Actions& out) {
   armHangTimer(out);
 }
 
-int JobDecisions::worldRanks() const {
-  int n = 0;
-  for (const auto& r : ranks_) n += r ? 1 : 0;
-  return n;
-}
-
-// From now: startup_timeout until every rank has made progress once (when given), then
-// hang_timeout from each progress.
+// From now: startup_timeout until the attempt's first progress (when given), then hang_timeout
+// from each progress. Not "every rank once": many scripts print on rank 0 only.
 void JobDecisions::armHangTimer(Actions& out) {
-  const bool starting = progressed_count_ < worldRanks();
-  const int64_t limit = starting && startup_ms_ > 0 ? startup_ms_ : hang_ms_;
+  const int64_t limit = !progressed_ && startup_ms_ > 0 ? startup_ms_ : hang_ms_;
   if (limit > 0) {
     out.push_back(ArmTimer{TimerKind::kHang, Millis(limit)});
   } else {
@@ -475,45 +467,30 @@ void JobDecisions::on(const StopSignal& e, Actions& out) {
 
 void JobDecisions::on(const RanksProgressed& e, Actions& out) {
   if (e.attempt != attempt_ || ending_ != Ending::kNone || finishing_ || collecting_stacks_) return;
-  const bool was_starting = progressed_count_ < worldRanks();
   bool any = false;
   for (int r : e.ranks) {
-    if (r < 0 || static_cast<size_t>(r) >= progressed_.size() || !ranks_[r]) continue;
-    any = true;
-    if (!progressed_[r]) {
-      progressed_[r] = true;
-      ++progressed_count_;
-    }
+    any = any || (r >= 0 && static_cast<size_t>(r) < ranks_.size() && ranks_[r]);
   }
   if (!any) return;
-  // During a startup with a limit of its own, only its end moves the timer.
-  if (was_starting && startup_ms_ > 0 && progressed_count_ < worldRanks()) return;
+  progressed_ = true;  // the first progress also ends the startup
   armHangTimer(out);
 }
 
 void JobDecisions::on(const HangTimeOver&, Actions& out) {
   if (ending_ != Ending::kNone || finishing_ || collecting_stacks_) return;
   collecting_stacks_ = true;
-  CollectStacks collect;
-  if (progressed_count_ < worldRanks() && startup_ms_ > 0) {
-    for (size_t r = 0; r < progressed_.size(); ++r) {
-      if (ranks_[r] && !progressed_[r]) collect.silent.push_back(static_cast<int>(r));
-    }
-  }
   say(out, "no progress: collecting every rank's stack");
-  out.push_back(std::move(collect));
+  out.push_back(CollectStacks{});
 }
 
 void JobDecisions::on(const HangDiagnosed& e, Actions& out) {
   if (ending_ != Ending::kNone || finishing_ || !collecting_stacks_) return;
   collecting_stacks_ = false;
-  const bool starting = progressed_count_ < worldRanks() && startup_ms_ > 0;
-  std::string why =
-      starting
-          ? "not every rank made progress within startup_timeout " +
-                formatDuration(Millis(startup_ms_)) + " (" + std::to_string(progressed_count_) +
-                " of " + std::to_string(worldRanks()) + " did)"
-          : "no rank made progress for hang_timeout " + formatDuration(Millis(hang_ms_));
+  const bool starting = !progressed_ && startup_ms_ > 0;
+  std::string why = starting ? "no rank made progress within startup_timeout " +
+                                   formatDuration(Millis(startup_ms_)) + " of the start"
+                             : "no rank made progress for hang_timeout " +
+                                   formatDuration(Millis(hang_ms_));
   if (!e.laggards.empty()) why += ": " + e.laggards;
   diagnosis_ = e.diagnosis;
   beginStop(Ending::kHung, why, out);

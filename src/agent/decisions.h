@@ -143,11 +143,7 @@ struct Say {
   std::string line;
   bool always = false;  // a failure of the coordinator itself: said even without progress
 };
-// Ask every agent for its ranks' stacks; answer HangDiagnosed. `silent`: the ranks that never
-// made progress in the attempt (a startup that did not finish), which the diagnosis names.
-struct CollectStacks {
-  std::vector<int> silent;
-};
+struct CollectStacks {};  // ask every agent for its ranks' stacks; answer HangDiagnosed
 struct ReapAgents {};  // every agent is gone or out of time: wait for them, kill what is left
 struct CopyOutput { size_t index; };  // plan.outputs[index]; answer OutputCopied or ...Failed
 struct WriteResult { JobOutcome outcome; };  // result.json
@@ -225,7 +221,6 @@ class JobDecisions {
   void state(Actions& out, const std::string& name, std::optional<int> attempt,
              const std::string& reason = {}) const;
   void startAttempt(Actions& out);
-  int worldRanks() const;  // ranks with a global rank (a MindSpore scheduler has none)
   void armHangTimer(Actions& out);
   void beginStop(Ending ending, const std::string& why, Actions& out);
   void maybeAttemptOver(Actions& out);
@@ -265,8 +260,7 @@ class JobDecisions {
   Ending ending_ = Ending::kNone;
   std::string why_;
   std::string diagnosis_;         // of a hang
-  std::vector<bool> progressed_;  // by global rank: made progress in this attempt
-  int progressed_count_ = 0;
+  bool progressed_ = false;       // some rank made progress in this attempt
   bool collecting_stacks_ = false;  // a hang was seen; the stacks are on their way
   bool no_restart_ = false;
   bool finishing_ = false;  // agents were told to exit

@@ -577,7 +577,6 @@ TEST(JobDecisions, AJobWithoutProgressForHangTimeoutHasItsStacksTakenThenEndsWit
   EXPECT_FALSE(hangTimer(job.feed(RanksProgressed{0, 1, {0}}))) << "another attempt's";
   auto a = job.feed(HangTimeOver{}, 10s);
   ASSERT_EQ(all<CollectStacks>(a).size(), 1u);
-  EXPECT_TRUE(all<CollectStacks>(a)[0].silent.empty());
   EXPECT_FALSE(has<SendStop>(a)) << "the stacks first, while every rank still hangs";
   EXPECT_FALSE(has<CollectStacks>(job.feed(HangTimeOver{}))) << "once";
   auto b = job.feed(HangDiagnosed{"worker/1 on node 1 is stopped", "stacks...\n"});
@@ -593,29 +592,28 @@ TEST(JobDecisions, AJobWithoutProgressForHangTimeoutHasItsStacksTakenThenEndsWit
   EXPECT_EQ(job.outcome()->diagnosis, "stacks...\n");
 }
 
-TEST(JobDecisions, StartupTimeoutHoldsUntilEveryRankMadeProgressAndNamesTheSilentOnes) {
+// Until the attempt's first progress, startup_timeout is the limit; not "every rank once",
+// since many scripts print on rank 0 only.
+TEST(JobDecisions, StartupTimeoutHoldsUntilTheFirstProgressThenHangTimeout) {
   plan::Plan plan = makePlan(3, 1);
   plan.hang_timeout_ms = 10000;
   plan.startup_timeout_ms = 60000;
   Job job(plan);
   job.runAll();
   EXPECT_EQ(hangTimer(job.log()), Millis(60000));
-  EXPECT_FALSE(hangTimer(job.feed(RanksProgressed{0, 0, {0}}, 20s))) << "the startup's limit holds";
-  auto a = job.feed(HangTimeOver{}, 40s);
+  auto a = job.feed(HangTimeOver{}, 60s);
   ASSERT_EQ(all<CollectStacks>(a).size(), 1u);
-  EXPECT_EQ(all<CollectStacks>(a)[0].silent, (std::vector<int>{1, 2}));
-  auto b = job.feed(HangDiagnosed{"", ""});
-  EXPECT_TRUE(saidSomething(b,
-                            "not every rank made progress within startup_timeout 1m00s (1 of 3 "
-                            "did); stopping every rank"))
+  auto b = job.feed(HangDiagnosed{"worker/2 on node 2 is elsewhere", ""});
+  EXPECT_TRUE(saidSomething(b, "no rank made progress within startup_timeout 1m00s of the start: "
+                               "worker/2 on node 2 is elsewhere; stopping every rank"))
       << said(b)[0];
 
   Job started(plan);
   started.runAll();
-  started.feed(RanksProgressed{0, 0, {0}}, 1s);
-  started.feed(RanksProgressed{1, 0, {1}}, 1s);
-  EXPECT_EQ(hangTimer(started.feed(RanksProgressed{2, 0, {2}}, 1s)), Millis(10000))
-      << "every rank is up: hang_timeout from here";
+  EXPECT_EQ(hangTimer(started.feed(RanksProgressed{0, 0, {0}}, 20s)), Millis(10000))
+      << "rank 0 printed: hang_timeout from here, whether or not the others ever print";
+  EXPECT_EQ(hangTimer(started.feed(RanksProgressed{0, 0, {0}}, 5s)), Millis(10000));
+  EXPECT_FALSE(hangTimer(started.feed(RanksProgressed{0, 0, {7}}, 1s))) << "no such rank";
 }
 
 TEST(JobDecisions, AHangRestartsWithinTheBudgetAndAFailureMeanwhileWins) {

@@ -78,11 +78,10 @@ std::string framesOfPySpy(const std::string& output) {
 
 HangReport diagnose(const std::vector<RankStack>& stacks) {
   HangReport report;
-  std::vector<const RankStack*> held, in_d, silent;
+  std::vector<const RankStack*> held, in_d;
   for (const RankStack& s : stacks) {
     if (stopped(s)) held.push_back(&s);
     if (s.state == 'D') in_d.push_back(&s);
-    if (s.silent) silent.push_back(&s);
   }
   std::vector<std::string> why;
   if (!held.empty()) {
@@ -95,14 +94,6 @@ HangReport diagnose(const std::vector<RankStack>& stacks) {
                   " in uninterruptible sleep (D state: waiting on a disk, a network filesystem "
                   "or a device)");
   }
-  if (why.empty() && !silent.empty()) {
-    why.push_back(silent.size() == stacks.size()
-                      ? std::string("no rank made progress since the attempt started")
-                      : names(silent) + verb(silent, " has", " have") +
-                            " not made progress since the attempt started (still importing, "
-                            "loading data or connecting?)");
-  }
-
   // Identical stacks, once, with the ranks that share them; the largest group first.
   std::map<std::string, std::vector<const RankStack*>> groups;
   for (const RankStack& s : stacks) {

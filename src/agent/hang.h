@@ -15,7 +15,6 @@ struct RankStack {
   char state = '?';     // /proc/PID/stat: R, S, D, T (stopped), t (traced), Z; '?' unknown
   std::string frames;   // innermost first, one "    func (file:line)" per line; "" when none
   std::string error;    // why there are no frames ("py-spy is not installed", ...)
-  bool silent = false;  // it never made progress in the attempt
 };
 
 struct HangReport {
@@ -27,8 +26,8 @@ struct HangReport {
 // differ from rank to rank even where the stacks are the same).
 std::string framesOfPySpy(const std::string& output);
 
-// A stopped rank, a rank in uninterruptible sleep, ranks that never made progress (a startup
-// that did not finish), else the ranks whose stack is not the one most of the others share.
+// A stopped rank, a rank in uninterruptible sleep, else the ranks whose stack is not the one
+// most of the others share (the one still copying data while the others wait to connect).
 HangReport diagnose(const std::vector<RankStack>& stacks);
 
 }  // namespace cohort::agent

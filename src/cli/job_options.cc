@@ -127,7 +127,7 @@ std::string jobFlagsHelp() {
   --max-runtime DUR        stop the job after this long (e.g. 2h); exit code 124
   --hang-timeout DUR       no rank printed for this long: take every rank's stack, name the
                            one that holds the others up, exit code 124 (docs/observing.md)
-  --startup-timeout DUR    the same until every rank has printed once (imports, data loading)
+  --startup-timeout DUR    the limit until the first output instead (imports, data loading)
   --success ROLE[,ROLE]    key roles: the job succeeds when all their ranks exit 0
   --data-root DIR          where job directories go (default $COHORT_DATA_ROOT or ~/.cohort)
   --isolate                run ranks under bubblewrap: other jobs' directories and the store

@@ -92,8 +92,8 @@ struct Policy {
   // a hung machine, a network that went away).
   Millis heartbeat_timeout{5000};
   // No rank made progress (output, a metric, cohort.heartbeat()) for this long: the job hangs.
-  // Until every rank of an attempt has made progress once, startup_timeout is the limit instead
-  // (when given).
+  // Until the attempt's first progress (any rank's), startup_timeout is the limit instead (when
+  // given).
   std::optional<Millis> hang_timeout;
   std::optional<Millis> startup_timeout;
 };
