@@ -41,6 +41,7 @@ namespace {
 constexpr size_t kTailLines = 20;
 // How often the agent tells the coordinator how its ranks are doing.
 constexpr Millis kProgressEvery{2000};
+constexpr Millis kFirstProgress{500};  // after an attempt's start
 constexpr Millis kStackDumpTimeout{5000};  // one rank's py-spy dump
 constexpr Millis kStacksTimeout{10000};    // every rank of the node
 
@@ -702,7 +703,7 @@ class Agent {
     if (running_count_ == 0) {
       attemptOver();
     } else {
-      progress_.arm(kProgressEvery);
+      progress_.arm(kFirstProgress);  // a short job's ranks are sampled too
     }
   }
 
