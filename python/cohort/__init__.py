@@ -12,18 +12,44 @@ cohort's message when the copy fails.
     ...
     if cohort.is_main():
         torch.save(model.state_dict(), os.path.join(cohort.output_dir(), "model.pt"))
+
+A graceful stop (``cohort stop``, Ctrl-C, ``policy.max_runtime``, a cluster that preempts the
+job, a failure elsewhere, a hang) sends every rank ``policy.stop_signal`` (SIGTERM unless the
+job says otherwise, named in ``COHORT_STOP_SIGNAL``) once, then SIGKILL ``policy.grace_period``
+later: ``stop_requested()`` and ``on_stop()`` turn it into a "checkpoint now" notice.
+``heartbeat()`` tells ``policy.hang_timeout`` that the rank is alive without printing.
+
+    while not cohort.stop_requested():
+        train_one_step()
+        cohort.heartbeat()
+    save_checkpoint()
+
+From a notebook or any Python program, ``cohort.run(...)`` runs a local distributed job with
+its ranks' lines streaming into the output and returns how it ended (cohort/local.py;
+``%load_ext cohort`` adds the ``%%cohort`` cell magic), and ``cohort.Client`` drives a
+``cohort server`` (cohort/client.py): ``Client().submit(result.job)`` sends the same job there.
 """
 
 import os
 import re
 import shutil
+import signal
 import subprocess
-from typing import Optional
+import time
+from typing import Callable, List, Optional
 
-from cohort.client import Client, CohortError, Job
+from cohort._version import __version__
+from cohort.client import (Client, CodeUpload, CohortError, Conflict, Forbidden, InvalidArgument,
+                           Job, JobRecord, NotFound, RootCause, ServerError, StoreFile, TooLarge,
+                           Unauthenticated, Unavailable)
+from cohort.local import JobFailed, RunResult, load_ipython_extension, run, script_job
 
 __all__ = ["rank", "world_size", "local_rank", "is_main", "output_dir", "copy", "cohort_binary",
-           "log", "Client", "CohortError", "Job"]
+           "log", "heartbeat", "stop_signal", "stop_requested", "on_stop", "Client", "CohortError",
+           "Job", "JobRecord", "RootCause", "StoreFile", "CodeUpload", "InvalidArgument",
+           "Unauthenticated", "Forbidden", "NotFound", "Conflict", "TooLarge", "Unavailable",
+           "ServerError", "run", "RunResult", "JobFailed", "script_job", "load_ipython_extension",
+           "__version__"]
 
 
 def _int_env(names, default):
@@ -93,6 +119,90 @@ def log(step: Optional[int] = None, **metrics: float) -> None:
             raise ValueError("cohort.log: %s must be a number, got %r" % (key, value))
         parts.append("%s=%r" % (key, float(value)))
     print(" ".join(parts), flush=True)
+
+
+_heartbeat_at = 0.0
+_HEARTBEAT_EVERY = 0.25  # seconds; the agents look every 2 s
+
+
+def heartbeat() -> None:
+    """Says that this rank is alive, for ``policy.hang_timeout``, without printing anything.
+
+    Call it from a loop that makes progress but prints little (a long epoch, a rank that never
+    logs). It touches the rank's file, ``COHORT_HEARTBEAT_FILE``, whose change the node's agent
+    notices (every 2 s, like output); calls closer together than a quarter second touch it once.
+    Outside cohort (no ``COHORT_HEARTBEAT_FILE``) it does nothing. Never raises: a heartbeat
+    that could not be written is only a missed heartbeat."""
+    global _heartbeat_at
+    path = os.environ.get("COHORT_HEARTBEAT_FILE")
+    now = time.monotonic()
+    if not path or (_heartbeat_at and now - _heartbeat_at < _HEARTBEAT_EVERY):
+        return
+    _heartbeat_at = now
+    try:
+        with open(path, "ab"):
+            pass
+        os.utime(path)
+    except OSError:
+        pass
+
+
+def stop_signal() -> signal.Signals:
+    """The signal a graceful stop sends this rank: ``COHORT_STOP_SIGNAL`` (``policy.stop_signal``),
+    SIGTERM outside cohort."""
+    name = os.environ.get("COHORT_STOP_SIGNAL", "").strip().upper() or "SIGTERM"
+    if not name.startswith("SIG"):
+        name = "SIG" + name
+    try:
+        return signal.Signals[name]
+    except KeyError:
+        raise RuntimeError("COHORT_STOP_SIGNAL=%r is not a signal" % name) from None
+
+
+_stop_received = False
+_stop_callbacks = []  # type: List[Callable[[], None]]
+_stop_installed = False
+
+
+def _on_stop_signal(signum, frame):
+    global _stop_received
+    if _stop_received:
+        return  # cohort sends it once; a second one from elsewhere changes nothing
+    _stop_received = True
+    callbacks = list(_stop_callbacks)
+    _stop_callbacks.clear()
+    for callback in callbacks:
+        callback()
+
+
+def _install_stop_handler() -> None:
+    global _stop_installed
+    if not _stop_installed:
+        signal.signal(stop_signal(), _on_stop_signal)
+        _stop_installed = True
+
+
+def stop_requested() -> bool:
+    """True once the job is being stopped: the stop signal has arrived, and SIGKILL follows
+    ``policy.grace_period`` after it. Save a checkpoint and exit.
+
+    The first call installs a handler for the stop signal (from the main thread, as Python
+    requires), so that the signal no longer ends the script: call it once before the work
+    starts, e.g. as the condition of the training loop."""
+    _install_stop_handler()
+    return _stop_received
+
+
+def on_stop(callback: Callable[[], None]) -> None:
+    """Calls ``callback()`` once, in the main thread, when the stop signal arrives (at once if
+    it already has); the script goes on after it returns, so the callback may save a checkpoint
+    and exit (``sys.exit(0)``), or set a flag the training loop reads. Installs the handler as
+    ``stop_requested()`` does; call it from the main thread."""
+    _install_stop_handler()
+    if _stop_received:
+        callback()
+    else:
+        _stop_callbacks.append(callback)
 
 
 def cohort_binary() -> str:

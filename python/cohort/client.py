@@ -10,16 +10,26 @@ fetch their outputs, share store prefixes. It speaks the HTTP API of docs/server
     job.wait()
     job.download_outputs("./digits-out")
 
-Every failure is a ``CohortError`` with the server's ``status``, ``code`` and ``message``; a
-server that cannot be reached gives code ``unavailable``. Local files that cannot be read or
-written raise the usual ``OSError``. A Client holds no connection between calls, so threads may
-share one.
+``submit`` takes the job file as a dict, as its YAML or JSON text, or as the path of job.yaml;
+its ``workdir`` is uploaded as a snapshot (``.cohortignore``, else ``.gitignore``, leaves files
+out) unless the server is on this machine, as ``cohort submit`` does. Job records come back as
+``JobRecord`` (a dataclass that also reads like the record's dict: ``record["state"]``), a
+failure's root cause as ``RootCause``.
+
+Every failure is a ``CohortError`` with the server's ``status``, ``code`` and ``message``, of a
+subclass for its kind: ``InvalidArgument`` (400), ``Unauthenticated`` (401), ``Forbidden``
+(403), ``NotFound`` (404), ``Conflict`` (409), ``TooLarge`` (413), ``Unavailable`` (no answer,
+502-504), ``ServerError`` (500). Local files that cannot be read or written raise the usual
+``OSError``. A Client holds no connection between calls, so threads may share one.
 """
 
 import codecs
+import collections.abc
+import dataclasses
 import http.client
 import json
 import os
+import re
 import socket
 import tempfile
 import time
@@ -28,7 +38,13 @@ import urllib.parse
 import urllib.request
 from typing import Any, Dict, Iterator, List, Optional, Union
 
-__all__ = ["Client", "Job", "CohortError", "FINAL_STATES"]
+from cohort import jobfile
+
+__all__ = ["Client", "Job", "JobRecord", "RootCause", "StoreFile", "CodeUpload", "CohortError",
+           "InvalidArgument", "Unauthenticated", "Forbidden", "NotFound", "Conflict",
+           "TooLarge", "Unavailable", "ServerError", "FINAL_STATES", "DEFAULT_MAX_UPLOAD"]
+
+DEFAULT_MAX_UPLOAD = 256 << 20  # bytes of a workdir snapshot, as cohort submit's --max-upload
 
 FINAL_STATES = frozenset(("succeeded", "failed", "stopped"))
 
@@ -67,6 +83,63 @@ class CohortError(Exception):
             return "%s (%s)" % (self.message, self.code)
         return "%s (HTTP %d %s)" % (self.message, self.status, self.code)
 
+    def __reduce__(self):
+        return (type(self), (self.code, self.message, self.status))
+
+
+class InvalidArgument(CohortError):
+    """400: a bad job file, field or parameter (the message names it)."""
+
+
+class Unauthenticated(CohortError):
+    """401: no token, or one that is not valid (any more)."""
+
+
+class Forbidden(CohortError):
+    """403: the account may not do this."""
+
+
+class NotFound(CohortError):
+    """404: no such job, file or upload, or one of another account."""
+
+
+class Conflict(CohortError):
+    """409: the thing is not in a state that allows it (a job that still runs, a name taken)."""
+
+
+class TooLarge(CohortError):
+    """413: a body, a file or a workdir snapshot over a limit."""
+
+
+class Unavailable(CohortError):
+    """The server could not be reached, or answered 502-504."""
+
+
+class ServerError(CohortError):
+    """500: a bug in cohort (the message says what)."""
+
+
+_CLASS_FOR_CODE = {
+    "invalid_argument": InvalidArgument,
+    "unauthenticated": Unauthenticated,
+    "permission_denied": Forbidden,
+    "not_found": NotFound,
+    "already_exists": Conflict,
+    "failed_precondition": Conflict,
+    "too_large": TooLarge,
+    "unavailable": Unavailable,
+    "internal": ServerError,
+}
+_CLASS_FOR_STATUS = {400: InvalidArgument, 401: Unauthenticated, 403: Forbidden, 404: NotFound,
+                     409: Conflict, 413: TooLarge, 500: ServerError, 502: Unavailable,
+                     503: Unavailable, 504: Unavailable}
+
+
+def make_error(code: str, message: str, status: Optional[int] = None) -> CohortError:
+    """The CohortError subclass for a code (else for an HTTP status), e.g. NotFound."""
+    cls = _CLASS_FOR_CODE.get(code) or _CLASS_FOR_STATUS.get(status or 0) or CohortError
+    return cls(code, message, status)
+
 
 def error_from_response(status: int, body: bytes, url: str = "") -> CohortError:
     """The CohortError for an HTTP error answer: from the ``{"error": {"code", "message"}}``
@@ -75,14 +148,14 @@ def error_from_response(status: int, body: bytes, url: str = "") -> CohortError:
         error = json.loads(body.decode("utf-8"))["error"]
         code, message = error["code"], error["message"]
         if isinstance(code, str) and isinstance(message, str):
-            return CohortError(code, message, status)
+            return make_error(code, message, status)
     except (ValueError, KeyError, TypeError, UnicodeDecodeError):
         pass
     text = body.decode("utf-8", "replace").strip().splitlines()
     message = text[0][:200] if text else "HTTP %d" % status
     if url:
         message = "%s: %s" % (url, message)
-    return CohortError(_CODE_FOR_STATUS.get(status, "unknown"), message, status)
+    return make_error(_CODE_FOR_STATUS.get(status, "unknown"), message, status)
 
 
 def _normalize_server(server: str) -> str:
@@ -90,7 +163,7 @@ def _normalize_server(server: str) -> str:
     if "://" not in server:
         server = "http://" + server
     if not server.startswith(("http://", "https://")):
-        raise CohortError("invalid_argument",
+        raise InvalidArgument("invalid_argument",
                           "server '%s': only http:// and https:// are supported" % server)
     return server
 
@@ -103,12 +176,12 @@ def _read_config(path: str) -> Dict[str, Any]:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as e:
-        raise CohortError("invalid_argument", "config '%s': %s" % (path, e)) from None
+        raise InvalidArgument("invalid_argument", "config '%s': %s" % (path, e)) from None
     if not isinstance(config, dict):
-        raise CohortError("invalid_argument", "config '%s': not a JSON object" % path)
+        raise InvalidArgument("invalid_argument", "config '%s': not a JSON object" % path)
     for key in ("server", "token"):
         if config.get(key) is not None and not isinstance(config[key], str):
-            raise CohortError("invalid_argument", "config '%s': '%s' is not a string" % (path, key))
+            raise InvalidArgument("invalid_argument", "config '%s': '%s' is not a string" % (path, key))
     return config
 
 
@@ -121,7 +194,7 @@ def resolve_settings(server: Optional[str] = None, token: Optional[str] = None,
     config = _read_config(config_path)
     chosen = server or os.environ.get("COHORT_SERVER") or config.get("server")
     if not chosen:
-        raise CohortError("invalid_argument",
+        raise InvalidArgument("invalid_argument",
                           "no cohort server: pass Client(server), set COHORT_SERVER or write "
                           "{\"server\": ..., \"token\": ...} to %s" % config_path)
     chosen = _normalize_server(chosen)
@@ -139,7 +212,7 @@ def _store_path(uri: str, need_path: bool = True) -> str:
     prefix = "store://"
     bucket, _, rest = uri[len(prefix):].partition("/") if uri.startswith(prefix) else ("", "", "")
     if not bucket or (need_path and not rest.strip("/")):
-        raise CohortError("invalid_argument",
+        raise InvalidArgument("invalid_argument",
                           "'%s' is not a store URI (store://bucket/path)" % uri)
     return "/v1/store/" + urllib.parse.quote(uri[len(prefix):], safe="/")
 
@@ -150,7 +223,7 @@ def safe_join(root: str, rel: str) -> str:
     parts = rel.split("/")
     if (not rel or "\0" in rel or rel.startswith("/") or os.path.isabs(rel)
             or any(p in ("", ".", "..") for p in parts)):
-        raise CohortError("invalid_argument",
+        raise InvalidArgument("invalid_argument",
                           "output path '%s' would be written outside '%s'; refused" % (rel, root))
     return os.path.join(root, *parts)
 
@@ -167,7 +240,7 @@ def _write_stream(response, target: str) -> int:
                 try:
                     chunk = response.read(1 << 20)
                 except (OSError, http.client.HTTPException) as e:
-                    raise CohortError("unavailable", "%s: the download was cut off: %s" %
+                    raise Unavailable("unavailable", "%s: the download was cut off: %s" %
                                       (response.geturl(), e)) from None
                 if not chunk:
                     break
@@ -182,6 +255,136 @@ def _write_stream(response, target: str) -> int:
             pass
         raise
     return size
+
+
+# --- typed answers ---
+
+
+class _Record(collections.abc.Mapping):
+    """Reads like the dict the server sent (``r["state"]``, ``r.get("reason")``, ``dict(r)``,
+    equal to that dict), so code written for plain records keeps working."""
+
+    raw: Dict[str, Any]
+
+    def __getitem__(self, key):
+        return self.raw[key]
+
+    def __iter__(self):
+        return iter(self.raw)
+
+    def __len__(self):
+        return len(self.raw)
+
+
+def _fields(cls, d: Dict[str, Any]) -> Dict[str, Any]:
+    names = {f.name for f in dataclasses.fields(cls)} - {"raw"}
+    return {k: v for k, v in d.items() if k in names}
+
+
+@dataclasses.dataclass(eq=False)
+class RootCause(_Record):
+    """The first failure in time: which rank, where, how it ended, its last log lines and a
+    hint for known failures."""
+
+    name: str = ""
+    role: str = ""
+    rank: Optional[int] = None
+    node: Optional[int] = None
+    exit_code: Optional[int] = None
+    signal: int = 0
+    attempt: int = 0
+    tail: List[str] = dataclasses.field(default_factory=list)
+    hint: str = ""
+    raw: Dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_dict(cls, d: Optional[Dict[str, Any]]) -> Optional["RootCause"]:
+        if not isinstance(d, dict):
+            return None
+        values = _fields(cls, d)
+        if "exit_code" not in values and "code" in d:  # result.json says "code"
+            values["exit_code"] = d["code"]
+        return cls(raw=dict(d), **values)
+
+    def __str__(self):
+        how = ("was killed by signal %d" % self.signal if self.signal
+               else "exited with code %s" % self.exit_code)
+        lines = ["%s on node %s %s" % (self.name, self.node, how)]
+        lines += ["  | " + line for line in self.tail[-10:]]
+        if self.hint:
+            lines.append("  hint: " + self.hint)
+        return "\n".join(lines)
+
+
+@dataclasses.dataclass(eq=False)
+class JobRecord(_Record):
+    """A job as the server knows it (GET /v1/jobs/{id}); times are ISO 8601 strings."""
+
+    id: str = ""
+    name: str = ""
+    account: str = ""
+    state: str = ""
+    priority: int = 0
+    framework: str = ""
+    ranks: int = 0
+    exit_code: Optional[int] = None
+    reason: str = ""
+    attempts: int = 0
+    submitted: Optional[str] = None
+    started: Optional[str] = None
+    ended: Optional[str] = None
+    root_cause: Optional[RootCause] = None
+    raw: Dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "JobRecord":
+        values = _fields(cls, d)
+        values["root_cause"] = RootCause.from_dict(d.get("root_cause"))
+        return cls(raw=dict(d), **values)
+
+    @property
+    def done(self) -> bool:
+        return self.state in FINAL_STATES
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "succeeded"
+
+
+@dataclasses.dataclass(eq=False)
+class StoreFile(_Record):
+    """A file written to the store: its ``store://`` URI and size."""
+
+    uri: str = ""
+    size: int = 0
+    raw: Dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "StoreFile":
+        return cls(raw=dict(d), **_fields(cls, d))
+
+
+@dataclasses.dataclass(eq=False)
+class CodeUpload(_Record):
+    """A workdir snapshot the server holds for one job (POST /v1/uploads)."""
+
+    id: str = ""
+    files: int = 0
+    dirs: int = 0
+    links: int = 0
+    bytes: int = 0
+    raw: Dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "CodeUpload":
+        return cls(raw=dict(d), **_fields(cls, d))
+
+
+def is_local_server(server: str) -> bool:
+    """Whether the server URL names this machine by a loopback address (localhost, 127.x.x.x,
+    [::1]): such a server reads a job's workdir where it is, so nothing is uploaded."""
+    host = urllib.parse.urlsplit(server).hostname or ""
+    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -230,9 +433,9 @@ class Client:
         except urllib.error.URLError as e:
             reason = e.reason.strerror if isinstance(e.reason, OSError) and \
                 e.reason.strerror else e.reason
-            raise CohortError("unavailable", "cannot reach %s: %s" % (url, reason)) from None
+            raise Unavailable("unavailable", "cannot reach %s: %s" % (url, reason)) from None
         except (OSError, http.client.HTTPException) as e:
-            raise CohortError("unavailable",
+            raise Unavailable("unavailable",
                               "cannot reach %s: %s" % (url, str(e) or type(e).__name__)) from None
 
     def _call(self, method: str, path: str, body: Any = None, query=None, data=None,
@@ -247,13 +450,13 @@ class Client:
             with response:
                 raw = response.read()
         except (OSError, http.client.HTTPException) as e:
-            raise CohortError("unavailable", "%s: the answer was cut off: %s" % (url, e)) from None
+            raise Unavailable("unavailable", "%s: the answer was cut off: %s" % (url, e)) from None
         if not raw:
             return None
         try:
             return json.loads(raw.decode("utf-8"))
         except ValueError as e:
-            raise CohortError("internal", "%s: the answer is not JSON: %s" % (url, e)) from None
+            raise ServerError("internal", "%s: the answer is not JSON: %s" % (url, e)) from None
 
     def _lines(self, path: str, query: Dict[str, Any], follow: bool) -> Iterator[str]:
         """Yields the text lines of a (possibly chunked, endless) answer as they arrive. A
@@ -272,10 +475,10 @@ class Client:
                     except socket.timeout:
                         if follow:
                             break  # reopen at `offset`
-                        raise CohortError("unavailable", "%s: no data for %gs" %
+                        raise Unavailable("unavailable", "%s: no data for %gs" %
                                           (response.geturl(), self.timeout)) from None
                     except (OSError, http.client.HTTPException) as e:
-                        raise CohortError("unavailable", "%s: the log stream was cut off: %s" %
+                        raise Unavailable("unavailable", "%s: the log stream was cut off: %s" %
                                           (response.geturl(), e)) from None
                     if not chunk:
                         pending += decoder.decode(b"", final=True)
@@ -293,25 +496,58 @@ class Client:
 
     # --- jobs ---
 
-    def submit(self, job: Dict[str, Any], priority: int = 0) -> "Job":
-        """Submits a job (the job file as a dict; ``workdir`` must be an absolute path on the
-        server's machine). Returns the queued Job; a bad job raises CohortError 400 naming
-        the field."""
-        record = self._call("POST", "/v1/jobs", {"job": job, "priority": priority})
-        return Job(self, record)
+    def submit(self, job: Union[Dict[str, Any], str, "os.PathLike[str]"], priority: int = 0,
+               upload: Optional[bool] = None, max_upload: int = DEFAULT_MAX_UPLOAD) -> "Job":
+        """Submits a job: the job file as a dict, its text (YAML or JSON), or the path of a job
+        file (``"job.yaml"``), read as ``cohort submit -f`` reads it: a relative ``workdir`` and
+        local inputs are taken against the file's directory (the current one for a dict or a
+        text). The workdir is uploaded as a snapshot (``upload_code``) and the job runs on it,
+        unless the server is on this machine (``upload=None``, the default, decides by the
+        server's address; ``True`` always uploads, ``False`` never: the workdir is then a path
+        on the server's machine). Returns the queued Job; a bad job raises InvalidArgument
+        naming the field, a snapshot over ``max_upload`` bytes TooLarge."""
+        try:
+            job, workdir = jobfile.load_job(job)
+        except jobfile.JobFileError as e:
+            raise InvalidArgument("invalid_argument", str(e)) from None
+        body = {"job": job, "priority": priority}
+        if upload is None:
+            upload = not is_local_server(self.server)
+        if upload:
+            body["code"] = self.upload_code(workdir, max_upload).id
+        return Job(self, self._call("POST", "/v1/jobs", body))
+
+    def upload_code(self, workdir: str, max_upload: int = DEFAULT_MAX_UPLOAD) -> CodeUpload:
+        """Uploads a snapshot of the directory ``workdir`` (see cohort.jobfile) for the next
+        job to run on (``submit`` does this); returns the upload, whose ``id`` a job names as
+        ``"code"``. Raises TooLarge over ``max_upload`` bytes, InvalidArgument for what cannot
+        be uploaded (a link leading out of it, a socket), naming the path."""
+        workdir = os.path.abspath(os.fspath(workdir))
+        with tempfile.TemporaryFile(prefix="cohort-upload-") as f:
+            try:
+                snapshot = jobfile.write_snapshot(workdir, f, max_upload)
+            except OverflowError as e:
+                raise TooLarge("too_large", str(e)) from None
+            except ValueError as e:
+                raise InvalidArgument("invalid_argument", str(e)) from None
+            answer = self._call("POST", "/v1/uploads", data=f, content_type="application/x-tar",
+                                headers={"Content-Length": str(snapshot.size)},
+                                timeout=max(self.timeout, 300))
+        return CodeUpload.from_dict(answer)
 
     def submit_file(self, path: str, priority: int = 0) -> "Job":
-        """Submits a JSON job file. Its ``workdir`` (default: the file's directory) and its
-        local ``inputs[].source`` paths are made absolute against the file's directory, as
-        ``cohort submit -f`` does."""
+        """Submits a JSON job file as it is on the server's machine (nothing is uploaded). Its
+        ``workdir`` (default: the file's directory) and its local ``inputs[].source`` paths are
+        made absolute against the file's directory, as ``cohort submit -f`` does.
+        ``submit(path)`` also reads YAML and uploads the workdir to a remote server."""
         path = os.path.abspath(os.path.expanduser(os.fspath(path)))
         with open(path, encoding="utf-8") as f:
             try:
                 job = json.load(f)
             except ValueError as e:
-                raise CohortError("invalid_argument", "job file '%s': %s" % (path, e)) from None
+                raise InvalidArgument("invalid_argument", "job file '%s': %s" % (path, e)) from None
         if not isinstance(job, dict):
-            raise CohortError("invalid_argument", "job file '%s': not a JSON object" % path)
+            raise InvalidArgument("invalid_argument", "job file '%s': not a JSON object" % path)
         base = os.path.dirname(path)
         workdir = job.get("workdir")
         if workdir is None or isinstance(workdir, str):
@@ -341,17 +577,18 @@ class Client:
 
     # --- store and shares ---
 
-    def upload(self, local_file: str, uri: str) -> Dict[str, Any]:
+    def upload(self, local_file: str, uri: str) -> StoreFile:
         """Uploads a file to ``store://bucket/path`` (a URI ending in ``/`` gets the file's
-        name). Returns ``{"uri", "size"}``."""
+        name). Returns a StoreFile (``uri``, ``size``; also ``["uri"]``)."""
         local_file = os.fspath(local_file)
         if uri.endswith("/"):
             uri += os.path.basename(local_file)
         path = _store_path(uri)
         with open(local_file, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            return self._call("PUT", path, data=f, content_type="application/octet-stream",
-                              headers={"Content-Length": str(size)})
+            return StoreFile.from_dict(
+                self._call("PUT", path, data=f, content_type="application/octet-stream",
+                           headers={"Content-Length": str(size)}))
 
     def download(self, uri: str, local_file: str) -> str:
         """Downloads the file at ``store://bucket/path`` to ``local_file`` (into it, when it
@@ -457,6 +694,16 @@ class Job:
         """True once the job is succeeded, failed or stopped (as of the last fetch)."""
         return self.state in FINAL_STATES
 
+    @property
+    def info(self) -> JobRecord:
+        """The record as last fetched, typed."""
+        return JobRecord.from_dict(self.record)
+
+    @property
+    def root_cause(self) -> Optional[RootCause]:
+        """The first failure of a failed job (as of the last fetch); None otherwise."""
+        return RootCause.from_dict(self.record.get("root_cause"))
+
     def __repr__(self):
         r = self.record
         text = "<Job %s %s" % (r.get("id"), r.get("state"))
@@ -474,8 +721,9 @@ class Job:
         self.record = self.client._call("GET", _job_path(self.id))
         return self
 
-    def wait(self, timeout: Optional[float] = None, poll: Optional[float] = None) -> Dict[str, Any]:
-        """Waits until the job is final; returns its record. Raises TimeoutError after
+    def wait(self, timeout: Optional[float] = None, poll: Optional[float] = None) -> JobRecord:
+        """Waits until the job is final; returns its record (a JobRecord, which also reads like
+        the dict: ``record["state"]``). Raises TimeoutError after
         ``timeout`` seconds (None: no limit). The job's events are followed by long-poll: the
         server answers as soon as the next one is stored, so nothing polls. (``poll`` is
         accepted for compatibility and not used.)"""
@@ -496,7 +744,7 @@ class Job:
             if isinstance(answer, dict) and isinstance(answer.get("last_seq"), int):
                 after = max(after, answer["last_seq"])
             self.refresh()
-        return self.record
+        return self.info
 
     def follow_events(self, after: Optional[int] = None) -> Iterator[Dict[str, Any]]:
         """Yields the job's events as they are stored (Server-Sent Events), each with its
@@ -569,6 +817,24 @@ class Job:
         return self.client._call("GET", _job_path(self.id, "metrics"),
                                  query={"after": after, "limit": limit})
 
+    def spec(self) -> Dict[str, Any]:
+        """The job file this job runs, every field written out (durations in ms, memory in
+        bytes): ``client.submit(job.spec())`` runs the same job again."""
+        record = self.record if "spec" in self.record else self.refresh().record
+        spec = record.get("spec")
+        if not isinstance(spec, dict):
+            raise NotFound("not_found", "job %s has no recorded job file" % self.id)
+        return dict(spec)
+
+    def rerun(self, priority: Optional[int] = None, **changes: Any) -> "Job":
+        """Submits this job's job file again as a new job and returns it; keyword arguments
+        replace top-level fields first (``job.rerun(name="lr-0.1", hyperparameters={...})``).
+        The priority is this job's unless given."""
+        spec = self.spec()
+        spec.update(changes)
+        return self.client.submit(spec, self.record.get("priority", 0) if priority is None
+                                  else priority)
+
     def stop(self) -> "Job":
         """Stops the job (a queued one at once, a running one with SIGTERM, then SIGKILL after
         its grace period); returns self with the new record."""
@@ -596,7 +862,7 @@ class Job:
             # A symbolic link already inside dest must not carry the file elsewhere.
             real = os.path.realpath(parent)
             if os.path.commonpath([real, root]) != root:
-                raise CohortError("invalid_argument", "output path '%s' would be written "
+                raise InvalidArgument("invalid_argument", "output path '%s' would be written "
                                   "outside '%s' (through '%s'); refused" % (rel, root, real))
             os.makedirs(parent, exist_ok=True)
             quoted = urllib.parse.quote(rel, safe="/")

@@ -574,6 +574,52 @@ class RealServer(unittest.TestCase):
         self.assertEqual(record["root_cause"]["exit_code"], 3, record)
         self.assertIn("exit code 3", repr(job))
 
+    def test_rerun_submits_the_same_job_file_again_with_changes(self):
+        job = self.admin.submit(self.rank_job("echo=first run", name="original"), priority=3)
+        self.assertEqual(self.wait(job)["state"], "succeeded")
+        spec = job.spec()
+        self.assertEqual(spec["command"], self.rank_job("echo=first run")["command"])
+        self.assertEqual(spec["workdir"], self.workdir)
+        again = job.rerun(name="again")
+        self.assertNotEqual(again.id, job.id)
+        record = self.wait(again)
+        self.assertEqual((record["state"], record["name"], record["priority"]),
+                         ("succeeded", "again", 3), record)
+        self.assertTrue(any(line.endswith("first run\n") for line in again.logs()))
+        # The new job's record has the same job file but for the name.
+        self.assertEqual(dict(again.spec(), name="original"), spec)
+
+    def test_a_job_file_as_yaml_text_is_read_as_cohort_submit_reads_it(self):
+        text = ("name: from-yaml\nframework: generic\nworkdir: %s\n"
+                "command: [%s, \"echo=yaml says hi\"]\n" % (self.workdir, self.need_rank_binary()))
+        job = self.admin.submit(text)
+        self.assertEqual(self.wait(job)["state"], "succeeded")
+        self.assertEqual(job.spec()["name"], "from-yaml")
+        with self.assertRaises(CohortError) as caught:
+            self.admin.submit("name: x\ncommand: [true]\nroles: {worker: {nodes: zero}}\n")
+        self.assertEqual(caught.exception.status, 400)
+        self.assertIn("nodes", str(caught.exception))
+
+    def test_a_submitted_job_file_runs_on_the_uploaded_snapshot_of_its_workdir(self):
+        code = os.path.join(self.tmp, "elsewhere", "code")
+        os.makedirs(code)
+        with open(os.path.join(code, "run.sh"), "w") as f:
+            f.write("pwd\ncat data.txt\n")
+        with open(os.path.join(code, "data.txt"), "w") as f:
+            f.write("snapshot\n")
+        path = os.path.join(self.tmp, "elsewhere", "job.json")
+        with open(path, "w") as f:
+            json.dump({"name": "snap", "framework": "generic", "workdir": "code",
+                       "command": ["sh", "run.sh"]}, f)
+        job = self.admin.submit(path, upload=True)
+        shutil.rmtree(code)  # the server never reads it: it runs what was uploaded
+        record = self.wait(job)
+        self.assertEqual(record.state, "succeeded", record)
+        lines = list(job.logs(rank=0))
+        self.assertTrue(lines[0].rstrip("\n").endswith("/jobs/%s/code" % job.id), lines)
+        self.assertEqual(lines[1:], ["snapshot\n"])
+        self.assertTrue(job.spec()["workdir"].endswith("/jobs/%s/code" % job.id))
+
     def test_outputs_round_trip_into_a_local_directory(self):
         job = self.admin.submit({
             "name": "outputs", "framework": "generic", "workdir": self.workdir,

@@ -6,6 +6,7 @@
 
 import os
 import shutil
+import signal
 import tempfile
 import unittest
 from unittest import mock
@@ -76,6 +77,61 @@ class Log(unittest.TestCase):
                     {"bad key": 1}, {"loss": True}, {}):
             with self.assertRaises(ValueError, msg=bad):
                 cohort.log(**bad)
+
+
+class Heartbeat(unittest.TestCase):
+    def setUp(self):
+        cohort._heartbeat_at = 0.0
+        self.dir = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.dir)
+        self.path = os.path.join(self.dir, ".cohort-heartbeat-3")
+
+    def test_touches_the_rank_file_and_prints_nothing(self):
+        with mock.patch.dict(os.environ, {"COHORT_HEARTBEAT_FILE": self.path}), \
+                mock.patch("builtins.print") as p:
+            cohort.heartbeat()
+            self.assertTrue(os.path.exists(self.path))
+            os.utime(self.path, (1, 1))
+            cohort.heartbeat()  # within a quarter second: not again
+            self.assertEqual(os.stat(self.path).st_mtime, 1)
+            cohort._heartbeat_at -= 1
+            cohort.heartbeat()
+            self.assertGreater(os.stat(self.path).st_mtime, 1)
+        p.assert_not_called()
+
+    def test_outside_cohort_or_unwritable_it_does_nothing(self):
+        with mock.patch.dict(os.environ, _CLEAN, clear=True):
+            cohort.heartbeat()
+        with mock.patch.dict(os.environ, {"COHORT_HEARTBEAT_FILE": self.dir + "/no/such/x"}):
+            cohort.heartbeat()  # no exception
+
+
+class StopNotice(unittest.TestCase):
+    def setUp(self):
+        self.old = signal.getsignal(signal.SIGUSR1)
+        self.addCleanup(signal.signal, signal.SIGUSR1, self.old)
+        cohort._stop_received = False
+        cohort._stop_installed = False
+        cohort._stop_callbacks.clear()
+
+    def test_the_stop_signal_comes_from_the_environment(self):
+        for value, sig in (("SIGUSR1", signal.SIGUSR1), ("usr2", signal.SIGUSR2), ("", signal.SIGTERM)):
+            with mock.patch.dict(os.environ, {"COHORT_STOP_SIGNAL": value}):
+                self.assertEqual(cohort.stop_signal(), sig)
+        with mock.patch.dict(os.environ, {"COHORT_STOP_SIGNAL": "NOPE"}):
+            self.assertRaises(RuntimeError, cohort.stop_signal)
+
+    def test_stop_requested_turns_true_when_the_signal_arrives_and_callbacks_run_once(self):
+        calls = []
+        with mock.patch.dict(os.environ, {"COHORT_STOP_SIGNAL": "SIGUSR1"}):
+            self.assertFalse(cohort.stop_requested())
+            cohort.on_stop(lambda: calls.append("saved"))
+            os.kill(os.getpid(), signal.SIGUSR1)
+            self.assertTrue(cohort.stop_requested())
+            os.kill(os.getpid(), signal.SIGUSR1)
+            self.assertEqual(calls, ["saved"])
+            cohort.on_stop(lambda: calls.append("late"))  # after the notice: at once
+            self.assertEqual(calls, ["saved", "late"])
 
 
 class CopyWithoutBinary(unittest.TestCase):

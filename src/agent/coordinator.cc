@@ -220,6 +220,9 @@ class Coordinator {
          {"mark", mark_},
          {"heartbeat_ms", heartbeatEvery().count()},
          {"heartbeat_timeout_ms", plan_.heartbeat_timeout_ms},
+         // For a stop the agent is told from outside (a cluster preempting the job).
+         {"stop_signal", plan_.stop_signal},
+         {"grace_ms", plan_.grace_period_ms},
          {"node", Message::parse(plan::nodeToJson(plan_.nodes[a.node]))}});
   }
 
@@ -286,7 +289,9 @@ class Coordinator {
     return nodes;
   }
 
-  void act(const SendStop& a) { broadcast({{"type", "stop"}, {"grace_ms", a.grace_ms}}); }
+  void act(const SendStop& a) {
+    broadcast({{"type", "stop"}, {"grace_ms", a.grace_ms}, {"signal", a.signal}});
+  }
 
   void act(const SendExit& a) {
     Message exit = {{"type", "exit"}, {"code", a.code}};
@@ -492,6 +497,7 @@ class Coordinator {
                               {"code", rc.code},     {"signal", rc.signal},
                               {"attempt", rc.attempt}, {"tail", rc.tail},
                               {"hint", hintFor(rc)}};
+      if (rc.memory_limit > 0) record["root_cause"]["memory_limit"] = rc.memory_limit;
     }
     // Tails come from ranks: never let bad UTF-8 make dump() throw.
     return record.dump(2, ' ', false, Message::error_handler_t::replace) + "\n";
@@ -570,6 +576,13 @@ class Coordinator {
     }
   }
 
+  // A rank's GPU use, where its agent sampled one (agent/gpu.h): utilisation in percent, memory.
+  static void copyGpuUse(const Message& from, Message& to) {
+    if (!from.contains("gpu_memory_bytes")) return;
+    to["gpu_util"] = std::clamp(field(from, "gpu_util", 0.0), 0.0, 100.0);
+    to["gpu_memory_bytes"] = std::max<int64_t>(0, field(from, "gpu_memory_bytes", int64_t{0}));
+  }
+
   // A node's latest word on its ranks: the job's snapshot, by rank, goes to the server.
   void onProgress(int node, const Message& m) {
     auto ranks = m.find("ranks");
@@ -590,7 +603,10 @@ class Coordinator {
       if (!r.is_object()) continue;
       const int64_t index = field(r, "index", int64_t{-1});
       if (index < 0 || static_cast<size_t>(index) >= plan.ranks.size()) continue;
-      const int64_t last = field(r, "last_output", int64_t{0});
+      // Output, or a cohort.heartbeat() (its file's change, as the agent saw it): either is
+      // the rank's latest sign of life.
+      const int64_t last =
+          std::max(field(r, "last_output", int64_t{0}), field(r, "last_heartbeat", int64_t{0}));
       if (last != 0 && last != last_output_[node][index])
         progressed.ranks.push_back(plan.ranks[index].rank);
       last_output_[node][index] = last;
@@ -598,6 +614,7 @@ class Coordinator {
         sampled.push_back({{"rank", plan.ranks[index].rank},
                            {"cpu_seconds", field(r, "cpu_seconds", 0.0)},
                            {"rss_bytes", field(r, "rss_bytes", int64_t{0})}});
+        copyGpuUse(r, sampled.back());
       }
     }
     if (!sampled.empty()) {
@@ -620,8 +637,13 @@ class Coordinator {
                      {"node", node},
                      {"running", field(r, "running", false)},
                      {"last_output", field(r, "last_output", int64_t{0})}};
+      if (r.contains("last_heartbeat")) {
+        out["last_heartbeat"] = field(r, "last_heartbeat", int64_t{0});
+      }
       if (r.contains("cpu_seconds")) out["cpu_seconds"] = field(r, "cpu_seconds", 0.0);
       if (r.contains("rss_bytes")) out["rss_bytes"] = field(r, "rss_bytes", int64_t{0});
+      copyGpuUse(r, out);
+      out["role"] = rp.role;
       mine.push_back(std::move(out));
     }
     progress_.resize(plan_.nodes.size());
@@ -812,14 +834,26 @@ class Coordinator {
       endOutput(node, field(m, "rank", -1));
       feed(RankExited{node, attempt, field(m, "rank", -1), field(m, "code", 0),
                       field(m, "signal", 0), field(m, "by_cohort", false),
-                      field(m, "time", int64_t{0}),
-                      field(m, "tail", std::vector<std::string>{})});
+                      field(m, "time", int64_t{0}), field(m, "tail", std::vector<std::string>{}),
+                      std::max<int64_t>(0, field(m, "memory_limit", int64_t{0}))});
+    } else if (type == "limits") {
+      feed(LimitsNotEnforced{node, field(m, "why", std::string()).substr(0, 1024)});
     } else if (type == "idle") {
       feed(NodeIdle{node, attempt});
     } else if (type == "progress") {
       onProgress(node, m);
     } else if (type == "stacks") {
       onStacks(node, m);
+    } else if (type == "signalled") {
+      feed(NodeSignalled{node, field(m, "signal", SIGTERM)});
+    } else if (type == "debug") {
+      const int64_t index = field(m, "index", int64_t{-1});
+      const plan::NodePlan& plan = plan_.nodes[node];
+      if (index < 0 || static_cast<size_t>(index) >= plan.ranks.size()) return;
+      feed(RankDebugged{node, attempt, plan.ranks[index].rank, field(m, "state", std::string()),
+                        field(m, "reason", std::string()).substr(0, 32),
+                        field(m, "where", std::string()).substr(0, 512),
+                        field(m, "time", int64_t{0})});
     }
   }
 
@@ -862,7 +896,8 @@ class Coordinator {
   std::string queued_;  // why the launcher's cluster holds the agents, while it does
   bool said_log_error_ = false;
   std::vector<Message> progress_;  // [node]: its ranks' latest progress
-  std::vector<std::vector<int64_t>> last_output_;  // [node][index]: as its last report said
+  // [node][index]: its latest output or heartbeat, as its node's last report said
+  std::vector<std::vector<int64_t>> last_output_;
   int progress_attempt_ = 0;
   // A hang's stacks, while the agents send them.
   bool collecting_ = false;

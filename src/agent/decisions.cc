@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <string.h>
 
+#include <algorithm>
 #include <cstdio>
 
 namespace cohort::agent {
@@ -20,10 +21,7 @@ namespace {
 
 constexpr Millis kExitDeadline{10000};  // for agents told to exit to go
 
-std::string signalName(int sig) {
-  const char* abbrev = sigabbrev_np(sig);
-  return std::string("SIG") + (abbrev ? abbrev : std::to_string(sig));
-}
+std::string signalName(int sig) { return spec::stopSignalName(sig); }
 
 double secondsBetween(TimePoint from, TimePoint to) {
   return std::chrono::duration<double>(to - from).count();
@@ -36,7 +34,9 @@ JobDecisions::JobDecisions(const plan::Plan& plan, Millis connect_timeout)
       outputs_(plan.outputs),
       max_restarts_(plan.max_restarts),
       grace_ms_(plan.grace_period_ms),
+      rank_stop_signal_(plan.stop_signal),
       max_runtime_ms_(plan.max_runtime_ms),
+      debug_wait_limit_ms_(plan.debug_wait_limit_ms),
       hang_ms_(plan.hang_timeout_ms),
       startup_ms_(plan.startup_timeout_ms),
       connect_timeout_(connect_timeout) {
@@ -45,7 +45,13 @@ JobDecisions::JobDecisions(const plan::Plan& plan, Millis connect_timeout)
     for (const plan::RankPlan& r : plan.nodes[n].ranks) {
       if (r.rank < 0) continue;
       if (static_cast<size_t>(r.rank) >= ranks_.size()) ranks_.resize(r.rank + 1);
-      ranks_[r.rank] = Rank{r.name, r.role, r.log_file, r.role_rank, r.key};
+      std::string address;
+      bool waits = false;
+      for (const auto& [key, value] : r.env) {
+        if (key == "COHORT_DEBUG_LISTEN" || key == "COHORT_DEBUG_CONNECT") address = value;
+        waits = waits || (key == "COHORT_DEBUG_WAIT" && value == "1");
+      }
+      ranks_[r.rank] = Rank{r.name, r.role, r.log_file, r.role_rank, r.key, address, waits};
       if (r.key) ++key_total_;
     }
   }
@@ -79,7 +85,19 @@ void JobDecisions::startAttempt(Actions& out) {
   attempt_started_ = now_;
   progressed_ = false;
   collecting_stacks_ = false;
-  for (Node& node : nodes_) node.idle = false;
+  debugged_.clear();
+  raised_at_.clear();
+  held_.reset();
+  hold_said_ = false;
+  // debug.ranks wait from their start, before they can say so: a peer that fails meanwhile is
+  // held like one that fails later.
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    if (ranks_[r] && ranks_[r]->waits_at_start) debugged_[static_cast<int>(r)] = "waiting";
+  }
+  for (Node& node : nodes_) {
+    node.idle = false;
+    node.running = 0;
+  }
   state(out, "running", attempt_);
   out.push_back(SendStart{attempt_});
   armHangTimer(out);
@@ -102,12 +120,23 @@ void JobDecisions::beginStop(Ending ending, const std::string& why, Actions& out
   if (ending_ == Ending::kNone) {
     ending_ = ending;
     why_ = why;
-    if (ending != Ending::kSucceeded) {
-      say(out, why + "; stopping every rank", ending == Ending::kRecordFailed);
+    // What the ranks get, in words, for the console and the "stopping" event: the stop signal
+    // is each rank's one notice to save its work (a checkpoint) before the SIGKILL.
+    int running = 0;
+    for (const Node& node : nodes_) running += node.connected ? node.running : 0;
+    std::string sent;
+    if (running > 0) {
+      sent = "sent " + signalName(rank_stop_signal_) + " to " + std::to_string(running) +
+             " rank(s), SIGKILL " +
+             (grace_ms_ > 0 ? "in " + formatDuration(Millis(grace_ms_)) : "at once");
     }
-    state(out, "stopping", attempt_, why);
+    if (ending != Ending::kSucceeded) {
+      say(out, why + "; stopping every rank" + (sent.empty() ? "" : ": " + sent),
+          ending == Ending::kRecordFailed);
+    }
+    state(out, "stopping", attempt_, sent.empty() ? why : why + "; " + sent);
   }
-  out.push_back(SendStop{grace_ms_});
+  out.push_back(SendStop{grace_ms_, rank_stop_signal_});
   maybeAttemptOver(out);
 }
 
@@ -372,6 +401,7 @@ void JobDecisions::on(const StagingFailed& e, Actions& out) {
 void JobDecisions::on(const NodeStarted& e, Actions& out) {
   if (e.attempt != attempt_) return;
   started_processes_ += e.count;
+  if (e.node >= 0 && e.node < static_cast<int>(nodes_.size())) nodes_[e.node].running += e.count;
   if (++started_nodes_ == static_cast<int>(nodes_.size())) {
     char buf[160];
     std::snprintf(buf, sizeof buf, "%d process(es) started on %zu node(s) in %.3fs",
@@ -397,7 +427,16 @@ void JobDecisions::on(const RankExited& e, Actions& out) {
   x.time_ns = e.time_ns;
   x.tail = e.tail;
   x.log_file = r.log_file;
+  x.memory_limit = e.memory_limit;
+  // Post-mortem: it failed when it stopped at its exception, before the peers it held up.
+  if (auto raised = raised_at_.find(e.rank); raised != raised_at_.end() && x.failed()) {
+    x.time_ns = std::min(x.time_ns, raised->second);
+  }
+  const bool was_debugged = debugged_.erase(e.rank) > 0;
   exits_.push_back(x);
+  if (e.node >= 0 && e.node < static_cast<int>(nodes_.size()) && nodes_[e.node].running > 0) {
+    --nodes_[e.node].running;
+  }
   job::Event ev;
   ev.kind = job::EventKind::kRankExit;
   ev.attempt = attempt_;
@@ -410,13 +449,111 @@ void JobDecisions::on(const RankExited& e, Actions& out) {
   ev.signal = x.signal;
   ev.by_cohort = x.by_cohort;
   ev.exit_time = x.time_ns;
+  ev.memory_limit = x.memory_limit;
   out.push_back(WriteEvent{std::move(ev)});
   if (ending_ != Ending::kNone || finishing_) return;
   if (x.failed() && !x.by_cohort) {
-    beginStop(Ending::kFailed, x.label() + " " + x.describe(), out);
+    std::string why = x.label() + " " + x.describe();
+    if (x.memory_limit > 0) why += "; raise resources.memory or use less";
+    if (!debugged_.empty()) {
+      hold(Ending::kFailed, why, out);
+      return;
+    }
+    beginStop(Ending::kFailed, why, out);
   } else if (r.key && ++key_ok_ == key_total_) {
     beginStop(Ending::kSucceeded, "every rank of the key role(s) exited 0", out);
+  } else if (was_debugged && debugged_.empty()) {
+    debuggingOver(out);
   }
+}
+
+// ---- debug: while a rank waits for a debugger or has one, nothing ends the job but a stop ----
+
+std::string JobDecisions::debuggedNames() const {
+  std::vector<std::string> names;
+  for (const auto& [rank, state] : debugged_) names.push_back(ranks_[rank]->name);
+  return join(names, ", ");
+}
+
+// `why` would end the attempt now: it waits until no rank is being debugged. The first to come
+// is the one carried out.
+void JobDecisions::hold(Ending ending, const std::string& why, Actions& out) {
+  if (held_) return;
+  held_ = {ending, why};
+  const std::string line =
+      why + "; held while " + debuggedNames() + " is being debugged: the job stops once no rank is";
+  say(out, line);
+  state(out, "running", attempt_, line);
+}
+
+// No rank waits for a debugger or has one any more: what was held is carried out, and the
+// hang timer starts again from now.
+void JobDecisions::debuggingOver(Actions& out) {
+  if (ending_ != Ending::kNone || finishing_) return;
+  say(out, "no rank is being debugged: max_runtime, hang detection and fail-fast apply again");
+  if (held_) {
+    auto [ending, why] = *held_;
+    held_.reset();
+    beginStop(ending, why, out);
+    return;
+  }
+  if (runtime_over_) {
+    beginStop(Ending::kTimedOut,
+              "max_runtime " + formatDuration(Millis(max_runtime_ms_)) +
+                  " exceeded (held while ranks were being debugged)",
+              out);
+    return;
+  }
+  armHangTimer(out);
+}
+
+void JobDecisions::on(const RankDebugged& e, Actions& out) {
+  if (e.attempt != attempt_ || ending_ != Ending::kNone || finishing_) return;
+  if (e.rank < 0 || static_cast<size_t>(e.rank) >= ranks_.size() || !ranks_[e.rank]) return;
+  if (!job::isDebugState(e.state)) return;
+  const Rank& r = *ranks_[e.rank];
+  job::Event ev;
+  ev.kind = job::EventKind::kDebug;
+  ev.attempt = attempt_;
+  ev.name = r.name;
+  ev.rank = e.rank;
+  ev.node = e.node;
+  ev.state = e.state;
+  ev.reason = e.reason;
+  ev.where = e.where;
+  ev.address = r.debug_address;
+  out.push_back(WriteEvent{std::move(ev)});
+  const std::string who = r.name + " on node " + std::to_string(e.node);
+  if (e.state == "running") {
+    if (debugged_.erase(e.rank) == 0) return;
+    say(out, who + " goes on without a debugger");
+    if (debugged_.empty()) debuggingOver(out);
+    return;
+  }
+  debugged_[e.rank] = e.state;
+  if (e.state == "waiting") {
+    if (e.reason == "exception") raised_at_.emplace(e.rank, e.time_ns);
+    std::string line = who + " is waiting for a debugger at " + r.debug_address;
+    if (!e.where.empty()) line += " (" + e.where + ")";
+    say(out, line);
+  } else {
+    say(out, (e.reason == "pdb" ? "pdb runs " : "a debugger is attached to ") + who);
+  }
+  if (!hold_said_) {
+    hold_said_ = true;
+    say(out, "while a rank is being debugged, max_runtime, hang detection and fail-fast hold");
+  }
+}
+
+void JobDecisions::on(const LimitsNotEnforced& e, Actions& out) {
+  if (!limits_said_.insert(e.why).second) return;  // another node, the same reason
+  job::Event ev;
+  ev.kind = job::EventKind::kLimits;
+  ev.node = e.node;
+  ev.error = e.why;
+  out.push_back(WriteEvent{std::move(ev)});
+  say(out, "node " + std::to_string(e.node) +
+               ": resource requests (resources.cpus, resources.memory) are not enforced: " + e.why);
 }
 
 void JobDecisions::on(const NodeIdle& e, Actions& out) {
@@ -451,7 +588,7 @@ void JobDecisions::on(const StopSignal& e, Actions& out) {
   if (finishing_) return;
   if (signals_seen_ > 1) {
     say(out, "second signal: killing every rank now");
-    out.push_back(SendStop{0});
+    out.push_back(SendStop{0, SIGKILL});
     return;
   }
   std::string name = signalName(e.signal);
@@ -463,6 +600,19 @@ void JobDecisions::on(const StopSignal& e, Actions& out) {
   }
   say(out, name + " received: stopping the job (send it again to kill at once)");
   beginStop(Ending::kStopped, why, out);
+}
+
+// A cluster that preempts a job signals its tasks (the agents), not the coordinator: the agent
+// stops its own ranks and says so; every other node's ranks get the same notice.
+void JobDecisions::on(const NodeSignalled& e, Actions& out) {
+  if (e.node < 0 || e.node >= static_cast<int>(nodes_.size()) || finishing_) return;
+  if (ending_ != Ending::kNone) return;
+  if (!stop_signal_) stop_signal_ = e.signal;
+  no_restart_ = true;
+  beginStop(Ending::kStopped,
+            "node " + std::to_string(e.node) + "'s agent got " + signalName(e.signal) +
+                " (its cluster preempts or cancels the job, or its machine shuts down)",
+            out);
 }
 
 void JobDecisions::on(const RanksProgressed& e, Actions& out) {
@@ -478,6 +628,10 @@ void JobDecisions::on(const RanksProgressed& e, Actions& out) {
 
 void JobDecisions::on(const HangTimeOver&, Actions& out) {
   if (ending_ != Ending::kNone || finishing_ || collecting_stacks_) return;
+  if (!debugged_.empty()) {  // a paused rank and the peers it holds up make no progress
+    armHangTimer(out);
+    return;
+  }
   collecting_stacks_ = true;
   say(out, "no progress: collecting every rank's stack");
   out.push_back(CollectStacks{});
@@ -486,6 +640,10 @@ void JobDecisions::on(const HangTimeOver&, Actions& out) {
 void JobDecisions::on(const HangDiagnosed& e, Actions& out) {
   if (ending_ != Ending::kNone || finishing_ || !collecting_stacks_) return;
   collecting_stacks_ = false;
+  if (!debugged_.empty()) {  // a debugger attached while the stacks came
+    armHangTimer(out);
+    return;
+  }
   const bool starting = !progressed_ && startup_ms_ > 0;
   std::string why = starting ? "no rank made progress within startup_timeout " +
                                    formatDuration(Millis(startup_ms_)) + " of the start"
@@ -498,8 +656,25 @@ void JobDecisions::on(const HangDiagnosed& e, Actions& out) {
 
 void JobDecisions::on(const MaxRuntimeOver&, Actions& out) {
   if (finishing_) return;
+  const std::string limit = "max_runtime " + formatDuration(Millis(max_runtime_ms_));
+  if (!debugged_.empty() && ending_ == Ending::kNone && !runtime_over_) {
+    // Held, but not for ever: that a rank is being debugged is the rank's own word, so after
+    // debug.wait_limit more the job stops whatever its ranks say.
+    const std::string line = limit + " reached while " + debuggedNames() +
+                             " is being debugged: the job stops once no rank is, or in " +
+                             formatDuration(Millis(debug_wait_limit_ms_)) + " (debug.wait_limit)";
+    say(out, line);
+    state(out, "running", attempt_, line);
+    runtime_over_ = true;
+    out.push_back(ArmTimer{TimerKind::kRuntime, Millis(debug_wait_limit_ms_)});
+    return;
+  }
   beginStop(Ending::kTimedOut,
-            "max_runtime " + formatDuration(Millis(max_runtime_ms_)) + " exceeded", out);
+            runtime_over_
+                ? limit + " and debug.wait_limit " + formatDuration(Millis(debug_wait_limit_ms_)) +
+                      " exceeded while ranks were being debugged"
+                : limit + " exceeded",
+            out);
 }
 
 void JobDecisions::on(const ConnectDeadlineOver&, Actions& out) {

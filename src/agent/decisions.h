@@ -14,7 +14,9 @@
 #pragma once
 
 #include <chrono>
+#include <csignal>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -79,6 +81,12 @@ struct RankExited {
   bool by_cohort;   // the agent signalled it first
   int64_t time_ns;  // unix nanos, the agent's clock
   std::vector<std::string> tail;
+  int64_t memory_limit = 0;  // > 0: the kernel killed it for going over this (memory.max)
+};
+// The node's ranks run without their resource requests enforced, for reason `why`.
+struct LimitsNotEnforced {
+  int node;
+  std::string why;
 };
 struct NodeIdle { int node; int attempt; };  // no process of the attempt is left on the node
 struct AgentLost {  // its connection closed, or it said nothing for too long
@@ -86,12 +94,27 @@ struct AgentLost {  // its connection closed, or it said nothing for too long
   std::string why = {};  // "" for a closed connection
 };
 struct StopSignal { int signal; };           // SIGINT, SIGTERM or SIGHUP reached the coordinator
+// A node's agent was told to stop from outside (SIGTERM from a cluster that preempts or cancels
+// its part of the job, a machine shutting down): it stops its ranks; so does every other node.
+struct NodeSignalled { int node; int signal; };
 // Ranks (global) of the attempt that made progress (printed, logged a metric, sent a heartbeat)
 // since the node's last report.
 struct RanksProgressed {
   int node;
   int attempt;
   std::vector<int> ranks;
+};
+// debug: a rank waits for a debugger, has one attached, or goes on without one (its status file,
+// as its agent read it). While any rank waits or has one, the job is being debugged: max_runtime,
+// hang detection and fail-fast hold (said, and carried out once no rank is debugged any more).
+struct RankDebugged {
+  int node;
+  int attempt;
+  int rank;            // global
+  std::string state;   // waiting | attached | running
+  std::string reason;  // start | breakpoint | exception | pdb
+  std::string where;
+  int64_t time_ns;  // the agent's clock, unix nanos
 };
 struct HangTimeOver {};
 // Every rank's stack is in (or the agents ran out of time): `diagnosis` says who held the others
@@ -114,11 +137,12 @@ struct RecordWriteFailed {
   std::string error;  // "No space left on device"
 };
 
-using JobInput = std::variant<JobBegins, AgentLaunchFailed, LauncherQueued, AgentConnected,
-                              NodeStaged, StagingFailed, NodeStarted, RankExited, NodeIdle,
-                              AgentLost, StopSignal, RanksProgressed, HangTimeOver, HangDiagnosed,
-                              MaxRuntimeOver, ConnectDeadlineOver, ExitDeadlineOver, OutputCopied,
-                              OutputCopyFailed, NodeOutputsCopied, RecordWriteFailed>;
+using JobInput =
+    std::variant<JobBegins, AgentLaunchFailed, LauncherQueued, AgentConnected, NodeStaged,
+                 StagingFailed, NodeStarted, RankExited, NodeIdle, AgentLost, StopSignal,
+                 NodeSignalled, RanksProgressed, HangTimeOver, HangDiagnosed, MaxRuntimeOver,
+                 ConnectDeadlineOver, ExitDeadlineOver, OutputCopied, OutputCopyFailed,
+                 NodeOutputsCopied, RecordWriteFailed, LimitsNotEnforced, RankDebugged>;
 
 // ---- Actions: what to do, in order -----------------------------------------------------------
 
@@ -128,7 +152,12 @@ struct LaunchAgents {};              // have the launcher start one agent per no
 struct SendPlan { int node; };       // the node's part of the plan, once every agent is there
 struct SendStage {};                 // to every connected agent
 struct SendStart { int attempt; };   // to every connected agent
-struct SendStop { int64_t grace_ms; };  // to every connected agent; 0: SIGKILL at once
+// To every connected agent: `signal` (policy.stop_signal) to every rank, SIGKILL `grace_ms`
+// later; grace 0: SIGKILL at once.
+struct SendStop {
+  int64_t grace_ms;
+  int signal = SIGTERM;
+};
 struct SendExit {  // to one agent, or to every connected one
   std::optional<int> node;
   int code = 0;  // the job's exit code as it stands: what the agents exit with
@@ -184,6 +213,8 @@ class JobDecisions {
     std::string name, role, log_file;
     int role_rank = 0;
     bool key = false;
+    std::string debug_address;    // HOST:PORT of its debugger (debug:), "" without
+    bool waits_at_start = false;  // debug.ranks: it waits for a debugger before its first line
   };
   struct Node {
     bool connected = false;
@@ -192,6 +223,7 @@ class JobDecisions {
     bool has_inputs = false;
     bool own_dir = false;  // its job directory is not the coordinator's
     bool copying = false;  // told to copy its outputs; no answer yet
+    int running = 0;       // ranks of the attempt it started that have not exited
   };
   using Actions = std::vector<JobAction>;
 
@@ -203,9 +235,11 @@ class JobDecisions {
   void on(const StagingFailed& e, Actions& out);
   void on(const NodeStarted& e, Actions& out);
   void on(const RankExited& e, Actions& out);
+  void on(const LimitsNotEnforced& e, Actions& out);
   void on(const NodeIdle& e, Actions& out);
   void on(const AgentLost& e, Actions& out);
   void on(const StopSignal& e, Actions& out);
+  void on(const NodeSignalled& e, Actions& out);
   void on(const RanksProgressed& e, Actions& out);
   void on(const HangTimeOver&, Actions& out);
   void on(const HangDiagnosed& e, Actions& out);
@@ -216,6 +250,7 @@ class JobDecisions {
   void on(const OutputCopyFailed& e, Actions& out);
   void on(const NodeOutputsCopied& e, Actions& out);
   void on(const RecordWriteFailed& e, Actions& out);
+  void on(const RankDebugged& e, Actions& out);
 
   void say(Actions& out, std::string line, bool always = false) const;
   void state(Actions& out, const std::string& name, std::optional<int> attempt,
@@ -233,6 +268,11 @@ class JobDecisions {
   void nextOutput(Actions& out);
   void complete(Actions& out);
   JobOutcome outcome() const;
+  // debug: the ranks being debugged, by name ("worker/1, worker/3"); holding an ending while
+  // there are any; carrying out what was held once there are none.
+  std::string debuggedNames() const;
+  void hold(Ending ending, const std::string& why, Actions& out);
+  void debuggingOver(Actions& out);
 
   // From the plan.
   std::vector<Node> nodes_;
@@ -241,7 +281,9 @@ class JobDecisions {
   int key_total_ = 0;
   int max_restarts_ = 0;
   int64_t grace_ms_ = 0;
+  int rank_stop_signal_ = SIGTERM;  // policy.stop_signal: what the ranks get
   int64_t max_runtime_ms_ = 0;
+  int64_t debug_wait_limit_ms_ = 0;
   int64_t hang_ms_ = 0;     // 0: no hang detection
   int64_t startup_ms_ = 0;  // 0: hang_ms_ from the attempt's start
   Millis connect_timeout_;
@@ -273,8 +315,15 @@ class JobDecisions {
   bool finished_ = false;
   std::vector<RankExit> exits_;
   std::vector<OutputResult> output_results_;
+  std::set<std::string> limits_said_;  // why limits are not enforced, each said once
   std::set<RecordFile> unwritable_;  // record files that failed, each said once
   std::optional<JobOutcome> final_;
+  // debug: of the current attempt.
+  std::map<int, std::string> debugged_;  // rank -> waiting | attached
+  std::map<int, int64_t> raised_at_;     // rank -> when it stopped at its exception (post-mortem)
+  std::optional<std::pair<Ending, std::string>> held_;  // an ending that waits for debugging
+  bool runtime_over_ = false;  // max_runtime passed while ranks were debugged
+  bool hold_said_ = false;     // that timeouts hold was said in this attempt
 };
 
 }  // namespace cohort::agent

@@ -275,7 +275,8 @@ TEST(JobDecisions, FirstKeyRankFailureStopsEveryRank) {
   job.runAll();
   auto a = job.exit(3, 7);
   EXPECT_EQ(said(a), std::vector<std::string>{
-                         "worker/3 on node 1 exited with code 7; stopping every rank"});
+                         "worker/3 on node 1 exited with code 7; stopping every rank: sent "
+                         "SIGTERM to 3 rank(s), SIGKILL in 30.0s"});
   EXPECT_EQ(states(a), std::vector<std::string>{"stopping"});
   EXPECT_TRUE(has<SendStop>(a));
   job.stopRest({0, 1, 2});
@@ -298,6 +299,44 @@ TEST(JobDecisions, UnexpectedSignalOfAnyRankFailsTheJobWithAShellStyleCode) {
   job.agentsExit();
   ASSERT_TRUE(job.outcome());
   EXPECT_EQ(job.outcome()->exit_code, 128 + SIGKILL);
+}
+
+TEST(JobDecisions, ARankOverItsMemoryLimitIsTheCauseInWords) {
+  Job job(makePlan(1, 2));
+  job.runAll();
+  auto a = job.feed(RankExited{0, 0, 1, 0, SIGKILL, false, 5, {}, 512 << 20});
+  const std::string expected =
+      "worker/1 on node 0 was killed by the kernel for using more than its memory limit of "
+      "512 MiB (memory.max); raise resources.memory or use less";
+  EXPECT_TRUE(saidSomething(a, expected)) << testing::PrintToString(said(a));
+  auto events = all<WriteEvent>(a);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0].event.memory_limit, 512 << 20);
+  job.stopRest({0});
+  job.agentsExit();
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->reason, expected);
+  ASSERT_TRUE(job.outcome()->root_cause);
+  EXPECT_EQ(job.outcome()->root_cause->memory_limit, 512 << 20);
+  EXPECT_EQ(job.outcome()->exit_code, 128 + SIGKILL);
+}
+
+TEST(JobDecisions, LimitsNotEnforcedAreSaidOncePerReasonWithAnEvent) {
+  Job job(makePlan(2, 1));
+  job.connectAll();
+  auto first = job.feed(LimitsNotEnforced{0, "cgroup 'x' has no memory controller"});
+  EXPECT_TRUE(saidSomething(first,
+                            "node 0: resource requests (resources.cpus, "
+                            "resources.memory) are not enforced: cgroup 'x' has no "
+                            "memory controller"));
+  auto events = all<WriteEvent>(first);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].event.kind, job::EventKind::kLimits);
+  EXPECT_EQ(events[0].event.node, 0);
+  auto again = job.feed(LimitsNotEnforced{1, "cgroup 'x' has no memory controller"});
+  EXPECT_TRUE(again.empty());
+  auto other = job.feed(LimitsNotEnforced{1, "no cgroup for the ranks"});
+  EXPECT_EQ(all<WriteEvent>(other).size(), 1u);
 }
 
 // What the coordinator does today for a rank of a role outside `policy.success`: its non-zero
@@ -407,7 +446,8 @@ TEST(JobDecisions, NoRestartAfterAUserStop) {
   auto a = job.feed(StopSignal{SIGINT});
   EXPECT_EQ(said(a), (std::vector<std::string>{
                          "SIGINT received: stopping the job (send it again to kill at once)",
-                         "stopped by SIGINT; stopping every rank"}));
+                         "stopped by SIGINT; stopping every rank: sent SIGTERM to 2 rank(s), "
+                         "SIGKILL in 30.0s"}));
   EXPECT_TRUE(has<SendStop>(a));
   job.exit(0, 1);  // a rank that dies of the stop with an error of its own
   auto b = job.stopRest({1});
@@ -507,7 +547,8 @@ TEST(JobDecisions, LostAgentFailsWithoutRestart) {
   Job job(plan);
   job.runAll();
   auto a = job.feed(AgentLost{1});
-  EXPECT_EQ(said(a), std::vector<std::string>{"node 1's agent was lost; stopping every rank"});
+  EXPECT_EQ(said(a), std::vector<std::string>{"node 1's agent was lost; stopping every rank: "
+                                              "sent SIGTERM to 1 rank(s), SIGKILL in 30.0s"});
   EXPECT_TRUE(has<SendStop>(a));
   job.exit(0, 0, SIGTERM, true);
   auto b = job.feed(NodeIdle{0, 0});
@@ -526,7 +567,8 @@ TEST(JobDecisions, AnAgentLostToSilenceIsNamedWithWhy) {
   job.runAll();
   auto a = job.feed(AgentLost{1, "no word from it in 5s"});
   EXPECT_EQ(said(a), std::vector<std::string>{
-                         "node 1's agent was lost (no word from it in 5s); stopping every rank"});
+                         "node 1's agent was lost (no word from it in 5s); stopping every rank: "
+                         "sent SIGTERM to 1 rank(s), SIGKILL in 30.0s"});
   job.exit(0, 0, SIGTERM, true);
   job.feed(NodeIdle{0, 0});
   job.feed(AgentLost{0});
@@ -542,7 +584,8 @@ TEST(JobDecisions, MaxRuntimeEndsWith124) {
   Job job(plan);
   job.runAll();
   auto a = job.feed(MaxRuntimeOver{}, 300ms);
-  EXPECT_EQ(said(a), std::vector<std::string>{"max_runtime 0.3s exceeded; stopping every rank"});
+  EXPECT_EQ(said(a), std::vector<std::string>{"max_runtime 0.3s exceeded; stopping every rank: "
+                                              "sent SIGTERM to 2 rank(s), SIGKILL in 30.0s"});
   EXPECT_TRUE(has<SendStop>(a));
   auto b = job.stopRest({0, 1});
   EXPECT_FALSE(has<SendStart>(b)) << "a job out of time is not restarted";
@@ -550,6 +593,101 @@ TEST(JobDecisions, MaxRuntimeEndsWith124) {
   ASSERT_TRUE(job.outcome());
   EXPECT_EQ(job.outcome()->state, JobState::kFailed);
   EXPECT_EQ(job.outcome()->exit_code, 124);
+}
+
+// policy.stop_signal: every stop that gives notice sends it (a user's stop, max_runtime, a
+// failure elsewhere, a hang), and the "stopping" event says what the ranks got.
+TEST(JobDecisions, EveryGracefulStopSendsThePlansStopSignalAndSaysSo) {
+  plan::Plan plan = makePlan(2, 2);
+  plan.stop_signal = SIGUSR1;
+  plan.max_runtime_ms = 10000;
+  plan.hang_timeout_ms = 5000;
+  auto stopOf = [](const std::vector<JobAction>& a) {
+    EXPECT_EQ(all<SendStop>(a).size(), 1u);
+    return all<SendStop>(a).empty() ? SendStop{-1, -1} : all<SendStop>(a)[0];
+  };
+  auto stoppingReason = [](const std::vector<JobAction>& a) {
+    for (const WriteEvent& w : all<WriteEvent>(a)) {
+      if (w.event.kind == job::EventKind::kState && w.event.state == "stopping") {
+        return w.event.reason;
+      }
+    }
+    return std::string("(none)");
+  };
+  {
+    Job job(plan);
+    job.runAll();
+    auto a = job.feed(MaxRuntimeOver{}, 10s);
+    EXPECT_EQ(stopOf(a).signal, SIGUSR1);
+    EXPECT_EQ(stopOf(a).grace_ms, 30000);
+    EXPECT_EQ(stoppingReason(a),
+              "max_runtime 10.0s exceeded; sent SIGUSR1 to 4 rank(s), SIGKILL in 30.0s");
+    EXPECT_EQ(said(a), std::vector<std::string>{"max_runtime 10.0s exceeded; stopping every "
+                                                "rank: sent SIGUSR1 to 4 rank(s), SIGKILL in "
+                                                "30.0s"});
+    job.stopRest({0, 1, 2, 3});
+    job.agentsExit();
+    ASSERT_TRUE(job.outcome());
+    EXPECT_EQ(job.outcome()->reason, "max_runtime 10.0s exceeded") << "the reason stays short";
+  }
+  {
+    Job job(plan);
+    job.runAll();
+    auto a = job.feed(StopSignal{SIGTERM});
+    EXPECT_EQ(stopOf(a).signal, SIGUSR1) << "what the ranks get is the job's, not what came";
+    EXPECT_EQ(stoppingReason(a), "stopped by SIGTERM; sent SIGUSR1 to 4 rank(s), SIGKILL in 30.0s");
+    auto again = job.feed(StopSignal{SIGTERM});
+    EXPECT_EQ(stopOf(again).grace_ms, 0);
+    EXPECT_EQ(stopOf(again).signal, SIGKILL);
+  }
+  {
+    Job job(plan);
+    job.runAll();
+    auto a = job.exit(2, 1);
+    EXPECT_EQ(stopOf(a).signal, SIGUSR1);
+    EXPECT_EQ(stoppingReason(a),
+              "worker/2 on node 1 exited with code 1; sent SIGUSR1 to 3 rank(s), SIGKILL in 30.0s")
+        << "the rank that failed is not sent anything";
+  }
+  {
+    Job job(plan);
+    job.runAll();
+    job.feed(HangTimeOver{}, 5s);
+    EXPECT_EQ(stopOf(job.feed(HangDiagnosed{"", ""})).signal, SIGUSR1);
+  }
+  {
+    plan.grace_period_ms = 0;
+    Job job(plan);
+    job.runAll();
+    EXPECT_EQ(stoppingReason(job.feed(MaxRuntimeOver{}, 10s)),
+              "max_runtime 10.0s exceeded; sent SIGUSR1 to 4 rank(s), SIGKILL at once");
+  }
+}
+
+// A cluster preempting (or cancelling) the job signals the agents, not the coordinator: the
+// node says so, and every node's ranks get the notice; a stop is not restarted.
+TEST(JobDecisions, ANodeSignalledFromOutsideStopsEveryNodeAndIsNotRestarted) {
+  plan::Plan plan = makePlan(2, 1);
+  plan.max_restarts = 3;
+  plan.stop_signal = SIGUSR2;
+  Job job(plan);
+  job.runAll();
+  auto a = job.feed(NodeSignalled{1, SIGTERM});
+  ASSERT_EQ(all<SendStop>(a).size(), 1u);
+  EXPECT_EQ(all<SendStop>(a)[0].signal, SIGUSR2);
+  EXPECT_EQ(states(a), std::vector<std::string>{"stopping"});
+  EXPECT_TRUE(saidSomething(a,
+                            "node 1's agent got SIGTERM (its cluster preempts or cancels the "
+                            "job, or its machine shuts down); stopping every rank: sent "
+                            "SIGUSR2 to 2 rank(s)"))
+      << said(a)[0];
+  EXPECT_TRUE(job.feed(NodeSignalled{0, SIGTERM}).empty()) << "said once";
+  auto b = job.stopRest({0, 1});
+  EXPECT_FALSE(has<SendStart>(b));
+  job.agentsExit();
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->state, JobState::kStopped);
+  EXPECT_EQ(job.outcome()->exit_code, 128 + SIGTERM);
 }
 
 // ---- hangs -----------------------------------------------------------------------------------
@@ -580,9 +718,9 @@ TEST(JobDecisions, AJobWithoutProgressForHangTimeoutHasItsStacksTakenThenEndsWit
   EXPECT_FALSE(has<SendStop>(a)) << "the stacks first, while every rank still hangs";
   EXPECT_FALSE(has<CollectStacks>(job.feed(HangTimeOver{}))) << "once";
   auto b = job.feed(HangDiagnosed{"worker/1 on node 1 is stopped", "stacks...\n"});
-  EXPECT_EQ(said(b),
-            std::vector<std::string>{"no rank made progress for hang_timeout 10.0s: "
-                                     "worker/1 on node 1 is stopped; stopping every rank"});
+  EXPECT_EQ(said(b), std::vector<std::string>{"no rank made progress for hang_timeout 10.0s: "
+                                              "worker/1 on node 1 is stopped; stopping every rank: "
+                                              "sent SIGTERM to 2 rank(s), SIGKILL in 30.0s"});
   EXPECT_TRUE(has<SendStop>(b));
   job.stopRest({0, 1});
   job.agentsExit();
@@ -884,7 +1022,8 @@ TEST(JobDecisions, EventsWriteFailureWhileRunningStopsTheJobWithoutRestart) {
   auto says = all<Say>(a);
   ASSERT_EQ(says.size(), 1u);
   EXPECT_EQ(says[0].line, "could not write the job's record 'events.jsonl': No space left on "
-                          "device; stopping every rank");
+                          "device; stopping every rank: sent SIGTERM to 2 rank(s), SIGKILL in "
+                          "30.0s");
   EXPECT_TRUE(says[0].always);
   EXPECT_TRUE(has<SendStop>(a));
   auto b = job.stopRest({0, 1});
@@ -934,6 +1073,157 @@ TEST(JobDecisions, NothingIsDecidedAfterTheEnd) {
   EXPECT_TRUE(job.feed(StopSignal{SIGINT}).empty());
   EXPECT_TRUE(job.feed(AgentConnected{0}).empty());
   EXPECT_TRUE(job.feed(MaxRuntimeOver{}).empty());
+}
+
+}  // namespace
+}  // namespace cohort::agent
+
+// ---- debug: a rank that waits for a debugger, or has one, holds the job's timeouts ----------
+
+namespace cohort::agent {
+namespace {
+
+std::vector<JobAction> debugged(Job& job, int rank, const std::string& state,
+                                const std::string& reason = "start", int64_t time_ns = 0) {
+  return job.feed(RankDebugged{0, job.attempt(), rank, state, reason, "train.py:3", time_ns});
+}
+
+plan::Plan debugPlan(int ranks) {
+  plan::Plan plan = makePlan(1, ranks);
+  for (plan::RankPlan& r : plan.nodes[0].ranks) {
+    r.env.emplace_back("COHORT_DEBUG_LISTEN", "127.0.0.1:" + std::to_string(41000 + r.rank));
+  }
+  return plan;
+}
+
+TEST(JobDecisionsDebug, AWaitingRankIsSaidWithWhereToAttachAndRecorded) {
+  Job job(debugPlan(2));
+  job.runAll();
+  auto a = debugged(job, 1, "waiting");
+  EXPECT_TRUE(saidSomething(a,
+                            "worker/1 on node 0 is waiting for a debugger at 127.0.0.1:41001 "
+                            "(train.py:3)"));
+  EXPECT_TRUE(saidSomething(a, "max_runtime, hang detection and fail-fast hold"));
+  bool recorded = false;
+  for (const WriteEvent& w : all<WriteEvent>(a)) {
+    if (w.event.kind != job::EventKind::kDebug) continue;
+    recorded = true;
+    EXPECT_EQ(w.event.state, "waiting");
+    EXPECT_EQ(w.event.address, "127.0.0.1:41001");
+    EXPECT_EQ(w.event.name, "worker/1");
+  }
+  EXPECT_TRUE(recorded);
+}
+
+TEST(JobDecisionsDebug, MaxRuntimeWaitsForTheDebuggerToDetachThenEndsTheJob) {
+  plan::Plan plan = debugPlan(2);
+  plan.max_runtime_ms = 1000;
+  Job job(plan);
+  job.runAll();
+  debugged(job, 1, "attached");
+  auto over = job.feed(MaxRuntimeOver{}, 2s);
+  EXPECT_FALSE(has<SendStop>(over)) << "a rank at a breakpoint is not killed";
+  EXPECT_TRUE(saidSomething(over, "max_runtime 1.0s reached while worker/1 is being debugged"));
+  auto detached = debugged(job, 1, "running");
+  EXPECT_TRUE(has<SendStop>(detached));
+  EXPECT_TRUE(saidSomething(detached, "apply again"));
+  job.stopRest({0, 1});
+  job.agentsExit();
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->exit_code, 124);
+}
+
+// A rank that says it is being debugged for ever (its own code writes that) holds max_runtime
+// for debug.wait_limit more, then the job stops anyway.
+TEST(JobDecisionsDebug, MaxRuntimeIsHeldForTheWaitLimitAtMost) {
+  plan::Plan plan = debugPlan(2);
+  plan.max_runtime_ms = 1000;
+  plan.debug_wait_limit_ms = 60000;
+  Job job(plan);
+  job.runAll();
+  debugged(job, 1, "attached");
+  auto over = job.feed(MaxRuntimeOver{}, 2s);
+  EXPECT_FALSE(has<SendStop>(over));
+  EXPECT_TRUE(saidSomething(over, "or in 1m00s (debug.wait_limit)")) << said(over)[0];
+  bool armed = false;
+  for (const ArmTimer& t : all<ArmTimer>(over)) {
+    armed |= t.timer == TimerKind::kRuntime && t.after == Millis(60000);
+  }
+  EXPECT_TRUE(armed);
+  auto again = job.feed(MaxRuntimeOver{}, 62s);
+  EXPECT_TRUE(has<SendStop>(again)) << "the rank's word does not hold the job past the limit";
+  job.stopRest({0, 1});
+  job.agentsExit();
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->exit_code, 124);
+  EXPECT_NE(job.outcome()->reason.find("debug.wait_limit 1m00s exceeded"), std::string::npos)
+      << job.outcome()->reason;
+}
+
+TEST(JobDecisionsDebug, AFailureElsewhereIsHeldUntilNoRankIsDebuggedThenIsTheRootCause) {
+  Job job(debugPlan(3));
+  job.runAll();
+  debugged(job, 1, "waiting");
+  auto failed = job.exit(0, 3);
+  EXPECT_FALSE(has<SendStop>(failed)) << "the paused rank is held, not killed";
+  EXPECT_TRUE(saidSomething(failed, "held while worker/1 is being debugged"));
+  debugged(job, 1, "attached");
+  auto gone = debugged(job, 1, "running");
+  EXPECT_TRUE(has<SendStop>(gone));
+  job.stopRest({1, 2});
+  job.agentsExit();
+  ASSERT_TRUE(job.outcome());
+  ASSERT_TRUE(job.outcome()->root_cause);
+  EXPECT_EQ(job.outcome()->root_cause->rank, 0);
+  EXPECT_EQ(job.outcome()->exit_code, 3);
+}
+
+TEST(JobDecisionsDebug, APostMortemRankIsTheRootCauseNotThePeersItHeldUp) {
+  Job job(debugPlan(3));
+  job.runAll();
+  debugged(job, 2, "waiting", "exception", 5000);
+  // Its peers time out in their collective while it sits at its exception.
+  job.exit(0, 1, 0, false, 9000);
+  job.exit(1, 1, 0, false, 9100);
+  auto ended = job.exit(2, 1, 0, false, 20000);  // released: it ends with its exception
+  EXPECT_TRUE(has<SendStop>(ended));
+  job.stopRest({});
+  job.agentsExit();
+  ASSERT_TRUE(job.outcome());
+  ASSERT_TRUE(job.outcome()->root_cause);
+  EXPECT_EQ(job.outcome()->root_cause->rank, 2);
+}
+
+TEST(JobDecisionsDebug, NoHangWhileARankIsDebuggedAndTheHangTimerStartsAgainAfter) {
+  plan::Plan plan = debugPlan(2);
+  plan.hang_timeout_ms = 1000;
+  Job job(plan);
+  job.runAll();
+  debugged(job, 0, "waiting");
+  auto hang = job.feed(HangTimeOver{}, 2s);
+  EXPECT_FALSE(has<CollectStacks>(hang));
+  EXPECT_TRUE(has<ArmTimer>(hang));
+  auto over = debugged(job, 0, "running");
+  bool rearmed = false;
+  for (const ArmTimer& t : all<ArmTimer>(over)) rearmed = rearmed || t.timer == TimerKind::kHang;
+  EXPECT_TRUE(rearmed);
+  EXPECT_TRUE(has<CollectStacks>(job.feed(HangTimeOver{}, 2s)));
+}
+
+TEST(JobDecisionsDebug, AUserStopIsNotHeld) {
+  Job job(debugPlan(2));
+  job.runAll();
+  debugged(job, 1, "attached");
+  EXPECT_TRUE(has<SendStop>(job.feed(StopSignal{SIGINT})));
+}
+
+TEST(JobDecisionsDebug, ReportsOfAnotherAttemptOrUnknownRankChangeNothing) {
+  Job job(debugPlan(2));
+  job.runAll();
+  EXPECT_TRUE(job.feed(RankDebugged{0, 7, 1, "waiting", "start", "", 0}).empty());
+  EXPECT_TRUE(job.feed(RankDebugged{0, 0, 99, "waiting", "start", "", 0}).empty());
+  EXPECT_TRUE(job.feed(RankDebugged{0, 0, 1, "sleeping", "start", "", 0}).empty());
+  EXPECT_TRUE(has<SendStop>(job.exit(0, 1))) << "nothing is debugged: fail-fast as ever";
 }
 
 }  // namespace

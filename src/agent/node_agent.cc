@@ -7,6 +7,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +22,8 @@
 #include <thread>
 
 #include "agent/channel.h"
+#include "agent/debug_status.h"
+#include "agent/gpu.h"
 #include "agent/preload.h"
 #include "agent/rank_output.h"
 #include "agent/staging.h"
@@ -101,13 +104,10 @@ void forEachProcess(Fn fn, const std::string& cgroup = {}) {
     if (close == std::string::npos || close + 2 >= stat->size()) return;
     fn(static_cast<pid_t>(std::atoi(pid.c_str())), split(stat->substr(close + 2), ' '));
   };
-  if (!cgroup.empty()) {
-    if (auto procs = readFile(cgroup + "/cgroup.procs")) {
-      for (const std::string& pid : split(*procs, '\n')) {
-        if (!pid.empty()) visit(pid);
-      }
-      return;
-    }
+  if (!cgroup.empty() && ::access((cgroup + "/cgroup.procs").c_str(), R_OK) == 0) {
+    // The node's cgroup and those of its ranks below it.
+    for (pid_t pid : proc::cgroupProcesses(cgroup)) visit(std::to_string(pid));
+    return;
   }
   DIR* dir = ::opendir("/proc");
   if (!dir) return;
@@ -125,18 +125,23 @@ struct Usage {
   int64_t rss_bytes = 0;
 };
 
-std::map<pid_t, Usage> usageByProcessGroup(const std::string& cgroup) {
+// With `group_of`, also each process's group (to find a rank's processes among nvidia-smi's).
+std::map<pid_t, Usage> usageByProcessGroup(const std::string& cgroup,
+                                           std::map<pid_t, pid_t>* group_of = nullptr) {
   std::map<pid_t, Usage> out;
   static const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
   static const int64_t page = ::sysconf(_SC_PAGESIZE);
-  forEachProcess([&](pid_t, const std::vector<std::string>& f) {
-    if (f.size() < 22) return;
-    auto num = [&](size_t i) { return std::strtoll(f[i].c_str(), nullptr, 10); };
-    // pgrp, then utime stime cutime cstime, then rss in pages
-    Usage& u = out[static_cast<pid_t>(num(2))];
-    u.cpu_seconds += static_cast<double>(num(11) + num(12) + num(13) + num(14)) / ticks;
-    u.rss_bytes += num(21) * page;
-  }, cgroup);
+  forEachProcess(
+      [&](pid_t pid, const std::vector<std::string>& f) {
+        if (f.size() < 22) return;
+        auto num = [&](size_t i) { return std::strtoll(f[i].c_str(), nullptr, 10); };
+        // pgrp, then utime stime cutime cstime, then rss in pages
+        if (group_of) (*group_of)[pid] = static_cast<pid_t>(num(2));
+        Usage& u = out[static_cast<pid_t>(num(2))];
+        u.cpu_seconds += static_cast<double>(num(11) + num(12) + num(13) + num(14)) / ticks;
+        u.rss_bytes += num(21) * page;
+      },
+      cgroup);
   return out;
 }
 
@@ -180,11 +185,14 @@ std::string cgroupName(const std::string& id) {
   return name.substr(0, 200);
 }
 
-// Where cohort puts a node's ranks: <the agent's own cgroup>/cohort/<job id>/node<i>, and the
-// watchdog that removes it if the agent dies. Empty when the machine gives no writable cgroup.
+// Where cohort puts a node's ranks: <the agent's own cgroup, or COHORT_CGROUP_ROOT>/cohort/
+// <job id>/node<i>/rank<r>, one cgroup per rank (its resource requests are per rank), and the
+// watchdog that removes them if the agent dies. Empty when the machine gives no writable
+// cgroup; `why` then says so.
 struct CgroupSupport {
   std::optional<std::string> base;
   std::optional<proc::CgroupWatchdog> watchdog;
+  std::string why;
 };
 
 // Said once per agent, on stderr: the job runs, with the weaker guarantee.
@@ -195,16 +203,54 @@ void sayNoCgroup(int node, const std::string& why) {
                node, why.c_str());
 }
 
+// The value of variable `name` in a rank's plan; "" when it has none.
+std::string planEnv(const plan::RankPlan& rank, const std::string& name) {
+  for (const auto& [key, value] : rank.env) {
+    if (key == name) return value;
+  }
+  return "";
+}
+
+// cohort.heartbeat(): a rank says it is alive, without a line of output, by touching its file
+// ($COHORT_HEARTBEAT_FILE, in its node's work directory). Output would have to be taken out of
+// the rank's log again (every byte goes there as it came, partial lines included), and a
+// descriptor handed to the rank would not survive launchers that close what they inherit
+// (torchrun, mpirun, subprocess); a variable and a path do, in the sandbox too, and the agent is
+// on the rank's node on every backend. The file is the rank's: it is only looked at (lstat: a
+// link is not followed, nothing is opened or read), and any change of its times is a sign of
+// life. What the agent saw last, or nothing when there is no such file.
+std::optional<std::pair<timespec, timespec>> heartbeatTimes(const std::string& path) {
+  struct stat st {};
+  if (path.empty() || ::lstat(path.c_str(), &st) != 0) return std::nullopt;
+  return std::pair{st.st_mtim, st.st_ctim};
+}
+
+bool sameTimes(const std::optional<std::pair<timespec, timespec>>& a,
+               const std::optional<std::pair<timespec, timespec>>& b) {
+  auto same = [](const timespec& x, const timespec& y) {
+    return x.tv_sec == y.tv_sec && x.tv_nsec == y.tv_nsec;
+  };
+  if (!a || !b) return !a && !b;
+  return same(a->first, b->first) && same(a->second, b->second);
+}
+
 struct Rank {
   plan::RankPlan plan;
   proc::Child child;
   UniqueFd out;  // read end of the rank's output pipe
   std::optional<RankOutput> output;
-  int64_t last_output = 0;  // unix nanos of its latest output; 0: none yet
+  int64_t last_output = 0;     // unix nanos of its latest output; 0: none yet
+  std::string heartbeat_file;  // $COHORT_HEARTBEAT_FILE
+  std::optional<std::pair<timespec, timespec>> heartbeat_seen;  // its times, as last seen
+  int64_t last_heartbeat = 0;  // unix nanos when the agent saw it change; 0: not yet
+  std::string debug_file;      // $COHORT_DEBUG_FILE, in a job with debug:
+  std::optional<DebugStatus> debug_said;  // what the coordinator was told last
   bool running = false;
   bool signalled = false;  // cohort sent it a signal
-  bool stop_lost = false;  // its SIGTERM came when no process of it could take it
+  bool stop_lost = false;  // its stop signal came when no process of it could take it
   std::chrono::steady_clock::time_point spawned;
+  std::optional<proc::Cgroup> cgroup;  // its own, below the node's
+  bool memory_limited = false;         // cgroup holds it to plan.memory_bytes
 };
 
 class Agent {
@@ -241,7 +287,10 @@ class Agent {
     COHORT_TRY(loop_.add(grace_.fd(), EPOLLIN, [this](uint32_t) { onGraceOver(); }));
     COHORT_TRY(loop_.add(progress_.fd(), EPOLLIN, [this](uint32_t) { onProgressTime(); }));
     COHORT_TRY(loop_.add(heartbeat_.fd(), EPOLLIN, [this](uint32_t) { onHeartbeatTime(); }));
+    const char* path = std::getenv("PATH");
+    gpu_.emplace(loop_, path ? path : "/usr/local/bin:/usr/bin:/bin", [this] { reapOrphans(); });
     COHORT_TRY(loop_.run());
+    gpu_.reset();
     if (cgroup_) {
       if (auto removed = cgroup_->remove(); !removed) {
         std::fprintf(stderr, "cohort exec: node %d: %s\n", options_.node,
@@ -268,17 +317,44 @@ class Agent {
     }
     heartbeatIfDue();
     resendLostStops();
+    checkDebugStatus();
     heartbeat_.arm(heartbeat_every_);
   }
 
-  // A SIGTERM that reached a rank's group before any of its processes could take it (a sandbox
-  // still starting) is sent again once one can, until the grace period ends in SIGKILL.
+  // debug: each running rank's word on its debugger (agent/debug_status.h), to the coordinator
+  // when it changes: a rank that waits for one, or has one, holds the job's timeouts.
+  void checkDebugStatus() {
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      Rank& rank = ranks_[i];
+      if (!rank.running || rank.debug_file.empty()) continue;
+      auto status =
+          readDebugStatus(rank.debug_file, rank.plan.uid >= 0 ? static_cast<uid_t>(rank.plan.uid)
+                                                              : static_cast<uid_t>(-1));
+      if (!status || (rank.debug_said && *rank.debug_said == *status)) continue;
+      // Only a change of state is news; a new seq with the same state is not.
+      const bool news = !rank.debug_said || rank.debug_said->state != status->state ||
+                        rank.debug_said->reason != status->reason;
+      rank.debug_said = *status;
+      if (!news) continue;
+      (void)channel_.send({{"type", "debug"},
+                           {"attempt", attempt_},
+                           {"index", i},
+                           {"state", status->state},
+                           {"reason", status->reason},
+                           {"where", status->where},
+                           {"time", nowUnixNanos()}});
+    }
+  }
+
+  // A stop signal that reached a rank's group before any of its processes could take it (a
+  // sandbox still starting) is sent again once one can, until the grace period ends in SIGKILL.
   void resendLostStops() {
     if (!stopping_ || !grace_armed_) return;
     for (Rank& rank : ranks_) {
-      if (rank.running && rank.stop_lost && groupTakes(rank.child.pid, SIGTERM, cgroupPath())) {
+      if (rank.running && rank.stop_lost &&
+          groupTakes(rank.child.pid, sent_signal_, cgroupPath())) {
         rank.stop_lost = false;
-        ::kill(-rank.child.pid, SIGTERM);
+        ::kill(-rank.child.pid, sent_signal_);
       }
     }
   }
@@ -364,6 +440,8 @@ class Agent {
       heartbeat_every_ = Millis(std::max<int64_t>(100, field(m, "heartbeat_ms", int64_t{1000})));
       heartbeat_timeout_ =
           Millis(std::max<int64_t>(1000, field(m, "heartbeat_timeout_ms", int64_t{5000})));
+      stop_signal_ = field(m, "stop_signal", int{SIGTERM});
+      outside_grace_ = Millis(std::max<int64_t>(0, field(m, "grace_ms", int64_t{3000})));
       heartbeat_.arm(heartbeat_every_);
       trim_after_message_ = true;  // the plan's JSON was large and is garbage now
       setUpCgroup();
@@ -385,7 +463,7 @@ class Agent {
                              {"time", nowUnixNanos()}});
         attemptOver();
       }
-      stopRanks(Millis(field(m, "grace_ms", int64_t{30000})));
+      stopRanks(Millis(field(m, "grace_ms", int64_t{30000})), field(m, "signal", stop_signal_));
     } else if (type == "stacks") {
       sendStacks();
     } else if (type == "exit") {
@@ -400,16 +478,16 @@ class Agent {
     }
   }
 
-  // The agent's one way out: leave now if nothing runs; otherwise stop the ranks (SIGTERM, then
-  // SIGKILL after `grace`) and leave when the last is gone (attemptOver), or when the chore
-  // under way (staging, which cannot be interrupted) is over.
+  // The agent's one way out: leave now if nothing runs; otherwise stop the ranks (the stop
+  // signal, then SIGKILL after `grace`) and leave when the last is gone (attemptOver), or when
+  // the chore under way (staging, which cannot be interrupted) is over.
   void exitWhenDone(Millis grace) {
     exiting_ = true;
     if (chore_.joinable()) return;
     if (running_count_ == 0) {
       leave();
     } else {
-      stopRanks(grace);
+      stopRanks(grace, stop_signal_);
     }
   }
 
@@ -570,7 +648,11 @@ class Agent {
 
   // The node's cgroup, made before any rank starts, and handed to the watchdog.
   void setUpCgroup() {
-    if (!cgroups_.base || cgroup_) return;
+    if (!cgroups_.base) {
+      notLimited("no cgroup for the ranks (" + cgroups_.why + ")");
+      return;
+    }
+    if (cgroup_) return;
     std::string job_id;
     for (const auto& [key, value] : node_.ranks.empty() ? plan::KeyValues{} : node_.ranks[0].env) {
       if (key == "COHORT_JOB_ID") job_id = value;
@@ -589,22 +671,79 @@ class Agent {
       return;
     }
     cgroup_ = std::move(*cgroup);
+    if (!anyRequests()) return;
+    if (auto enabled = proc::enableLimitControllers(*cgroups_.base, cgroup_->path()); !enabled) {
+      notLimited(enabled.error().message);
+    } else {
+      limits_enforced_ = true;
+    }
   }
 
   // Says once why this node runs without a cgroup, and from then on does without.
   void withoutCgroup(const std::string& why) {
     sayNoCgroup(options_.node, why);
+    notLimited("no cgroup for the ranks (" + why + ")");
     cgroups_.base.reset();
     cgroup_.reset();
+  }
+
+  // Whether some rank of the node asks for CPUs or memory (a launcher's may not).
+  bool anyRequests() const {
+    return std::any_of(node_.ranks.begin(), node_.ranks.end(),
+                       [](const plan::RankPlan& r) { return r.cpus > 0 || r.memory_bytes > 0; });
+  }
+
+  // Tells the coordinator once why this node's ranks run without their requests enforced.
+  void notLimited(const std::string& why) {
+    limits_enforced_ = false;
+    if (limits_said_ || !anyRequests()) return;
+    limits_said_ = true;
+    (void)channel_.send({{"type", "limits"}, {"why", why}});
+  }
+
+  // The cgroup a rank starts in: one of its own below the node's, held to the rank's requests
+  // where limits are enforced. Null without cgroups. Errors: a rank cgroup that cannot be made
+  // or limited where limits are enforced (the node's own cgroup can then hold no process).
+  Result<const proc::Cgroup*> rankCgroup(Rank& rank) {
+    if (!cgroup_) return nullptr;
+    const std::string name = "rank" + std::to_string(rank.plan.rank);
+    auto made = proc::Cgroup::create(cgroup_->path(), name);
+    if (!made && made.error().code == Code::kAlreadyExists) {
+      // An earlier attempt's that could not be removed yet (a process slow to go).
+      made = proc::Cgroup::create(cgroup_->path(), name + "-" + std::to_string(attempt_));
+    }
+    if (!made) {
+      if (!limits_enforced_) return &*cgroup_;
+      return withContext(made.error(), "the rank's cgroup");
+    }
+    rank.cgroup = std::move(*made);
+    if (limits_enforced_) {
+      auto limited = rank.cgroup->setLimits({rank.plan.memory_bytes, rank.plan.cpus});
+      if (!limited) {
+        notLimited(limited.error().message);
+      } else {
+        rank.memory_limited = rank.plan.memory_bytes > 0;
+      }
+    }
+    return &*rank.cgroup;
   }
 
   void onSignal() {
     while (int sig = signals_.next()) {
       if (sig == SIGCHLD) reapOrphans();
       if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP) {
-        // Our parent (cohort run or the cluster's launcher) is going away: end the job here;
-        // a second signal kills at once.
-        exitWhenDone(stopping_ ? Millis(0) : Millis(3000));
+        // A coordinator that died closed its connection before its death signal came.
+        onChannel();
+        if (lost_coordinator_ || !authenticated_) {
+          exitWhenDone(stopping_ ? Millis(0) : Millis(3000));
+          continue;
+        }
+        // The coordinator is there, so it was not our parent going away: a cluster preempts or
+        // cancels the job (Slurm signals its tasks), the machine shuts down. The ranks get
+        // their notice and grace period, and the coordinator stops every other node's too. A
+        // second signal kills at once.
+        if (!stopping_) (void)channel_.send({{"type", "signalled"}, {"signal", sig}});
+        exitWhenDone(stopping_ ? Millis(0) : outside_grace_);
       }
     }
   }
@@ -689,6 +828,12 @@ class Agent {
       heartbeatIfDue();
       Rank& rank = ranks_[i];
       rank.plan = node_.ranks[i];
+      // An earlier attempt's heartbeat file is where this one's starts from.
+      rank.heartbeat_file = planEnv(rank.plan, "COHORT_HEARTBEAT_FILE");
+      rank.heartbeat_seen = heartbeatTimes(rank.heartbeat_file);
+      // An earlier attempt's status is not this one's.
+      rank.debug_file = planEnv(rank.plan, "COHORT_DEBUG_FILE");
+      if (!rank.debug_file.empty()) ::unlink(rank.debug_file.c_str());
       std::string error;
       if (auto r = spawnRank(i); !r) error = r.error().message;
       if (!error.empty()) {
@@ -711,16 +856,31 @@ class Agent {
   void onProgressTime() {
     progress_.consume();
     if (running_count_ == 0) return;
-    std::map<pid_t, Usage> usage = usageByProcessGroup(cgroupPath());
+    std::map<pid_t, pid_t> group_of;
+    const bool gpus = gpu_ && gpu_->available() && gpu_->latest();
+    std::map<pid_t, Usage> usage = usageByProcessGroup(cgroupPath(), gpus ? &group_of : nullptr);
+    std::map<pid_t, RankGpu> gpu_use;
+    if (gpus) gpu_use = gpuUseByGroup(gpu_->latest()->first, gpu_->latest()->second, group_of);
     Message ranks = Message::array();
+    const int64_t now = nowUnixNanos();
     for (size_t i = 0; i < ranks_.size(); ++i) {
-      const Rank& rank = ranks_[i];
+      Rank& rank = ranks_[i];
+      if (rank.running && !rank.heartbeat_file.empty()) {
+        auto times = heartbeatTimes(rank.heartbeat_file);
+        if (!sameTimes(times, rank.heartbeat_seen) && times) rank.last_heartbeat = now;
+        rank.heartbeat_seen = times;
+      }
       Message r = {{"index", i}, {"running", rank.running}, {"last_output", rank.last_output}};
+      if (rank.last_heartbeat) r["last_heartbeat"] = rank.last_heartbeat;
       if (rank.running) {
         // Every rank leads a process group of its own (proc/spawn.h).
         const Usage u = usage[rank.child.pid];
         r["cpu_seconds"] = u.cpu_seconds;
         r["rss_bytes"] = u.rss_bytes;
+        if (auto g = gpu_use.find(rank.child.pid); g != gpu_use.end()) {
+          r["gpu_util"] = g->second.utilization;
+          r["gpu_memory_bytes"] = g->second.memory_bytes;
+        }
       }
       ranks.push_back(std::move(r));
     }
@@ -728,6 +888,7 @@ class Agent {
                          {"attempt", attempt_},
                          {"time", nowUnixNanos()},
                          {"ranks", std::move(ranks)}});
+    if (gpu_) gpu_->poll();  // its answer is the next sample's; it never waits here
     progress_.arm(kProgressEvery);
   }
 
@@ -736,6 +897,7 @@ class Agent {
     const plan::RankPlan& p = rank.plan;
     std::string prefix = "[" + p.name + " node" + std::to_string(p.node) + "] ";
     rank.output.emplace(std::move(prefix), nullptr);  // for the tail; the coordinator echoes
+    if (p.terminal) return spawnOnTerminal(index);
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) < 0) return failErrno("pipe2");
     UniqueFd write_end(fds[1]);
@@ -750,7 +912,8 @@ class Agent {
     req.stdout_fd = write_end.get();
     req.uid = p.uid;
     req.gid = p.gid;
-    req.cgroup_fd = cgroup_ ? cgroup_->fd() : -1;
+    COHORT_ASSIGN(const proc::Cgroup* cgroup, rankCgroup(rank));
+    req.cgroup_fd = cgroup ? cgroup->fd() : -1;
     auto child = proc::spawn(req);
     if (!child && child.error().code == Code::kFailedPrecondition && cgroup_ && !cgroup_joined_) {
       // The cgroup could be made but not joined (a delegation that stops short): do without.
@@ -765,6 +928,41 @@ class Agent {
     return watch(index, std::move(*child));
   }
 
+  // --pdb: the rank's stdin, stdout and stderr are the agent's (cohort run's terminal), and its
+  // process group becomes the terminal's foreground one, so that it may read it and Ctrl-C
+  // reaches pdb, until it exits. Its output is not in its log.
+  Result<void> spawnOnTerminal(size_t index) {
+    Rank& rank = ranks_[index];
+    const plan::RankPlan& p = rank.plan;
+    proc::SpawnRequest req;
+    req.argv = p.argv;
+    req.env = rankEnvironment(p);
+    req.cwd = workdir_;
+    req.stdin_fd = STDIN_FILENO;
+    req.stdout_fd = STDOUT_FILENO;
+    req.stderr_fd = STDERR_FILENO;
+    req.uid = p.uid;
+    req.gid = p.gid;
+    COHORT_ASSIGN(const proc::Cgroup* cgroup, rankCgroup(rank));
+    req.cgroup_fd = cgroup ? cgroup->fd() : -1;
+    auto child = proc::spawn(req);
+    if (!child) return withContext(child.error(), p.name);
+    if (::isatty(STDIN_FILENO)) {
+      terminal_owner_ = ::tcgetpgrp(STDIN_FILENO);
+      foreground(child->pid);
+    }
+    return watch(index, std::move(*child));
+  }
+
+  // Makes `pgid` the terminal's foreground process group (a background process may, with
+  // SIGTTOU ignored for the call).
+  static void foreground(pid_t pgid) {
+    if (pgid <= 0) return;
+    auto old = ::signal(SIGTTOU, SIG_IGN);
+    (void)::tcsetpgrp(STDIN_FILENO, pgid);
+    ::signal(SIGTTOU, old);
+  }
+
   // A rank that runs: its exit and its output come through the loop.
   Result<void> watch(size_t index, proc::Child child) {
     Rank& rank = ranks_[index];
@@ -773,7 +971,9 @@ class Agent {
     rank.spawned = std::chrono::steady_clock::now();
     ++running_count_;
     COHORT_TRY(loop_.add(rank.child.pidfd.get(), EPOLLIN, [this, index](uint32_t) { onExit(index); }));
-    COHORT_TRY(loop_.add(rank.out.get(), EPOLLIN, [this, index](uint32_t) { pump(index, 16); }));
+    if (rank.out.valid()) {
+      COHORT_TRY(loop_.add(rank.out.get(), EPOLLIN, [this, index](uint32_t) { pump(index, 16); }));
+    }
     return {};
   }
 
@@ -820,8 +1020,14 @@ class Agent {
       return fail(Code::kPermissionDenied, p.name + ": the preload template named process " +
                                                std::to_string(*pid) + ", which is not this agent's");
     }
-    if (cgroup_) {
-      if (auto adopted = cgroup_->adopt(*pid); !adopted) {
+    auto cgroup = rankCgroup(rank);
+    if (!cgroup) {
+      ::kill(*pid, SIGKILL);
+      (void)proc::reap(child.pidfd.get());
+      return withContext(cgroup.error(), p.name);
+    }
+    if (*cgroup) {
+      if (auto adopted = (*cgroup)->adopt(*pid); !adopted) {
         ::kill(*pid, SIGKILL);
         (void)proc::reap(child.pidfd.get());
         return withContext(adopted.error(), p.name);
@@ -867,7 +1073,19 @@ class Agent {
     // the pipe open) or end of output.
     pump(index, std::numeric_limits<int>::max());
     rank.output->finish();
-    report(rank, status ? *status : proc::ExitStatus{1, 0}, time, "");
+    const proc::ExitStatus exit = status ? *status : proc::ExitStatus{1, 0};
+    // Killed by the kernel for going over its memory limit, rather than by someone's SIGKILL.
+    int64_t memory_limit = 0;
+    if (exit.signal == SIGKILL && rank.memory_limited && rank.cgroup) {
+      if (auto kills = rank.cgroup->oomKills(); kills && *kills > 0) {
+        memory_limit = rank.plan.memory_bytes;
+      }
+    }
+    if (rank.plan.terminal && terminal_owner_ > 0) {
+      foreground(terminal_owner_);  // the terminal is cohort run's again
+      terminal_owner_ = -1;
+    }
+    report(rank, exit, time, "", memory_limit);
     reapOrphans();  // what waited behind this rank's exit
     if (running_count_ == 0) attemptOver();
   }
@@ -880,6 +1098,7 @@ class Agent {
       std::vector<pid_t> orphans = childrenOf(::getpid());
       std::erase(orphans, watchdog);
       if (template_) std::erase(orphans, template_->pid());
+      std::erase_if(orphans, [&](pid_t pid) { return gpu_ && gpu_->owns(pid); });
       if (orphans.empty()) break;
       for (pid_t pid : orphans) {
         ::kill(-pid, SIGKILL);
@@ -901,6 +1120,7 @@ class Agent {
         if (rank.running && rank.child.pid == info.si_pid) return;
       }
       if (template_ && info.si_pid == template_->pid()) return;  // its pidfd reaps it
+      if (gpu_ && gpu_->owns(info.si_pid)) return;  // so does the sampler, then calls us again
       if (cgroups_.watchdog && info.si_pid == cgroups_.watchdog->pid()) {
         std::fprintf(stderr, "cohort exec: node %d: the cgroup watchdog exited\n",
                      options_.node);
@@ -911,7 +1131,7 @@ class Agent {
   }
 
   void report(const Rank& rank, const proc::ExitStatus& status, int64_t time,
-              const std::string& error) {
+              const std::string& error, int64_t memory_limit = 0) {
     std::vector<std::string> tail = rank.output ? rank.output->tail(kTailLines)
                                                 : std::vector<std::string>{};
     if (!error.empty()) tail.push_back("cohort: " + error);
@@ -923,30 +1143,39 @@ class Agent {
                          {"by_cohort", rank.signalled},
                          {"time", time},
                          {"tail", tail},
-                         {"error", error}});
+                         {"error", error},
+                         {"memory_limit", memory_limit}});
   }
 
-  void stopRanks(Millis grace) {
+  // Sends every running rank's process group `stop_signal` (policy.stop_signal: the rank's one
+  // notice, never repeated but for a sandbox that could not take it yet), and SIGKILL after
+  // `grace`; a grace of 0 is SIGKILL at once. Once stopping, only that SIGKILL is left to send.
+  void stopRanks(Millis grace, int stop_signal) {
+    if (stop_signal == SIGKILL || stop_signal == SIGSTOP || stop_signal <= 0 || stop_signal >= 65) {
+      stop_signal = SIGTERM;  // the plan allows neither; never a stop that gives no notice
+    }
     if (!stopping_ || grace.count() == 0) {
-      int sig = grace.count() == 0 ? SIGKILL : SIGTERM;
+      const bool notice = grace.count() > 0;
+      const int sig = notice ? stop_signal : SIGKILL;
       bool any = false;
       for (Rank& rank : ranks_) {
         if (!rank.running) continue;
         rank.signalled = true;
         // Looked at before the signal: a process that takes it then gets it.
-        if (sig == SIGTERM && mayLoseStop(rank)) {
+        if (notice && mayLoseStop(rank)) {
           rank.stop_lost = !groupTakes(rank.child.pid, sig, cgroupPath());
         }
         ::kill(-rank.child.pid, sig);
-        // A stopped rank (SIGSTOP, Ctrl-Z) takes SIGTERM only once it runs again: as systemd
-        // does, SIGCONT follows.
-        if (sig == SIGTERM) ::kill(-rank.child.pid, SIGCONT);
+        // A stopped rank (SIGSTOP, Ctrl-Z) takes the signal only once it runs again: as
+        // systemd does, SIGCONT follows.
+        if (notice) ::kill(-rank.child.pid, SIGCONT);
         any = true;
       }
-      // Only ranks that got SIGTERM need the SIGKILL: a timer armed with nothing running would
-      // go off in the next attempt and kill its ranks.
-      if (sig == SIGTERM && any) grace_.arm(grace);
-      grace_armed_ = sig == SIGTERM && any;
+      // Only ranks that got the notice need the SIGKILL: a timer armed with nothing running
+      // would go off in the next attempt and kill its ranks.
+      if (notice && any) grace_.arm(grace);
+      grace_armed_ = notice && any;
+      if (notice) sent_signal_ = sig;
     }
     stopping_ = true;
   }
@@ -996,17 +1225,23 @@ class Agent {
   proc::Timer heartbeat_;
   Millis heartbeat_every_{1000};
   Millis heartbeat_timeout_{5000};
+  int stop_signal_ = SIGTERM;   // policy.stop_signal, from the plan
+  int sent_signal_ = SIGTERM;   // what the current stop sent
+  Millis outside_grace_{3000};  // policy.grace_period: for a stop that comes from outside
   std::chrono::steady_clock::time_point last_heard_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point last_sent_{};
   Channel channel_;
   CgroupSupport cgroups_;
   std::optional<proc::Cgroup> cgroup_;  // this node's ranks, when cgroups_ has a base
   bool cgroup_joined_ = false;          // a rank has started in it
+  bool limits_enforced_ = false;        // the ranks' cgroups can be held to their requests
+  bool limits_said_ = false;            // the coordinator was told why they are not
   plan::NodePlan node_;
   std::string workdir_;
   std::vector<Rank> ranks_;
   std::optional<PreloadTemplate> template_;  // launcher: preload
   std::optional<proc::Cgroup> template_cgroup_;
+  std::optional<GpuSampler> gpu_;  // while the loop runs
   bool template_ready_ = false;
   std::string preload_error_;        // why this node's ranks cannot be forked
   std::optional<int> pending_attempt_;  // to start once the template is ready
@@ -1025,7 +1260,8 @@ class Agent {
   bool lost_coordinator_ = false;
   int exit_code_ = 0;  // the job's, from the coordinator's "exit"
   bool dumping_ = false;      // the chore runs py-spy (sendStacks)
-  bool grace_armed_ = false;  // SIGTERM was sent; SIGKILL follows when the grace period ends
+  bool grace_armed_ = false;  // the stop signal was sent; SIGKILL follows when the grace ends
+  pid_t terminal_owner_ = -1;   // --pdb: the terminal's foreground group before the rank took it
   std::string nonce_;           // ours, for the coordinator's proof
   bool authenticated_ = false;  // the coordinator proved it knows the secret
 };
@@ -1043,7 +1279,15 @@ Result<int> runNodeAgent(const AgentOptions& options) {
   // must not hold).
   CgroupSupport cgroups;
   std::string no_cgroup;
-  if (auto base = proc::ownWritableCgroup(); !base) {
+  // An empty cgroup delegated to cohort (docs/observing.md): the agent's own holds the agent,
+  // and cgroup v2 gives no controllers to the children of a cgroup that holds processes.
+  const char* root = std::getenv("COHORT_CGROUP_ROOT");
+  auto base = root && *root ? Result<std::string>(std::string(root)) : proc::ownWritableCgroup();
+  if (base && ::access((*base + "/cgroup.procs").c_str(), W_OK) != 0) {
+    base = fail(Code::kPermissionDenied, "COHORT_CGROUP_ROOT '" + *base +
+                                             "' is not a writable cgroup: " + std::strerror(errno));
+  }
+  if (!base) {
     no_cgroup = base.error().message;
   } else if (auto watchdog = proc::CgroupWatchdog::start(); !watchdog) {
     no_cgroup = watchdog.error().message;
@@ -1052,6 +1296,7 @@ Result<int> runNodeAgent(const AgentOptions& options) {
     cgroups.watchdog = std::move(*watchdog);
   }
   if (!no_cgroup.empty()) sayNoCgroup(options.node, no_cgroup);
+  cgroups.why = no_cgroup;
   COHORT_ASSIGN(UniqueFd sock, connectTcp(options.coordinator_addr, options.coordinator_port,
                                           Millis(30000)));
   COHORT_ASSIGN(auto loop, proc::EventLoop::create());

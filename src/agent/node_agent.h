@@ -3,12 +3,14 @@
 // plan names), ships their output to the coordinator (which keeps the logs and echoes it to the
 // console), watches them (one event loop over pidfds, a signalfd, timerfds, the ranks' pipes and
 // the control channel), reports every exit with its time and last log lines, and every 2 s says
-// how each rank is doing (last output, CPU time, memory). On "stop" it sends SIGTERM to every rank's process group and SIGKILL after the
-// grace period. Where the machine allows, the node's ranks run in a cgroup of their own, killed
+// how each rank is doing (last output, last cohort.heartbeat(), CPU time, memory). On "stop" it
+// sends the job's stop signal (SIGTERM by default) to every rank's process group and SIGKILL after
+// the grace period. Where the machine allows, the node's ranks run in a cgroup of their own, killed
 // whole when an attempt ends and, by a watchdog process, when the agent dies (even by kill -9);
 // elsewhere it is a child subreaper: processes that escape with setsid come back to it and are
 // killed when the attempt ends. Either way no process of the job survives the job. If the
-// coordinator disappears, or the agent gets SIGTERM, it stops its ranks and exits.
+// coordinator disappears, or the agent gets SIGTERM, it stops its ranks and exits (telling a
+// coordinator that is still there, which stops every other node's ranks too: a preemption).
 // Single-threaded except for the console writer.
 #pragma once
 

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "util/text.h"
+
 namespace cohort::agent {
 
 std::string RankExit::label() const {
@@ -12,6 +14,10 @@ std::string RankExit::label() const {
 }
 
 std::string RankExit::describe() const {
+  if (memory_limit > 0) {
+    return "was killed by the kernel for using more than its memory limit of " +
+           formatSize(static_cast<double>(memory_limit)) + " (memory.max)";
+  }
   if (signal) {
     const char* name = sigabbrev_np(signal);
     return std::string("was killed by SIG") + (name ? name : std::to_string(signal).c_str());
@@ -35,6 +41,10 @@ std::string hintFor(const RankExit& exit) {
     }
     return false;
   };
+  if (exit.memory_limit > 0) {
+    return "raise resources.memory (per rank) or use less: smaller batches, fewer DataLoader "
+           "workers";
+  }
   if (seen("CUDA out of memory") || seen("CUDA error: out of memory")) {
     return "the GPU ran out of memory: lower the batch size per rank, or use fewer ranks per GPU";
   }

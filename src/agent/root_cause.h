@@ -23,11 +23,14 @@ struct RankExit {
   int64_t time_ns = 0;
   std::vector<std::string> tail;
   std::string log_file;
+  int64_t memory_limit = 0;  // > 0: the kernel killed it for going over this (memory.max)
 
   bool failed() const { return code != 0 || signal != 0; }
   int shellCode() const { return signal ? 128 + signal : code; }
   std::string label() const;     // "worker/3 on node 1"
-  std::string describe() const;  // "exited with code 1" / "was killed by SIGKILL"
+  // "exited with code 1" / "was killed by SIGKILL" / "was killed by the kernel for using more
+  // than its memory limit of 512 MiB (memory.max)"
+  std::string describe() const;
 };
 
 // The first failure in time that cohort did not cause, if any.

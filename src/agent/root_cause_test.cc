@@ -37,6 +37,18 @@ TEST(FirstFailure, NoneWhenAllSucceeded) {
   EXPECT_FALSE(firstFailure({exitOf(0, 0, 1), exitOf(1, 0, 2)}));
 }
 
+TEST(RootCause, ARankKilledForItsMemoryLimitIsToldSoWithTheLimit) {
+  RankExit e = exitOf(2, 0, 10, false, SIGKILL);
+  e.memory_limit = 512 << 20;
+  EXPECT_EQ(e.label() + " " + e.describe(),
+            "worker/2 on node 1 was killed by the kernel for using more than its memory limit "
+            "of 512 MiB (memory.max)");
+  EXPECT_NE(hintFor(e).find("raise resources.memory"), std::string::npos) << hintFor(e);
+  RankExit plain = exitOf(2, 0, 10, false, SIGKILL);
+  EXPECT_EQ(plain.describe(), "was killed by SIGKILL");
+  EXPECT_NE(formatRootCause(e, {e}).find("memory limit of 512 MiB"), std::string::npos);
+}
+
 TEST(HintFor, KnownFailures) {
   RankExit e = exitOf(0, 1, 1);
   e.tail = {"RuntimeError: Address already in use"};

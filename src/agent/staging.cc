@@ -9,6 +9,8 @@
 
 #include "job/layout.h"
 #include "storage/copy.h"
+#include "storage/s3.h"
+#include "storage/transfer.h"
 #include "util/fd.h"
 #include "util/text.h"
 
@@ -28,10 +30,28 @@ void testDelay(int node) {
   if (which && delay && *which == node) std::this_thread::sleep_for(*delay);
 }
 
+// Every node fetches an s3:// input itself, with the credentials of its environment.
+Result<storage::CopyStats> fromS3(const std::string& source, const std::string& target) {
+  COHORT_ASSIGN(storage::S3Uri uri, storage::parseS3Uri(source));
+  COHORT_ASSIGN(auto store, storage::openS3(uri));
+  return storage::download(*store, uri.key, target);
+}
+
 }  // namespace
 
 Result<StagingResult> stageInputs(const plan::NodePlan& node) {
   auto start = std::chrono::steady_clock::now();
+  // The job's environment was built where the job was submitted; a node of a cluster sees it
+  // only through a file system they share. Without it the ranks would find another python3.
+  for (const plan::RankPlan& rank : node.ranks) {
+    for (const auto& [key, venv] : rank.env) {
+      if (key != "VIRTUAL_ENV" || ::access((venv + "/bin/python").c_str(), X_OK) == 0) continue;
+      return fail(Code::kFailedPrecondition,
+                  "environment: " + venv + " is not on node " + std::to_string(node.node) + " (" +
+                      node.host +
+                      "): keep environments on a file system every node shares (COHORT_ENVS)");
+    }
+  }
   COHORT_TRY(makeDirs(node.work_dir));
   testDelay(node.node);
   StagingResult result;
@@ -46,8 +66,8 @@ Result<StagingResult> stageInputs(const plan::NodePlan& node) {
       ++result.files;
       continue;
     }
-    storage::CopyOptions options;
-    auto copied = storage::copyTree(in.source, in.target, options);
+    auto copied = storage::isS3Uri(in.source) ? fromS3(in.source, in.target)
+                                              : storage::copyTree(in.source, in.target);
     if (!copied) return withContext(copied.error(), "input '" + in.source + "'");
     result.files += copied->files_copied + copied->files_skipped;
     result.bytes += copied->bytes_copied;
@@ -92,9 +112,18 @@ Result<void> writeJobFile(const std::string& job_dir, const std::string& path,
 }
 
 Result<Copied> copyOutput(const plan::OutputPlan& output) {
-  storage::CopyOptions untrusted;
-  untrusted.refuse_links = true;
-  COHORT_ASSIGN(auto copied, storage::copyTree(output.source, output.target, untrusted));
+  storage::CopyStats copied;
+  if (storage::isS3Uri(output.target)) {
+    COHORT_ASSIGN(storage::S3Uri uri, storage::parseS3Uri(output.target));
+    COHORT_ASSIGN(auto store, storage::openS3(uri));
+    storage::TransferOptions untrusted;
+    untrusted.refuse_links = true;
+    COHORT_ASSIGN(copied, storage::upload(output.source, *store, uri.key, untrusted));
+  } else {
+    storage::CopyOptions untrusted;
+    untrusted.refuse_links = true;
+    COHORT_ASSIGN(copied, storage::copyTree(output.source, output.target, untrusted));
+  }
   return Copied{copied.files_copied + copied.files_skipped, copied.bytes_copied};
 }
 

@@ -99,6 +99,7 @@ Result<void> LocalLauncher::launch(int nodes, const agent::Dial& dial) {
   }
   req.env.push_back("COHORT_JOB_SECRET=" + dial.secret);  // not in argv, where `ps` shows it
   req.death_signal = SIGTERM;  // the agent stops its ranks, then exits
+  if (terminal_) req.stdin_fd = STDIN_FILENO;
   for (int node = 0; node < nodes; ++node) {
     req.argv = {exe_, "exec", "--coordinator", dial.addr + ":" + std::to_string(dial.port),
                 "--node", std::to_string(node)};

@@ -14,8 +14,10 @@ namespace cohort::backends {
 
 class LocalLauncher : public agent::AgentLauncher {
  public:
-  // `cohort_exe` is the cohort binary the agents run.
-  explicit LocalLauncher(std::string cohort_exe) : exe_(std::move(cohort_exe)) {}
+  // `cohort_exe` is the cohort binary the agents run. `terminal`: a rank runs on cohort's
+  // terminal (--pdb): the agents get cohort's stdin too.
+  explicit LocalLauncher(std::string cohort_exe, bool terminal = false)
+      : exe_(std::move(cohort_exe)), terminal_(terminal) {}
 
   Result<void> launch(int nodes, const agent::Dial& dial) override;
   void abandon(int node) override;
@@ -23,6 +25,7 @@ class LocalLauncher : public agent::AgentLauncher {
 
  private:
   std::string exe_;
+  bool terminal_ = false;
   std::vector<proc::Child> agents_;
 };
 

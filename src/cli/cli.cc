@@ -1,28 +1,41 @@
 #include "cli/cli.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "agent/coordinator.h"
 #include "agent/node_agent.h"
 #include "backends/local.h"
 #include "backends/slurm.h"
+#include "backends/volcano.h"
 #include "cli/args.h"
+#include "cli/client.h"
 #include "cli/client_cmd.h"
 #include "cli/cp_cmd.h"
+#include "cli/debug_cmd.h"
+#include "cli/env_cmd.h"
 #include "cli/job_options.h"
 #include "cli/server_cmd.h"
 #include "cli/stacks_cmd.h"
 #include "cli/top_cmd.h"
 #include "job/layout.h"
 #include "plan/port_lease.h"
+#include "spec/job_spec.h"
 #include "util/fd.h"
 #include "util/text.h"
 
@@ -40,7 +53,9 @@ Usage:
   cohort run [flags] [-f job.yaml] [-- command...]   run a job here, nodes simulated locally
   cohort plan [flags] [-f job.yaml] [-- command...]  show what each rank would get; start nothing
   cohort cp [flags] SRC DST                          copy files to, from or within the store
+  cohort env ls | show | build | create | rm         the environments jobs run in (presets, saved)
   cohort stacks JOB                                  every rank's Python stack of a running job, now
+  cohort debug JOB [--vscode]                        the ranks waiting for a debugger, where to attach
   cohort top JOB                                     a running job's ranks: CPU, memory, metrics
   cohort server [flags]                              the multi-user job service (queue, accounts)
   cohort exec --coordinator ADDR:PORT --node N       a node agent (started by cohort itself)
@@ -51,7 +66,9 @@ Usage:
 Examples:
   cohort run --nodes 2 --nproc-per-node 2 --framework pytorch -- python3 train.py
   cohort run -f examples/pytorch/ddp.yaml
+  cohort run --debug 1 --nodes 2 --nproc-per-node 2 -- python3 train.py
   cohort plan -f examples/pytorch/ddp.yaml --json
+  cohort plan -f examples/pytorch/ddp.yaml --backend volcano --image REF   # a Volcano Job
   cohort cp ./digits store://datasets/digits
 
 Exit codes: 0 the job succeeded; 2 bad usage or a bad job (nothing was started); 124 max_runtime
@@ -87,8 +104,9 @@ Output:
                            (every rank's full output is always in its log file)
   -q, --quiet              no progress lines from cohort on stderr
 
-Ctrl-C stops the job gracefully (SIGTERM, then SIGKILL after the grace period); press it
-again to kill at once.
+Ctrl-C stops the job gracefully (every rank gets the stop signal, SIGTERM unless
+--stop-signal says otherwise, then SIGKILL after the grace period); press it again to kill at
+once.
 )";
 }
 
@@ -100,18 +118,27 @@ Usage: cohort plan [flags] [-f job.yaml] [--json] [-- command...]
 Shows each rank's identity, argv and the variables cohort sets, and the files it writes.
 MASTER_PORT shows as "auto": a free port is leased when the job starts. With --backend slurm
 (or backend: slurm in the job file) it prints the batch script cohort would submit instead.
+With --backend volcano it prints the job as a Volcano Job (batch.volcano.sh/v1alpha1) for
+kubectl create -f - (YAML; JSON with --json): its pods run the image of --image REF (or the
+job file's environment: {image: REF}) and read the job's secret from the Kubernetes Secret
+<job>-secret (docs/volcano.md).
 
-)") + jobFlagsHelp() + R"(
+)") + jobFlagsHelp() +
+         R"(
 Output:
   --json                   the plan as JSON
 )";
 }
 
-const char* kExecHelp = R"(cohort exec: the node agent (started by cohort run, or by srun on a cluster)
+const char* kExecHelp =
+    R"(cohort exec: the node agent (started by cohort run, by srun on a cluster, or by a
+Volcano Job's pods)
 
 Usage: cohort exec --coordinator ADDR:PORT [--node N] [--interface NAME | --cidr NET]
 
 Reads the job secret from COHORT_JOB_SECRET, dials the coordinator, runs this node's ranks.
+ADDR is an IPv4 address or a host name (a pod's, from Volcano's svc plugin), looked up forward
+until it resolves or 60 s have passed.
   --node N          this node's index (default: Slurm's SLURM_NODEID)
   --interface NAME  tell the coordinator this host's address on NAME (default: the address
   --cidr NET        in NET; by default the address this host reaches the coordinator from)
@@ -151,13 +178,86 @@ Result<void> writePlan(const plan::Plan& plan) {
   return {};
 }
 
+int cmdRun(int argc, char** argv);
+
+// debug: a port for each rank's debugger (debug.port + rank when the job names one), held until
+// cohort exits like the master port. A port that cannot be had is a job that cannot start.
+Result<void> leaseDebugPorts(PreparedJob& job, std::vector<plan::PortLease>& leases) {
+  const spec::Debug& d = job.spec.debug;
+  for (int r = 0; r < plan::debugPortsNeeded(job.spec); ++r) {
+    auto lease = d.port != 0 ? plan::PortLease::acquireExact("127.0.0.1", d.port + r,
+                                                             plan::defaultLeaseDir())
+                             : plan::PortLease::acquire("127.0.0.1", plan::defaultLeaseDir());
+    if (!lease) {
+      return fail(Code::kFailedPrecondition,
+                  spec::fieldLabel(job.spec, d.port != 0 ? "debug.port" : "debug") +
+                      "no port for rank " + std::to_string(r) +
+                      "'s debugger: " + lease.error().message);
+    }
+    job.context.debug_ports.push_back(lease->port());
+    leases.push_back(std::move(*lease));
+  }
+  return {};
+}
+
+// `cohort rerun JOB [flags]`: a job of this machine runs again from the job file in its
+// directory, the flags applied as cohort run applies them; any other job is the server's
+// (client_cmd.cc).
+int cmdRerun(int argc, char** argv) {
+  if (argc < 3 || argv[2][0] == '-' || argv[2][0] == '\0') {
+    std::fprintf(stderr, "cohort rerun: give a job id first (see cohort rerun --help)\n");
+    return kExitUsage;
+  }
+  const std::string id = argv[2];
+  std::map<std::string, std::string> flags;  // --data-root, --server, --token
+  for (int i = 3; i < argc && std::strcmp(argv[i], "--") != 0; ++i) {
+    const std::string arg = argv[i];
+    for (const char* name : {"--data-root", "--server", "--token"}) {
+      if (arg == name && i + 1 < argc) flags[name] = argv[i + 1];
+      if (startsWith(arg, std::string(name) + "=")) flags[name] = arg.substr(strlen(name) + 1);
+    }
+  }
+  const std::string root = dataRoot(flags["--data-root"]);
+  const job::Layout layout = job::Layout::of(root, id);
+  if (id.find('/') != std::string::npos || id[0] == '.' ||
+      ::access(layout.dir().c_str(), F_OK) != 0) {
+    // Not a job of this machine: one of the server this machine is logged in to, if any.
+    if (auto server = resolveServerSettings(flags["--server"], flags["--token"]); !server) {
+      std::fprintf(stderr, "cohort rerun: no job '%s' in %s, and no server to ask (%s)\n",
+                   id.c_str(), job::jobsDir(root).c_str(), server.error().message.c_str());
+      return kExitUsage;
+    }
+    return cmdClient(argc, argv);
+  }
+  if (::access(layout.specFile().c_str(), R_OK) != 0) {
+    std::fprintf(stderr,
+                 "cohort rerun: job %s has no job file (%s): it ran with an older cohort; run "
+                 "its job.yaml again with cohort run -f\n",
+                 id.c_str(), layout.specFile().c_str());
+    return kExitUsage;
+  }
+  std::string run = "run", flag = "-f", file = layout.specFile();
+  std::vector<char*> args = {argv[0], run.data(), flag.data(), file.data()};
+  for (int i = 3; i < argc; ++i) args.push_back(argv[i]);
+  args.push_back(nullptr);
+  return cmdRun(static_cast<int>(args.size()) - 1, args.data());
+}
+
 int cmdPlan(int argc, char** argv) {
   auto options = parseJobOptions(argc, argv, 2);
   if (!options) return reportError(options.error());
-  auto job = prepareJob(*options);
+  auto job = prepareJob(*options, /*dry=*/true);
   if (!job) return reportError(job.error());
   auto plan = plan::makePlan(job->spec, job->context);
   if (!plan) return reportError(plan.error());
+  if (job->spec.backend == spec::Backend::kVolcano) {
+    auto manifest = backends::volcanoJob(job->spec, *plan);
+    if (!manifest) return reportError(manifest.error());
+    const std::string out =
+        options->json ? manifest->dump(2) + "\n" : backends::manifestYaml(*manifest);
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    return 0;
+  }
   if (job->spec.backend == spec::Backend::kSlurm && !options->json) {
     // What would be submitted; the ranks' addresses are the nodes' own, known once they run.
     auto at = backends::slurmCoordinatorAddress(job->spec.network);
@@ -183,6 +283,14 @@ int cmdRun(int argc, char** argv) {
   ::sigprocmask(SIG_BLOCK, &stops, nullptr);
   auto options = parseJobOptions(argc, argv, 2);
   if (!options) return reportError(options.error());
+  if (auto spec = buildSpec(*options); spec && spec->backend == spec::Backend::kVolcano) {
+    std::fprintf(stderr,
+                 "cohort run: --backend volcano (or backend: volcano in the job file): submitting "
+                 "a Volcano Job through the Kubernetes API is not built yet; cohort plan "
+                 "--backend volcano -f FILE renders the Job for kubectl create -f - "
+                 "(docs/volcano.md)\n");
+    return kExitUsage;
+  }
   auto job = prepareJob(*options);
   if (!job) return reportError(job.error());
   std::vector<plan::PortLease> leases;  // held until cohort exits
@@ -192,6 +300,7 @@ int cmdRun(int argc, char** argv) {
     job->context.ports.push_back(lease->port());
     leases.push_back(std::move(*lease));
   }
+  if (auto leased = leaseDebugPorts(*job, leases); !leased) return reportError(leased.error());
   auto plan = plan::makePlan(job->spec, job->context);
   if (!plan) return reportError(plan.error());
   const bool slurm = job->spec.backend == spec::Backend::kSlurm;
@@ -209,6 +318,15 @@ int cmdRun(int argc, char** argv) {
     return reportError(made.error());
   }
   if (auto w = writePlan(*plan); !w) return reportError(w.error());
+  if (options->job_id.empty()) {
+    // The job file, to run it again (cohort rerun): a server's job has the one it submitted.
+    spec::JobSpec portable = job->spec;
+    makePathsAbsolute(portable);
+    const std::string file = job::Layout(plan->job_dir).specFile();
+    if (auto w = writeFileAtomic(file, spec::toJobFile(portable), false); !w) {
+      return reportError(w.error());
+    }
+  }
   const bool progress = !options->quiet;
   agent::CoordinatorOptions copts;
   copts.progress = progress;
@@ -232,7 +350,11 @@ int cmdRun(int argc, char** argv) {
     launcher = std::make_unique<backends::SlurmLauncher>(job->spec, *plan,
                                                          backends::selfExecutable(), progress);
   } else {
-    launcher = std::make_unique<backends::LocalLauncher>(backends::selfExecutable());
+    bool terminal = false;
+    for (const plan::NodePlan& node : plan->nodes) {
+      for (const plan::RankPlan& r : node.ranks) terminal = terminal || r.terminal;
+    }
+    launcher = std::make_unique<backends::LocalLauncher>(backends::selfExecutable(), terminal);
   }
   if (progress) {
     int nodes = static_cast<int>(plan->nodes.size());
@@ -269,6 +391,35 @@ int cmdRun(int argc, char** argv) {
     std::fprintf(stderr, "cohort: logs in %s/logs\n", plan->job_dir.c_str());
   }
   return outcome->exit_code;
+}
+
+// `host` as an IPv4 address: itself when it is one, else its forward lookup, tried again until it
+// resolves or `limit` has passed (a pod's name is published once the pod runs). Errors:
+// kUnavailable naming the host.
+Result<std::string> resolveIpv4(const std::string& host, Millis limit) {
+  in_addr literal{};
+  if (::inet_pton(AF_INET, host.c_str(), &literal) == 1) return host;
+  const auto until = std::chrono::steady_clock::now() + limit;
+  for (int delay_ms = 50;; delay_ms = std::min(delay_ms * 2, 2000)) {
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+    if (rc == 0 && found) {
+      char buf[INET_ADDRSTRLEN];
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, buf,
+                  sizeof buf);
+      ::freeaddrinfo(found);
+      return std::string(buf);
+    }
+    if (found) ::freeaddrinfo(found);
+    if (std::chrono::steady_clock::now() >= until) {
+      return fail(Code::kUnavailable, "'" + host + "' does not resolve to an IPv4 address (" +
+                                          ::gai_strerror(rc) + ")");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+  }
 }
 
 int cmdExec(int argc, char** argv) {
@@ -323,6 +474,14 @@ int cmdExec(int argc, char** argv) {
     }
     options.node = *node;
   }
+  if (!options.coordinator_addr.empty()) {
+    auto resolved = resolveIpv4(options.coordinator_addr, Millis(60000));
+    if (!resolved) {
+      std::fprintf(stderr, "cohort exec: --coordinator: %s\n", resolved.error().message.c_str());
+      return 1;
+    }
+    options.coordinator_addr = *resolved;
+  }
   const char* secret = std::getenv("COHORT_JOB_SECRET");
   if (!secret || !*secret || options.coordinator_port == 0) {
     std::fprintf(stderr, "cohort exec: needs --coordinator ADDR:PORT and COHORT_JOB_SECRET; "
@@ -356,8 +515,12 @@ int help(const std::string& topic) {
     std::fputs(kExecHelp, stdout);
   } else if (topic == "cp") {
     std::fputs(cpHelp(), stdout);
+  } else if (topic == "env") {
+    std::fputs(envHelp(), stdout);
   } else if (topic == "stacks") {
     std::fputs(stacksHelp(), stdout);
+  } else if (topic == "debug") {
+    std::fputs(debugHelp(), stdout);
   } else if (topic == "top") {
     std::fputs(topHelp(), stdout);
   } else if (topic == "server") {
@@ -386,7 +549,13 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (command == "cp") return cmdCp(argc, argv);
+  if (command == "env") return cmdEnv(argc, argv);
+  if (command == "rerun") {
+    if (wantsHelp(argc, argv)) return help(command);
+    return cmdRerun(argc, argv);
+  }
   if (command == "stacks") return cmdStacks(argc, argv);
+  if (command == "debug") return cmdDebug(argc, argv);
   if (command == "top") return cmdTop(argc, argv);
   if (command == "server") {
     if (wantsHelp(argc, argv)) return help(command);

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <exception>
 
+#include "job/layout.h"
 #include "util/fd.h"
 #include "util/httplib.h"
 #include "util/text.h"
@@ -277,22 +278,23 @@ Result<ServerSettings> resolveServerSettings(const std::string& flag_server,
   return settings;
 }
 
-std::string urlEncode(const std::string& text) {
-  static const char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : text) {
-    bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                c == '-' || c == '_' || c == '.' || c == '~';
-    if (keep) {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
+namespace {
+
+// A server's answer: its JSON (null for an empty body), or the error it names.
+Result<Json> jsonAnswer(const httplib::Response& res, const std::string& method,
+                        const std::string& path) {
+  if (res.status < 200 || res.status >= 300) {
+    return tl::unexpected<Error>(errorFromAnswer(res.status, res.body, method + " " + path));
   }
-  return out;
+  if (res.body.empty()) return Json(nullptr);
+  Json answer = Json::parse(res.body, nullptr, false);
+  if (answer.is_discarded()) {
+    return fail(Code::kInternal, method + " " + path + ": the server's answer is not JSON");
+  }
+  return answer;
 }
+
+}  // namespace
 
 Result<Json> ApiClient::call(const std::string& method, const std::string& path, const Json& body,
                              const QueryParams& query) {
@@ -322,18 +324,68 @@ Result<Json> ApiClient::call(const std::string& method, const std::string& path,
                                           connectFailureReason(endpoint, res.error()) +
                                           " (is cohort server running?)");
     }
-    if (res->status < 200 || res->status >= 300) {
-      return tl::unexpected<Error>(errorFromAnswer(res->status, res->body, method + " " + path));
-    }
-    if (res->body.empty()) return Json(nullptr);
-    Json answer = Json::parse(res->body, nullptr, false);
-    if (answer.is_discarded()) {
-      return fail(Code::kInternal, method + " " + path + ": the server's answer is not JSON");
-    }
-    return answer;
+    return jsonAnswer(*res, method, path);
   } catch (const std::exception& e) {
     return fail(Code::kInternal, method + " " + path + ": " + e.what());
   }
+}
+
+Result<Json> ApiClient::sendFile(const std::string& method, const std::string& path, int fd,
+                                 uint64_t size, const std::string& content_type,
+                                 const std::function<void(uint64_t)>& progress) {
+  COHORT_ASSIGN(Endpoint endpoint, parseEndpoint(settings_.server));
+  const std::string target = endpoint.base_path + path;
+  try {
+    Connection c(endpoint, settings_.token, kReadTimeoutSeconds);
+    c.headers.emplace("Accept", "application/json");
+    std::vector<char> buf(size_t{1} << 20);
+    uint64_t sent = 0;
+    std::string read_error;
+    auto provide = [&](size_t offset, size_t length, httplib::DataSink& sink) {
+      ssize_t n = ::pread(fd, buf.data(), std::min(length, buf.size()), static_cast<off_t>(offset));
+      if (n <= 0) {
+        read_error = n < 0 ? std::strerror(errno) : "the file got shorter";
+        return false;
+      }
+      if (!sink.write(buf.data(), static_cast<size_t>(n))) return false;
+      sent = offset + static_cast<uint64_t>(n);
+      if (progress) progress(sent);
+      return true;
+    };
+    if (method != "POST" && method != "PUT") {
+      return fail(Code::kInternal, "unsupported HTTP method '" + method + "'");
+    }
+    auto res =
+        method == "POST"
+            ? c.client.Post(target, c.headers, static_cast<size_t>(size), provide, content_type)
+            : c.client.Put(target, c.headers, static_cast<size_t>(size), provide, content_type);
+    if (!read_error.empty()) {
+      return fail(Code::kIo, method + " " + path + ": reading what to send: " + read_error);
+    }
+    if (!res) {
+      if (sent > 0 && sent < size) {
+        return fail(Code::kUnavailable,
+                    "the server at " + settings_.server + " closed the connection after " +
+                        formatSize(static_cast<double>(sent)) + " of " +
+                        formatSize(static_cast<double>(size)) +
+                        " were sent: the upload may be over its limit (cohort server "
+                        "--max-upload), or the server stopped");
+      }
+      return fail(Code::kUnavailable, "cannot reach the server at " + settings_.server + ": " +
+                                          connectFailureReason(endpoint, res.error()) +
+                                          " (is cohort server running?)");
+    }
+    return jsonAnswer(*res, method, path);
+  } catch (const std::exception& e) {
+    return fail(Code::kInternal, method + " " + path + ": " + e.what());
+  }
+}
+
+bool isLocalServer(const std::string& server) {
+  auto endpoint = parseEndpoint(server);
+  if (!endpoint) return false;
+  const std::string& host = endpoint->host;
+  return host == "localhost" || host == "::1" || host == "[::1]" || startsWith(host, "127.");
 }
 
 Result<int> ApiClient::stream(const std::string& path, const QueryParams& query,
@@ -382,6 +434,23 @@ Result<int> ApiClient::stream(const std::string& path, const QueryParams& query,
   } catch (const std::exception& e) {
     return fail(Code::kInternal, "GET " + path + ": " + e.what());
   }
+}
+
+Result<JobLocation> locateJob(const std::string& id, const std::string& data_root,
+                              const std::string& flag_server, const std::string& flag_token) {
+  if (id.empty() || id.find('/') != std::string::npos || id[0] == '.') {
+    return fail(Code::kInvalidArgument, "'" + id + "' is not a job id");
+  }
+  const job::Layout layout = job::Layout::of(data_root, id);
+  if (::access(layout.dir().c_str(), F_OK) == 0) return JobLocation{layout.dir(), {}};
+  // Not a job of this machine: one of the server this machine is logged in to, if any.
+  auto settings = resolveServerSettings(flag_server, flag_token);
+  if (!settings) {
+    return fail(Code::kInvalidArgument, "no job '" + id + "' in " + job::jobsDir(data_root) +
+                                            ", and no server to ask (" + settings.error().message +
+                                            ")");
+  }
+  return JobLocation{"", std::move(*settings)};
 }
 
 }  // namespace cohort::cli

@@ -51,10 +51,22 @@ struct ServerSettings {
 Result<ServerSettings> resolveServerSettings(const std::string& flag_server,
                                              const std::string& flag_token);
 
+// Where the job a command names is (cohort stacks, cohort debug): its directory under
+// `data_root` (<data_root>/jobs/<id>) when this machine has it, else the server this machine
+// is logged in to (flags, environment, config file, as above). Errors: kInvalidArgument for an
+// id that is not one, and "no job 'x' in DIR, and no server to ask (why)" when neither has it.
+struct JobLocation {
+  std::string dir;          // the job's directory here; "" for a job of the server
+  ServerSettings settings;  // when dir is ""
+};
+Result<JobLocation> locateJob(const std::string& id, const std::string& data_root,
+                              const std::string& flag_server, const std::string& flag_token);
+
 using QueryParams = std::vector<std::pair<std::string, std::string>>;
 
-// Percent-encodes one path segment or query value (RFC 3986 unreserved characters kept).
-std::string urlEncode(const std::string& text);
+// Whether the (normalised) server URL names this machine by a loopback address (localhost,
+// 127.x.x.x, [::1]): such a server shares this machine's disk.
+bool isLocalServer(const std::string& server);
 
 // Blocking requests to one server. Requests connect within 5 s; an answer that stalls for 60 s
 // fails (kUnavailable), except streams opened with `no_read_timeout`.
@@ -77,6 +89,14 @@ class ApiClient {
   // (null for an empty one, such as 204).
   Result<nlohmann::json> call(const std::string& method, const std::string& path,
                               const nlohmann::json& body = nullptr, const QueryParams& query = {});
+
+  // Sends (`method` "POST" or "PUT") `size` bytes of the file `fd` (from its start) to `path`
+  // as `content_type`, without holding them in memory; `progress(sent)` is called as they
+  // leave. Returns the decoded JSON answer. A connection the server closed before the body was
+  // sent (an upload over its limit is refused unread) is kUnavailable saying so.
+  Result<nlohmann::json> sendFile(const std::string& method, const std::string& path, int fd,
+                                  uint64_t size, const std::string& content_type,
+                                  const std::function<void(uint64_t sent)>& progress);
 
   // GETs `path` and hands the body of a successful answer to `sink` as it arrives (a chunked,
   // endless answer included); `sink` returns false to stop reading, which is not an error.

@@ -25,6 +25,7 @@
 
 #include "cli/args.h"
 #include "cli/client.h"
+#include "cli/code_upload.h"
 #include "cli/job_options.h"
 #include "spec/job_spec.h"
 #include "storage/uri.h"
@@ -47,9 +48,9 @@ constexpr const char* kLongPoll = "30s";
 constexpr auto kWaitRetryFor = std::chrono::seconds(30);
 constexpr auto kRetryInterval = std::chrono::milliseconds(300);
 
-const char* const kCommands[] = {"login",  "whoami",  "submit",   "ps",      "status",
-                                 "logs",   "stop",    "delete",   "outputs", "share",
-                                 "shares", "unshare", "accounts", "tokens"};
+const char* const kCommands[] = {"login",  "whoami", "submit",  "rerun",    "ps",
+                                 "status", "logs",   "stop",    "delete",   "outputs",
+                                 "share",  "shares", "unshare", "accounts", "tokens"};
 
 // ---------------------------------------------------------------------------------------------
 // Help
@@ -58,6 +59,7 @@ const char* kClientCommandsHelp =
     R"(Server commands (a cohort server queues jobs for several users; start with cohort login):
   cohort login URL [--token T]                       check a token and save it with the server
   cohort submit [flags] [-f job.yaml] [-- cmd...]    queue a job on the server; prints its id
+  cohort rerun JOB                                   submit a job's job file again (or run it)
   cohort ps [--state S]                              list jobs
   cohort status JOB                                  a job's state, ranks, events, root cause
   cohort logs JOB [--rank R] [-f]                    print (or follow) a job's log
@@ -122,6 +124,29 @@ Prints the account's name, and "admin" after it for an admin account.
 )" + server +
            kExitCodesHelp;
   }
+  if (command == "rerun") {
+    return R"(cohort rerun: run a job again, with the job file it ran
+
+Usage: cohort rerun JOB [flags]
+
+A job that cohort run ran on this machine (found under --data-root, default $COHORT_DATA_ROOT
+or ~/.cohort) runs again here, from the job file kept in its directory (job.json, every field
+written out, paths absolute); the flags are cohort run's and change that job file, as they
+would change a job.yaml:  cohort rerun JOB --nodes 4 --max-runtime 2h
+
+Else JOB is a job of the server: the job file it ran (its record's spec) is submitted again
+as a new job, with these flags:
+  --name NAME              the new job's name (default: the same)
+  --priority N             its priority (default: the same as JOB's)
+  --wait                   wait until it ends, then exit with its exit code
+  --json                   print its record instead of its id
+  -q, --quiet              no lines from cohort on stderr, except a failure's
+
+)" + server +
+           R"(
+Exit codes: as cohort run (here) or cohort submit (a server's job).
+)";
+  }
   if (command == "submit") {
     return R"(cohort submit: queue a job on a cohort server
 
@@ -129,9 +154,13 @@ Usage: cohort submit [flags] [-f job.yaml] [-- command...]
 
 The job file and the flags are read as by cohort run; the job then waits in the server's queue
 until the whole gang fits, and runs on the server's machine. Its workdir (default: the job
-file's directory, or here) and local input paths are made absolute here: they must exist on
-the server's machine as well. Prints the job id on stdout, so that JOB=$(cohort submit ...)
-works, and on stderr where the job stands ("queued: needs 4 CPUs, 2 free").
+file's directory, or here) is uploaded as a snapshot (leaving out what its .cohortignore, else
+its .gitignore, names; .git always), and the ranks run on that snapshot, so later edits here do
+not change the job. A server on this machine (localhost, 127.x.x.x, [::1]) reads the workdir
+where it is instead, unless --upload is given. Local input paths are made absolute here: they
+must exist on the server's machine (or be in its store: store://...). Prints the job id on
+stdout, so that JOB=$(cohort submit ...) works, and on stderr where the job stands ("queued:
+needs 4 CPUs, 2 free").
 
 )" + submitJobFlagsHelp() +
            R"(
@@ -141,6 +170,10 @@ Submit:
                            stops waiting, not the job (cohort stop JOB does)
   --json                   print the job record instead of the id
   -q, --quiet              no lines from cohort on stderr, except a failure's
+  --upload                 upload the workdir even to a server on this machine
+  --no-upload              never upload: the workdir is a path on the server's machine
+  --max-upload SIZE        the largest workdir snapshot to upload (default 256Mi; the server
+                           takes up to its own --max-upload, 1Gi by default)
 
 )" + server +
            R"(
@@ -206,8 +239,8 @@ Flags:
 
 Usage: cohort stop JOB
 
-A queued job is stopped at once; a running one gets SIGTERM, then SIGKILL after its grace
-period.
+A queued job is stopped at once; a running one's ranks get its stop signal (policy.stop_signal,
+SIGTERM by default: their notice to save a checkpoint), then SIGKILL after its grace period.
 
 )" + server +
            kExitCodesHelp;
@@ -670,15 +703,6 @@ Result<int> cmdWhoami(int argc, char** argv) {
   return 0;
 }
 
-// Absolute, without "." and ".." parts: `path` relative to `base`.
-std::string absoluteIn(const std::string& path, const std::string& base) {
-  std::filesystem::path p(path);
-  std::filesystem::path full = p.is_absolute() ? p : std::filesystem::path(base) / p;
-  std::string out = full.lexically_normal().string();
-  while (out.size() > 1 && out.back() == '/') out.pop_back();
-  return out;
-}
-
 // The flags `cohort run` has that a job run by the server cannot honour.
 const std::map<std::string, std::string>& refusedSubmitFlags() {
   static const std::map<std::string, std::string> kRefused = {
@@ -688,17 +712,45 @@ const std::map<std::string, std::string>& refusedSubmitFlags() {
       {"--job-id", "the server picks the job id"},
       {"--run-as", "the server runs each account's ranks as that account's own user"},
       {"--report", "the server follows the jobs it runs"},
+      {"--pdb", "a server's job has no terminal: attach a debugger (cohort debug JOB)"},
   };
   return kRefused;
 }
 
+// Submits `job` (the job file as JSON) and says so: the new job's id on stdout, its state on
+// stderr; with `wait`, follows it to its end and returns its exit code, as cohort run does.
+Result<int> submitJob(ApiClient& api, const Json& job, int priority, bool wait, bool quiet,
+                      bool json, const std::string& code = "") {
+  Json body{{"job", job}, {"priority", priority}};
+  if (!code.empty()) body["code"] = code;
+  COHORT_ASSIGN(Json record, api.call("POST", "/v1/jobs", body));
+  const std::string id = str(record, "id");
+  if (!json) {
+    printOut(id + "\n");
+    std::fflush(stdout);
+  }
+  if (!quiet) {
+    // The answer comes before the scheduler's next pass (a few ms later): wait briefly for
+    // the job's first event (it started), then ask once more, so that the line says whether
+    // the job started or why it waits.
+    if (str(record, "state") == "queued") {
+      (void)api.call("GET", jobPath(id) + "/events", nullptr, {{"after", "0"}, {"wait", "150ms"}});
+      if (auto again = api.call("GET", jobPath(id)); again) record = *again;
+    }
+    std::fprintf(stderr, "cohort: submitted %s (%s)\n", id.c_str(), stateSummary(record).c_str());
+  }
+  if (!wait) {
+    if (json) printJson(record);
+    return 0;
+  }
+  COHORT_ASSIGN(Json final_record, waitForJob(api, record, quiet));
+  if (json) printJson(final_record);
+  reportEnd(final_record, quiet);
+  return jobExitCode(final_record);
+}
+
 Result<int> cmdSubmit(int argc, char** argv) {
   // Take out the flags of submit itself, then leave the job's to parseJobOptions.
-  static const std::set<std::string> kJobValueFlags = {
-      "-f",       "--file",         "--name",           "--framework",      "--launcher", "--mode",
-      "--compat", "--nodes",        "--nproc-per-node", "--nproc_per_node", "--workdir",  "--env",
-      "--hp",     "--max-restarts", "--grace-period",   "--max-runtime",    "--success",
-      "--heartbeat-timeout"};
   Args client;
   std::vector<std::string> job_args = {argv[0], argv[1]};
   for (int i = 2; i < argc; ++i) {
@@ -722,12 +774,18 @@ Result<int> cmdSubmit(int argc, char** argv) {
         value = argv[++i];
       }
       client.flags[name].push_back(*value);
-    } else if (name == "--wait") {
-      if (value) return usage("submit", "--wait takes no value");
+    } else if (name == "--max-upload") {
+      if (!value) {
+        if (i + 1 >= argc) return usage("submit", name + " needs a value");
+        value = argv[++i];
+      }
+      client.flags[name].push_back(*value);
+    } else if (name == "--wait" || name == "--upload" || name == "--no-upload") {
+      if (value) return usage("submit", name + " takes no value");
       client.flags[name].push_back("");
     } else {
       job_args.push_back(arg);
-      if (!value && kJobValueFlags.count(name) && i + 1 < argc) job_args.emplace_back(argv[++i]);
+      if (!value && jobFlagTakesValue(name) && i + 1 < argc) job_args.emplace_back(argv[++i]);
     }
   }
   int priority = 0;
@@ -745,44 +803,76 @@ Result<int> cmdSubmit(int argc, char** argv) {
   if (!options) return withContext(options.error(), "submit");
   COHORT_ASSIGN(spec::JobSpec spec, buildSpec(*options));
 
-  // The server runs the job elsewhere: nothing may stay relative to this directory.
-  spec.workdir = absoluteIn(spec.workdir.empty() ? "." : spec.workdir, spec.base_dir);
-  for (spec::Input& in : spec.inputs) {
-    auto where = storage::parseLocation(in.source);
-    if (where && where->kind == storage::Location::Kind::kLocal) {
-      in.source = absoluteIn(where->path, spec.base_dir);
-    }
+  if (client.has("--upload") && client.has("--no-upload")) {
+    return usage("submit", "--upload and --no-upload contradict each other: give one");
   }
+  CodeUploadOptions upload_options;
+  upload_options.quiet = options->quiet;
+  if (client.has("--max-upload")) {
+    auto bytes = parseBytes(client.get("--max-upload"));
+    if (!bytes || *bytes < 1) {
+      return usage("submit", "--max-upload: expected a size such as 512Mi or 2Gi, got '" +
+                                 client.get("--max-upload") + "'");
+    }
+    upload_options.max_bytes = *bytes;
+  }
+
+  makePathsAbsolute(spec);  // the server runs the job elsewhere
   Json job = Json::parse(spec::toJobFile(spec), nullptr, false);
   if (job.is_discarded()) return fail(Code::kInternal, "submit: the job file is not JSON");
-
   COHORT_ASSIGN(ApiClient api, connect(client));
-  COHORT_ASSIGN(Json record,
-                api.call("POST", "/v1/jobs", Json{{"job", job}, {"priority", priority}}));
-  const std::string id = str(record, "id");
-  const bool quiet = options->quiet;
-  if (!options->json) {
-    printOut(id + "\n");
-    std::fflush(stdout);
-  }
-  if (!quiet) {
-    // The answer comes before the scheduler's next pass (a few ms later): wait briefly for
-    // the job's first event (it started), then ask once more, so that the line says whether
-    // the job started or why it waits.
-    if (str(record, "state") == "queued") {
-      (void)api.call("GET", jobPath(id) + "/events", nullptr, {{"after", "0"}, {"wait", "150ms"}});
-      if (auto again = api.call("GET", jobPath(id)); again) record = *again;
+  const bool local = isLocalServer(api.server());
+  const bool upload = client.has("--upload") || (!local && !client.has("--no-upload"));
+  std::string code;
+  if (upload) {
+    if (!local) {
+      // The server cannot read this machine's files: say so before anything is sent.
+      for (size_t i = 0; i < spec.inputs.size(); ++i) {
+        auto where = storage::parseLocation(spec.inputs[i].source);
+        if (where && where->kind == storage::Location::Kind::kLocal) {
+          return fail(Code::kInvalidArgument,
+                      "submit: inputs[" + std::to_string(i) + "].source: '" + where->path +
+                          "' is a path on this machine, which the server at " + api.server() +
+                          " cannot read: copy it to the server's store (cohort cp " + where->path +
+                          " server://BUCKET/PATH) and name store://BUCKET/PATH");
+        }
+      }
     }
-    std::fprintf(stderr, "cohort: submitted %s (%s)\n", id.c_str(), stateSummary(record).c_str());
+    auto id = uploadWorkdir(api, spec.workdir, upload_options);
+    if (!id) return withContext(id.error(), "submit");
+    code = *id;
   }
-  if (!client.has("--wait")) {
-    if (options->json) printJson(record);
-    return 0;
+  return submitJob(api, job, priority, client.has("--wait"), options->quiet, options->json, code);
+}
+
+// `cohort rerun JOB` for a job of the server: the job file it ran (the record's `spec`, every
+// field written out) submitted again, as a new job.
+Result<int> cmdRerun(int argc, char** argv) {
+  COHORT_ASSIGN(Args args, parseClientArgs("rerun", argc, argv,
+                                           {{"--priority", "", true},
+                                            {"--name", "", true},
+                                            {"--wait", "", false},
+                                            {"--json", "", false},
+                                            {"--quiet", "-q", false}}));
+  COHORT_TRY(expectPositional("rerun", args, {"JOB"}));
+  const std::string id = args.positional[0];
+  COHORT_ASSIGN(ApiClient api, connect(args));
+  COHORT_ASSIGN(Json record, api.call("GET", jobPath(id)));
+  Json job = at(record, "spec");
+  if (!job.is_object()) {
+    return fail(Code::kNotFound, "rerun: the server has no job file recorded for job " + id);
   }
-  COHORT_ASSIGN(Json final_record, waitForJob(api, record, quiet));
-  if (options->json) printJson(final_record);
-  reportEnd(final_record, quiet);
-  return jobExitCode(final_record);
+  if (args.has("--name")) job["name"] = args.get("--name");
+  int priority = static_cast<int>(integer(at(record, "priority")).value_or(0));
+  if (args.has("--priority")) {
+    auto p = parseInt(args.get("--priority"));
+    if (!p) {
+      return usage("rerun",
+                   "--priority: expected an integer, got '" + args.get("--priority") + "'");
+    }
+    priority = *p;
+  }
+  return submitJob(api, job, priority, args.has("--wait"), args.has("--quiet"), args.has("--json"));
 }
 
 // The INFO column of `cohort ps`.
@@ -885,11 +975,31 @@ std::string eventDetails(const Json& event) {
     const Json& code = at(event, "code").is_null() ? at(event, "exit_code") : at(event, "code");
     std::string line = str(event, "name");
     if (std::string node = str(event, "node"); !node.empty()) line += " on node " + node;
-    line += " " + howItExited(code, at(event, "signal"));
+    if (auto limit = integer(at(event, "memory_limit")); limit && *limit > 0) {
+      line += " was killed by the kernel for using more than its memory limit of " +
+              formatSize(static_cast<double>(*limit)) + " (memory.max)";
+    } else {
+      line += " " + howItExited(code, at(event, "signal"));
+    }
     if (at(event, "by_cohort") == true) line += " (stopped by cohort)";
     parts.push_back(line);
     shown.insert({"name", "node", "code", "exit_code", "signal", "by_cohort", "rank", "role",
-                  "role_rank", "exit_time"});
+                  "role_rank", "exit_time", "exit_t", "memory_limit"});
+  } else if (kind == "debug") {
+    const std::string who = str(event, "name") + " on node " + str(event, "node");
+    const std::string state = str(event, "state");
+    std::string line = state == "waiting"
+                           ? who + " is waiting for a debugger at " + str(event, "address")
+                       : state == "attached" ? "a debugger is attached to " + who
+                                             : who + " goes on without a debugger";
+    if (state == "waiting" && !str(event, "where").empty())
+      line += " (" + str(event, "where") + ")";
+    parts.push_back(line);
+    shown.insert({"name", "node", "state", "address", "where", "rank", "reason"});
+  } else if (kind == "limits") {
+    parts.push_back("node " + str(event, "node") +
+                    ": resource requests are not enforced: " + str(event, "error"));
+    shown.insert({"node", "error"});
   } else if (kind == "staged" && at(event, "files").is_number()) {
     std::string line = "node " + str(event, "node") + ": " + str(event, "files") + " file(s), " +
                        formatSize(static_cast<double>(integer(at(event, "bytes")).value_or(0)));
@@ -1047,7 +1157,7 @@ Result<int> cmdStop(int argc, char** argv) {
   std::string id = str(job, "id").empty() ? args.positional[0] : str(job, "id");
   if (state == "stopping") {
     std::fprintf(stderr,
-                 "cohort: stopping job %s (SIGTERM, then SIGKILL after its grace "
+                 "cohort: stopping job %s (its stop signal, then SIGKILL after its grace "
                  "period)\n",
                  id.c_str());
   } else if (state == "stopped") {
@@ -1379,6 +1489,7 @@ Result<int> dispatch(const std::string& command, int argc, char** argv) {
   if (command == "login") return cmdLogin(argc, argv);
   if (command == "whoami") return cmdWhoami(argc, argv);
   if (command == "submit") return cmdSubmit(argc, argv);
+  if (command == "rerun") return cmdRerun(argc, argv);
   if (command == "ps") return cmdPs(argc, argv);
   if (command == "status") return cmdStatus(argc, argv);
   if (command == "logs") return cmdLogs(argc, argv);

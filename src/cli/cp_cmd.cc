@@ -7,11 +7,16 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/client.h"
+#include "cli/server_cp.h"
 #include "storage/copy.h"
+#include "storage/s3.h"
+#include "storage/transfer.h"
 #include "storage/uri.h"
 #include "util/text.h"
 
@@ -26,7 +31,15 @@ const char* kCpHelp = R"(cohort cp: copy files and directory trees in parallel, 
 Usage: cohort cp [flags] SRC DST
 
 SRC and DST are local paths (also file://PATH) or store://BUCKET/PATH, the embedded object
-store under <data-root>/store/BUCKET/PATH. A directory SRC copies its contents into DST (like
+store under <data-root>/store/BUCKET/PATH, or server://BUCKET/PATH, that store on a cohort
+server, reached with the login's token (cohort login, COHORT_SERVER/COHORT_TOKEN, or --server
+and --token) and its access rules (the account's own buckets and what is shared with it); a
+copy to or from a server sends every file (nothing is skipped) and keeps no modes or times.
+Or s3://BUCKET/KEY on any S3-compatible service, with the credentials, region and endpoint
+AWS's tools use (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL,
+AWS_PROFILE and ~/.aws/); large files move in parts, several at once, objects appear only
+whole, what is already there (same size and etag) is skipped, and modes and times are not
+kept. The other side of an s3:// copy is local or store://. A directory SRC copies its contents into DST (like
 rsync -a SRC/ DST/), creating DST; a file SRC copies to DST, or into DST when DST is a
 directory or ends in "/". Every file is written under a temporary name, read back and checked
 (size and XXH3-64 checksum), then renamed into place, so DST never holds a partial file under
@@ -40,10 +53,14 @@ Flags:
                      to skip
   --data-root DIR    where store:// lives: DIR/store (default $COHORT_DATA_ROOT or ~/.cohort)
   -q, --quiet        no progress line and no summary on stderr
+  --server URL       with server://: the server (default: COHORT_SERVER, else cohort login's)
+  --token TOKEN      with server://: the token (default: COHORT_TOKEN, else cohort login's)
 
 Examples:
   cohort cp ./mnist store://datasets/mnist
+  cohort cp ./mnist server://datasets/mnist     # into the store of the server you logged in to
   cohort cp store://datasets/mnist /tmp/mnist
+  AWS_ENDPOINT_URL=http://10.0.0.5:7070 cohort cp ./mnist s3://datasets/mnist
   cohort cp --checksum outputs/ store://runs/exp1/
 
 Exit codes: 0 copied; 1 the copy failed (the message names the file and the cause); 2 bad
@@ -79,6 +96,7 @@ struct CpArgs {
   storage::CopyOptions options;
   std::string data_root;
   std::vector<std::string> paths;
+  std::string server, token;  // with server://
   bool quiet = false;
   bool help = false;
 };
@@ -89,8 +107,12 @@ Result<CpArgs> parseCpArgs(int argc, char** argv) {
                                         {"--quiet", "-q", false},
                                         {"--checksum", "", false},
                                         {"--workers", "", true},
-                                        {"--data-root", "", true}}));
+                                        {"--data-root", "", true},
+                                        {"--server", "", true},
+                                        {"--token", "", true}}));
   CpArgs args;
+  args.server = parsed.get("--server");
+  args.token = parsed.get("--token");
   args.paths = parsed.positional;
   args.help = parsed.has("--help");
   args.quiet = parsed.has("--quiet");
@@ -113,9 +135,9 @@ Result<CpArgs> parseCpArgs(int argc, char** argv) {
   return args;
 }
 
-// Runs the copy with SIGINT and SIGTERM turned into a cancel request.
-Result<storage::CopyStats> copyInterruptibly(const std::string& src, const std::string& dst,
-                                             storage::CopyOptions options) {
+// Runs `copy` with SIGINT and SIGTERM turned into its cancel request.
+Result<storage::CopyStats> copyInterruptibly(
+    const std::function<Result<storage::CopyStats>(const std::atomic<bool>*)>& copy) {
   struct sigaction action {};
   action.sa_handler = onSignal;
   sigemptyset(&action.sa_mask);
@@ -124,11 +146,87 @@ Result<storage::CopyStats> copyInterruptibly(const std::string& src, const std::
   }, old_term{};
   ::sigaction(SIGINT, &action, &old_int);
   ::sigaction(SIGTERM, &action, &old_term);
-  options.cancel = &g_interrupted;
-  auto stats = storage::copyTree(src, dst, options);
+  auto stats = copy(&g_interrupted);
   ::sigaction(SIGINT, &old_int, nullptr);
   ::sigaction(SIGTERM, &old_term, nullptr);
   return stats;
+}
+
+// The end of a copy: its error (and exit code) or its summary.
+int finish(const Result<storage::CopyStats>& stats, bool quiet, bool live) {
+  if (live) std::fputs("\r\x1b[K", stderr);
+  if (!stats) {
+    std::fprintf(stderr, "cohort: error: %s\n", stats.error().message.c_str());
+    if (g_interrupted.load()) {
+      std::fputs("cohort: run the same command again to finish the copy\n", stderr);
+      return kExitInterrupted;
+    }
+    return kExitFailed;
+  }
+  if (!quiet) {
+    double rate =
+        stats->seconds > 0 ? static_cast<double>(stats->bytes_copied) / stats->seconds : 0;
+    std::fprintf(stderr, "cohort: copied %lld %s (%s) in %s, %s/s; %lld skipped\n",
+                 static_cast<long long>(stats->files_copied),
+                 stats->files_copied == 1 ? "file" : "files",
+                 formatSize(static_cast<double>(stats->bytes_copied)).c_str(),
+                 formatSeconds(stats->seconds).c_str(), formatSize(rate).c_str(),
+                 static_cast<long long>(stats->files_skipped));
+  }
+  return 0;
+}
+
+// cohort cp with a server:// side, through the server's API.
+int copyServer(const CpArgs& args) {
+  auto settings = resolveServerSettings(args.server, args.token);
+  if (!settings) return usageError(settings.error().message);
+  ApiClient api(*settings);
+  const bool live = !args.quiet && ::isatty(STDERR_FILENO);
+  auto stats = copyWithServer(api, args.paths[0], args.paths[1], live);
+  if (!stats) {
+    std::fprintf(stderr, "cohort: error: cp: %s\n", stats.error().message.c_str());
+    return exitCodeFor(stats.error());
+  }
+  if (!args.quiet) {
+    std::fprintf(stderr, "cohort: copied %lld %s (%s) %s %s\n",
+                 static_cast<long long>(stats->files), stats->files == 1 ? "file" : "files",
+                 formatSize(static_cast<double>(stats->bytes)).c_str(),
+                 isServerUri(args.paths[1]) ? "to" : "from", api.server().c_str());
+  }
+  return 0;
+}
+
+// cohort cp with an s3:// side; the other side is a local path or store://.
+int copyS3(CpArgs& args, const std::string& data_root) {
+  const bool up = storage::isS3Uri(args.paths[1]);
+  const std::string& remote = args.paths[up ? 1 : 0];
+  const std::string& other = args.paths[up ? 0 : 1];
+  if (storage::isS3Uri(other) || isServerUri(other)) {
+    return usageError("copy between '" + args.paths[0] + "' and '" + args.paths[1] +
+                      "' is not supported: one side of an s3:// copy is a local path or "
+                      "store://; copy through a local directory");
+  }
+  auto uri = storage::parseS3Uri(remote);
+  if (!uri) return usageError(uri.error().message);
+  auto local = storage::resolve(other, data_root);
+  if (!local) return usageError(local.error().message);
+  auto config = storage::s3ConfigFromEnvironment();
+  if (!config) {
+    std::fprintf(stderr, "cohort: error: cp: %s\n", config.error().message.c_str());
+    return kExitUsage;
+  }
+  auto store = storage::makeS3Store(*config, uri->bucket);
+
+  storage::TransferOptions options;
+  options.workers = args.options.workers;
+  const bool live = !args.quiet && ::isatty(STDERR_FILENO);
+  if (live) options.progress = printProgress;
+  auto stats = copyInterruptibly([&](const std::atomic<bool>* cancel) {
+    options.cancel = cancel;
+    return up ? storage::upload(*local, *store, uri->key, options)
+              : storage::download(*store, uri->key, *local, options);
+  });
+  return finish(stats, args.quiet, live);
 }
 
 }  // namespace
@@ -150,6 +248,12 @@ int cmdCp(int argc, char** argv) {
                       " path(s)");
   }
   const std::string data_root = dataRoot(args->data_root);
+  if (storage::isS3Uri(args->paths[0]) || storage::isS3Uri(args->paths[1])) {
+    return copyS3(*args, data_root);
+  }
+  if (isServerUri(args->paths[0]) || isServerUri(args->paths[1])) {
+    return copyServer(*args);
+  }
   std::string resolved[2];
   for (int i = 0; i < 2; ++i) {
     auto path = storage::resolve(args->paths[static_cast<size_t>(i)], data_root);
@@ -159,27 +263,11 @@ int cmdCp(int argc, char** argv) {
 
   const bool live = !args->quiet && ::isatty(STDERR_FILENO);
   if (live) args->options.progress = printProgress;
-  auto stats = copyInterruptibly(resolved[0], resolved[1], args->options);
-  if (live) std::fputs("\r\x1b[K", stderr);
-  if (!stats) {
-    std::fprintf(stderr, "cohort: error: %s\n", stats.error().message.c_str());
-    if (g_interrupted.load()) {
-      std::fputs("cohort: run the same command again to finish the copy\n", stderr);
-      return kExitInterrupted;
-    }
-    return kExitFailed;
-  }
-  if (!args->quiet) {
-    double rate =
-        stats->seconds > 0 ? static_cast<double>(stats->bytes_copied) / stats->seconds : 0;
-    std::fprintf(stderr, "cohort: copied %lld %s (%s) in %s, %s/s; %lld skipped\n",
-                 static_cast<long long>(stats->files_copied),
-                 stats->files_copied == 1 ? "file" : "files",
-                 formatSize(static_cast<double>(stats->bytes_copied)).c_str(),
-                 formatSeconds(stats->seconds).c_str(), formatSize(rate).c_str(),
-                 static_cast<long long>(stats->files_skipped));
-  }
-  return 0;
+  auto stats = copyInterruptibly([&](const std::atomic<bool>* cancel) {
+    args->options.cancel = cancel;
+    return storage::copyTree(resolved[0], resolved[1], args->options);
+  });
+  return finish(stats, args->quiet, live);
 }
 
 }  // namespace cohort::cli

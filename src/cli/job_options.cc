@@ -4,17 +4,23 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
-
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <filesystem>
+#include <set>
 
 #include "backends/local.h"
+#include "env/environments.h"
 #include "job/id.h"
 #include "job/layout.h"
+#include "storage/s3.h"
+#include "storage/transfer.h"
 #include "storage/uri.h"
 #include "util/fd.h"
 #include "util/text.h"
+
+extern char** environ;
 
 namespace cohort::cli {
 
@@ -23,12 +29,6 @@ namespace {
 std::string currentDir() {
   char buf[4096];
   return ::getcwd(buf, sizeof buf) ? buf : ".";
-}
-
-std::string absolute(const std::string& path, const std::string& base) {
-  if (!path.empty() && path[0] == '/') return path;
-  if (path.empty() || path == ".") return base;
-  return base + "/" + path;
 }
 
 std::string dirName(const std::string& path) {
@@ -98,6 +98,60 @@ std::string nameFromCommand(const std::vector<std::string>& command) {
   return name.empty() ? "job" : name;
 }
 
+// debug: the ranks' interpreter must have debugpy: asked of it now, as the ranks would run it.
+Result<void> checkDebugger(const spec::JobSpec& s, const std::string& workdir) {
+  std::string path = std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin";
+  proc::SpawnRequest req;
+  for (char** e = environ; *e; ++e) req.env.emplace_back(*e);
+  for (const auto& [k, v] : s.env) {
+    if (k == "PATH") path = v;
+    req.env.push_back(k + "=" + v);
+  }
+  auto python = proc::findProgram(s.command[0], path, workdir);
+  if (!python) return withContext(python.error(), spec::fieldLabel(s, "command") + "debug");
+  req.argv = {*python, "-c", "import debugpy"};
+  req.cwd = workdir;
+  auto ran = proc::runCaptured(req, Millis(30000));
+  if (ran && ran->status.shellCode() == 0) return {};
+  const std::string why =
+      ran ? ran->err.substr(0, ran->err.find_last_not_of("\n") + 1) : ran.error().message;
+  const std::string last = why.substr(why.rfind('\n') + 1);
+  return fail(Code::kFailedPrecondition,
+              spec::fieldLabel(s, "debug") + "the ranks' interpreter '" + s.command[0] + "' (" +
+                  *python + ") cannot import debugpy (" + last.substr(0, 200) +
+                  "): install it where the ranks run (apt-get install python3-debugpy, or pip "
+                  "install debugpy into the job's environment)");
+}
+
+// --debug, --post-mortem and --pdb over the job file's debug: field.
+Result<void> applyDebugFlags(const JobOptions& o, spec::JobSpec& s) {
+  if (o.debug.empty() && !o.post_mortem && !o.pdb) return {};
+  spec::Debug& d = s.debug;
+  spec::Origin& origin = s.origin;
+  if (!d.enabled)
+    origin.where["debug"] = o.debug.empty() ? (o.pdb ? "--pdb" : "--post-mortem") : "--debug";
+  d.enabled = true;
+  if (!o.debug.empty()) {
+    d.all = o.debug == "all";
+    d.ranks.clear();
+    if (!d.all && o.debug != "none") {
+      auto ranks = parseRankList(o.debug);
+      if (!ranks) return withContext(ranks.error(), "--debug");
+      d.ranks.assign(ranks->begin(), ranks->end());
+    }
+    origin.setByFlag("debug.ranks", "--debug");
+  }
+  if (o.post_mortem) {
+    d.post_mortem = true;
+    origin.setByFlag("debug.post_mortem", "--post-mortem");
+  }
+  if (o.pdb) {
+    d.pdb = true;
+    if (o.debug.empty()) origin.setByFlag("debug.ranks", "--pdb");
+  }
+  return {};
+}
+
 }  // namespace
 
 std::string jobFlagsHelp() {
@@ -115,20 +169,35 @@ std::string jobFlagsHelp() {
   --compat NAME            modelarts (default): also set the managed service's MA_* and
                            VC_* variables | none
   --backend NAME           local (default): nodes simulated on this machine | slurm: the nodes
-                           of a Slurm batch job, one per host (docs/slurm.md)
+                           of a Slurm batch job, one per host (docs/slurm.md) | volcano: the
+                           pods of a Volcano Job on Kubernetes, one per node; cohort plan
+                           renders it (docs/volcano.md)
   --nodes N                nodes of a single-role job
   --nproc-per-node N|auto  processes per node (auto: one per GPU, 1 without GPUs)
   --workdir DIR            where ranks run (default: the job file's directory, or here)
+  --environment NAME       run every rank in this environment: a preset (system, pytorch,
+                           tensorflow, mindspore; built on first use) or one saved with
+                           cohort env create; its python3 comes first on PATH (cohort env ls)
+  --image REF              the container image every pod runs (backend volcano): the job
+                           file's environment: {image: REF}
   --env KEY=VALUE          set a variable for every rank (repeatable)
   --hp KEY=VALUE           hyperparameter, appended to the command as --KEY=VALUE (repeatable)
   --max-restarts N         restart the whole gang up to N times after a failure (default 0)
-  --grace-period DUR       SIGTERM -> SIGKILL delay when stopping ranks (default 30s)
+  --grace-period DUR       stop signal -> SIGKILL delay when stopping ranks (default 30s)
+  --stop-signal SIG        what a graceful stop sends every rank, its notice to checkpoint:
+                           SIGTERM (default) | SIGINT | SIGHUP | SIGQUIT | SIGUSR1 | SIGUSR2
   --heartbeat-timeout DUR  a node that says nothing for this long is lost (default 5s)
   --max-runtime DUR        stop the job after this long (e.g. 2h); exit code 124
   --hang-timeout DUR       no rank printed for this long: take every rank's stack, name the
                            one that holds the others up, exit code 124 (docs/observing.md)
   --startup-timeout DUR    the limit until the first output instead (imports, data loading)
   --success ROLE[,ROLE]    key roles: the job succeeds when all their ranks exit 0
+  --debug RANKS|all|none   these ranks (0, 0,2-3, all) start paused under debugpy, each
+                           waiting for a debugger on a port of its own; a breakpoint() in any
+                           rank pauses it the same way, also with none (docs/debugging.md,
+                           cohort debug JOB)
+  --post-mortem            a rank whose exception nothing caught waits for a debugger
+  --pdb                    with --debug N: rank N runs pdb on this terminal instead
   --data-root DIR          where job directories go (default $COHORT_DATA_ROOT or ~/.cohort)
   --isolate                run ranks under bubblewrap: other jobs' directories and the store
                            are not visible to them, only this job's directory
@@ -191,6 +260,10 @@ Result<JobOptions> parseJobOptions(int argc, char** argv, int first) {
       COHORT_ASSIGN(o.compat, next());
     } else if (arg == "--workdir") {
       COHORT_ASSIGN(o.workdir, next());
+    } else if (arg == "--environment") {
+      COHORT_ASSIGN(o.environment, next());
+    } else if (arg == "--image") {
+      COHORT_ASSIGN(o.image, next());
     } else if (arg == "--env") {
       COHORT_ASSIGN(std::string kv, next());
       o.env.push_back(kv);
@@ -209,12 +282,20 @@ Result<JobOptions> parseJobOptions(int argc, char** argv, int first) {
       COHORT_ASSIGN(o.hang_timeout, next());
     } else if (arg == "--startup-timeout") {
       COHORT_ASSIGN(o.startup_timeout, next());
+    } else if (arg == "--stop-signal") {
+      COHORT_ASSIGN(o.stop_signal, next());
     } else if (arg == "--success") {
       COHORT_ASSIGN(o.success, next());
     } else if (arg == "--data-root") {
       COHORT_ASSIGN(o.data_root, next());
     } else if (arg == "--log-ranks") {
       COHORT_ASSIGN(o.log_ranks, next());
+    } else if (arg == "--debug") {
+      COHORT_ASSIGN(o.debug, next());
+    } else if (arg == "--post-mortem") {
+      o.post_mortem = true;
+    } else if (arg == "--pdb") {
+      o.pdb = true;
     } else if (arg == "--job-id") {
       COHORT_ASSIGN(o.job_id, next());
     } else if (arg == "--run-as") {
@@ -238,13 +319,44 @@ Result<JobOptions> parseJobOptions(int argc, char** argv, int first) {
   return o;
 }
 
+std::string absoluteIn(const std::string& path, const std::string& base) {
+  std::filesystem::path p(path);
+  std::filesystem::path full = p.is_absolute() ? p : std::filesystem::path(base) / p;
+  std::string out = full.lexically_normal().string();
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
+}
+
+void makePathsAbsolute(spec::JobSpec& spec) {
+  spec.workdir = absoluteIn(spec.workdir.empty() ? "." : spec.workdir, spec.base_dir);
+  for (spec::Input& in : spec.inputs) {
+    auto where = storage::parseLocation(in.source);
+    if (where && where->kind == storage::Location::Kind::kLocal) {
+      in.source = absoluteIn(where->path, spec.base_dir);
+    }
+  }
+}
+
+bool jobFlagTakesValue(const std::string& flag) {
+  // Every flag of parseJobOptions above that reads next() (job_options_test checks the help).
+  // clang-format off
+  static const std::set<std::string> kValueFlags = {
+      "-f", "--file", "--name", "--framework", "--nodes", "--nproc-per-node", "--nproc_per_node",
+      "--launcher", "--backend", "--mode", "--compat", "--workdir", "--environment", "--image", "--env",
+      "--hp", "--max-restarts", "--grace-period", "--heartbeat-timeout", "--max-runtime",
+      "--hang-timeout", "--startup-timeout", "--stop-signal", "--success", "--data-root",
+      "--log-ranks", "--job-id", "--run-as", "--debug"};
+  // clang-format on
+  return kValueFlags.count(flag) > 0;
+}
+
 Result<spec::JobSpec> buildSpec(const JobOptions& o) {
   spec::JobSpec s;
   const std::string cwd = currentDir();
   if (!o.file.empty()) {
     COHORT_ASSIGN(std::string text, readJobFile(o.file));
     COHORT_ASSIGN(s, spec::parseJobFile(text, o.file));
-    s.base_dir = dirName(absolute(o.file, cwd));
+    s.base_dir = dirName(absoluteIn(o.file, cwd));
   } else {
     s = spec::defaultSpec();
     s.base_dir = cwd;
@@ -254,6 +366,16 @@ Result<spec::JobSpec> buildSpec(const JobOptions& o) {
   if (!o.command.empty()) {
     s.command = o.command;
     origin.setByFlag("command", "");  // the words after "--": their messages need no label
+  }
+  if (!o.environment.empty()) {
+    s.environment = o.environment;
+    s.image.clear();
+    origin.setByFlag("environment", "--environment");
+  }
+  if (!o.image.empty()) {
+    s.image = o.image;
+    s.environment.clear();
+    origin.setByFlag("environment", "--image");
   }
   if (!o.name.empty()) {
     s.name = o.name;
@@ -359,22 +481,52 @@ Result<spec::JobSpec> buildSpec(const JobOptions& o) {
   COHORT_TRY(duration(o.hang_timeout, "--hang-timeout", "hang_timeout", s.policy.hang_timeout));
   COHORT_TRY(duration(o.startup_timeout, "--startup-timeout", "startup_timeout",
                       s.policy.startup_timeout));
+  if (!o.stop_signal.empty()) {
+    auto sig = spec::parseStopSignal(o.stop_signal);
+    if (!sig) return withContext(sig.error(), "--stop-signal");
+    s.policy.stop_signal = *sig;
+    origin.setByFlag("policy.stop_signal", "--stop-signal");
+  }
   if (!o.success.empty()) {
     s.policy.success = split(o.success, ',');
     origin.setByFlag("policy.success", "--success");
   }
+  COHORT_TRY(applyDebugFlags(o, s));
   COHORT_TRY(spec::validate(s));
   return s;
 }
 
-Result<PreparedJob> prepareJob(const JobOptions& o) {
+// An s3:// input: a valid URI and, unless only planning, credentials and something there, so
+// that a typo fails now and not on every node after the job started.
+Result<void> checkS3Input(const spec::JobSpec& s, const spec::Input& in, size_t i, bool dry) {
+  const std::string field = "inputs[" + std::to_string(i) + "]";
+  auto named = [&](const std::string& sub, const Error& e) {
+    return fail(e.code, spec::fieldLabel(s, field + sub) + e.message);
+  };
+  if (in.mode == spec::Input::Mode::kLink) {
+    return fail(Code::kInvalidArgument,
+                spec::fieldLabel(s, field + ".mode") +
+                    "link needs a local path or store:// source; an s3:// input is copied "
+                    "(mode: copy)");
+  }
+  auto uri = storage::parseS3Uri(in.source);
+  if (!uri) return named(".source", uri.error());
+  if (dry) return {};  // planning needs no credentials and sends nothing
+  auto store = storage::openS3(*uri);
+  if (!store) return named(".source", store.error());
+  auto there = storage::checkSource(**store, uri->key);
+  if (!there) return named(".source", there.error());
+  return {};
+}
+
+Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
   PreparedJob job;
   COHORT_ASSIGN(job.spec, buildSpec(o));
   spec::JobSpec& s = job.spec;
   const std::string cwd = currentDir();
   const char* env_root = std::getenv("COHORT_DATA_ROOT");
   const char* home = std::getenv("HOME");
-  job.data_root = !o.data_root.empty() ? absolute(o.data_root, cwd)
+  job.data_root = !o.data_root.empty()    ? absoluteIn(o.data_root, cwd)
                   : env_root && *env_root ? std::string(env_root)
                                           : std::string(home ? home : "/tmp") + "/.cohort";
   const std::string job_id = o.job_id.empty() ? job::newJobId(s.name) : o.job_id;
@@ -383,6 +535,11 @@ Result<PreparedJob> prepareJob(const JobOptions& o) {
   for (size_t i = 0; i < s.inputs.size(); ++i) {
     spec::Input& in = s.inputs[i];
     std::string field = "inputs[" + std::to_string(i) + "].source";
+    if (storage::isS3Uri(in.source)) {
+      COHORT_TRY(checkS3Input(s, in, i, dry));
+      in.source_path = in.source;
+      continue;
+    }
     auto path = storage::resolve(in.source, job.data_root, s.base_dir);
     if (!path) {
       return fail(path.error().code, spec::fieldLabel(s, field) + path.error().message);
@@ -396,8 +553,20 @@ Result<PreparedJob> prepareJob(const JobOptions& o) {
   }
   for (size_t i = 0; i < s.outputs.size(); ++i) {
     spec::Output& out = s.outputs[i];
-    auto path = storage::resolve(spec::expandTarget(out.target, job_id, s.name), job.data_root,
-                                 s.base_dir);
+    const std::string target = spec::expandTarget(out.target, job_id, s.name);
+    if (storage::isS3Uri(target)) {
+      // Checked now (the URI, and that there are credentials), written when the job ends.
+      const std::string field = "outputs[" + std::to_string(i) + "].target";
+      auto uri = storage::parseS3Uri(target);
+      if (!uri) return fail(uri.error().code, spec::fieldLabel(s, field) + uri.error().message);
+      auto config = storage::s3ConfigFromEnvironment();
+      if (!config && !dry) {
+        return fail(config.error().code, spec::fieldLabel(s, field) + config.error().message);
+      }
+      out.target_path = target;
+      continue;
+    }
+    auto path = storage::resolve(target, job.data_root, s.base_dir);
     if (!path) {
       return fail(path.error().code,
                   spec::fieldLabel(s, "outputs[" + std::to_string(i) + "].target") +
@@ -406,8 +575,35 @@ Result<PreparedJob> prepareJob(const JobOptions& o) {
     out.target_path = *path;
   }
 
-  // The file system: refuse now what would fail at start.
-  auto checked = backends::checkCommand(s);
+  // The environment, built now when it is not (its progress on stderr): its bin/ comes first
+  // on every rank's PATH, and the command is looked for there.
+  spec::JobSpec with_environment = s;
+  if (!s.environment.empty()) {
+    env::Store store(env::storeDir(job.data_root));
+    auto found = store.get(s.environment);
+    if (!found) return fail(found.error().code, spec::fieldLabel(s, "environment") + found.error().message);
+    if (!found->built && !dry) {
+      std::fprintf(stderr, "cohort: building environment %s (once; then it is kept in %s)\n",
+                   s.environment.c_str(), store.root().c_str());
+    }
+    auto built = dry ? found : store.ensureBuilt(s.environment, [](const std::string& line) {
+      std::fprintf(stderr, "  %s\n", line.c_str());
+    });
+    if (!built) return fail(built.error().code, spec::fieldLabel(s, "environment") + built.error().message);
+    std::string path = std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin";
+    for (const auto& [k, v] : s.env) {
+      if (k == "PATH") path = v;
+    }
+    job.context.environment = env::rankVariables(*built, path);
+    for (const auto& [k, v] : job.context.environment) with_environment.env.emplace_back(k, v);
+  }
+
+  // The file system: refuse now what would fail at start. A Volcano Job's command runs in its
+  // image, not here: nothing of this machine to check.
+  auto checked = s.backend == spec::Backend::kVolcano
+                     ? Result<std::string>(absoluteIn(s.workdir.empty() ? "." : s.workdir,
+                                                      s.base_dir.empty() ? cwd : s.base_dir))
+                     : backends::checkCommand(with_environment);
   if (!checked) {
     // Its messages start with the field; say where that field came from.
     std::string msg = checked.error().message;
@@ -417,10 +613,14 @@ Result<PreparedJob> prepareJob(const JobOptions& o) {
     return fail(checked.error().code, msg);
   }
   const std::string workdir = *checked;
+  if (s.debug.enabled && !dry && s.backend == spec::Backend::kLocal) {
+    COHORT_TRY(checkDebugger(with_environment, workdir));
+  }
   plan::PlanContext& ctx = job.context;
   ctx.as_root = ::geteuid() == 0;
-  if (s.backend == spec::Backend::kSlurm) {
-    // Real hosts: each node has the GPUs Slurm gives it (--gres), numbered from 0 in the step.
+  if (s.backend != spec::Backend::kLocal) {
+    // Real hosts: each node has the GPUs Slurm gives it (--gres) or its pod was given, numbered
+    // from 0.
     ctx.nodes_share_machine = false;
     int per_node = 0;
     for (const spec::Role& role : s.roles) {
@@ -428,7 +628,8 @@ Result<PreparedJob> prepareJob(const JobOptions& o) {
         return fail(Code::kInvalidArgument,
                     spec::fieldLabel(s, "roles." + role.name + ".procs_per_node") +
                         "auto counts this machine's GPUs, not the cluster nodes': give a number "
-                        "for the slurm backend");
+                        "for the " +
+                        std::string(spec::backendName(s.backend)) + " backend");
       }
       per_node = std::max(per_node, role.procs_per_node * role.resources.gpus);
     }

@@ -17,7 +17,11 @@ namespace cohort::cli {
 struct JobOptions {
   std::string file;
   std::string name, framework, launcher, backend, mode, compat, workdir, grace_period, max_runtime,
-      heartbeat_timeout, hang_timeout, startup_timeout, success, data_root, log_ranks;
+      heartbeat_timeout, hang_timeout, startup_timeout, stop_signal, success, data_root, log_ranks;
+  std::string environment;  // --environment NAME
+  std::string image;        // --image REF: environment: {image: REF}
+  std::string debug;        // --debug RANKS|all
+  bool post_mortem = false, pdb = false;
   std::string job_id;  // --job-id: set by `cohort server`, whose job directory already exists
   std::string run_as;  // --run-as UID:GID: set by `cohort server`, the account's identity
   int nodes = 0, procs_per_node = 0, max_restarts = -1;  // procs_per_node may be kAutoProcs
@@ -32,6 +36,18 @@ struct JobOptions {
 // Parses flags for run/plan from argv[first..]. Errors: kInvalidArgument naming the flag.
 Result<JobOptions> parseJobOptions(int argc, char** argv, int first);
 
+// Whether `flag` is one of parseJobOptions' flags that take a value ("--nodes", not "--json"),
+// for commands that pick their own flags out first (cohort submit).
+bool jobFlagTakesValue(const std::string& flag);
+
+// `path` relative to `base` (unless it is absolute), without "." and ".." parts.
+std::string absoluteIn(const std::string& path, const std::string& base);
+
+// Makes the workdir and the local inputs' sources of `spec` absolute (from its base_dir), so
+// that its job file means the same job read anywhere: submitted to a server, or run again from
+// the job's directory (cohort rerun).
+void makePathsAbsolute(spec::JobSpec& spec);
+
 // The spec from the job file and the flags, validated; base_dir is the job file's directory (or
 // the current one). Reads the job file; no other file-system check.
 Result<spec::JobSpec> buildSpec(const JobOptions& options);
@@ -44,8 +60,10 @@ struct PreparedJob {
 
 // Builds the spec (job file, then flags), validates it, resolves the workdir and checks that the
 // workdir and the program exist, looks at the machine's devices (resolving procs_per_node: auto)
-// and picks the job id and directory (not created yet). Ports are leased by the caller.
-Result<PreparedJob> prepareJob(const JobOptions& options);
+// and picks the job id and directory (not created yet). Ports are leased by the caller. The
+// job's environment is built when it is not, unless `dry` (cohort plan, which starts nothing:
+// its ranks then show where the environment will be).
+Result<PreparedJob> prepareJob(const JobOptions& options, bool dry = false);
 
 std::string jobFlagsHelp();
 

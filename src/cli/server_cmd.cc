@@ -20,7 +20,6 @@ namespace cohort::cli {
 
 namespace {
 
-
 const char* kServerHelp =
     R"(cohort server: the multi-user job service (queue, gang scheduler, accounts, shares)
 
@@ -37,6 +36,8 @@ Flags:
   --backend NAME           local (default): jobs' nodes are simulated on this machine | slurm:
                            each job is a Slurm batch job, its ranks on the cluster's nodes; the
                            server queues by account and priority, Slurm allocates (docs/slurm.md)
+                           | volcano: not built yet (cohort plan --backend volcano renders a
+                           job's Volcano Job; docs/volcano.md)
   --cpus N                 CPUs the scheduler hands out (default: this machine's; with slurm:
                            no limit of its own)
   --memory SIZE            memory the scheduler hands out, e.g. 64Gi (default: this machine's)
@@ -50,6 +51,8 @@ Flags:
                            another's processes or files
   --single-user            every account is one person: ranks run as the server's own user
                            (needed to serve several accounts without root)
+  --max-upload SIZE        the largest code upload accepted (the archive cohort submit sends
+                           of a job's workdir; default 1Gi, at most 4Gi)
   --threads N              HTTP worker threads (default 32; followers hold none)
   --idle-timeout DUR       close a connection whose client keeps it waiting this long: no
                            request, half a request, an answer not read (default 60s;
@@ -117,6 +120,7 @@ int cmdServer(int argc, char** argv) {
                            {"--memory", "", true},
                            {"--gpus", "", true},
                            {"--threads", "", true},
+                           {"--max-upload", "", true},
                            {"--idle-timeout", "", true},
                            {"--backend", "", true},
                            {"--rank-uids", "", true},
@@ -168,6 +172,12 @@ int cmdServer(int argc, char** argv) {
       auto n = parseInt(value);
       if (!n || *n < 0) return bad("expected a number of GPUs");
       gpus = *n;
+    } else if (flag == "--max-upload") {
+      auto bytes = parseBytes(value);
+      if (!bytes || *bytes < 1 || *bytes > (int64_t{4} << 30)) {
+        return bad("expected a size from 1 byte to 4Gi (examples: 512Mi, 2Gi)");
+      }
+      options.max_upload_bytes = *bytes;
     } else if (flag == "--rank-uids") {
       auto dash = value.find('-');
       auto first = parseInt64(value.substr(0, dash));
@@ -183,7 +193,14 @@ int cmdServer(int argc, char** argv) {
       options.http_threads = *n;
     } else if (flag == "--backend") {
       auto b = spec::parseBackend(value);
-      if (!b) return bad("expected local or slurm");
+      if (!b) return bad("expected local, slurm or volcano");
+      if (*b == spec::Backend::kVolcano) {
+        std::fprintf(stderr,
+                     "cohort server: --backend volcano: running jobs as Volcano Jobs through the "
+                     "Kubernetes API is not built yet; cohort plan --backend volcano -f FILE "
+                     "renders a job's Volcano Job for kubectl create -f - (docs/volcano.md)\n");
+        return kExitUsage;
+      }
       options.nodes = *b;
     } else if (flag == "--idle-timeout") {
       auto d = parseDuration(value);

@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "backends/local.h"
 #include "cli/args.h"
 #include "cli/client.h"
 #include "job/layout.h"
@@ -97,20 +98,11 @@ int cmdStacks(int argc, char** argv) {
     return failWith(kExitUsage, "give one job id (see cohort stacks --help)");
   }
   const std::string id = args->positional[0];
-  if (id.empty() || id.find('/') != std::string::npos || id[0] == '.') {
-    return failWith(kExitUsage, "'" + id + "' is not a job id");
-  }
-  const std::string root = dataRoot(args->get("--data-root"));
-  const job::Layout layout = job::Layout::of(root, id);
-  if (::access(layout.dir().c_str(), F_OK) != 0) {
-    // Not a job of this machine: one of the server this machine is logged in to, if any.
-    auto settings = resolveServerSettings(args->get("--server"), args->get("--token"));
-    if (!settings) {
-      return failWith(kExitUsage, "no job '" + id + "' in " + job::jobsDir(root) +
-                                      ", and no server to ask (" + settings.error().message + ")");
-    }
-    return serverStacks(ApiClient(*settings), id);
-  }
+  auto where = locateJob(id, dataRoot(args->get("--data-root")), args->get("--server"),
+                         args->get("--token"));
+  if (!where) return failWith(kExitUsage, where.error().message);
+  if (where->dir.empty()) return serverStacks(ApiClient(where->settings), id);
+  const job::Layout layout(where->dir);
   if (::access(layout.resultFile().c_str(), F_OK) == 0) {
     return failWith(kExitFailed, "job " + id + " has ended" +
                                      (::access(layout.stacksFile().c_str(), F_OK) == 0
@@ -123,9 +115,7 @@ int cmdStacks(int argc, char** argv) {
     return failWith(kExitFailed, "job " + id + " has no coordinator.pid: it has not started");
   }
   // The pid must still be a cohort coordinator (not a process that took its number later).
-  char self[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self);
-  if (n <= 0 || exeOf(*pid) != std::string(self, static_cast<size_t>(n))) {
+  if (exeOf(*pid) != backends::selfExecutable()) {
     return failWith(kExitFailed, "job " + id + "'s coordinator (pid " + std::to_string(*pid) +
                                      ") is not running");
   }

@@ -2,11 +2,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,6 +46,8 @@ struct RankRow {
   int node = 0;
   double cpu_percent = -1;  // -1: fewer than two samples
   int64_t rss = -1;
+  double gpu_util = -1;  // -1: no GPU sample (no GPU, or the rank uses none)
+  int64_t gpu_memory = -1;
   Json metric;  // its latest metrics.jsonl record
 };
 
@@ -116,6 +119,9 @@ std::string render(Sources src, const std::string& id) {
       const int rank = r.value("rank", -1);
       if (!rows.count(rank)) continue;
       rows[rank].rss = r.value("rss_bytes", int64_t{0});
+      const bool on_gpu = r.contains("gpu_memory_bytes");
+      rows[rank].gpu_util = on_gpu ? r.value("gpu_util", 0.0) : -1;
+      rows[rank].gpu_memory = on_gpu ? r.value("gpu_memory_bytes", int64_t{0}) : -1;
       auto& samples = cpu[rank];
       samples.emplace_back(t, r.value("cpu_seconds", 0.0));
       if (samples.size() > 2) samples.erase(samples.begin());
@@ -143,9 +149,17 @@ std::string render(Sources src, const std::string& id) {
   }
   std::string out =
       "job " + id + ": " + src.state + ", " + std::to_string(rows.size()) + " rank(s)\n";
+  // GPU columns only for a job with GPU samples (agent/gpu.h): most jobs here have none.
+  const bool gpus = std::any_of(rows.begin(), rows.end(),
+                                [](const auto& row) { return row.second.gpu_memory >= 0; });
   char line[512];
-  std::snprintf(line, sizeof line, "%-5s %-16s %4s %7s %9s %8s", "RANK", "NAME", "NODE", "CPU%",
-                "RSS", "STEP");
+  std::snprintf(line, sizeof line, "%-5s %-16s %4s %7s %9s", "RANK", "NAME", "NODE", "CPU%", "RSS");
+  out += line;
+  if (gpus) {
+    std::snprintf(line, sizeof line, " %5s %9s", "GPU%", "GPU MEM");
+    out += line;
+  }
+  std::snprintf(line, sizeof line, " %8s", "STEP");
   out += line;
   for (const std::string& c : columns) {
     std::snprintf(line, sizeof line, " %12.12s", c.c_str());
@@ -159,8 +173,17 @@ std::string render(Sources src, const std::string& id) {
                                      row.metric["step"].is_number_integer()
                                  ? std::to_string(row.metric["step"].get<int64_t>())
                                  : "-";
-    std::snprintf(line, sizeof line, "%-5d %-16.16s %4d %7s %9s %8s", rank, row.name.c_str(),
-                  row.node, cpu_text, row.rss >= 0 ? mib(row.rss).c_str() : "-", step.c_str());
+    std::snprintf(line, sizeof line, "%-5d %-16.16s %4d %7s %9s", rank, row.name.c_str(), row.node,
+                  cpu_text, row.rss >= 0 ? mib(row.rss).c_str() : "-");
+    out += line;
+    if (gpus) {
+      char util[16] = "-";
+      if (row.gpu_util >= 0) std::snprintf(util, sizeof util, "%.0f", row.gpu_util);
+      std::snprintf(line, sizeof line, " %5s %9s", util,
+                    row.gpu_memory >= 0 ? mib(row.gpu_memory).c_str() : "-");
+      out += line;
+    }
+    std::snprintf(line, sizeof line, " %8s", step.c_str());
     out += line;
     for (const std::string& c : columns) {
       const std::string v =
@@ -180,7 +203,8 @@ const char* topHelp() {
 
 A live table of JOB's ranks, for a job that `cohort run` runs on this machine (or, when there is
 no such job here, a job of the server you logged in to with cohort login): CPU use and
-resident memory of each rank (its process group, sampled by its node's agent every 2 s), and
+resident memory of each rank (its process group, sampled by its node's agent every 2 s), its
+GPU utilisation and memory where nvidia-smi shows its processes (GPU columns only then), and
 its latest training metrics (what it logged with cohort.log(step=..., loss=...), or printed as
 `cohort.log step=N loss=X ...`). Redrawn every 2 s until the job ends; printed once when
 stdout is not a terminal, or with --once. The samples are in the job's resources.jsonl and

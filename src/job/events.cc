@@ -20,10 +20,11 @@ struct KindName {
   const char* name;
 };
 constexpr KindName kKinds[] = {
-    {EventKind::kSubmitted, "submitted"}, {EventKind::kState, "state"},
-    {EventKind::kStaged, "staged"},       {EventKind::kStageFailed, "stage_failed"},
-    {EventKind::kRankExit, "rank_exit"},  {EventKind::kOutput, "output"},
-    {EventKind::kReconciled, "reconciled"},
+    {EventKind::kSubmitted, "submitted"},   {EventKind::kState, "state"},
+    {EventKind::kStaged, "staged"},         {EventKind::kStageFailed, "stage_failed"},
+    {EventKind::kRankExit, "rank_exit"},    {EventKind::kOutput, "output"},
+    {EventKind::kReconciled, "reconciled"}, {EventKind::kLimits, "limits"},
+    {EventKind::kDebug, "debug"},
 };
 
 // Reads typed fields out of a parsed object without ever throwing.
@@ -107,6 +108,10 @@ class Reader {
 
 }  // namespace
 
+bool isDebugState(std::string_view state) {
+  return state == "waiting" || state == "attached" || state == "running";
+}
+
 const char* eventKindName(EventKind kind) {
   for (const KindName& k : kKinds) {
     if (k.kind == kind) return k.name;
@@ -142,6 +147,7 @@ std::string encodeEvent(const Event& e) {
       j["bytes"] = e.bytes;
       break;
     case EventKind::kStageFailed:
+    case EventKind::kLimits:
       j["node"] = e.node.value_or(0);
       j["error"] = e.error;
       break;
@@ -157,6 +163,7 @@ std::string encodeEvent(const Event& e) {
       j["by_cohort"] = e.by_cohort;
       j["exit_time"] = isoTime(e.exit_time);
       j["exit_t"] = e.exit_time;
+      if (e.memory_limit > 0) j["memory_limit"] = e.memory_limit;
       break;
     case EventKind::kOutput: {
       Json out = {{"source", e.source}, {"target", e.target}};
@@ -171,6 +178,16 @@ std::string encodeEvent(const Event& e) {
     }
     case EventKind::kReconciled:
       j["found"] = e.found;
+      break;
+    case EventKind::kDebug:
+      j["attempt"] = e.attempt.value_or(0);
+      j["name"] = e.name;
+      j["rank"] = e.rank;
+      j["node"] = e.node.value_or(0);
+      j["state"] = e.state;
+      j["reason"] = e.reason;
+      if (!e.where.empty()) j["where"] = e.where;
+      j["address"] = e.address;
       break;
   }
   // Strings come from users and ranks: never let bad UTF-8 make dump() throw.
@@ -221,6 +238,7 @@ Result<Event> decodeEvent(std::string_view line) {
       r.integer("bytes", e.bytes);
       break;
     case EventKind::kStageFailed:
+    case EventKind::kLimits:
       r.optionalInt("node", e.node);
       r.text("error", e.error);
       break;
@@ -235,6 +253,7 @@ Result<Event> decodeEvent(std::string_view line) {
       r.integer("signal", e.signal);
       r.boolean("by_cohort", e.by_cohort);
       r.integer("exit_t", e.exit_time);
+      r.integer("memory_limit", e.memory_limit);
       break;
     case EventKind::kOutput: {
       auto it = j.find("output");
@@ -250,6 +269,19 @@ Result<Event> decodeEvent(std::string_view line) {
     }
     case EventKind::kReconciled:
       r.text("found", e.found);
+      break;
+    case EventKind::kDebug:
+      r.optionalInt("attempt", e.attempt);
+      r.text("name", e.name);
+      r.integer("rank", e.rank);
+      r.optionalInt("node", e.node);
+      r.text("state", e.state, true);
+      r.text("reason", e.reason);
+      r.text("where", e.where);
+      r.text("address", e.address);
+      if (r.error().empty() && !isDebugState(e.state)) {
+        return bad("unknown debug state '" + e.state.substr(0, 64) + "'");
+      }
       break;
   }
   if (!r.error().empty()) return bad(r.error());

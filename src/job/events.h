@@ -21,10 +21,19 @@ enum class EventKind {
   kState,        // the job's state changed: state, attempt, reason, exit_code
   kStaged,       // node, files, bytes, seconds
   kStageFailed,  // node, error
-  kRankExit,     // attempt, name, role, role_rank, rank, node, code, signal, by_cohort, exit_time
+  kRankExit,     // attempt, name, role, role_rank, rank, node, code, signal, by_cohort, exit_time,
+                 // memory_limit (when the kernel killed it for going over it)
   kOutput,       // source, target, files, bytes, error
   kReconciled,   // found: what a restarted server found
+  kLimits,       // node, error: why the ranks' resource requests are not enforced there
+  kDebug,        // attempt, name, rank, node, state (waiting, attached, running), reason (start,
+                 // breakpoint, exception, pdb), where, address: a rank paused for a debugger,
+                 // one attached to it, or the rank going on without one (docs/debugging.md)
 };
+
+// The states of a kDebug event: a rank waits for a debugger, has one attached (it may be stopped
+// at a breakpoint any time), or runs without one again.
+bool isDebugState(std::string_view state);
 
 const char* eventKindName(EventKind kind);
 
@@ -35,8 +44,8 @@ struct Event {
   std::optional<int> attempt;      // kState, kRankExit
   std::optional<int> exit_code;    // kState (final)
   std::string reason;              // kState
-  std::optional<int> node;         // kStaged, kStageFailed, kRankExit
-  std::string error;               // kStageFailed, kOutput
+  std::optional<int> node;         // kStaged, kStageFailed, kRankExit, kLimits
+  std::string error;               // kStageFailed, kOutput, kLimits
   int64_t files = 0;               // kStaged, kOutput
   int64_t bytes = 0;               // kStaged, kOutput
   double seconds = 0;              // kStaged
@@ -48,8 +57,11 @@ struct Event {
   int signal = 0;                  // kRankExit
   bool by_cohort = false;          // kRankExit: cohort signalled the rank first
   int64_t exit_time = 0;           // kRankExit, unix nanos
+  int64_t memory_limit = 0;        // kRankExit: > 0 when it went over it (memory.max) and died
   std::string source, target;      // kOutput
   std::string found;               // kReconciled
+  std::string where;               // kDebug: "train.py:42", or the exception
+  std::string address;             // kDebug: HOST:PORT a debugger attaches to (or dials)
 };
 
 // Limits on a decoded event: a line, and each string in it.

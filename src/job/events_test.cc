@@ -52,6 +52,26 @@ TEST(Events, EveryKindRoundTrips) {
   ASSERT_TRUE(o);
   EXPECT_EQ(o->target, "/store/m");
   EXPECT_EQ(o->bytes, 1024);
+
+  Event oom = exit;
+  oom.signal = 9;
+  oom.memory_limit = 512 << 20;
+  auto killed = decodeEvent(encodeEvent(oom));
+  ASSERT_TRUE(killed) << killed.error().message;
+  EXPECT_EQ(killed->memory_limit, 512 << 20);
+  EXPECT_EQ(encodeEvent(*killed), encodeEvent(oom));
+  EXPECT_EQ(encodeEvent(exit).find("memory_limit"), std::string::npos);
+
+  Event limits;
+  limits.kind = EventKind::kLimits;
+  limits.t = 10;
+  limits.node = 2;
+  limits.error = "cgroup '/sys/fs/cgroup' has no memory controller";
+  auto l = decodeEvent(encodeEvent(limits));
+  ASSERT_TRUE(l) << l.error().message;
+  EXPECT_EQ(l->kind, EventKind::kLimits);
+  EXPECT_EQ(l->node, 2);
+  EXPECT_EQ(l->error, limits.error);
 }
 
 TEST(Events, WrongTypesAreRefusedWithTheFieldNamed) {

@@ -10,8 +10,14 @@
 //                 the record with (0600, the server's; the coordinator reads it once, removes it)
 //   files/     what cohort generates for the ranks to read: rank tables, hostfile, <role>.host
 //   logs/      one log per process, written by the coordinator from what the agents ship
-//   work/      the ranks' scratch space; work/node<i> holds node i's staged inputs
+//   work/      the ranks' scratch space; work/node<i> holds node i's staged inputs and each of
+//              its ranks' .cohort-heartbeat-<rank> (cohort.heartbeat()) and, in a job with
+//              debug:, .cohort-debug-<rank> (what the rank says about its debugger)
 //   output/    what the ranks save ($COHORT_OUTPUT_DIR), copied out when the job ends
+//   code/      the snapshot of the submitter's workdir that `cohort submit` uploaded (the job's
+//              workdir then), written by the server before the job is queued; ranks read it
+//
+// Code uploaded and not yet claimed by a job waits in <data-root>/uploads/<account>/<id>/.
 //
 // Ranks may write only under work/ and output/; the sandbox binds files/ and logs/ read-only
 // and the record not at all. Pure string functions, thread-safe.
@@ -23,6 +29,8 @@ namespace cohort::job {
 
 // <data_root>/jobs
 std::string jobsDir(const std::string& data_root);
+// <data_root>/uploads: code snapshots waiting for the job that will run them
+std::string uploadsDir(const std::string& data_root);
 
 class Layout {
  public:
@@ -54,7 +62,19 @@ class Layout {
   std::string logFile(const std::string& base) const { return logsDir() + "/" + base + ".log"; }
   std::string workDir() const { return dir_ + "/work"; }
   std::string nodeWorkDir(int node) const { return workDir() + "/node" + std::to_string(node); }
+  // What cohort.heartbeat() touches for global rank `rank` ($COHORT_HEARTBEAT_FILE): a rank's
+  // file, in its node's work directory, whose time of change its agent watches.
+  std::string heartbeatFile(int node, int rank) const {
+    return nodeWorkDir(node) + "/.cohort-heartbeat-" + std::to_string(rank);
+  }
+  // debug: the program that runs a rank under the debugger (cohort writes it), and what each
+  // rank writes there about its debugger (waiting, attached), which its agent reads.
+  std::string debugBootstrapFile() const { return filesDir() + "/debug/cohort_debug.py"; }
+  std::string debugStatusFile(int node, int rank) const {
+    return nodeWorkDir(node) + "/.cohort-debug-" + std::to_string(rank);
+  }
   std::string outputDir() const { return dir_ + "/output"; }
+  std::string codeDir() const { return dir_ + "/code"; }
   // The slurm backend's batch script, and what its agents print (%j: Slurm's job id).
   std::string batchScript() const { return dir_ + "/slurm.sbatch"; }
   std::string batchOutput() const { return dir_ + "/slurm-%j.out"; }

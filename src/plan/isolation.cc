@@ -16,7 +16,11 @@
 // bubblewrap as well as the rank inside. bubblewrap would die of SIGTERM and take the rank with
 // it before it could save anything, so it is started with the stop signals ignored
 // (`env --ignore-signal`), and the rank's own defaults are restored inside
-// (`env --default-signal`). A rank killed by a signal inside exits with 128 + the signal.
+// (`env --default-signal`); the job's policy.stop_signal is one of them when it is another
+// (SIGUSR1's default would end bubblewrap as well). A rank killed by a signal inside exits with
+// 128 + the signal.
+#include <algorithm>
+
 #include "plan/wiring.h"
 #include "util/text.h"
 
@@ -25,8 +29,12 @@ namespace cohort::plan {
 void isolate(Builder& b) {
   const std::string& root = b.ctx.data_root;
   const job::Layout layout(b.ctx.job_dir);
+  std::string stops = "TERM,INT,HUP";
+  const std::string stop = spec::stopSignalName(b.plan.stop_signal).substr(3);
+  const std::vector<std::string> defaults = split(stops, ',');
+  if (std::find(defaults.begin(), defaults.end(), stop) == defaults.end()) stops += "," + stop;
   std::vector<std::string> common = {
-      "env",      "--ignore-signal=TERM,INT,HUP", "bwrap",         "--dev-bind", "/", "/",
+      "env",      "--ignore-signal=" + stops,     "bwrap",         "--dev-bind", "/", "/",
       "--tmpfs",  root,                           "--ro-bind",     layout.filesDir(),
       layout.filesDir(), "--ro-bind",             layout.logsDir(), layout.logsDir(),
       "--bind",   layout.workDir(),               layout.workDir(), "--bind",
@@ -58,7 +66,10 @@ void isolate(Builder& b) {
         argv.emplace_back("--cap-drop");
         argv.emplace_back("ALL");
       }
-      for (const char* arg : {"--", "env", "--default-signal=TERM,INT,HUP"}) argv.emplace_back(arg);
+      for (const std::string& arg :
+           {std::string("--"), std::string("env"), "--default-signal=" + stops}) {
+        argv.push_back(arg);
+      }
       argv.insert(argv.end(), r.argv.begin(), r.argv.end());
       r.argv = std::move(argv);
     }

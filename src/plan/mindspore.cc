@@ -98,6 +98,8 @@ void wireMindSpore(Builder& b) {
     unsetEnv(sched.env, key);
   }
   setEnv(sched.env, "COHORT_ROLE", "scheduler");
+  setEnv(sched.env, "COHORT_HEARTBEAT_FILE",
+         job::Layout(b.ctx.job_dir).heartbeatFile(first.node, sched.rank));
   common(sched, "MS_SCHED");
   first.ranks.push_back(std::move(sched));
 }

@@ -31,6 +31,10 @@ void wireMpi(Builder& b) {
   mpirun.role_rank = 0;
   mpirun.rank = 0;
   mpirun.log_file = job::Layout(b.ctx.job_dir).logFile("mpirun-0");
+  // Where nodes are simulated, mpirun's cgroup holds every rank: the job's requests together.
+  std::vector<const RankPlan*> started;
+  b.forEachRank([&](NodePlan&, RankPlan& r) { started.push_back(&r); });
+  takeRequestsOf(mpirun, started);
   for (const char* key : {"COHORT_RANK", "COHORT_LOCAL_RANK", "COHORT_ROLE_RANK"}) {
     unsetEnv(mpirun.env, key);
   }

@@ -35,6 +35,12 @@ struct RankPlan {
   int uid = -1;          // the Unix identity it runs as; -1: the agent's own
   int gid = -1;
   bool preload = false;  // forked from its node's template (NodePlan::preload), not executed
+  // What its processes may use together (the role's resources; a launcher's are its node's
+  // ranks'), enforced through its cgroup where the machine allows it. 0: not limited.
+  double cpus = 0;
+  int64_t memory_bytes = 0;
+  // --pdb: its stdin, stdout and stderr are cohort run's terminal, not a pipe to its log.
+  bool terminal = false;
 };
 
 // One input to stage on a node before any rank starts: a copy, or a symbolic link.
@@ -83,8 +89,12 @@ struct Plan {
   int64_t grace_period_ms = 0;
   int64_t heartbeat_timeout_ms = 5000;  // an agent silent for this long is lost
   int64_t max_runtime_ms = 0;  // 0: none
+  // debug.wait_limit: how much longer than max_runtime a job whose ranks say they are being
+  // debugged is held (what a rank says is the job's own code, so the hold has an end).
+  int64_t debug_wait_limit_ms = 0;
   int64_t hang_timeout_ms = 0;     // 0: none (spec.h's Policy)
   int64_t startup_timeout_ms = 0;  // 0: none
+  int stop_signal = SIGTERM;       // a graceful stop's signal to every rank, then SIGKILL
   std::vector<NodePlan> nodes;
   std::vector<OutputPlan> outputs;
   std::vector<GeneratedFile> files;
@@ -98,6 +108,9 @@ struct PlanContext {
   // Leased ports, portsNeeded() of them: [0] is the master port (rendezvous, MindSpore's
   // scheduler), then one per TensorFlow task. Empty for a dry plan: shown as "auto".
   std::vector<int> ports;
+  // debug: each rank's debugger port, by global rank (debugPortsNeeded() of them, leased by the
+  // caller, debug.port + rank when the job names one). Empty for a dry plan: shown as "auto".
+  std::vector<int> debug_ports;
   std::vector<std::string> hosts;  // one per node; missing entries default to master_addr
   // On real hosts: the interface of each node's address, for GLOO/NCCL_SOCKET_IFNAME. Empty for
   // simulated nodes.
@@ -112,10 +125,16 @@ struct PlanContext {
   bool isolate = false;   // run every process under bubblewrap (see isolation.cc)
   int uid = -1;           // every rank's Unix identity (cohort server gives each account its
   int gid = -1;           // own); -1: the identity cohort runs as
+  // Set for every rank over the job's env: its environment's (VIRTUAL_ENV, PATH).
+  KeyValues environment;
 };
 
 // How many ports makePlan wants leased in PlanContext::ports.
 int portsNeeded(const spec::JobSpec& spec);
+
+// How many debugger ports PlanContext::debug_ports wants: one per rank of a job with debug:
+// whose ranks listen (not connect).
+int debugPortsNeeded(const spec::JobSpec& spec);
 
 // Builds the plan. Errors: kInvalidArgument when the spec fails validation.
 Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx);

@@ -35,6 +35,10 @@ Json nodeJson(const NodePlan& node) {
       ranks.back()["gid"] = r.gid;
     }
     if (r.preload) ranks.back()["preload"] = true;
+    if (r.terminal) ranks.back()["terminal"] = true;
+    if (r.cpus > 0 || r.memory_bytes > 0) {
+      ranks.back()["limits"] = Json{{"cpus", r.cpus}, {"memory_bytes", r.memory_bytes}};
+    }
   }
   Json inputs = Json::array();
   for (const StagedInput& in : node.inputs) {
@@ -76,6 +80,7 @@ std::string toJson(const Plan& plan, int indent) {
               {"max_runtime_ms", plan.max_runtime_ms},
               {"hang_timeout_ms", plan.hang_timeout_ms},
               {"startup_timeout_ms", plan.startup_timeout_ms},
+              {"stop_signal", spec::stopSignalName(plan.stop_signal)},
               {"nodes", nodes},
               {"outputs", outputs},
               {"files", files}};
@@ -114,6 +119,11 @@ Result<NodePlan> nodeFromJson(const std::string& text) {
       r.uid = jr.value("uid", -1);
       r.gid = jr.value("gid", -1);
       r.preload = jr.value("preload", false);
+      r.terminal = jr.value("terminal", false);
+      if (jr.contains("limits")) {
+        r.cpus = jr.at("limits").value("cpus", 0.0);
+        r.memory_bytes = jr.at("limits").value("memory_bytes", int64_t{0});
+      }
       node.ranks.push_back(std::move(r));
     }
     if (j.contains("preload")) {

@@ -33,6 +33,20 @@ bool isPython(const std::vector<std::string>& argv) {
   return startsWith(base, "python");
 }
 
+void takeRequestsOf(RankPlan& launcher, const std::vector<const RankPlan*>& ranks) {
+  launcher.cpus = 0;
+  launcher.memory_bytes = 0;
+  bool unlimited_memory = false, unlimited_cpus = false;
+  for (const RankPlan* r : ranks) {
+    launcher.cpus += r->cpus;
+    launcher.memory_bytes += r->memory_bytes;
+    unlimited_memory = unlimited_memory || r->memory_bytes == 0;
+    unlimited_cpus = unlimited_cpus || r->cpus == 0;
+  }
+  if (unlimited_memory) launcher.memory_bytes = 0;
+  if (unlimited_cpus) launcher.cpus = 0;
+}
+
 void Builder::onePerNode(const std::string& name,
                          const std::function<void(NodePlan&, RankPlan&)>& make) {
   for (NodePlan& node : plan.nodes) {
@@ -50,6 +64,10 @@ void Builder::onePerNode(const std::string& name,
     for (const char* key : {"COHORT_RANK", "COHORT_LOCAL_RANK", "COHORT_ROLE_RANK"}) {
       unsetEnv(launcher.env, key);
     }
+    // One file for the node's ranks under it: any of them touching it is the launcher's sign
+    // of life.
+    setEnv(launcher.env, "COHORT_HEARTBEAT_FILE",
+           job::Layout(ctx.job_dir).heartbeatFile(node.node, launcher.rank));
     std::vector<std::string> devices;
     for (const RankPlan& r : node.ranks) {
       for (const auto& [k, v] : r.env) {
@@ -57,6 +75,9 @@ void Builder::onePerNode(const std::string& name,
       }
     }
     if (!devices.empty()) setEnv(launcher.env, "CUDA_VISIBLE_DEVICES", join(devices, ","));
+    std::vector<const RankPlan*> started;
+    for (const RankPlan& r : node.ranks) started.push_back(&r);
+    takeRequestsOf(launcher, started);
     make(node, launcher);
     node.ranks = {std::move(launcher)};
   }
@@ -125,6 +146,7 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
   plan.max_runtime_ms = spec.policy.max_runtime ? spec.policy.max_runtime->count() : 0;
   plan.hang_timeout_ms = spec.policy.hang_timeout ? spec.policy.hang_timeout->count() : 0;
   plan.startup_timeout_ms = spec.policy.startup_timeout ? spec.policy.startup_timeout->count() : 0;
+  plan.stop_signal = spec.policy.stop_signal;
 
   Builder b{spec, ctx, plan, {}};
   const int num_nodes = spec::totalNodes(spec);
@@ -169,9 +191,12 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
         r.key = key;
         r.console = ctx.console_ranks.empty() || ctx.console_ranks.count(rank) > 0;
         r.log_file = layout.logFile(role.name + "-" + std::to_string(r.role_rank));
+        r.cpus = role.resources.cpus_given ? role.resources.cpus : 0;  // 0: not limited
+        r.memory_bytes = role.resources.memory_bytes;
 
         KeyValues& env = r.env;
         for (const auto& kv : spec.env) setEnv(env, kv.first, kv.second);
+        for (const auto& kv : ctx.environment) setEnv(env, kv.first, kv.second);
         if (role.procs_per_node > 1 && !hasEnv(spec.env, "OMP_NUM_THREADS")) {
           setEnv(env, "OMP_NUM_THREADS", "1");  // as torchrun does, so N ranks do not fight
         }
@@ -194,6 +219,10 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
         setEnv(env, "COHORT_WORK_DIR", node.work_dir);
         setEnv(env, "COHORT_LOG_DIR", layout.logsDir());
         setEnv(env, "COHORT_RESTART_COUNT", "0");
+        // A graceful stop's notice (docs/observing.md): the signal, and where cohort.heartbeat()
+        // says the rank is alive without printing.
+        setEnv(env, "COHORT_STOP_SIGNAL", spec::stopSignalName(plan.stop_signal));
+        setEnv(env, "COHORT_HEARTBEAT_FILE", layout.heartbeatFile(node_index, rank));
         // So that the Python helpers' cohort.copy() finds the binary and the store.
         if (!ctx.cohort_bin.empty()) setEnv(env, "COHORT_BIN", ctx.cohort_bin);
         if (!ctx.data_root.empty()) setEnv(env, "COHORT_DATA_ROOT", ctx.data_root);
@@ -229,6 +258,7 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
       if (ctx.uid >= 0 && !hasEnv(spec.env, "HOME")) setEnv(r.env, "HOME", node.work_dir);
     }
   }
+  wireDebug(b);
   if (spec.launcher == spec::Launcher::kPreload) {
     if (ctx.isolate) {
       return fail(Code::kInvalidArgument,

@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -60,6 +61,68 @@ TEST(Planner, PyTorchTwoByTwoMatchesGolden) {
   auto plan = makePlan(parse(kDdp), context());
   ASSERT_TRUE(plan) << plan.error().message;
   expectGolden("plan_pytorch_2x2.json", toJson(*plan));
+}
+
+TEST(Planner, EachRankCarriesItsRequestsAndALauncherTheSumOfItsNodes) {
+  auto plan = makePlan(parse(R"(
+name: limited
+framework: pytorch
+command: [python3, ddp.py]
+roles:
+  worker: {nodes: 2, procs_per_node: 3, resources: {cpus: 1.5, memory: 2Gi}}
+)"),
+                       context());
+  ASSERT_TRUE(plan) << plan.error().message;
+  for (const NodePlan& node : plan->nodes) {
+    for (const RankPlan& r : node.ranks) {
+      EXPECT_EQ(r.cpus, 1.5);
+      EXPECT_EQ(r.memory_bytes, int64_t{2} << 30);
+    }
+  }
+  auto back = nodeFromJson(nodeToJson(plan->nodes[1]));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->ranks[2].memory_bytes, int64_t{2} << 30);
+  EXPECT_EQ(back->ranks[2].cpus, 1.5);
+
+  auto torchrun = makePlan(parse(R"(
+name: limited
+framework: pytorch
+launcher: torchrun
+command: [python3, ddp.py]
+roles:
+  worker: {nodes: 2, procs_per_node: 3, resources: {cpus: 1.5, memory: 2Gi}}
+)"),
+                           context());
+  ASSERT_TRUE(torchrun) << torchrun.error().message;
+  ASSERT_EQ(torchrun->nodes[0].ranks.size(), 1u);
+  EXPECT_EQ(torchrun->nodes[0].ranks[0].cpus, 4.5);
+  EXPECT_EQ(torchrun->nodes[0].ranks[0].memory_bytes, int64_t{6} << 30);
+}
+
+// The scheduler counts a rank as 1 CPU when the job names none, but a default is no request:
+// the rank is not held to it, and the job file written back does not name one either.
+TEST(Planner, ARankIsHeldOnlyToTheCpusTheJobAskedFor) {
+  spec::JobSpec spec = parse(R"(
+name: unlimited
+framework: pytorch
+command: [python3, ddp.py]
+roles:
+  worker: {nodes: 1, procs_per_node: 2, resources: {memory: 1Gi}}
+)");
+  EXPECT_EQ(spec.roles[0].resources.cpus, 1);
+  auto plan = makePlan(spec, context());
+  ASSERT_TRUE(plan) << plan.error().message;
+  for (const RankPlan& r : plan->nodes[0].ranks) {
+    EXPECT_EQ(r.cpus, 0);
+    EXPECT_EQ(r.memory_bytes, int64_t{1} << 30);
+  }
+  auto again = spec::parseJobFile(spec::toJobFile(spec), "again");
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_FALSE(again->roles[0].resources.cpus_given);
+  spec.roles[0].resources.cpus_given = true;
+  again = spec::parseJobFile(spec::toJobFile(spec), "again");
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_TRUE(again->roles[0].resources.cpus_given);
 }
 
 TEST(Planner, GenericTwoRolesMatchesGolden) {
@@ -312,6 +375,34 @@ TEST(Planner, WorldSizeCountsProcessesNeverNodes) {
   }
 }
 
+TEST(Planner, EachRankIsToldItsStopSignalAndItsHeartbeatFile) {
+  auto plan = makePlan(parse(kDdp + "policy: {stop_signal: USR1}\n"), context());
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->stop_signal, SIGUSR1);
+  const RankPlan& r = onlyRank(*plan, "worker/3");
+  EXPECT_EQ(envOf(r, "COHORT_STOP_SIGNAL"), "SIGUSR1");
+  EXPECT_EQ(envOf(r, "COHORT_HEARTBEAT_FILE"),
+            "/data/jobs/digits-ddp-1/work/node1/.cohort-heartbeat-3");
+  auto plain = makePlan(parse(kDdp), context());
+  EXPECT_EQ(envOf(onlyRank(*plain, "worker/0"), "COHORT_STOP_SIGNAL"), "SIGTERM");
+}
+
+// bubblewrap must not die of a stop signal its rank is meant to catch: it ignores the job's, and
+// the rank gets the default back.
+TEST(Planner, TheSandboxPassesTheJobsStopSignalToTheRank) {
+  PlanContext ctx = context();
+  ctx.isolate = true;
+  ctx.data_root = "/data";
+  auto plan = makePlan(parse(kDdp + "policy: {stop_signal: SIGUSR2}\n"), ctx);
+  ASSERT_TRUE(plan);
+  const std::vector<std::string>& argv = onlyRank(*plan, "worker/0").argv;
+  ASSERT_GE(argv.size(), 2u);
+  EXPECT_EQ(argv[1], "--ignore-signal=TERM,INT,HUP,USR2");
+  EXPECT_NE(std::find(argv.begin(), argv.end(), "--default-signal=TERM,INT,HUP,USR2"), argv.end());
+  auto plain = makePlan(parse(kDdp), ctx);
+  EXPECT_EQ(onlyRank(*plain, "worker/0").argv[1], "--ignore-signal=TERM,INT,HUP");
+}
+
 TEST(Planner, RanksAreNumberedNodeByNode) {
   auto plan = makePlan(parse(kDdp), context());
   ASSERT_TRUE(plan);
@@ -373,6 +464,77 @@ TEST(Planner, RejectsInvalidSpec) {
   auto plan = makePlan(spec, context());
   ASSERT_FALSE(plan);
   EXPECT_EQ(plan.error().code, Code::kInvalidArgument);
+}
+
+// debug: every rank runs through the bootstrap the plan writes, with its own port; only the
+// chosen ranks wait from the start.
+TEST(Planner, DebugRunsEveryRankUnderTheBootstrapOnItsOwnPort) {
+  spec::JobSpec spec = parse(kDdp + "debug: {ranks: [1], post_mortem: true, wait_limit: 2m}\n");
+  PlanContext ctx = context();
+  ctx.debug_ports = {50000, 50001, 50002, 50003};
+  auto plan = makePlan(spec, ctx);
+  ASSERT_TRUE(plan) << plan.error().message;
+  const std::string bootstrap = "/data/jobs/digits-ddp-1/files/debug/cohort_debug.py";
+  bool written = false;
+  for (const GeneratedFile& f : plan->files) {
+    if (f.path == bootstrap) {
+      written = true;
+      EXPECT_NE(f.content.find("def main():"), std::string::npos);
+    }
+  }
+  EXPECT_TRUE(written) << "the bootstrap is one of the job's files";
+  int waiting = 0;
+  for (const NodePlan& node : plan->nodes) {
+    for (const RankPlan& r : node.ranks) {
+      EXPECT_EQ(r.argv, (std::vector<std::string>{"python3", "-Xfrozen_modules=off", bootstrap,
+                                                  "ddp.py", "--epochs=5", "--lr=0.05"}));
+      EXPECT_EQ(envOf(r, "COHORT_DEBUG_LISTEN"), "127.0.0.1:" + std::to_string(50000 + r.rank));
+      EXPECT_EQ(envOf(r, "COHORT_DEBUG_POST_MORTEM"), "1");
+      EXPECT_EQ(envOf(r, "COHORT_DEBUG_WAIT_LIMIT"), "120.000");
+      EXPECT_EQ(envOf(r, "COHORT_DEBUG_FILE"), "/data/jobs/digits-ddp-1/work/node" +
+                                                   std::to_string(r.node) + "/.cohort-debug-" +
+                                                   std::to_string(r.rank));
+      if (envOf(r, "COHORT_DEBUG_WAIT") == "1") {
+        ++waiting;
+        EXPECT_EQ(r.rank, 1);
+      }
+      EXPECT_FALSE(r.terminal);
+    }
+  }
+  EXPECT_EQ(waiting, 1);
+  EXPECT_EQ(portsNeeded(spec), 1) << "debug ports are counted apart";
+  EXPECT_EQ(debugPortsNeeded(spec), 4);
+}
+
+TEST(Planner, DebugKeepsPythonsOptionsAndModulesAndConnectNeedsNoPorts) {
+  spec::JobSpec spec = parse(
+      "name: m\ncommand: [python3, -u, -X, dev, -m, pkg.train]\ndebug: {connect: \"ide:5678\"}\n");
+  auto plan = makePlan(spec, context());
+  ASSERT_TRUE(plan) << plan.error().message;
+  const RankPlan& r = plan->nodes[0].ranks[0];
+  EXPECT_EQ(r.argv, (std::vector<std::string>{"python3", "-Xfrozen_modules=off", "-u", "-X", "dev",
+                                              "/data/jobs/digits-ddp-1/files/debug/cohort_debug.py",
+                                              "-m", "pkg.train"}));
+  EXPECT_EQ(envOf(r, "COHORT_DEBUG_CONNECT"), "ide:5678");
+  EXPECT_EQ(envOf(r, "COHORT_DEBUG_LISTEN"), "<unset>");
+  EXPECT_EQ(debugPortsNeeded(spec), 0);
+}
+
+TEST(Planner, DryDebugPlanShowsAutoPortsAndPdbTakesTheTerminal) {
+  spec::JobSpec spec = parse(kDdp + "debug: {ranks: [2]}\n");
+  spec.debug.pdb = true;
+  auto plan = makePlan(spec, context());
+  ASSERT_TRUE(plan) << plan.error().message;
+  for (const NodePlan& node : plan->nodes) {
+    for (const RankPlan& r : node.ranks) {
+      EXPECT_EQ(envOf(r, "COHORT_DEBUG_LISTEN"), "127.0.0.1:auto");
+      EXPECT_EQ(r.terminal, r.rank == 2);
+      EXPECT_EQ(envOf(r, "COHORT_DEBUG_PDB"), r.rank == 2 ? "1" : "<unset>");
+    }
+  }
+  auto node = nodeFromJson(nodeToJson(plan->nodes[1]));
+  ASSERT_TRUE(node);
+  EXPECT_TRUE(node->ranks[0].terminal) << "the agent learns it from the plan";
 }
 
 }  // namespace

@@ -18,7 +18,9 @@ std::string defaultLeaseDir() {
   return "/tmp/cohort-ports-" + std::to_string(::getuid());
 }
 
-Result<PortLease> PortLease::acquire(const std::string& addr, const std::string& lock_dir) {
+namespace {
+
+Result<sockaddr_in> leaseAddress(const std::string& addr, const std::string& lock_dir) {
   if (::mkdir(lock_dir.c_str(), 0700) < 0 && errno != EEXIST) {
     return failErrno("create port lease directory '" + lock_dir + "'");
   }
@@ -27,6 +29,36 @@ Result<PortLease> PortLease::acquire(const std::string& addr, const std::string&
   if (::inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1) {
     return fail(Code::kInvalidArgument, "master address '" + addr + "' is not an IPv4 address");
   }
+  return sa;
+}
+
+}  // namespace
+
+Result<PortLease> PortLease::acquireExact(const std::string& addr, int port,
+                                          const std::string& lock_dir) {
+  COHORT_ASSIGN(sockaddr_in sa, leaseAddress(addr, lock_dir));
+  const std::string where = "port " + std::to_string(port) + " on " + addr;
+  UniqueFd sock(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!sock.valid()) return failErrno("socket");
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  if (::bind(sock.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) < 0) {
+    if (errno == EADDRINUSE) return fail(Code::kUnavailable, where + " is in use");
+    return failErrno("bind " + where);
+  }
+  const std::string path = lock_dir + "/" + std::to_string(port);
+  UniqueFd lock(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock.valid()) return failErrno("open '" + path + "'");
+  if (::flock(lock.get(), LOCK_EX | LOCK_NB) < 0) {
+    return fail(Code::kUnavailable, where + " is leased by another cohort job");
+  }
+  PortLease lease;
+  lease.port_ = port;
+  lease.lock_ = std::move(lock);
+  return lease;
+}
+
+Result<PortLease> PortLease::acquire(const std::string& addr, const std::string& lock_dir) {
+  COHORT_ASSIGN(sockaddr_in sa, leaseAddress(addr, lock_dir));
   for (int attempt = 0; attempt < 64; ++attempt) {
     UniqueFd sock(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!sock.valid()) return failErrno("socket");

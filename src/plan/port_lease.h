@@ -16,6 +16,10 @@ class PortLease {
   // Leases a free port on `addr`. `lock_dir` holds the lock files (created if missing).
   // Errors: kIo when no socket can be bound or the directory cannot be written.
   static Result<PortLease> acquire(const std::string& addr, const std::string& lock_dir);
+  // Leases `port` itself (debug.port: a port the IDE's configuration names). Errors:
+  // kUnavailable when something listens on it or another cohort job holds it, kIo as above.
+  static Result<PortLease> acquireExact(const std::string& addr, int port,
+                                        const std::string& lock_dir);
 
   int port() const { return port_; }
 

@@ -37,6 +37,10 @@ struct Builder {
                   const std::function<void(NodePlan&, RankPlan&)>& make);
 };
 
+// Gives `launcher`, one process that starts `ranks` and shares their cgroup, their requests
+// together: the sum of their CPUs, and of their memory (not limited when one of them is not).
+void takeRequestsOf(RankPlan& launcher, const std::vector<const RankPlan*>& ranks);
+
 void setEnv(KeyValues& env, const std::string& key, const std::string& value);
 void unsetEnv(KeyValues& env, const std::string& key);
 bool hasEnv(const KeyValues& env, const std::string& key);
@@ -50,6 +54,7 @@ void wireTensorFlow(Builder& b);
 void wireMpi(Builder& b);
 void wireModelArts(Builder& b);
 void isolate(Builder& b);
+void wireDebug(Builder& b);
 Result<void> wirePreload(Builder& b);
 
 }  // namespace cohort::plan

@@ -1,5 +1,6 @@
 #include "proc/cgroup.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -64,14 +65,51 @@ int64_t millisLeft(std::chrono::steady_clock::time_point until) {
   return std::max<int64_t>(left.count(), 0);
 }
 
-std::vector<pid_t> listedProcesses(const std::string& path) {
-  std::vector<pid_t> pids;
-  auto text = readFile(path + "/cgroup.procs");
-  if (!text) return pids;
-  for (const std::string& line : split(*text, '\n')) {
-    if (!line.empty()) pids.push_back(static_cast<pid_t>(std::atol(line.c_str())));
+// The cgroups right below `path` (directories: a cgroup's interface files are plain files).
+std::vector<std::string> childCgroups(const std::string& path) {
+  std::vector<std::string> out;
+  DIR* dir = ::opendir(path.c_str());
+  if (!dir) return out;
+  while (dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name == "." || name == ".." || entry->d_type != DT_DIR) continue;
+    out.push_back(path + "/" + name);
   }
-  return pids;
+  ::closedir(dir);
+  return out;
+}
+
+void collectProcesses(const std::string& path, int depth, std::vector<pid_t>& pids) {
+  if (auto text = readFile(path + "/cgroup.procs")) {
+    for (const std::string& line : split(*text, '\n')) {
+      if (!line.empty()) pids.push_back(static_cast<pid_t>(std::atol(line.c_str())));
+    }
+  }
+  if (depth == 0) return;
+  for (const std::string& child : childCgroups(path)) collectProcesses(child, depth - 1, pids);
+}
+
+// Removes the (empty) cgroups below `path`, deepest first.
+void removeChildCgroups(const std::string& path, int depth) {
+  if (depth == 0) return;
+  for (const std::string& child : childCgroups(path)) {
+    removeChildCgroups(child, depth - 1);
+    for (int attempt = 0; ::rmdir(child.c_str()) != 0 && errno == EBUSY && attempt < 200;
+         ++attempt) {
+      ::poll(nullptr, 0, 5);
+    }
+  }
+}
+
+constexpr int kMaxDepth = 8;  // below a cgroup of ours: node, rank, and what a rank may add
+
+// Writes `text` to the file `name` of the cgroup directory `dir_fd`. Returns errno, 0 when done.
+int writeCgroupFile(int dir_fd, const char* name, const std::string& text) {
+  // O_TRUNC as a shell's ">" has it: the kernel ignores it for a cgroup's files.
+  UniqueFd file(::openat(dir_fd, name, O_WRONLY | O_TRUNC | O_CLOEXEC));
+  if (!file.valid()) return errno;
+  if (::write(file.get(), text.data(), text.size()) < 0) return errno;
+  return 0;
 }
 
 // The watchdog's body, in the forked child: wait until the creator is gone, then clean up.
@@ -181,6 +219,68 @@ Result<std::string> ownWritableCgroup() {
   return dir;
 }
 
+std::vector<pid_t> cgroupProcesses(const std::string& path) {
+  std::vector<pid_t> pids;
+  collectProcesses(path, kMaxDepth, pids);
+  return pids;
+}
+
+Result<void> enableLimitControllers(const std::string& base, const std::string& dir) {
+  if (dir != base && !startsWith(dir, base + "/")) {
+    return fail(Code::kInvalidArgument, "cgroup '" + dir + "' is not below '" + base + "'");
+  }
+  auto offered = readFile(base + "/cgroup.controllers");
+  if (!offered) return fail(Code::kFailedPrecondition, offered.error().message);
+  std::string words = *offered;
+  std::replace(words.begin(), words.end(), '\n', ' ');
+  std::vector<std::string> have;
+  for (const std::string& word : split(words, ' ')) {
+    if (!word.empty()) have.push_back(word);
+  }
+  std::vector<std::string> missing;
+  for (const char* controller : {"memory", "cpu"}) {
+    if (std::find(have.begin(), have.end(), controller) == have.end())
+      missing.push_back(controller);
+  }
+  if (!missing.empty()) {
+    return fail(Code::kFailedPrecondition,
+                "cgroup '" + base + "' has no " + join(missing, " and ") +
+                    " controller (it offers " +
+                    (have.empty() ? std::string("none") : join(have, ", ")) +
+                    "): the controller is bound to a cgroup v1 hierarchy, or was not delegated");
+  }
+  std::vector<std::string> dirs = {base};
+  for (size_t at = base.size(); at < dir.size();) {
+    size_t next = dir.find('/', at + 1);
+    if (next == std::string::npos) next = dir.size();
+    dirs.push_back(dir.substr(0, next));
+    at = next;
+  }
+  for (const std::string& d : dirs) {
+    UniqueFd fd(::open(d.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC));
+    if (!fd.valid()) return failErrno("open cgroup '" + d + "'");
+    for (const char* controller : {"+memory", "+cpu"}) {
+      int err = writeCgroupFile(fd.get(), "cgroup.subtree_control", controller);
+      if (err == 0) continue;
+      std::string what = std::string("enable the ") + (controller + 1) + " controller in '" + d +
+                         "/cgroup.subtree_control'";
+      if (err == EBUSY) {
+        return fail(Code::kFailedPrecondition,
+                    "cgroup '" + d +
+                        "' holds processes of its own, and cgroup v2 gives controllers only to "
+                        "cgroups whose parent holds none: set COHORT_CGROUP_ROOT to an empty "
+                        "cgroup delegated to cohort");
+      }
+      if (err == EACCES || err == EPERM || err == EROFS) {
+        return fail(Code::kPermissionDenied, what + ": " + std::strerror(err) +
+                                                 " (the cgroup is not delegated to this user)");
+      }
+      return failErrno(what, err);
+    }
+  }
+  return {};
+}
+
 Result<Cgroup> Cgroup::create(const std::string& base, const std::string& relative) {
   std::vector<std::string> parts;
   for (const std::string& part : split(relative, '/')) {
@@ -253,6 +353,50 @@ Result<void> Cgroup::adopt(pid_t pid) const {
   return {};
 }
 
+Result<void> Cgroup::setLimits(const CgroupLimits& limits) const {
+  auto set = [&](const char* name, const std::string& value) -> Result<void> {
+    if (int err = writeCgroupFile(dir_.get(), name, value); err != 0) {
+      return failErrno("write '" + value + "' to '" + path_ + "/" + name + "'", err);
+    }
+    return {};
+  };
+  if (limits.memory_bytes > 0) {
+    COHORT_TRY(set("memory.max", std::to_string(limits.memory_bytes)));
+    // Without swap accounting (or without swap) there is no such file: nothing to close.
+    if (::faccessat(dir_.get(), "memory.swap.max", F_OK, 0) == 0) {
+      COHORT_TRY(set("memory.swap.max", "0"));
+    }
+    // A rank is its processes together: the out-of-memory killer ends all of them, so that the
+    // rank dies of it rather than limping on without the DataLoader worker it chose.
+    if (::faccessat(dir_.get(), "memory.oom.group", F_OK, 0) == 0) {
+      COHORT_TRY(set("memory.oom.group", "1"));
+    }
+  }
+  if (limits.cpus > 0) {
+    constexpr int64_t kPeriodUs = 100000;
+    const int64_t quota =
+        std::max<int64_t>(1000, static_cast<int64_t>(limits.cpus * kPeriodUs + 0.5));
+    COHORT_TRY(set("cpu.max", std::to_string(quota) + " " + std::to_string(kPeriodUs)));
+  }
+  return {};
+}
+
+Result<int64_t> Cgroup::oomKills() const {
+  UniqueFd events(::openat(dir_.get(), "memory.events", O_RDONLY | O_CLOEXEC));
+  if (!events.valid()) {
+    if (errno == ENOENT) return int64_t{0};
+    return failErrno("open '" + path_ + "/memory.events'");
+  }
+  char buf[512];
+  ssize_t n = ::pread(events.get(), buf, sizeof buf - 1, 0);
+  if (n < 0) return failErrno("read '" + path_ + "/memory.events'");
+  buf[n] = 0;
+  for (const std::string& line : split(buf, '\n')) {
+    if (startsWith(line, "oom_kill ")) return std::strtoll(line.c_str() + 9, nullptr, 10);
+  }
+  return int64_t{0};
+}
+
 Result<void> Cgroup::killAll(Millis deadline) const {
   if (path_.empty()) return {};
   return killCgroup(path_, deadline);
@@ -287,7 +431,7 @@ Result<void> killCgroup(const std::string& path, Millis deadline) {
     // Without cgroup.kill (kernels before 5.14) kill what is listed, again and again: a process
     // may fork while we look.
     if (!have_kill) {
-      for (pid_t pid : listedProcesses(path)) ::kill(pid, SIGKILL);
+      for (pid_t pid : cgroupProcesses(path)) ::kill(pid, SIGKILL);
     }
     int state = populated(events.get());
     if (state == 0) return {};
@@ -304,6 +448,7 @@ Result<void> killCgroup(const std::string& path, Millis deadline) {
 }
 
 Result<void> removeCgroup(const std::string& path, int parents) {
+  removeChildCgroups(path, kMaxDepth);
   // A process that was just killed may keep the cgroup busy for a moment after "populated 0".
   for (int attempt = 0; ::rmdir(path.c_str()) != 0; ++attempt) {
     if (errno == ENOENT) break;

@@ -5,13 +5,17 @@
 // delegated subtree, creates the cgroup under its own and places each child in it between fork
 // and exec (SpawnRequest::cgroup_fd), so a rank that runs under another uid needs no access to
 // it. Where no writable cgroup v2 tree exists, ownWritableCgroup() says why and callers keep to
-// process groups and the child subreaper. Not thread-safe: a Cgroup or a CgroupWatchdog belongs
-// to one owner.
+// process groups and the child subreaper. A cgroup's processes can be held to a memory and CPU
+// limit (setLimits) once enableLimitControllers() has made the memory and cpu controllers
+// available to it; where the machine does not allow that, it says why. Not thread-safe: a
+// Cgroup or a CgroupWatchdog belongs to one owner.
 #pragma once
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "util/fd.h"
 #include "util/result.h"
@@ -24,6 +28,24 @@ namespace cohort::proc {
 // move processes into them. Errors: kNotFound when no cgroup v2 hierarchy is mounted or this
 // process's cgroup is not visible in it; kPermissionDenied when it is not writable.
 Result<std::string> ownWritableCgroup();
+
+// What the processes of one cgroup may use together. 0: not limited.
+struct CgroupLimits {
+  int64_t memory_bytes = 0;  // memory.max (and memory.swap.max 0: swap does not stretch it)
+  double cpus = 0;           // cpu.max: this many CPUs' time per period (at least 0.01)
+};
+
+// Makes the memory and cpu controllers available to the cgroups made under `dir`, by enabling
+// them in cgroup.subtree_control of `base` and of every directory from there down to `dir`
+// (`dir` is `base` or below it). Errors, each with the reason in words: kFailedPrecondition
+// when `base` does not offer a controller (cgroup.controllers: it is bound to a cgroup v1
+// hierarchy, or was not delegated) or when a directory on the way holds processes of its own
+// (cgroup v2 gives controllers only to cgroups whose parents hold none); kPermissionDenied when
+// the kernel refuses the write; kIo otherwise.
+Result<void> enableLimitControllers(const std::string& base, const std::string& dir);
+
+// Every process in the cgroup at `path` and in the cgroups below it (up to 8 levels).
+std::vector<pid_t> cgroupProcesses(const std::string& path);
 
 // One cgroup made by this process. Moving it transfers the duty to remove it.
 class Cgroup {
@@ -45,6 +67,13 @@ class Cgroup {
 
   // Moves process `pid` (of ours, or a child's child we were given) into it. Errors: kIo.
   Result<void> adopt(pid_t pid) const;
+  // Holds its processes to `limits` (after enableLimitControllers() for its parent); with a
+  // memory limit, the kernel's out-of-memory killer takes the whole cgroup (memory.oom.group).
+  // Errors: kIo naming the file that could not be written.
+  Result<void> setLimits(const CgroupLimits& limits) const;
+  // How many processes the kernel's out-of-memory killer killed in it (memory.events'
+  // oom_kill); 0 without the memory controller. Errors: none but kIo for an unreadable file.
+  Result<int64_t> oomKills() const;
   // Kills every process in it and waits until none is left. Errors: kDeadlineExceeded after
   // `deadline`, kIo.
   Result<void> killAll(Millis deadline) const;
@@ -64,8 +93,9 @@ class Cgroup {
 // exist is empty. Errors: kDeadlineExceeded, kIo.
 Result<void> killCgroup(const std::string& path, Millis deadline);
 
-// Removes the cgroup at `path`, then up to `parents` directories above it, stopping at the first
-// that is not empty. Errors: kIo when `path` itself cannot be removed.
+// Removes the cgroup at `path` (the empty cgroups below it first), then up to `parents`
+// directories above it, stopping at the first that is not empty. Errors: kIo when `path` itself
+// cannot be removed.
 Result<void> removeCgroup(const std::string& path, int parents);
 
 // A small process that outlives its creator by moments: when the process that started it is

@@ -4,19 +4,22 @@
 
 namespace cohort::server {
 
-// Generated from web/console.html by cmake/embed.cmake.
+// Generated from the built console page (web/, built by Vite) by cmake/embed.cmake.
 extern const char kConsoleHtml[];
 extern const std::size_t kConsoleHtmlSize;
 
 namespace {
 
-// The CSP source for the text between the first `open` tag and the next `close` tag of the page:
-// 'sha256-<base64 of the digest>', as browsers hash an inline element's content. 'none' when
-// the page has no such element.
-std::string inlineHash(std::string_view page, std::string_view open, std::string_view close) {
+// The CSP source for the text of the page's first `tag` element (between the end of its
+// opening tag, which may carry attributes, and its closing tag): 'sha256-<base64 of the
+// digest>', as browsers hash an inline element's content. 'none' when the page has none.
+std::string inlineHash(std::string_view page, std::string_view tag) {
+  const std::string open = "<" + std::string(tag);
+  const std::string close = "</" + std::string(tag) + ">";
   size_t start = page.find(open);
+  if (start != std::string_view::npos) start = page.find('>', start);
   if (start == std::string_view::npos) return "'none'";
-  start += open.size();
+  start += 1;
   size_t end = page.find(close, start);
   if (end == std::string_view::npos) return "'none'";
   unsigned char digest[EVP_MAX_MD_SIZE];
@@ -35,8 +38,8 @@ std::string_view consolePage() { return {kConsoleHtml, kConsoleHtmlSize}; }
 const std::string& consoleContentSecurityPolicy() {
   static const std::string policy = [] {
     std::string_view page = consolePage();
-    return "default-src 'none'; script-src " + inlineHash(page, "<script>", "</script>") +
-           "; style-src " + inlineHash(page, "<style>", "</style>") +
+    return "default-src 'none'; script-src " + inlineHash(page, "script") + "; style-src " +
+           inlineHash(page, "style") +
            "; connect-src 'self'; img-src 'self' data: blob:; base-uri 'none'; "
            "form-action 'none'; frame-ancestors 'none'";
   }();

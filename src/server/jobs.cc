@@ -19,7 +19,9 @@
 #include "job/id.h"
 #include "job/layout.h"
 #include "server/tokens.h"
+#include "server/uploads.h"
 #include "spec/job_spec.h"
+#include "storage/s3.h"
 #include "storage/uri.h"
 #include "util/fd.h"
 #include "util/json_limits.h"
@@ -47,6 +49,17 @@ Result<void> recordEnd(store::JobStore& store, const store::Job& job) {
   job::Event e = job::stateEvent(job.ended, job.state, job.reason);
   e.exit_code = job.exit_code;
   return appendEvent(store, job.id, e);
+}
+
+// A workdir in another job's directory (its uploaded code, say `cohort rerun` of such a job).
+Result<void> notAnotherJobsCode(const std::string& workdir, const std::string& data_root) {
+  if (startsWith(workdir, job::jobsDir(data_root) + "/")) {
+    return fail(Code::kInvalidArgument,
+                "workdir: '" + workdir +
+                    "' is the code another job uploaded; a job runs only its own: submit the "
+                    "code again (cohort submit -f job.yaml uploads the workdir)");
+  }
+  return {};
 }
 
 }  // namespace
@@ -228,13 +241,25 @@ Result<void> JobService::checkData(const Caller& caller, const spec::JobSpec& sp
     const std::string real = std::filesystem::weakly_canonical(path, ec).string();
     return (path + "/").rfind(root, 0) == 0 || (!ec && (real + "/").rfind(real_root, 0) == 0);
   };
-  if (inside_root(spec.workdir)) {
+  // The one place inside it a job's code may be: its own uploaded snapshot.
+  const std::string own_code = job::Layout::of(options_.data_root, job_id).codeDir();
+  if (spec.workdir != own_code && inside_root(spec.workdir)) {
+    COHORT_TRY(notAnotherJobsCode(spec.workdir, options_.data_root));
     return fail(Code::kInvalidArgument,
                 "workdir: '" + spec.workdir +
                     "' is inside the server's data root; a job's code must live outside it");
   }
+  // A server job would reach S3 with the server's own credentials, for every account alike.
+  auto no_s3 = [](const std::string& field) {
+    return fail(Code::kInvalidArgument,
+                field +
+                    ": a server job does not read or write s3:// (it would do so with the "
+                    "server's credentials, not yours): copy the data with cohort cp to "
+                    "server://BUCKET/PATH and name store://BUCKET/PATH");
+  };
   for (size_t i = 0; i < spec.inputs.size(); ++i) {
     std::string field = "inputs[" + std::to_string(i) + "].source";
+    if (storage::isS3Uri(spec.inputs[i].source)) return no_s3(field);
     auto where = storage::parseLocation(spec.inputs[i].source);
     if (!where) return withContext(where.error(), field);
     if (where->kind == storage::Location::Kind::kStore) {
@@ -260,6 +285,7 @@ Result<void> JobService::checkData(const Caller& caller, const spec::JobSpec& sp
   }
   for (size_t i = 0; i < spec.outputs.size(); ++i) {
     std::string field = "outputs[" + std::to_string(i) + "].target";
+    if (storage::isS3Uri(spec.outputs[i].target)) return no_s3(field);
     auto where = storage::parseLocation(spec::expandTarget(spec.outputs[i].target, job_id, spec.name));
     if (!where) return withContext(where.error(), field);
     if (where->kind != storage::Location::Kind::kStore) {
@@ -290,8 +316,22 @@ Result<std::pair<int, int>> JobService::identityOf(const std::string& account_na
 }
 
 // Each account's ranks need an identity of their own, and must be able to read the job's code.
-Result<void> JobService::checkIdentity(const Caller& caller, const spec::JobSpec& spec) {
+Result<void> JobService::checkIdentity(const Caller& caller, const spec::JobSpec& spec,
+                                       bool uploaded) {
   const Identities& ids = options_.identities;
+  if (spec.debug.enabled && ids.first >= 0) {
+    // debugpy runs whatever a client sends it, and listens on its node's loopback without a
+    // password: where accounts are kept apart, another account's ranks could take it over.
+    COHORT_ASSIGN(std::vector<store::Account> accounts, store_.accounts());
+    if (accounts.size() > 1) {
+      return fail(Code::kFailedPrecondition,
+                  "debug: a paused rank's debugger listens on its node's 127.0.0.1 without a "
+                  "password, where the jobs of this server's " +
+                      std::to_string(accounts.size()) +
+                      " accounts could reach it: debug the job with cohort run on a machine "
+                      "of your own, or on a server with one account (docs/debugging.md)");
+    }
+  }
   if (ids.first < 0) {
     if (ids.single_user) return {};
     COHORT_ASSIGN(std::vector<store::Account> accounts, store_.accounts());
@@ -305,6 +345,7 @@ Result<void> JobService::checkIdentity(const Caller& caller, const spec::JobSpec
     return {};
   }
   COHORT_ASSIGN(auto id, identityOf(caller.account));
+  if (uploaded) return {};
   // The ranks run as `id`, not as the server: the code must be readable by anyone.
   std::string path;
   for (const std::string& part : split(spec.workdir, '/')) {
@@ -326,18 +367,25 @@ Result<void> JobService::checkIdentity(const Caller& caller, const spec::JobSpec
 }
 
 Result<store::Job> JobService::submit(const Caller& caller, const std::string& job_file,
-                                      int priority) {
+                                      int priority, const std::string& code) {
   COHORT_ASSIGN(spec::JobSpec spec, spec::parseJobFile(job_file, "job"));
   spec.base_dir = "/";
   if (spec.name.empty()) spec.name = "job";
   COHORT_TRY(spec::validate(spec));
+  std::string upload_dir;
+  if (!code.empty()) {
+    COHORT_ASSIGN(upload_dir, pendingUpload(options_.data_root, caller.account, code));
+    spec.workdir = upload_dir;  // until the job has an id: the command is looked for there
+  }
   if (spec.workdir.empty() || spec.workdir[0] != '/') {
     return fail(
         Code::kInvalidArgument,
-        "workdir: must be an absolute path on the server's machine, got '" + spec.workdir + "'");
+        "workdir: must be an absolute path on the server's machine, got '" + spec.workdir +
+            "' (or upload the code: cohort submit does unless the server is on this machine)");
   }
+  if (upload_dir.empty()) COHORT_TRY(notAnotherJobsCode(spec.workdir, options_.data_root));
   COHORT_TRY(backends::checkCommand(spec));
-  COHORT_TRY(checkIdentity(caller, spec));
+  COHORT_TRY(checkIdentity(caller, spec, !upload_dir.empty()));
   // The server's configuration decides where its jobs run.
   if (spec.backend == spec::Backend::kSlurm && options_.nodes != spec::Backend::kSlurm) {
     return fail(Code::kInvalidArgument,
@@ -360,6 +408,10 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
 
   store::Job job;
   job.id = job::newJobId(spec.name);
+  auto place_code = [&] {
+    if (!upload_dir.empty()) spec.workdir = job::Layout::of(options_.data_root, job.id).codeDir();
+  };
+  place_code();
   job.account = caller.account;
   job.name = spec.name;
   job.state = "queued";
@@ -387,7 +439,9 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
             " at once (each rank takes "
             "its role's resources, 1 CPU unless resources.cpus says less); this server has " +
             sched::describe(options_.capacity) +
-            " in all (its --cpus, --memory and --gpus set what it hands out)");
+            " in all (its --cpus, --memory and --gpus set what it hands out): ask less per "
+            "rank (resources: {cpus: 0.5} is half a CPU, held to it where cgroups allow), or "
+            "run fewer ranks");
   }
   COHORT_ASSIGN(store::Account account, store_.account(caller.account));
   if ((account.max_gpus && need.gpus > *account.max_gpus) ||
@@ -410,7 +464,25 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
       return tl::unexpected<Error>(inserted.error());
     }
     job.id = job::newJobId(spec.name);
+    place_code();
     job.spec_json = spec::toJobFile(spec);
+  }
+  if (!upload_dir.empty()) {
+    // The snapshot moves into the job's directory before the job can be scheduled, so that no
+    // one else can take it; a job whose code could not be placed is not kept.
+    const job::Layout layout = job::Layout::of(options_.data_root, job.id);
+    auto placed = [&]() -> Result<void> {
+      if (::mkdir(layout.dir().c_str(), 0700) != 0) return failErrno("create " + layout.dir());
+      if (::rename(upload_dir.c_str(), layout.codeDir().c_str()) != 0) {
+        return failErrno("code: move upload '" + code + "' into " + layout.dir());
+      }
+      return {};
+    }();
+    if (!placed) {
+      (void)::rmdir(layout.dir().c_str());
+      (void)store_.deleteJob(job.id);
+      return tl::unexpected<Error>(placed.error());
+    }
   }
   {
     std::lock_guard lock(incoming_mu_);
@@ -466,11 +538,12 @@ Result<void> JobService::remove(const std::string& id) {
     return fail(Code::kFailedPrecondition,
                 "job '" + id + "' is " + job.state + ": stop it first (cohort stop " + id + ")");
   }
-  if (!job.job_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::remove_all(job.job_dir, ec);
-    if (ec) return fail(Code::kIo, "remove '" + job.job_dir + "': " + ec.message());
-  }
+  // A job stopped before it started may still have a directory: its uploaded code.
+  const std::string dir =
+      job.job_dir.empty() ? job::Layout::of(options_.data_root, id).dir() : job.job_dir;
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (ec) return fail(Code::kIo, "remove '" + dir + "': " + ec.message());
   return store_.deleteJob(id);
 }
 
@@ -587,9 +660,11 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
     notify(job.id);
     return tl::unexpected<Error>(e);
   };
+  bool has_code = false;  // the job's directory exists already, holding only its code/
   {
     auto spec = spec::parseJobFile(job.spec_json, "job");
     if (!spec) return failed(spec.error());
+    has_code = spec->workdir == job::Layout(job.job_dir).codeDir();
     auto account = store_.account(job.account);
     if (!account) return failed(account.error());
     if (auto data = checkData({account->name, account->admin}, *spec, job.id); !data) {
@@ -598,8 +673,12 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
   }
   auto id = identityOf(job.account);
   if (!id) return failed(id.error());
-  if (::mkdir(job.job_dir.c_str(), 0755) != 0)
+  if (::mkdir(job.job_dir.c_str(), 0755) != 0 && !(errno == EEXIST && has_code)) {
     return failed(failErrno("create " + job.job_dir).value());
+  }
+  if (has_code && id->first < 0 && ::chmod(job.job_dir.c_str(), 0755) != 0) {
+    return failed(failErrno("chmod " + job.job_dir).value());
+  }
   // Ranks that run as their account's user reach their job through its group; no other
   // account's user can enter it.
   if (id->first >= 0 && (::chown(job.job_dir.c_str(), 0, static_cast<gid_t>(id->second)) != 0 ||

@@ -80,9 +80,13 @@ class JobService {
   const std::vector<std::string>& reconciled() const { return reconciled_; }
 
   // Validates `job_file` (the job file as JSON text), checks the caller's access to every
-  // store:// input and output, and records the job queued. Errors: kInvalidArgument naming the
-  // field, kNotFound (a store:// location the caller cannot see), kPermissionDenied, kIo.
-  Result<store::Job> submit(const Caller& caller, const std::string& job_file, int priority);
+  // store:// input and output, and records the job queued. With `code` (an upload id of the
+  // caller's, server/uploads.h), the job runs on that snapshot: it becomes the job's code/
+  // directory and workdir, whatever the job file said. Errors: kInvalidArgument naming the
+  // field, kNotFound (a store:// location the caller cannot see, an upload that is not there),
+  // kPermissionDenied, kIo.
+  Result<store::Job> submit(const Caller& caller, const std::string& job_file, int priority,
+                            const std::string& code = "");
 
   // A queued job is stopped at once; a started one gets SIGTERM on its coordinator (which stops
   // the ranks gracefully) and shows `stopping`. A final job is returned as it is.
@@ -123,7 +127,8 @@ class JobService {
                          const std::string& job_id);
   // The uid and gid that run `account`'s ranks; {-1, -1}: the server's own.
   Result<std::pair<int, int>> identityOf(const std::string& account);
-  Result<void> checkIdentity(const Caller& caller, const spec::JobSpec& spec);
+  // `uploaded`: the workdir is the job's own snapshot, which the server makes readable.
+  Result<void> checkIdentity(const Caller& caller, const spec::JobSpec& spec, bool uploaded);
   Result<void> reconcile();
   void loop();
   void schedulePass();

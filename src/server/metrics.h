@@ -1,13 +1,17 @@
-// Prometheus text-format metrics: a latency histogram and the server's counters. Histogram is
-// thread-safe (one mutex; observations are a few additions).
+// Prometheus text-format metrics: a latency histogram and the server's counters, and the
+// per-job gauges served to an admin (renderJobMetrics: pure). Histogram is thread-safe (one
+// mutex; observations are a few additions).
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
+#include <vector>
 
 namespace cohort::server {
 
@@ -37,5 +41,32 @@ class HttpMetrics {
   std::map<std::tuple<std::string, std::string, int>, int64_t> requests_;
   std::map<std::string, Histogram> latency_;  // by route
 };
+
+// A label value as the Prometheus text format wants it between double quotes: backslash,
+// double quote and newline escaped; other control characters and bytes that are not UTF-8
+// replaced by '?', so that no job name, however hostile, can end a line or a label early.
+std::string escapeLabelValue(std::string_view value);
+
+// What the per-job exposition shows of one job: who it is, and its ranks' latest samples.
+struct JobSeries {
+  std::string id, name, account, state;
+  struct Rank {
+    std::string role;
+    int rank = 0;
+    int node = 0;
+    std::optional<double> cpu_seconds;
+    std::optional<int64_t> rss_bytes;
+    std::optional<double> gpu_util;  // percent
+    std::optional<int64_t> gpu_memory_bytes;
+  };
+  std::vector<Rank> ranks;
+};
+
+// The per-job gauges in the text format: cohort_job_info for each job (labels job_id, job_name,
+// account, state), and for each rank with a sample cohort_rank_cpu_seconds_total,
+// cohort_rank_resident_memory_bytes, cohort_rank_gpu_utilization_percent and
+// cohort_rank_gpu_memory_bytes (the job's labels and role, rank, node). At most `max_series`
+// sample lines; cohort_job_series_dropped says how many more there were.
+std::string renderJobMetrics(const std::vector<JobSeries>& jobs, size_t max_series);
 
 }  // namespace cohort::server

@@ -38,7 +38,9 @@ constexpr ErrorAnswer kErrors[] = {
     {403, "Forbidden", "permission_denied: not allowed to this account"},
     {404, "NotFound", "not_found: no such thing, or one that belongs to another account"},
     {409, "Conflict", "already_exists or failed_precondition"},
-    {413, "TooLarge", "too_large: the body is over the limit (4 MiB; store uploads 1 GiB)"},
+    {413, "TooLarge",
+     "too_large: the body is over the limit (4 MiB; store uploads 1 GiB; code uploads the "
+     "server's --max-upload, 1 GiB by default)"},
     {500, "Internal", "internal: a bug in cohort (the message says what)"},
 };
 
@@ -138,6 +140,15 @@ Json jobPaths() {
                                     json("Job"), {400, 401, 403, 404, 413, 500}),
                           json("SubmitRequest"))},
         {"get", list}}},
+      {"/v1/uploads",
+       {{"post",
+         withBody(operation("Upload a job's code: a ustar archive of its workdir, extracted at "
+                            "once and kept for the job that names it (\"code\" in POST "
+                            "/v1/jobs). Absolute paths, '..', links that lead out, hard links, "
+                            "devices and pax or GNU headers are refused, naming the entry",
+                            "uploadCode", 201, "extracted", json("CodeUpload"),
+                            {400, 401, 409, 413, 500}),
+                  content("application/x-tar", kBytes))}}},
       {"/v1/jobs/{id}",
        {{"parameters", {kJobId}},
         {"get",
@@ -166,6 +177,13 @@ Json jobPaths() {
                            "later (its time changes)",
                            "requestJobStacks", 202, "asked", json("StacksRequested"),
                            {401, 404, 409, 500})}}},
+      {"/v1/jobs/{id}/debug",
+       {{"parameters", {kJobId}},
+        {"get", operation("The ranks of a job with debug: that wait for a debugger or have one "
+                          "attached now, with where to attach (docs/debugging.md), and the "
+                          "directory the ranks run in (for an IDE's path mappings)",
+                          "getJobDebug", 200, "the paused ranks", json("DebugTargets"),
+                          {401, 404, 500})}}},
       {"/v1/jobs/{id}/logs", {{"parameters", {kJobId}}, {"get", logs}}},
       {"/v1/jobs/{id}/report",
        {{"parameters", {kJobId}},
@@ -368,7 +386,26 @@ const char* const kSchemas = R"json(
       "reason": {"type": "string"},
       "waiting": {"nullable": true, "allOf": [{"$ref": "#/components/schemas/Waiting"}]},
       "attempts": {"type": "integer"},
-      "root_cause": {"nullable": true, "allOf": [{"$ref": "#/components/schemas/RootCause"}]}
+      "root_cause": {"nullable": true, "allOf": [{"$ref": "#/components/schemas/RootCause"}]},
+      "startup": {
+        "type": "array",
+        "nullable": true,
+        "description": "each node's startup phases of the last attempt, in seconds since the start (null: that phase did not happen); null until the job has ended. Only in one job's record",
+        "items": {
+          "type": "object",
+          "properties": {
+            "node": {"type": "integer"},
+            "staged_s": {"type": "number", "nullable": true},
+            "spawned_s": {"type": "number", "nullable": true},
+            "first_output_s": {"type": "number", "nullable": true},
+            "first_metric_s": {"type": "number", "nullable": true}
+          }
+        }
+      },
+      "spec": {
+        "allOf": [{"$ref": "#/components/schemas/JobFile"}],
+        "description": "the job file it runs, every field written out (durations in ms, memory in bytes): submitting it again runs the same job. Only in one job's record (GET /v1/jobs/{id}), not in lists"
+      }
     },
     "required": [
       "id",
@@ -432,7 +469,9 @@ const char* const kSchemas = R"json(
       "by_cohort": {"type": "boolean", "description": "cohort ended it (stop, a failure elsewhere)"},
       "last_output": {"type": "string", "format": "date-time", "nullable": true, "description": "when it last wrote output (null: not yet), as its node agent last said"},
       "cpu_seconds": {"type": "number", "description": "CPU time of its process group so far"},
-      "rss_bytes": {"type": "integer", "description": "resident memory of its process group"}
+      "rss_bytes": {"type": "integer", "description": "resident memory of its process group"},
+      "gpu_util": {"type": "number", "description": "percent: the busiest GPU its processes are on, where nvidia-smi shows them"},
+      "gpu_memory_bytes": {"type": "integer", "description": "what its processes hold on every GPU together, where nvidia-smi shows them"}
     },
     "required": ["name", "role", "role_rank", "rank", "node", "state", "exit_code", "signal", "by_cohort"],
     "additionalProperties": false
@@ -442,7 +481,7 @@ const char* const kSchemas = R"json(
     "properties": {
       "seq": {"type": "integer", "minimum": 1, "description": "the number of events[0]; events are numbered 1, 2, ... in the job's events file"},
       "events": {"type": "array", "maxItems": 4096, "items": {"type": "object"}},
-      "progress": {"type": "object", "description": "{time, attempt, ranks: [{rank, name, node, running, last_output, cpu_seconds, rss_bytes}]}"},
+      "progress": {"type": "object", "description": "{time, attempt, ranks: [{rank, name, role, node, running, last_output, cpu_seconds, rss_bytes, gpu_util?, gpu_memory_bytes?}]}"},
       "result": {"type": "object", "description": "the job's result.json; recorded once every event is in"}
     },
     "required": ["seq", "events"]
@@ -466,6 +505,31 @@ const char* const kSchemas = R"json(
     "required": ["stacks", "time", "hang"],
     "additionalProperties": false
   },
+  "DebugTargets": {
+    "type": "object",
+    "properties": {
+      "ranks": {"type": "array", "items": {
+        "type": "object",
+        "properties": {
+          "name": {"type": "string", "description": "worker/1"},
+          "rank": {"type": "integer"},
+          "node": {"type": "integer"},
+          "attempt": {"type": "integer"},
+          "state": {"type": "string", "enum": ["waiting", "attached"]},
+          "reason": {"type": "string", "description": "start, breakpoint, exception or pdb"},
+          "where": {"type": "string", "description": "where it paused: a breakpoint() line, an exception"},
+          "host": {"type": "string", "description": "the address the rank's debugger listens on, on its node (127.0.0.1: tunnel to it)"},
+          "port": {"type": "integer"},
+          "address": {"type": "string", "description": "host:port"},
+          "since": {"type": "string", "description": "ISO 8601"}
+        },
+        "required": ["name", "rank", "node", "state", "reason", "host", "port", "address"]
+      }},
+      "workdir": {"type": "string", "description": "where the ranks run: the remoteRoot of an IDE's path mappings"}
+    },
+    "required": ["ranks", "workdir"],
+    "additionalProperties": false
+  },
   "StacksRequested": {
     "type": "object",
     "properties": {"requested": {"type": "boolean"}},
@@ -476,7 +540,7 @@ const char* const kSchemas = R"json(
     "type": "object",
     "properties": {
       "metrics": {"type": "array", "items": {"type": "object", "description": "{t (unix nanos), rank, step (if logged), and each metric: a number, or null for nan/inf}"}},
-      "resources": {"type": "array", "items": {"type": "object", "description": "{t, node, attempt, ranks: [{rank, cpu_seconds, rss_bytes}]}: one node's sample of its running ranks"}}
+      "resources": {"type": "array", "items": {"type": "object", "description": "{t, node, attempt, ranks: [{rank, cpu_seconds, rss_bytes, gpu_util?, gpu_memory_bytes?}]}: one node's sample of its running ranks"}}
     },
     "required": ["metrics", "resources"],
     "additionalProperties": false
@@ -503,6 +567,18 @@ const char* const kSchemas = R"json(
     "type": "object",
     "properties": {"uri": {"type": "string", "description": "store://bucket/path"}, "size": {"type": "integer"}},
     "required": ["uri", "size"],
+    "additionalProperties": false
+  },
+  "CodeUpload": {
+    "type": "object",
+    "properties": {
+      "id": {"type": "string", "description": "up-<24 hex digits>: name it as \"code\" in POST /v1/jobs within an hour"},
+      "files": {"type": "integer"},
+      "dirs": {"type": "integer"},
+      "links": {"type": "integer"},
+      "bytes": {"type": "integer", "description": "the files' sizes"}
+    },
+    "required": ["id", "files", "dirs", "links", "bytes"],
     "additionalProperties": false
   },
   "Bucket": {
@@ -637,6 +713,8 @@ const char* const kSchemas = R"json(
       "rank_table_version": {"type": "string"},
       "compat": {"type": "string", "enum": ["modelarts", "none"]},
       "workdir": {"type": "string", "description": "an absolute path on the server's machine"},
+      "environment": {"type": "string", "description": "the environment the ranks run in: a preset (system, pytorch, tensorflow, mindspore) or one saved on the server's machine (cohort env)"},
+      "preload": {"type": "array", "items": {"type": "string"}, "description": "launcher: preload: the modules imported once per node"},
       "command": {
         "description": "a list of words, or one string split on spaces",
         "oneOf": [{"type": "array", "items": {"type": "string"}}, {"type": "string"}]
@@ -700,8 +778,12 @@ const char* const kSchemas = R"json(
         "properties": {
           "success": {"type": "array", "items": {"type": "string"}},
           "max_restarts": {"type": "integer"},
-          "grace_period": {"description": "a duration like 30s"},
-          "max_runtime": {"description": "a duration like 2h"}
+          "grace_period": {"description": "a duration like 30s: stop signal to SIGKILL"},
+          "max_runtime": {"description": "a duration like 2h"},
+          "heartbeat_timeout": {"description": "a duration like 5s: a silent node is lost"},
+          "hang_timeout": {"description": "a duration like 10m: no rank made progress"},
+          "startup_timeout": {"description": "a duration like 30m: until the first progress"},
+          "stop_signal": {"type": "string", "enum": ["SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "TERM", "INT", "HUP", "QUIT", "USR1", "USR2"], "default": "SIGTERM", "description": "what a graceful stop sends every rank (its notice to checkpoint), SIGKILL after grace_period"}
         },
         "additionalProperties": false
       }
@@ -712,7 +794,16 @@ const char* const kSchemas = R"json(
   },
   "SubmitRequest": {
     "type": "object",
-    "properties": {"job": {"$ref": "#/components/schemas/JobFile"}, "priority": {"type": "integer"}},
+    "properties": {
+      "job": {
+        "oneOf": [
+          {"$ref": "#/components/schemas/JobFile"},
+          {"type": "string", "description": "the job file's text, YAML or JSON, as cohort submit reads job.yaml"}
+        ]
+      },
+      "priority": {"type": "integer"},
+      "code": {"type": "string", "description": "an upload id (POST /v1/uploads): the job runs on that snapshot, which becomes its workdir (the job file's workdir is then ignored); each upload runs one job"}
+    },
     "required": ["job"],
     "additionalProperties": false
   },
@@ -758,6 +849,11 @@ Json document() {
        {{"get", withoutToken(operation("Prometheus metrics (no token needed)", "getMetrics", 200,
                                        "Prometheus text format 0.0.4", content("text/plain", kText),
                                        {500}))}}},
+      {"/v1/metrics",
+       {{"get", operation("Per-job Prometheus gauges: every running or lately ended job and its "
+                          "ranks' latest samples (admin)",
+                          "getJobMetrics", 200, "Prometheus text format 0.0.4",
+                          content("text/plain", kText), {401, 403, 500})}}},
   };
   for (const Json& part : {jobPaths(), storePaths(), accountPaths()}) paths.update(part);
 

@@ -21,6 +21,7 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "job/debug.h"
 #include "job/jsonl.h"
 #include "job/layout.h"
 #include "server/access.h"
@@ -30,6 +31,7 @@
 #include "server/jobs.h"
 #include "server/metrics.h"
 #include "server/tokens.h"
+#include "server/uploads.h"
 #include "storage/uri.h"
 #include "store/job_store.h"
 #include "util/fd.h"
@@ -165,6 +167,21 @@ Result<void> checkStorePath(const std::string& bucket, const std::string& key) {
 Json isoOrNull(int64_t nanos) { return nanos ? Json(isoTime(nanos)) : Json(nullptr); }
 
 // The request's JSON object body, refusing fields not in `known`.
+// The first `max` bytes of the regular file at `path`, never through a link (a job's files are
+// written by code the server does not trust), with its modification time in unix nanoseconds
+// in `mtime`; nothing when it is not there or not a regular file.
+std::optional<std::string> readJobFile(const std::string& path, size_t max,
+                                       int64_t* mtime = nullptr) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  struct stat st {};
+  if (!fd.valid() || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  if (mtime) *mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  std::string text(std::min(static_cast<size_t>(st.st_size), max), '\0');
+  const ssize_t n = ::pread(fd.get(), text.data(), text.size(), 0);
+  text.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return text;
+}
+
 Result<Json> jsonBody(const Request& req, const std::set<std::string>& known) {
   if (req.body.size() > kMaxJsonBody) {
     return fail(Code::kTooLarge, "the request body is over 4 MiB");
@@ -357,19 +374,28 @@ struct Server::Impl {
     // caller with a valid token. A chunked body has no length to go by, so its caller must
     // have a valid token before any of it is read.
     size_t length = std::strtoull(req.header("Content-Length").c_str(), nullptr, 10);
-    bool upload = req.method == "PUT" && req.path.rfind("/v1/store/", 0) == 0;
+    const bool code = req.method == "POST" && req.path == "/v1/uploads";
+    const bool upload = code || (req.method == "PUT" && req.path.rfind("/v1/store/", 0) == 0);
+    const size_t limit = code     ? static_cast<size_t>(options.max_upload_bytes)
+                         : upload ? kMaxUpload
+                                  : kMaxJsonRead;
     if ((upload && length > kMaxJsonRead) || req.hasHeader("Transfer-Encoding")) {
       if (auto caller = authenticate(req); !caller) {
         a.answer = errorResponse(caller.error());
         return a;
       }
     }
-    if (length > (upload ? kMaxUpload : kMaxJsonRead)) {
-      a.answer = errorResponse(Error{Code::kTooLarge, std::string("the request body is over ") +
-                                                          (upload ? "1 GiB" : "4 MiB")});
+    if (length > limit) {
+      a.answer = errorResponse(Error{
+          Code::kTooLarge,
+          code ? "the code upload (" + formatSize(static_cast<double>(length)) + ") is over " +
+                     formatSize(static_cast<double>(limit)) +
+                     ", this server's limit (cohort server --max-upload): leave files out with "
+                     ".cohortignore, or put data in the store and name it in inputs"
+               : std::string("the request body is over ") + (upload ? "1 GiB" : "4 MiB")});
       return a;
     }
-    a.body_limit = upload ? kMaxUpload : kMaxJsonRead;
+    a.body_limit = limit;
     return a;
   }
 
@@ -773,14 +799,34 @@ class EventStream : public http::StreamSource {
 void Server::Impl::jobRoutes() {
   route("POST", "/v1/jobs", true,
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
-          COHORT_ASSIGN(Json body, jsonBody(req, {"job", "priority"}));
-          if (!body.contains("job") || !body["job"].is_object()) {
+          COHORT_ASSIGN(Json body, jsonBody(req, {"job", "priority", "code"}));
+          // The job file as a JSON object, or its text (YAML or JSON), as job.yaml is read.
+          const Json* file = body.contains("job") ? &body["job"] : nullptr;
+          if (!file || !(file->is_object() || file->is_string())) {
             return fail(Code::kInvalidArgument,
-                        "field 'job' (the job file as a JSON object) is missing");
+                        "field 'job' (the job file: a JSON object, or its YAML text as a string) "
+                        "is missing");
           }
           COHORT_ASSIGN(int priority, field<int>(body, "priority", 0));
-          COHORT_ASSIGN(store::Job job, jobs->submit(c, body["job"].dump(), priority));
+          COHORT_ASSIGN(std::string code, field<std::string>(body, "code", ""));
+          COHORT_ASSIGN(store::Job job,
+                        jobs->submit(c, file->is_string() ? file->get<std::string>() : file->dump(),
+                                     priority, code));
           writeJson(res, 201, jobJson(job));
+          return Result<void>();
+        });
+  route("POST", "/v1/uploads", true,
+        [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
+          storage::ArchiveLimits limits;
+          limits.max_bytes = options.max_upload_bytes;
+          COHORT_ASSIGN(Upload upload,
+                        receiveUpload(options.data_root, c.account, req.body, limits));
+          writeJson(res, 201,
+                    {{"id", upload.id},
+                     {"files", upload.stats.files},
+                     {"dirs", upload.stats.dirs},
+                     {"links", upload.stats.links},
+                     {"bytes", upload.stats.bytes}});
           return Result<void>();
         });
   route("GET", "/v1/jobs", true,
@@ -813,7 +859,20 @@ void Server::Impl::jobRoutes() {
   route("GET", R"(/v1/jobs/([^/]+))", true,
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
           COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[1]));
-          writeJson(res, 200, jobJson(job));
+          Json record = jobJson(job);
+          Json spec = Json::parse(job.spec_json, nullptr, false);  // written by the server
+          if (spec.is_object()) record["spec"] = std::move(spec);
+          // Each node's startup phases of the last attempt, from the coordinator's result.
+          auto result = job.job_dir.empty()
+                            ? std::nullopt
+                            : readJobFile(job::Layout(job.job_dir).resultFile(), 1 << 20);
+          Json parsed = result && checkJsonDepth(*result) ? Json::parse(*result, nullptr, false)
+                                                          : Json();
+          const Json* startup = parsed.is_object() && parsed.contains("startup")
+                                    ? &parsed["startup"]
+                                    : nullptr;
+          record["startup"] = startup && startup->is_array() ? *startup : Json(nullptr);
+          writeJson(res, 200, record);
           return Result<void>();
         });
   route("GET", R"(/v1/jobs/([^/]+)/events)", true,
@@ -938,6 +997,10 @@ void Server::Impl::jobRoutes() {
                   r["last_output"] = last > 0 ? Json(isoTime(last)) : Json(nullptr);
                   if (p.contains("cpu_seconds")) r["cpu_seconds"] = p.value("cpu_seconds", 0.0);
                   if (p.contains("rss_bytes")) r["rss_bytes"] = p.value("rss_bytes", int64_t{0});
+                  if (p.contains("gpu_memory_bytes")) {
+                    r["gpu_util"] = p.value("gpu_util", 0.0);
+                    r["gpu_memory_bytes"] = p.value("gpu_memory_bytes", int64_t{0});
+                  }
                 }
                 ranks.push_back(r);
               }
@@ -1006,26 +1069,36 @@ void Server::Impl::jobRoutes() {
           Json body = {{"stacks", nullptr}, {"time", 0}, {"hang", nullptr}};
           if (!job.job_dir.empty()) {
             const job::Layout layout(job.job_dir);
-            // Written by the coordinator; never followed as a link, and bounded.
-            auto read = [](const std::string& path, int64_t* mtime) -> std::optional<std::string> {
-              UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-              struct stat st {};
-              if (!fd.valid() || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
-                return std::nullopt;
-              }
-              if (mtime) *mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 +
-                                  st.st_mtim.tv_nsec;
-              std::string text(static_cast<size_t>(std::min<off_t>(st.st_size, 4 << 20)), '\0');
-              const ssize_t n = ::pread(fd.get(), text.data(), text.size(), 0);
-              text.resize(n > 0 ? static_cast<size_t>(n) : 0);
-              return text;
-            };
             int64_t mtime = 0;
-            if (auto now = read(layout.stacksNowFile(), &mtime)) {
+            if (auto now = readJobFile(layout.stacksNowFile(), 4 << 20, &mtime)) {
               body["stacks"] = *now;
               body["time"] = mtime;
             }
-            if (auto hang = read(layout.stacksFile(), nullptr)) body["hang"] = *hang;
+            if (auto hang = readJobFile(layout.stacksFile(), 4 << 20)) body["hang"] = *hang;
+          }
+          writeJson(res, 200, body);
+          return Result<void>();
+        });
+  // debug: the ranks that wait for a debugger or have one (docs/debugging.md), from the job's
+  // events, which its coordinator pushed; the workdir from its plan, for path mappings.
+  route("GET", R"(/v1/jobs/([^/]+)/debug)", true,
+        [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
+          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[1]));
+          COHORT_ASSIGN(std::vector<store::Event> stored, store->events(job.id));
+          std::vector<job::Event> events;
+          for (const store::Event& e : stored) {
+            if (auto decoded = job::decodeEvent(e.json)) events.push_back(std::move(*decoded));
+          }
+          Json body = Json::parse(job::debugTargetsJson(job::debugTargets(events)), nullptr, false);
+          body["workdir"] = "";
+          if (!job.job_dir.empty()) {
+            auto plan = readJobFile(job::Layout(job.job_dir).planFile(), 64 << 20);
+            if (plan && checkJsonDepth(*plan)) {
+              Json parsed = Json::parse(*plan, nullptr, false);
+              if (parsed.is_object() && parsed["workdir"].is_string()) {
+                body["workdir"] = parsed["workdir"];
+              }
+            }
           }
           writeJson(res, 200, body);
           return Result<void>();
@@ -1359,6 +1432,70 @@ void Server::Impl::routes() {
         out += "cohort_followers " + std::to_string(hub->subscribers()) + "\n";
         out += metrics.render();
         res.setContent(out, "text/plain; version=0.0.4");
+        return Result<void>();
+      });
+  // Per-job gauges (docs/observing.md#prometheus): they name jobs and accounts, so an admin's
+  // token only, and bounded: running jobs and those that ended in the last kRecentlyEnded.
+  route(
+      "GET", "/v1/metrics", true,
+      [this](const Request&, Response& res, const Caller& c) -> Result<void> {
+        if (!c.admin) {
+          return fail(Code::kPermissionDenied,
+                      "only an admin account may read every job's metrics (GET /metrics has "
+                      "the server's own, without a token)");
+        }
+        constexpr size_t kMaxJobs = 1000;
+        constexpr size_t kMaxSeries = 20000;
+        constexpr int64_t kRecentlyEnded = int64_t{15} * 60 * 1000000000;
+        std::vector<std::string> active;
+        for (const std::string& s : store::kJobStates) {
+          if (!store::isFinalState(s) && s != "queued") active.push_back(s);
+        }
+        COHORT_ASSIGN(std::vector<store::Job> listed, store->jobsInStates(active));
+        store::JobFilter ended;
+        for (const std::string& s : store::kJobStates) {
+          if (store::isFinalState(s)) ended.states.push_back(s);
+        }
+        ended.limit = static_cast<int>(kMaxJobs);
+        COHORT_ASSIGN(std::vector<store::Job> finished, store->jobs(ended));
+        const int64_t since = nowUnixNanos() - kRecentlyEnded;
+        for (store::Job& j : finished) {
+          if (j.ended >= since) listed.push_back(std::move(j));
+        }
+        if (listed.size() > kMaxJobs) listed.resize(kMaxJobs);
+        std::vector<JobSeries> series;
+        for (const store::Job& j : listed) {
+          JobSeries js{j.id, j.name, j.account, j.state, {}};
+          const auto snapshot = store::isFinalState(j.state) ? std::nullopt : jobs->progress(j.id);
+          Json p = snapshot ? Json::parse(*snapshot, nullptr, false) : Json();
+          if (p.is_object() && p["ranks"].is_array()) {
+            for (const Json& r : p["ranks"]) {
+              if (!r.is_object()) continue;
+              static const Json kNone;
+              auto at = [&](const char* key) -> const Json& {
+                auto it = r.find(key);
+                return it == r.end() ? kNone : *it;
+              };
+              if (!at("rank").is_number_integer()) continue;
+              JobSeries::Rank rank;
+              const std::string name = at("name").is_string() ? at("name").get<std::string>() : "";
+              rank.role = at("role").is_string() ? at("role").get<std::string>()
+                                                 : name.substr(0, name.find('/'));
+              rank.rank = at("rank").get<int>();
+              rank.node = at("node").is_number_integer() ? at("node").get<int>() : 0;
+              if (at("cpu_seconds").is_number()) rank.cpu_seconds = at("cpu_seconds").get<double>();
+              if (at("rss_bytes").is_number_integer())
+                rank.rss_bytes = at("rss_bytes").get<int64_t>();
+              if (at("gpu_util").is_number()) rank.gpu_util = at("gpu_util").get<double>();
+              if (at("gpu_memory_bytes").is_number_integer()) {
+                rank.gpu_memory_bytes = at("gpu_memory_bytes").get<int64_t>();
+              }
+              js.ranks.push_back(std::move(rank));
+            }
+          }
+          series.push_back(std::move(js));
+        }
+        res.setContent(renderJobMetrics(series, kMaxSeries), "text/plain; version=0.0.4");
         return Result<void>();
       });
   jobRoutes();

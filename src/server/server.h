@@ -31,6 +31,7 @@ struct ServerOptions {
   Identities identities;      // the Unix identities accounts' ranks run as (see jobs.h)
   int http_threads = 32;      // workers that run handlers; followers hold none
   Millis http_idle_timeout{60000};  // a client that keeps a connection waiting this long loses it
+  int64_t max_upload_bytes = int64_t{1} << 30;  // a code upload's archive (POST /v1/uploads)
 };
 
 class Server {

@@ -8,7 +8,11 @@
 #include <yaml-cpp/depthguard.h>
 #endif
 
+#include <signal.h>
+#include <string.h>
+
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -44,13 +48,50 @@ const char* launcherName(Launcher l) {
   return "direct";
 }
 
-const char* backendName(Backend b) { return b == Backend::kSlurm ? "slurm" : "local"; }
+const char* backendName(Backend b) {
+  switch (b) {
+    case Backend::kLocal:
+      return "local";
+    case Backend::kSlurm:
+      return "slurm";
+    case Backend::kVolcano:
+      return "volcano";
+  }
+  return "local";
+}
 
 Result<Backend> parseBackend(const std::string& text) {
-  for (Backend b : {Backend::kLocal, Backend::kSlurm}) {
+  for (Backend b : {Backend::kLocal, Backend::kSlurm, Backend::kVolcano}) {
     if (text == backendName(b)) return b;
   }
-  return fail(Code::kInvalidArgument, "unknown backend '" + text + "' (local, slurm)");
+  return fail(Code::kInvalidArgument, "unknown backend '" + text + "' (local, slurm, volcano)");
+}
+
+std::string stopSignalName(int signal) {
+  const char* abbrev = ::sigabbrev_np(signal);
+  return std::string("SIG") + (abbrev ? abbrev : std::to_string(signal));
+}
+
+Result<int> parseStopSignal(const std::string& text) {
+  std::string name;
+  for (char c : text)
+    name.push_back(static_cast<char>(std::toupper(static_cast<unsigned char>(c))));
+  if (name.rfind("SIG", 0) != 0) name = "SIG" + name;
+  std::vector<std::string> names;
+  for (int sig : kStopSignals) {
+    if (stopSignalName(sig) == name) return sig;
+    names.push_back(stopSignalName(sig));
+  }
+  const std::string accepted = " (" + join(names, ", ") + ")";
+  if (name == "SIGKILL" || name == "SIGSTOP") {
+    return fail(Code::kInvalidArgument,
+                name +
+                    " cannot be caught, so it gives a rank no notice (SIGKILL follows the "
+                    "stop signal after grace_period anyway): use one of" +
+                    accepted);
+  }
+  return fail(Code::kInvalidArgument,
+              "unknown stop signal '" + text.substr(0, 64) + "': use one of" + accepted);
 }
 
 Result<Framework> parseFramework(const std::string& text) {
@@ -89,7 +130,7 @@ namespace {
 
 // Fields that DESIGN.md names but this version does not run yet: a clear refusal beats silently
 // ignoring them.
-const std::set<std::string> kNotYet = {"debug"};
+const std::set<std::string> kNotYet = {};
 
 // A relative path that stays inside its directory: no "..", not absolute.
 bool containedPath(const std::string& path) {
@@ -442,6 +483,7 @@ class Parser {
                          "expected a positive number of CPUs, got '" + clip(text) + "'");
             }
             res.cpus = *cpus;
+            res.cpus_given = true;
           } else {
             COHORT_ASSIGN(std::string text, scalar(value, sub));
             auto bytes = parseBytes(text);
@@ -540,7 +582,7 @@ class Parser {
     Policy policy;
     COHORT_TRY(forEachField(node, path,
                             {"success", "max_restarts", "grace_period", "max_runtime",
-                             "heartbeat_timeout", "hang_timeout", "startup_timeout"},
+                             "heartbeat_timeout", "hang_timeout", "startup_timeout", "stop_signal"},
                             [&](const std::string& key, const YAML::Node& value) -> Result<void> {
                               std::string sub = path + "." + key;
                               if (key == "success") {
@@ -555,12 +597,70 @@ class Parser {
                                 COHORT_ASSIGN(policy.hang_timeout, duration(value, sub));
                               } else if (key == "startup_timeout") {
                                 COHORT_ASSIGN(policy.startup_timeout, duration(value, sub));
+                              } else if (key == "stop_signal") {
+                                COHORT_ASSIGN(std::string text, scalar(value, sub));
+                                auto sig = parseStopSignal(text);
+                                if (!sig) return bad(value, sub, sig.error().message);
+                                policy.stop_signal = *sig;
                               } else {
                                 COHORT_ASSIGN(policy.max_runtime, duration(value, sub));
                               }
                               return {};
                             }));
     return policy;
+  }
+
+  Result<bool> boolean(const YAML::Node& node, const std::string& path) const {
+    if (node.IsScalar() && node.Tag() == "?") {
+      if (node.Scalar() == "true") return true;
+      if (node.Scalar() == "false") return false;
+    }
+    return bad(node, path, "expected true or false, got " + kindOf(node));
+  }
+
+  Result<Debug> debug(const YAML::Node& node, const std::string& path) {
+    Debug d;
+    d.enabled = true;
+    COHORT_TRY(forEachField(
+        node, path, {"ranks", "post_mortem", "wait_limit", "port", "connect"},
+        [&](const std::string& key, const YAML::Node& value) -> Result<void> {
+          const std::string sub = path + "." + key;
+          if (key == "ranks") {
+            if (value.IsScalar() && value.Scalar() == "all") {
+              d.all = true;
+              return {};
+            }
+            if (value.IsScalar()) {
+              COHORT_ASSIGN(int rank, integer(value, sub, 0));
+              d.ranks = {rank};
+              return {};
+            }
+            if (!value.IsSequence()) {
+              return bad(value, sub, "expected a list of ranks or all, got " + kindOf(value));
+            }
+            COHORT_TRY(
+                count(value, sub, kMaxDebugRanks, "ranks", "the most ranks a debug job has"));
+            size_t i = 0;
+            for (const YAML::Node& item : value) {
+              const std::string at = sub + "[" + std::to_string(i++) + "]";
+              note(at, item);
+              COHORT_ASSIGN(int rank, integer(item, at, 0));
+              d.ranks.push_back(rank);
+            }
+          } else if (key == "post_mortem") {
+            COHORT_ASSIGN(d.post_mortem, boolean(value, sub));
+          } else if (key == "wait_limit") {
+            COHORT_ASSIGN(d.wait_limit, duration(value, sub));
+          } else if (key == "port") {
+            COHORT_ASSIGN(d.port, integer(value, sub, 1));
+          } else {
+            COHORT_ASSIGN(d.connect, scalar(value, sub));
+          }
+          return {};
+        }));
+    std::sort(d.ranks.begin(), d.ranks.end());
+    d.ranks.erase(std::unique(d.ranks.begin(), d.ranks.end()), d.ranks.end());
+    return d;
   }
 
   Result<Network> network(const YAML::Node& node, const std::string& path) {
@@ -592,15 +692,59 @@ class Parser {
     return slurm;
   }
 
+  Result<VolcanoOptions> volcano(const YAML::Node& node, const std::string& path) {
+    VolcanoOptions volcano;
+    COHORT_TRY(forEachField(node, path, {"queue", "priority_class", "device_resource"},
+                            [&](const std::string& key, const YAML::Node& value) -> Result<void> {
+                              COHORT_ASSIGN(std::string text, scalar(value, path + "." + key));
+                              (key == "queue"            ? volcano.queue
+                               : key == "priority_class" ? volcano.priority_class
+                                                         : volcano.device_resource) = text;
+                              return {};
+                            }));
+    return volcano;
+  }
+
+  // environment: a preset's or saved environment's name, or {image: REF}.
+  Result<void> environment(const YAML::Node& node, JobSpec& spec) {
+    if (!node.IsMap()) {
+      COHORT_ASSIGN(spec.environment, scalar(node, "environment"));
+      return {};
+    }
+    return forEachField(node, "environment", {"image"},
+                        [&](const std::string&, const YAML::Node& value) -> Result<void> {
+                          COHORT_ASSIGN(spec.image, scalar(value, "environment.image"));
+                          return {};
+                        });
+  }
+
   Result<JobSpec> job(const YAML::Node& root) {
     JobSpec spec = defaultSpec();
     bool launcher_given = false;
     origin_.where[""] = where(root);
     COHORT_TRY(forEachField(
         root, "",
-        {"name", "framework", "launcher", "mode", "rank_table_version", "compat", "workdir",
-         "command", "hyperparameters", "env", "roles", "inputs", "outputs", "policy", "backend",
-         "network", "slurm", "preload"},
+        {"name",
+         "framework",
+         "launcher",
+         "mode",
+         "rank_table_version",
+         "compat",
+         "workdir",
+         "command",
+         "hyperparameters",
+         "env",
+         "roles",
+         "inputs",
+         "outputs",
+         "policy",
+         "backend",
+         "network",
+         "slurm",
+         "volcano",
+         "preload",
+         "environment",
+         "debug"},
         [&](const std::string& key, const YAML::Node& value) -> Result<void> {
           if (key == "name") {
             COHORT_ASSIGN(spec.name, scalar(value, key));
@@ -674,9 +818,15 @@ class Parser {
             COHORT_ASSIGN(spec.network, network(value, key));
           } else if (key == "slurm") {
             COHORT_ASSIGN(spec.slurm, slurm(value, key));
+          } else if (key == "volcano") {
+            COHORT_ASSIGN(spec.volcano, volcano(value, key));
           } else if (key == "preload") {
             COHORT_ASSIGN(spec.preload, stringList(value, key, kMaxPreload));
             spec.preload_given = true;
+          } else if (key == "environment") {
+            COHORT_TRY(environment(value, spec));
+          } else if (key == "debug") {
+            COHORT_ASSIGN(spec.debug, debug(value, key));
           } else {
             COHORT_ASSIGN(spec.policy, policy(value, key));
           }
@@ -917,6 +1067,61 @@ bool slurmWord(const std::string& text) {
          });
 }
 
+// A Kubernetes object's name in a namespace: a DNS-1123 subdomain (what Volcano's queue and a
+// PriorityClass are named by).
+bool dnsSubdomain(const std::string& text) {
+  if (text.empty() || text.size() > 253) return false;
+  for (const std::string& label : split(text, '.')) {
+    if (label.empty() || label.front() == '-' || label.back() == '-') return false;
+    for (char c : label) {
+      if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
+    }
+  }
+  return true;
+}
+
+Result<void> validateVolcano(const JobSpec& spec) {
+  const Refusal bad(spec);
+  const VolcanoOptions& volcano = spec.volcano;
+  for (const auto& [field, value] :
+       {std::pair<std::string, const std::string&>{"volcano.queue", volcano.queue},
+        {"volcano.priority_class", volcano.priority_class}}) {
+    if (!value.empty() && !dnsSubdomain(value)) {
+      return bad(field, "'" + clip(value) +
+                            "' is not a Kubernetes name (lower-case letters, digits, '-' and '.', "
+                            "at most 253)");
+    }
+  }
+  const std::string& device = volcano.device_resource;
+  if (!device.empty() && device != "nvidia.com/gpu" && !startsWith(device, "huawei.com/Ascend")) {
+    return bad("volcano.device_resource",
+               "'" + clip(device) +
+                   "': expected nvidia.com/gpu or huawei.com/Ascend910 (or another "
+                   "huawei.com/Ascend* resource)");
+  }
+  if (!device.empty() && !std::all_of(device.begin(), device.end(),
+                                      [](char c) { return wordCharacter(c) || c == '/'; })) {
+    return bad("volcano.device_resource", "'" + clip(device) + "' is not a resource name");
+  }
+  if (!spec.image.empty()) {
+    if (spec.image.size() > 1024 || std::any_of(spec.image.begin(), spec.image.end(), [](char c) {
+          return static_cast<unsigned char>(c) <= ' ' || c == 0x7f;
+        })) {
+      return bad("environment.image", "'" + clip(spec.image) +
+                                          "' is not an image reference (no spaces, at most 1024 "
+                                          "characters)");
+    }
+    if (spec.backend != Backend::kVolcano) {
+      return bad("environment.image",
+                 "container images run on the volcano backend only (backend: volcano); with "
+                 "backend " +
+                     std::string(backendName(spec.backend)) +
+                     " name a preset or saved environment (cohort env ls)");
+    }
+  }
+  return {};
+}
+
 Result<void> validateCluster(const JobSpec& spec) {
   const Refusal bad(spec);
   const Network& net = spec.network;
@@ -959,7 +1164,7 @@ Result<void> validateCluster(const JobSpec& spec) {
       }
     }
   }
-  return {};
+  return validateVolcano(spec);
 }
 
 Result<void> validatePairs(const JobSpec& spec, const KeyValues& pairs, const std::string& path,
@@ -1111,7 +1316,7 @@ Result<void> validatePolicy(const JobSpec& spec, const std::set<std::string>& ro
   if (policy.grace_period.count() < 0 || policy.grace_period > kMaxGracePeriod) {
     return bad("policy.grace_period",
                describe(policy.grace_period) + " is longer than 30 days, the longest "
-               "grace period (the time between SIGTERM and SIGKILL)");
+               "grace period (the time between the stop signal and SIGKILL)");
   }
   if (policy.heartbeat_timeout < Millis(1000) || policy.heartbeat_timeout > Millis(3600000)) {
     return bad("policy.heartbeat_timeout",
@@ -1128,12 +1333,86 @@ Result<void> validatePolicy(const JobSpec& spec, const std::set<std::string>& ro
                            describe(*limit));
     }
   }
+  if (std::find(std::begin(kStopSignals), std::end(kStopSignals), policy.stop_signal) ==
+      std::end(kStopSignals)) {
+    auto named = parseStopSignal(stopSignalName(policy.stop_signal));
+    return bad("policy.stop_signal", named ? "not a stop signal" : named.error().message);
+  }
   if (policy.max_runtime) {
     if (policy.max_runtime->count() <= 0) return bad("policy.max_runtime", "must be longer than 0");
     if (*policy.max_runtime > kMaxRuntime) {
       return bad("policy.max_runtime", describe(*policy.max_runtime) +
                                            " is longer than 365 days, the longest max_runtime "
                                            "(leave it out for no limit)");
+    }
+  }
+  return {};
+}
+
+// An IDE's debug server, "HOST:PORT": an IPv4 address or a host name, and a port.
+bool hostPort(const std::string& text) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon > 253) return false;
+  auto port = parseInt(text.substr(colon + 1));
+  return port && *port > 0 && *port <= 65535 &&
+         std::all_of(text.begin(), text.begin() + static_cast<long>(colon),
+                     [](char c) { return wordCharacter(c) && c != '_'; });
+}
+
+Result<void> validateDebug(const JobSpec& spec) {
+  const Debug& d = spec.debug;
+  if (!d.enabled) return {};
+  const Refusal bad(spec);
+  const int procs = totalProcs(spec);
+  if (procs > kMaxDebugRanks) {
+    return bad("debug", "a debug job has at most " + std::to_string(kMaxDebugRanks) +
+                            " ranks (each gets a port of its own); this one has " +
+                            std::to_string(procs) + ": debug a smaller copy of the job");
+  }
+  if (spec.launcher != Launcher::kDirect) {
+    return bad("debug",
+               "needs launcher: direct (cohort then starts each rank itself, under the "
+               "debugger); this job's launcher is '" +
+                   std::string(launcherName(spec.launcher)) + "'");
+  }
+  const std::string program =
+      spec.command.empty() ? "" : spec.command[0].substr(spec.command[0].rfind('/') + 1);
+  if (!startsWith(program, "python")) {
+    return bad("debug",
+               "debugs Python ranks: the command must start with a Python interpreter "
+               "(python3 train.py), not '" +
+                   clip(spec.command.empty() ? "" : spec.command[0]) + "'");
+  }
+  for (size_t i = 0; i < d.ranks.size(); ++i) {
+    if (d.ranks[i] < 0 || d.ranks[i] >= procs) {
+      return bad("debug.ranks", "rank " + std::to_string(d.ranks[i]) +
+                                    " does not exist: the job has " + std::to_string(procs) +
+                                    " rank(s), 0 to " + std::to_string(procs - 1));
+    }
+  }
+  if (d.wait_limit.count() <= 0 || d.wait_limit > kMaxDebugWait) {
+    return bad("debug.wait_limit",
+               "must be longer than 0 and at most 7 days, got " + describe(d.wait_limit));
+  }
+  if (d.port != 0 && (d.port < 1024 || d.port + procs - 1 > 65535)) {
+    return bad("debug.port", "rank r listens on port + r: give a port from 1024 to " +
+                                 std::to_string(65536 - procs) + ", got " + std::to_string(d.port));
+  }
+  if (!d.connect.empty() && !hostPort(d.connect)) {
+    return bad("debug.connect",
+               "expected HOST:PORT of the IDE's debug server, got '" + clip(d.connect) + "'");
+  }
+  if (!d.connect.empty() && d.port != 0) {
+    return bad("debug.connect", "a rank dials the IDE (connect) or listens (port), not both");
+  }
+  if (d.pdb) {
+    if (d.all || d.ranks.size() != 1) {
+      return bad("debug.ranks",
+                 "pdb takes one rank, the one whose stdin and stdout are the "
+                 "terminal (--debug N --pdb)");
+    }
+    if (spec.backend != Backend::kLocal) {
+      return bad("debug", "pdb needs the terminal of cohort run: backend local");
     }
   }
   return {};
@@ -1249,6 +1528,7 @@ Result<void> validate(const JobSpec& spec) {
   }
   COHORT_TRY(validateData(spec));
   COHORT_TRY(validateCluster(spec));
+  COHORT_TRY(validateDebug(spec));
   COHORT_TRY(validatePlanSize(spec));
   return {};
 }
@@ -1271,6 +1551,11 @@ std::vector<std::string> keyRoles(const JobSpec& spec) {
   std::vector<std::string> all;
   for (const Role& role : spec.roles) all.push_back(role.name);
   return all;
+}
+
+bool debugWaitsAtStart(const Debug& debug, int rank) {
+  return debug.enabled &&
+         (debug.all || std::binary_search(debug.ranks.begin(), debug.ranks.end(), rank));
 }
 
 int totalNodes(const JobSpec& spec) {
@@ -1296,9 +1581,9 @@ std::string toJobFile(const JobSpec& spec) {
   for (const Role& r : spec.roles) {
     Json role = {{"nodes", r.nodes}};
     role["procs_per_node"] = r.procs_per_node == kAutoProcs ? Json("auto") : Json(r.procs_per_node);
-    role["resources"] = {{"gpus", r.resources.gpus},
-                         {"cpus", std::to_string(r.resources.cpus)},
-                         {"memory", std::to_string(r.resources.memory_bytes)}};
+    role["resources"] = {{"gpus", r.resources.gpus}, {"memory", r.resources.memory_bytes}};
+    // Only when asked for: a job that named no cpus is not held to the default.
+    if (r.resources.cpus_given) role["resources"]["cpus"] = r.resources.cpus;
     roles[r.name] = role;
   }
   Json inputs = Json::array();
@@ -1317,7 +1602,8 @@ std::string toJobFile(const JobSpec& spec) {
                  {"max_restarts", spec.policy.max_restarts},
                  {"grace_period", std::to_string(spec.policy.grace_period.count()) + "ms"},
                  {"heartbeat_timeout",
-                  std::to_string(spec.policy.heartbeat_timeout.count()) + "ms"}};
+                  std::to_string(spec.policy.heartbeat_timeout.count()) + "ms"},
+                 {"stop_signal", stopSignalName(spec.policy.stop_signal)}};
   if (spec.policy.max_runtime) {
     policy["max_runtime"] = std::to_string(spec.policy.max_runtime->count()) + "ms";
   }
@@ -1343,6 +1629,17 @@ std::string toJobFile(const JobSpec& spec) {
               {"outputs", outputs},
               {"policy", policy}};
   if (spec.preload_given) job["preload"] = spec.preload;
+  if (spec.debug.enabled) {
+    const Debug& d = spec.debug;
+    Json debug = {{"ranks", d.all ? Json("all") : Json(d.ranks)},
+                  {"post_mortem", d.post_mortem},
+                  {"wait_limit", std::to_string(d.wait_limit.count()) + "ms"}};
+    if (d.port != 0) debug["port"] = d.port;
+    if (!d.connect.empty()) debug["connect"] = d.connect;
+    job["debug"] = debug;
+  }
+  if (!spec.environment.empty()) job["environment"] = spec.environment;
+  if (!spec.image.empty()) job["environment"] = {{"image", spec.image}};
   // Only when asked for: a server decides where a job without one runs.
   if (spec.backend != Backend::kLocal) job["backend"] = backendName(spec.backend);
   Json network = Json::object();
@@ -1357,6 +1654,12 @@ std::string toJobFile(const JobSpec& spec) {
     if (!so.qos.empty()) slurm["qos"] = so.qos;
     job["slurm"] = slurm;
   }
+  const VolcanoOptions& vo = spec.volcano;
+  Json volcano = Json::object();
+  if (!vo.queue.empty()) volcano["queue"] = vo.queue;
+  if (!vo.priority_class.empty()) volcano["priority_class"] = vo.priority_class;
+  if (!vo.device_resource.empty()) volcano["device_resource"] = vo.device_resource;
+  if (!volcano.empty()) job["volcano"] = volcano;
   // Never throws: bytes that are not UTF-8 (an argument given as a flag) become U+FFFD.
   return job.dump(-1, ' ', false, Json::error_handler_t::replace);
 }

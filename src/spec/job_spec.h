@@ -5,6 +5,7 @@
 // Thread-safe (no shared state).
 #pragma once
 
+#include <csignal>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -32,8 +33,9 @@ const char* launcherName(Launcher l);
 enum class MindSporeMode { kDynamicCluster, kRankTable };
 
 // Where a job's nodes come from. local: simulated on this machine (the default). slurm: an
-// allocation of a Slurm cluster, each node its own host (docs/slurm.md).
-enum class Backend { kLocal, kSlurm };
+// allocation of a Slurm cluster, each node its own host (docs/slurm.md). volcano: the pods of a
+// Volcano Job on Kubernetes, each node a pod (docs/volcano.md).
+enum class Backend { kLocal, kSlurm, kVolcano };
 const char* backendName(Backend b);
 
 inline constexpr int kAutoProcs = -1;  // procs_per_node: auto (one per device)
@@ -72,7 +74,8 @@ inline constexpr Millis kMaxRuntime{365LL * 86400 * 1000};        // 365 days
 
 struct Resources {
   int gpus = 0;
-  double cpus = 1;
+  double cpus = 1;           // what the scheduler counts; a limit only when given
+  bool cpus_given = false;   // the job file named cpus: its ranks are held to it (cgroups)
   int64_t memory_bytes = 0;  // 0: not limited
 };
 
@@ -96,7 +99,21 @@ struct Policy {
   // given).
   std::optional<Millis> hang_timeout;
   std::optional<Millis> startup_timeout;
+  // What a graceful stop sends every rank (a user's stop, max_runtime, a failure elsewhere, a
+  // hang, a preempted node): the rank's notice to save what it must, SIGKILL `grace_period`
+  // later. One of kStopSignals; ranks see its name in COHORT_STOP_SIGNAL.
+  int stop_signal = SIGTERM;
 };
+
+// The signals policy.stop_signal may name: those a rank can catch and whose default ends it.
+// SIGKILL and SIGSTOP cannot be caught, so they give no notice.
+inline constexpr int kStopSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+
+// "SIGUSR1" for a stop signal (any signal number gives its SIG name).
+std::string stopSignalName(int signal);
+// The stop signal `text` names: "SIGUSR1", "USR1" or "usr1". Errors: kInvalidArgument, saying
+// which names are accepted (and why SIGKILL and SIGSTOP are not).
+Result<int> parseStopSignal(const std::string& text);
 
 // How each node's address is chosen, the one its ranks are reached at: the IPv4 address of
 // `interface`, or the node's address inside `cidr`; with neither, the address the node reaches
@@ -112,9 +129,38 @@ struct SlurmOptions {
   std::vector<std::string> options;  // more sbatch options, each "--name=value" or "--flag"
 };
 inline constexpr int kMaxSlurmOptions = 64;
+
+// What the volcano backend gives the Volcano Job besides what the roles ask for
+// (docs/volcano.md): the Volcano queue and the Kubernetes PriorityClass of its pods ("": the
+// cluster's defaults), and which extended resource `resources.gpus` counts on its nodes.
+struct VolcanoOptions {
+  std::string queue, priority_class;
+  // "nvidia.com/gpu", or "huawei.com/Ascend910" for Ascend NPUs; "": by framework (a MindSpore
+  // rank-table job, which runs on Ascend only, counts NPUs; every other job NVIDIA GPUs).
+  std::string device_resource;
+};
 inline constexpr int kMaxPreload = 64;  // modules in `preload`
 
 using KeyValues = std::vector<std::pair<std::string, std::string>>;  // in the order given
+
+// debug: ranks that wait for a debugger (docs/debugging.md). The ranks of `ranks` (every rank
+// with `all`) start paused under debugpy, each listening on a port of its own; in a job with
+// debug: a breakpoint() in any rank pauses that rank the same way, and with `post_mortem` so
+// does an exception nothing caught. A paused rank waits `wait_limit` for a debugger, then goes
+// on (a post-mortem one ends with its exception). With `connect`, a paused rank dials the IDE's
+// debug server at HOST:PORT instead of listening (PyCharm's remote debug server).
+struct Debug {
+  bool enabled = false;    // debug: was given (or --debug, --post-mortem)
+  bool all = false;        // ranks: all
+  std::vector<int> ranks;  // global ranks that wait from their start, ascending
+  bool post_mortem = false;
+  Millis wait_limit{30 * 60 * 1000};
+  int port = 0;         // rank r listens on port + r; 0: a leased port each
+  std::string connect;  // "HOST:PORT"
+  bool pdb = false;     // --pdb: the one rank of `ranks` runs pdb on cohort's terminal
+};
+inline constexpr int kMaxDebugRanks = 256;  // each rank of a debug job gets a port of its own
+inline constexpr Millis kMaxDebugWait{7LL * 86400 * 1000};
 
 // Data staged on every node before any rank starts. `target` is relative to the node's work
 // directory (COHORT_WORK_DIR). `copy` gives each node its own copy; `link` a symbolic link to the
@@ -167,12 +213,20 @@ struct JobSpec {
   // ranks (docs/frameworks.md); when not given, [torch] for framework pytorch.
   std::vector<std::string> preload;
   bool preload_given = false;
+  // The environment every rank runs in (env/environments.h): a preset (pytorch, ...) or a
+  // saved one; empty: the launcher's own PATH, as it is.
+  std::string environment;
+  // environment: {image: REF}: a container image instead (the pods' image on the volcano
+  // backend; the other backends refuse it). Empty unless given.
+  std::string image;
   MindSporeMode mindspore_mode = MindSporeMode::kDynamicCluster;
   std::string rank_table_version = "1.0";  // or "0.1"
   bool compat_modelarts = true;  // set the managed service's MA_*/VC_* variables too
   Backend backend = Backend::kLocal;
   Network network;
   SlurmOptions slurm;
+  VolcanoOptions volcano;
+  Debug debug;
   Origin origin;                 // not part of toJobFile
 };
 
@@ -207,6 +261,9 @@ std::string fieldLabel(const JobSpec& spec, const std::string& path);
 // The key roles: policy.success or, when empty, the framework's default: TensorFlow's chief if
 // there is one, else its workers; every role otherwise.
 std::vector<std::string> keyRoles(const JobSpec& spec);
+
+// Whether global rank `rank` of the job waits for a debugger from its start (debug.ranks).
+bool debugWaitsAtStart(const Debug& debug, int rank);
 
 int totalNodes(const JobSpec& spec);
 int totalProcs(const JobSpec& spec);

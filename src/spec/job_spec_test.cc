@@ -1,6 +1,7 @@
 #include "spec/job_spec.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -141,9 +142,91 @@ TEST(ParseJobFile, InputTargetsStayInsideTheWorkDirectory) {
       << msg;
 }
 
-TEST(ParseJobFile, FieldsOfLaterVersionsAreRefusedNotIgnored) {
-  std::string msg = errorOf("name: x\ncommand: [a]\ndebug: {ranks: [1]}\n");
-  EXPECT_NE(msg.find("debug: not supported by this version"), std::string::npos) << msg;
+const char kDebugJob[] =
+    "name: x\ncommand: [python3, train.py]\nroles: {worker: {nodes: 2, procs_per_node: 2}}\n";
+
+TEST(ParseJobFile, DebugNamesRanksPostMortemAndTheWaitLimit) {
+  auto spec = parseJobFile(
+      std::string(kDebugJob) + "debug: {ranks: [3, 1, 1], post_mortem: true, wait_limit: 5m}\n",
+      "job.yaml");
+  ASSERT_TRUE(spec) << spec.error().message;
+  EXPECT_TRUE(spec->debug.enabled);
+  EXPECT_EQ(spec->debug.ranks, (std::vector<int>{1, 3}));
+  EXPECT_FALSE(spec->debug.all);
+  EXPECT_TRUE(spec->debug.post_mortem);
+  EXPECT_EQ(spec->debug.wait_limit, Millis(300000));
+  EXPECT_TRUE(validate(*spec));
+  EXPECT_TRUE(debugWaitsAtStart(spec->debug, 3));
+  EXPECT_FALSE(debugWaitsAtStart(spec->debug, 2));
+
+  auto all = parseJobFile(std::string(kDebugJob) + "debug: {ranks: all}\n", "job.yaml");
+  ASSERT_TRUE(all);
+  EXPECT_TRUE(all->debug.all);
+  EXPECT_TRUE(debugWaitsAtStart(all->debug, 2));
+  EXPECT_EQ(all->debug.wait_limit, Millis(30 * 60 * 1000)) << "the default: 30 minutes";
+  auto none = parseJobFile(std::string(kDebugJob) + "debug: {}\n", "job.yaml");
+  ASSERT_TRUE(none);
+  EXPECT_TRUE(none->debug.enabled) << "breakpoint() pauses any rank";
+  EXPECT_FALSE(debugWaitsAtStart(none->debug, 0));
+}
+
+TEST(ParseJobFile, DebugRoundTripsThroughTheJobFile) {
+  auto spec = parseJobFile(std::string(kDebugJob) +
+                               "debug: {ranks: [2], post_mortem: true, wait_limit: 90s, "
+                               "connect: \"10.0.0.5:5678\"}\n",
+                           "job.yaml");
+  ASSERT_TRUE(spec) << spec.error().message;
+  auto again = parseJobFile(toJobFile(*spec), "job.json");
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_EQ(again->debug.ranks, std::vector<int>{2});
+  EXPECT_TRUE(again->debug.post_mortem);
+  EXPECT_EQ(again->debug.wait_limit, Millis(90000));
+  EXPECT_EQ(again->debug.connect, "10.0.0.5:5678");
+  auto plain = parseJobFile(toJobFile(defaultSpec()), "job.json");
+  ASSERT_TRUE(plain);
+  EXPECT_FALSE(plain->debug.enabled) << "a job without debug: stays without";
+}
+
+TEST(ValidateJobSpec, DebugRefusesWhatCannotBeDebugged) {
+  auto refused = [](const std::string& tail) { return errorOf(std::string(kDebugJob) + tail); };
+  EXPECT_NE(
+      refused("debug: {ranks: [7]}\n")
+          .find("job.yaml:4: debug.ranks: rank 7 does not exist: the job has 4 rank(s), 0 to 3"),
+      std::string::npos)
+      << refused("debug: {ranks: [7]}\n");
+  EXPECT_NE(refused("launcher: torchrun\ndebug: {}\n").find("debug: needs launcher: direct"),
+            std::string::npos);
+  EXPECT_NE(errorOf("name: x\ncommand: [bash, run.sh]\ndebug: {}\n").find("debugs Python ranks"),
+            std::string::npos);
+  EXPECT_NE(refused("debug: {wait_limit: 8d}\n").find("debug.wait_limit"), std::string::npos);
+  EXPECT_NE(refused("debug: {port: 80}\n").find("debug.port: rank r listens on port + r"),
+            std::string::npos);
+  EXPECT_NE(refused("debug: {port: 65534}\n").find("debug.port"), std::string::npos)
+      << "4 ranks from 65534 go past 65535";
+  EXPECT_NE(refused("debug: {connect: ide}\n").find("debug.connect: expected HOST:PORT"),
+            std::string::npos);
+  EXPECT_NE(refused("debug: {connect: \"h:1\", port: 5678}\n").find("not both"), std::string::npos);
+  EXPECT_NE(
+      refused("debug: {post_mortem: yes}\n").find("debug.post_mortem: expected true or false"),
+      std::string::npos);
+  EXPECT_NE(refused("debug: {rank: [1]}\n").find("debug.rank: unknown field"), std::string::npos);
+  EXPECT_NE(refused("debug: {ranks: [a]}\n").find("debug.ranks[0]: expected an integer"),
+            std::string::npos);
+  EXPECT_EQ(refused("debug: {ranks: [0, 3], port: 5678}\n"), "");
+}
+
+TEST(ValidateJobSpec, PdbTakesOneRankOfALocalJob) {
+  auto spec = parseJobFile(std::string(kDebugJob) + "debug: {ranks: all}\n", "job.yaml");
+  ASSERT_TRUE(spec);
+  spec->debug.pdb = true;
+  auto refused = validate(*spec);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("pdb takes one rank"), std::string::npos);
+  spec->debug.all = false;
+  spec->debug.ranks = {1};
+  EXPECT_TRUE(validate(*spec));
+  spec->backend = Backend::kSlurm;
+  EXPECT_FALSE(validate(*spec));
 }
 
 TEST(ParseJobFile, HangAndStartupTimeouts) {
@@ -154,6 +237,55 @@ TEST(ParseJobFile, HangAndStartupTimeouts) {
   EXPECT_EQ(spec->policy.startup_timeout, Millis(3600000));
   std::string msg = errorOf("name: x\ncommand: [a]\npolicy: {hang_timeout: 2s}\n");
   EXPECT_NE(msg.find("policy.hang_timeout: must be from 5s to 365d"), std::string::npos) << msg;
+}
+
+TEST(ParseJobFile, StopSignalByNameWithOrWithoutSig) {
+  for (const auto& [text, sig] : std::vector<std::pair<std::string, int>>{{"SIGTERM", SIGTERM},
+                                                                          {"TERM", SIGTERM},
+                                                                          {"SIGINT", SIGINT},
+                                                                          {"usr1", SIGUSR1},
+                                                                          {"SIGUSR2", SIGUSR2},
+                                                                          {"HUP", SIGHUP},
+                                                                          {"SIGQUIT", SIGQUIT}}) {
+    auto spec =
+        parseJobFile("name: x\ncommand: [a]\npolicy: {stop_signal: " + text + "}\n", "job.yaml");
+    ASSERT_TRUE(spec) << spec.error().message;
+    EXPECT_EQ(spec->policy.stop_signal, sig) << text;
+    EXPECT_TRUE(validate(*spec));
+    // What the server is sent reads back the same.
+    auto again = parseJobFile(toJobFile(*spec), "sent.json");
+    ASSERT_TRUE(again) << again.error().message;
+    EXPECT_EQ(again->policy.stop_signal, sig);
+  }
+  EXPECT_EQ(parseJobFile("name: x\ncommand: [a]\n", "job.yaml")->policy.stop_signal, SIGTERM);
+  EXPECT_NE(toJobFile(defaultSpec()).find("\"stop_signal\":\"SIGTERM\""), std::string::npos);
+}
+
+TEST(ParseJobFile, AStopSignalThatGivesNoNoticeIsRefusedWithTheFieldNamed) {
+  std::string kill = errorOf("name: x\ncommand: [a]\npolicy:\n  stop_signal: SIGKILL\n");
+  EXPECT_NE(kill.find("job.yaml:4: policy.stop_signal: SIGKILL cannot be caught, so it gives a "
+                      "rank no notice"),
+            std::string::npos)
+      << kill;
+  EXPECT_NE(kill.find("SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2"), std::string::npos);
+  std::string stop = errorOf("name: x\ncommand: [a]\npolicy: {stop_signal: STOP}\n");
+  EXPECT_NE(stop.find("policy.stop_signal: SIGSTOP cannot be caught"), std::string::npos) << stop;
+  std::string unknown = errorOf("name: x\ncommand: [a]\npolicy: {stop_signal: SIGFOO}\n");
+  EXPECT_NE(unknown.find("job.yaml:3: policy.stop_signal: unknown stop signal 'SIGFOO': use one "
+                         "of (SIGTERM"),
+            std::string::npos)
+      << unknown;
+  EXPECT_NE(errorOf("name: x\ncommand: [a]\npolicy: {stop_signal: 9}\n").find("unknown stop"),
+            std::string::npos);
+  JobSpec spec = defaultSpec();
+  spec.name = "x";
+  spec.command = {"a"};
+  spec.policy.stop_signal = SIGKILL;  // a spec made in code is held to the same rule
+  auto valid = validate(spec);
+  ASSERT_FALSE(valid);
+  EXPECT_NE(valid.error().message.find("policy.stop_signal: SIGKILL cannot be caught"),
+            std::string::npos)
+      << valid.error().message;
 }
 
 TEST(ParseJobFile, FrameworkOptions) {
@@ -194,9 +326,29 @@ slurm: {partition: gpu, account: ml-team, qos: high, options: [--exclusive, --co
   EXPECT_EQ(again->slurm.qos, "high");
 }
 
+TEST(Validate, VolcanoFieldsAreKubernetesNames) {
+  const std::string base = "name: x\ncommand: [python3, t.py]\nbackend: volcano\n";
+  EXPECT_NE(errorOf(base + "volcano: {queue: q, bogus: 1}\n").find("volcano.bogus"),
+            std::string::npos);
+  EXPECT_NE(errorOf(base + "volcano: {priority_class: 'High Priority'}\n")
+                .find("volcano.priority_class: 'High Priority' is not a Kubernetes name"),
+            std::string::npos);
+  EXPECT_NE(errorOf(base + "volcano: {device_resource: amd.com/gpu}\n")
+                .find("volcano.device_resource: 'amd.com/gpu': expected nvidia.com/gpu"),
+            std::string::npos);
+  EXPECT_NE(errorOf(base + "environment: {img: x}\n").find("environment.img"), std::string::npos);
+  EXPECT_NE(errorOf(base + "environment: {image: 'a b'}\n")
+                .find("environment.image: 'a b' is not an image reference"),
+            std::string::npos);
+  EXPECT_EQ(errorOf(base + "volcano: {queue: research.gpu, priority_class: high}\n"
+                           "environment: {image: ghcr.io/lab/train:1.2}\n"),
+            "");
+}
+
 TEST(Validate, ClusterFieldsCannotInjectIntoTheBatchScript) {
   const std::string base = "name: x\ncommand: [true]\n";
-  EXPECT_NE(errorOf(base + "backend: pbs\n").find("backend: unknown backend 'pbs' (local, slurm)"),
+  EXPECT_NE(errorOf(base + "backend: pbs\n")
+                .find("backend: unknown backend 'pbs' (local, slurm, volcano)"),
             std::string::npos);
   EXPECT_NE(errorOf(base + "network: {interface: eth0, cidr: 10.0.0.0/8}\n").find("not both"),
             std::string::npos);

@@ -61,6 +61,10 @@ bool startsWith(std::string_view text, std::string_view prefix);
 // Without the spaces, tabs and line ends at either end.
 std::string_view trim(std::string_view text);
 
+// Percent-encoding (RFC 3986): every byte but the unreserved A-Z a-z 0-9 - _ . ~ (and '/' with
+// `keep_slash`, for a path) as %XX. For URL paths and query values, and S3's signed requests.
+std::string urlEncode(std::string_view text, bool keep_slash = false);
+
 // Quotes a word for a POSIX shell only when it needs it.
 std::string shellQuote(std::string_view word);
 

@@ -229,6 +229,18 @@ true
   waitFinal(alice_, alice_job);
 }
 
+// A debugged rank's debugpy listens on loopback without a password and runs what it is sent:
+// on a server that keeps accounts apart, no account may start one.
+TEST_F(Attack, ADebuggedJobIsRefusedWhereAccountsAreKeptApart) {
+  auto [status, json] =
+      submit(alice_,
+             shellJob("dbg", "true",
+                      {{"command", {"/usr/bin/python3", "-c", "1"}}, {"debug", {{"ranks", {0}}}}}));
+  EXPECT_EQ(status, 409) << json.dump();
+  EXPECT_NE(json.dump().find("debug: a paused rank's debugger listens"), std::string::npos)
+      << json.dump();
+}
+
 TEST_F(Attack, EachAccountsRanksRunAsTheirOwnUser) {
   if (!separate_users_) GTEST_SKIP() << "the server is not root: accounts share its user";
   auto [as, aj] = submit(alice_, shellJob("who", "id -u; id -G"));

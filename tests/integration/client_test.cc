@@ -1,6 +1,7 @@
 // The client commands (cohort login, submit, ps, status, logs, outputs, ...) run as a user runs
 // them. The first tests need no server: help, usage errors, where the server comes from, a server
 // that cannot be reached. The Live* tests start a real `cohort server` on a free port.
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -11,13 +12,10 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
-
-#include <regex>
 
 #include "harness.h"
 #include "util/httplib.h"
@@ -65,8 +63,7 @@ class FakeServer {
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t len = sizeof addr;
     if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0 ||
-        ::listen(fd_, 16) < 0 ||
-        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) < 0) {
+        ::listen(fd_, 16) < 0 || ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) < 0) {
       std::abort();
     }
     port_ = ntohs(addr.sin_port);
@@ -102,8 +99,8 @@ class FakeServer {
         requests_.push_back(head);
       }
       std::string answer = "HTTP/1.1 " + std::to_string(status_) + " X\r\nContent-Type: " +
-                           "application/json\r\nContent-Length: " +
-                           std::to_string(body_.size()) + "\r\nConnection: close\r\n\r\n" + body_;
+                           "application/json\r\nContent-Length: " + std::to_string(body_.size()) +
+                           "\r\nConnection: close\r\n\r\n" + body_;
       (void)!::write(conn, answer.data(), answer.size());
       ::close(conn);
     }
@@ -134,8 +131,8 @@ class ClientEnv {
 
   RunResult run(const std::vector<std::string>& args, std::vector<std::string> extra = {},
                 std::chrono::milliseconds deadline = 60s) const {
-    std::vector<std::string> env = {"XDG_CONFIG_HOME=" + config_home_, "COHORT_SERVER=",
-                                    "COHORT_TOKEN="};
+    std::vector<std::string> env = {"XDG_CONFIG_HOME=" + config_home_,
+                                    "COHORT_SERVER=", "COHORT_TOKEN="};
     env.insert(env.end(), extra.begin(), extra.end());
     return CohortProcess(args, env).wait(deadline);
   }
@@ -145,8 +142,8 @@ class ClientEnv {
 };
 
 const std::vector<std::string> kClientCommands = {
-    "login", "whoami", "submit", "ps",      "status",  "logs",     "stop",
-    "delete", "outputs", "share", "shares", "unshare", "accounts", "tokens"};
+    "login",  "whoami",  "submit", "rerun",  "ps",      "status",   "logs",  "stop",
+    "delete", "outputs", "share",  "shares", "unshare", "accounts", "tokens"};
 
 TEST(ClientHelp, EveryCommandHasHelpNamingItsUsage) {
   for (const std::string& command : kClientCommands) {
@@ -182,7 +179,9 @@ TEST(ClientHelp, SubmitHelpHasJobFlagsButNotRunOnlyOnes) {
 TEST(ClientServer, NoServerAnywhereExitsTwoSayingHowToSetOne) {
   ClientEnv env;
   for (const std::vector<std::string>& args :
-       {std::vector<std::string>{"ps"}, {"whoami"}, {"status", "some-job"},
+       {std::vector<std::string>{"ps"},
+        {"whoami"},
+        {"status", "some-job"},
         {"submit", "--framework", "generic", "--", "true"}}) {
     RunResult r = env.run(args);
     EXPECT_EQ(r.exit_code, 2) << args[0] << ": " << r.err;
@@ -315,8 +314,10 @@ TEST(ClientOutputs, DownloadRefusesPathsLeavingTheDestination) {
     const std::string dest = tempDir() + "/out";
     RunResult r = env.run({"outputs", "j", "download", dest, "--server", server.url()});
     EXPECT_EQ(r.exit_code, 2) << path;
-    EXPECT_TRUE(Contains(r.err, "output path '" + std::string(path) + "' would be written "
-                                "outside '" + dest + "'; refused"));
+    EXPECT_TRUE(Contains(r.err, "output path '" + std::string(path) +
+                                    "' would be written "
+                                    "outside '" +
+                                    dest + "'; refused"));
     EXPECT_EQ(server.requests().size(), 1u) << "nothing is fetched";
     EXPECT_FALSE(std::filesystem::exists(dest));
   }
@@ -341,17 +342,19 @@ TEST(ClientLogin, NeedsAUrl) {
 
 TEST(ClientSubmit, RefusesFlagsThatOnlyMeanSomethingForCohortRun) {
   ClientEnv env;
-  for (const std::vector<std::string>& flag :
-       {std::vector<std::string>{"--data-root", "/tmp/x"}, {"--data-root=/tmp/x"}, {"--isolate"},
-        {"--log-ranks", "0"}, {"--job-id", "j1"}}) {
+  for (const std::vector<std::string>& flag : {std::vector<std::string>{"--data-root", "/tmp/x"},
+                                               {"--data-root=/tmp/x"},
+                                               {"--isolate"},
+                                               {"--log-ranks", "0"},
+                                               {"--job-id", "j1"}}) {
     std::vector<std::string> args = {"submit", "--framework", "generic"};
     args.insert(args.end(), flag.begin(), flag.end());
     args.insert(args.end(), {"--", "true"});
     RunResult r = env.run(args);
     std::string name = flag[0].substr(0, flag[0].find('='));
     EXPECT_EQ(r.exit_code, 2) << name;
-    EXPECT_TRUE(Contains(r.err, "cohort: error: submit: " + name +
-                                 " does not apply to a submitted job"));
+    EXPECT_TRUE(
+        Contains(r.err, "cohort: error: submit: " + name + " does not apply to a submitted job"));
   }
 }
 
@@ -420,8 +423,7 @@ class LiveClient : public ::testing::Test {
   // Runs a command as the admin (or as the owner of `token`).
   RunResult as(const std::string& token, const std::vector<std::string>& args,
                std::chrono::milliseconds deadline = 60s) const {
-    return env_.run(args, {"COHORT_SERVER=" + server_->url(), "COHORT_TOKEN=" + token},
-                    deadline);
+    return env_.run(args, {"COHORT_SERVER=" + server_->url(), "COHORT_TOKEN=" + token}, deadline);
   }
   RunResult admin(const std::vector<std::string>& args,
                   std::chrono::milliseconds deadline = 60s) const {
@@ -432,9 +434,9 @@ class LiveClient : public ::testing::Test {
   // its id.
   std::string runJob(const std::vector<std::string>& actions, int procs = 1,
                      int expected_exit = 0) {
-    std::vector<std::string> args = {"submit", "--wait", "--framework", "generic",
-                                     "--nproc-per-node", std::to_string(procs), "--",
-                                     testRank()};
+    std::vector<std::string> args = {"submit",  "--wait",           "--framework",
+                                     "generic", "--nproc-per-node", std::to_string(procs),
+                                     "--",      testRank()};
     args.insert(args.end(), actions.begin(), actions.end());
     RunResult r = admin(args);
     EXPECT_EQ(r.exit_code, expected_exit) << r.err << server_->log();
@@ -449,7 +451,7 @@ TEST_F(LiveClient, LoginChecksTheTokenAndSavesItPrivately) {
   RunResult r = env_.run({"login", server_->url(), "--token", server_->adminToken()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(Contains(r.err, "logged in to " + server_->url() + " as admin"));
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::stat(env_.configFile().c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   nlohmann::json config = readJson(env_.configFile());
@@ -467,8 +469,8 @@ TEST_F(LiveClient, LoginChecksTheTokenAndSavesItPrivately) {
 }
 
 TEST_F(LiveClient, SubmitWaitExitsWithTheJobsExitCode) {
-  RunResult r = admin({"submit", "--wait", "--framework", "generic", "--", testRank(),
-                       "echo=hello"});
+  RunResult r =
+      admin({"submit", "--wait", "--framework", "generic", "--", testRank(), "echo=hello"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   ASSERT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;  // only the id
   const std::string id = r.out.substr(0, r.out.size() - 1);
@@ -503,10 +505,13 @@ TEST_F(LiveClient, StacksOfARunningServerJob) {
                                testRank(), "echo=up", "sleep=20"});
   ASSERT_EQ(submitted.exit_code, 0) << submitted.err;
   const std::string id = submitted.out.substr(0, submitted.out.find('\n'));
-  for (int i = 0; i < 100; ++i) {  // until it runs
-    if (contains(admin({"status", id}).out, "running")) break;
+  // Until both ranks have printed, so that both are asleep (a rank still starting is running).
+  for (int i = 0; i < 200; ++i) {
+    const std::string log = admin({"logs", id}).out;
+    if (contains(log, "[worker/0 node0] up") && contains(log, "[worker/1 node0] up")) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // from echo into its sleep
   RunResult r = admin({"stacks", id}, 60s);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(contains(r.out, "stacks of 2 rank(s), grouped:")) << r.out;
@@ -517,6 +522,26 @@ TEST_F(LiveClient, StacksOfARunningServerJob) {
   RunResult ended = admin({"stacks", done});
   EXPECT_EQ(ended.exit_code, 2) << ended.err;
   EXPECT_TRUE(contains(ended.err, "only a running job has stacks to take")) << ended.err;
+}
+
+// cohort rerun for a server job: the same job file again, as a new job with its priority.
+TEST_F(LiveClient, RerunSubmitsTheJobFileAgain) {
+  RunResult first =
+      admin({"submit", "--framework", "generic", "--hang-timeout", "30s", "--priority", "4",
+             "--wait", "--name", "once", "--", testRank(), "echo=from the job file"});
+  // --priority and --wait after a job flag's value are still submit's own.
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const std::string id = first.out.substr(0, first.out.find('\n'));
+  RunResult again = admin({"rerun", id, "--name", "twice", "--wait"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  const std::string new_id = again.out.substr(0, again.out.find('\n'));
+  EXPECT_NE(new_id, id);
+  EXPECT_EQ(new_id.rfind("twice-", 0), 0u) << new_id;
+  EXPECT_TRUE(contains(admin({"logs", new_id}).out, "from the job file"));
+  RunResult status = admin({"status", new_id});
+  EXPECT_TRUE(std::regex_search(status.out, std::regex("Priority: +4"))) << status.out;
+  RunResult missing = admin({"rerun", "no-such-job-20000101-000000-abcdef"});
+  EXPECT_EQ(missing.exit_code, 2) << missing.err;
 }
 
 TEST_F(LiveClient, SubmitWithoutWaitPrintsOnlyTheId) {
@@ -536,8 +561,10 @@ TEST_F(LiveClient, SubmitMakesTheWorkdirAndLocalInputsAbsolute) {
   std::filesystem::create_directories(dir + "/data");
   std::ofstream(dir + "/data/a.txt") << "a\n";
   std::ofstream(dir + "/job.yaml") << "name: paths\nframework: generic\nworkdir: code\n"
-                                      "command: [" + testRank() + ", work-file=in/a.txt]\n"
-                                      "inputs: [{source: data, target: in}]\n";
+                                      "command: [" +
+                                          testRank() +
+                                          ", work-file=in/a.txt]\n"
+                                          "inputs: [{source: data, target: in}]\n";
   RunResult r = admin({"submit", "--wait", "-f", dir + "/job.yaml"});
   ASSERT_EQ(r.exit_code, 0) << r.err << server_->log();
   const std::string id = r.out.substr(0, r.out.find('\n'));
@@ -546,13 +573,71 @@ TEST_F(LiveClient, SubmitMakesTheWorkdirAndLocalInputsAbsolute) {
   EXPECT_EQ(job["inputs"][0]["source"], dir + "/data");
 }
 
+// A submit from another directory, uploading: the ranks run on the snapshot in the job's own
+// directory, not on files of the server's disk, which may be gone by then.
+TEST_F(LiveClient, SubmitUploadsTheWorkdirAndTheRanksRunTheSnapshot) {
+  const std::string dir = tempDir();
+  std::filesystem::create_directories(dir + "/code/lib");
+  std::ofstream(dir + "/code/run.sh")
+      << "pwd\ncat lib/data.txt\nif [ -e secret.txt ]; then echo secret seen; else echo no "
+         "secret; fi\n";
+  std::ofstream(dir + "/code/lib/data.txt") << "from the snapshot\n";
+  std::ofstream(dir + "/code/secret.txt") << "s3cret\n";
+  std::ofstream(dir + "/code/.cohortignore") << "# not for the server\nsecret.txt\n";
+  std::ofstream(dir + "/job.yaml") << "name: snap\nframework: generic\nworkdir: code\n"
+                                      "command: [sh, run.sh]\n";
+  RunResult r = admin({"submit", "--upload", "-f", dir + "/job.yaml"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << server_->log();
+  EXPECT_TRUE(Contains(r.err, "cohort: uploaded the workdir " + dir + "/code (3 files, ")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "without what " + dir + "/code/.cohortignore names")) << r.err;
+  const std::string id = r.out.substr(0, r.out.find('\n'));
+  std::filesystem::remove_all(dir + "/code");  // the job must not need it
+  RunResult waited = admin({"status", "--wait", id});
+  EXPECT_EQ(waited.exit_code, 0) << waited.err << server_->log();
+  const std::string code_dir = server_->dataRoot() + "/jobs/" + id + "/code";
+  EXPECT_EQ(admin({"logs", id, "--rank", "0"}).out, code_dir + "\nfrom the snapshot\nno secret\n");
+  EXPECT_EQ(readJson(server_->dataRoot() + "/jobs/" + id + "/job.json")["workdir"], code_dir);
+}
+
+TEST_F(LiveClient, AWorkdirThatCannotBeUploadedIsRefusedBeforeAnythingIsSubmitted) {
+  const std::string dir = tempDir();
+  std::filesystem::create_directories(dir + "/code/data");
+  std::ofstream(dir + "/code/train.py") << "print(1)\n";
+  std::ofstream(dir + "/code/data/big.bin") << std::string(64 << 10, 'b');
+  std::ofstream(dir + "/job.yaml") << "name: big\nframework: generic\nworkdir: code\n"
+                                      "command: [sh, -c, 'true']\n";
+  RunResult r = admin({"submit", "--upload", "--max-upload", "16Ki", "-f", dir + "/job.yaml"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(Contains(r.err, "cohort: error: submit: the workdir '" + dir +
+                                  "/code' holds 64.0 KiB in 2 files to upload, over the 16.0 KiB "
+                                  "limit; the biggest: data/big.bin (64.0 KiB)"))
+      << r.err;
+  EXPECT_TRUE(Contains(r.err, "raise the limit with --max-upload SIZE")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "add a .cohortignore")) << r.err;
+  std::filesystem::remove(dir + "/code/data/big.bin");
+  std::filesystem::create_symlink("/etc", dir + "/code/etc");
+  r = admin({"submit", "--upload", "-f", dir + "/job.yaml"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(Contains(r.err, "the link '" + dir +
+                                  "/code/etc' cannot be uploaded: its target "
+                                  "'/etc' is an absolute path"))
+      << r.err;
+  r = admin({"submit", "--upload", "--no-upload", "-f", dir + "/job.yaml"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(Contains(r.err, "--upload and --no-upload contradict each other")) << r.err;
+  nlohmann::json jobs = nlohmann::json::parse(admin({"ps", "--json"}).out, nullptr, false);
+  EXPECT_TRUE(jobs.is_array() && jobs.empty()) << jobs.dump();
+}
+
 TEST_F(LiveClient, SubmitMakesARelativeFileUriInputAbsoluteToo) {
   const std::string dir = tempDir();
   std::filesystem::create_directories(dir + "/data");
   std::ofstream(dir + "/data/a.txt") << "a\n";
   std::ofstream(dir + "/job.yaml") << "name: file-uri\nframework: generic\n"
-                                      "command: [" + testRank() + ", work-file=in/a.txt]\n"
-                                      "inputs: [{source: 'file://data', target: in}]\n";
+                                      "command: [" +
+                                          testRank() +
+                                          ", work-file=in/a.txt]\n"
+                                          "inputs: [{source: 'file://data', target: in}]\n";
   RunResult r = admin({"submit", "--wait", "-f", dir + "/job.yaml"});
   ASSERT_EQ(r.exit_code, 0) << r.err << server_->log();
   const std::string id = r.out.substr(0, r.out.find('\n'));
@@ -640,8 +725,11 @@ TEST_F(LiveClient, LogsFollowStreamsUntilTheJobEnds) {
   CohortProcess follower({"logs", "-f", id, "--rank", "0"},
                          {"XDG_CONFIG_HOME=" + tempDir(), "COHORT_SERVER=" + server_->url(),
                           "COHORT_TOKEN=" + server_->adminToken()});
-  ASSERT_TRUE(waitFor([&] { return Contains(admin({"logs", id, "--rank", "0"}).out, "one"); },
-                      30s));
+  ASSERT_TRUE(waitFor(
+      [&] {
+        return Contains(admin({"logs", id, "--rank", "0"}).out, "one");
+      },
+      30s));
   EXPECT_FALSE(processGone(follower.pid())) << "logs -f ended while the job still ran";
   std::ofstream(gate).put('\n');
   RunResult r = follower.wait(30s);
@@ -651,8 +739,8 @@ TEST_F(LiveClient, LogsFollowStreamsUntilTheJobEnds) {
 
 TEST_F(LiveClient, StatusWaitFollowsTheJobsEventsInsteadOfPollingItsRecord) {
   const std::string gate = tempDir() + "/go";
-  RunResult s = admin({"submit", "-q", "--framework", "generic", "--", testRank(),
-                       "wait-file=" + gate, "exit=3"});
+  RunResult s = admin(
+      {"submit", "-q", "--framework", "generic", "--", testRank(), "wait-file=" + gate, "exit=3"});
   ASSERT_EQ(s.exit_code, 0) << s.err;
   const std::string id = s.out.substr(0, s.out.find('\n'));
   CohortProcess waiter({"status", id, "--wait"},
@@ -700,6 +788,40 @@ TEST_F(LiveClient, OutputsDownloadRoundTripsTheFiles) {
   EXPECT_EQ(names, std::vector<std::string>{"model.txt"});  // no temporary file left
 }
 
+// cohort cp with server://: the login's token, the server's store and its access rules.
+TEST_F(LiveClient, CpWritesAndReadsTheServersStore) {
+  const std::string dir = tempDir();
+  std::filesystem::create_directories(dir + "/data/sub");
+  std::ofstream(dir + "/data/a.txt") << "alpha\n";
+  std::ofstream(dir + "/data/sub/b.bin") << std::string(3000, 'b');
+  RunResult r = admin({"cp", dir + "/data", "server://datasets/digits"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << server_->log();
+  EXPECT_TRUE(Contains(r.err, "cohort: copied 2 files (2.9 KiB) to " + server_->url())) << r.err;
+  EXPECT_EQ(readText(server_->dataRoot() + "/store/datasets/digits/sub/b.bin"),
+            std::string(3000, 'b'));
+  r = admin({"cp", "server://datasets/digits", dir + "/back"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(readText(dir + "/back/a.txt"), "alpha\n");
+  EXPECT_EQ(readText(dir + "/back/sub/b.bin"), std::string(3000, 'b'));
+  std::filesystem::create_directories(dir + "/one");
+  r = admin({"cp", "server://datasets/digits/a.txt", dir + "/one"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(readText(dir + "/one/a.txt"), "alpha\n");
+  // Another account sees nothing of it; a missing file is named.
+  RunResult created = admin({"accounts", "create", "carol"});
+  ASSERT_EQ(created.exit_code, 0) << created.err;
+  const std::string carol = created.out.substr(0, created.out.find('\n'));
+  r = as(carol, {"cp", "server://datasets/digits/a.txt", dir + "/stolen.txt"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(Contains(r.err, "not found")) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/stolen.txt"));
+  r = admin({"cp", "server://datasets/digits/missing.txt", dir + "/m.txt"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(Contains(r.err, "missing.txt")) << r.err;
+  r = admin({"cp", "server://datasets/../x", dir + "/m"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+}
+
 TEST_F(LiveClient, AnotherAccountCannotSeeTheJob) {
   const std::string id = runJob({"echo=secret"});
   RunResult created = admin({"accounts", "create", "bob"});
@@ -734,8 +856,8 @@ TEST_F(LiveClient, AnotherAccountCannotSeeTheJob) {
 }
 
 TEST_F(LiveClient, StopThenDelete) {
-  RunResult s = admin({"submit", "--framework", "generic", "--grace-period", "1s", "--",
-                       testRank(), "sleep=60"});
+  RunResult s = admin(
+      {"submit", "--framework", "generic", "--grace-period", "1s", "--", testRank(), "sleep=60"});
   ASSERT_EQ(s.exit_code, 0) << s.err;
   const std::string id = s.out.substr(0, s.out.find('\n'));
 
@@ -754,6 +876,39 @@ TEST_F(LiveClient, StopThenDelete) {
   r = admin({"status", id});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_TRUE(Contains(r.err, "not found"));
+}
+
+// `cohort stop` of a server job: the rank (in the server's sandbox, where there is one) gets the
+// job's stop signal, saves and exits 0; the events say what it was sent, in words.
+TEST_F(LiveClient, StopGivesTheRankItsNoticeToCheckpoint) {
+  const std::string script =
+      "import os, signal, sys, time\n"
+      "def save(s, f):\n"
+      "    open(os.path.join(os.environ['COHORT_OUTPUT_DIR'], 'ckpt'), 'w').write('saved')\n"
+      "    sys.exit(0)\n"
+      "signal.signal(signal.Signals[os.environ['COHORT_STOP_SIGNAL']], save)\n"
+      "print('ready', flush=True)\n"
+      "time.sleep(120)\n";
+  RunResult s = admin({"submit", "--framework", "generic", "--stop-signal", "SIGUSR1",
+                       "--grace-period", "20s", "--", "/usr/bin/python3", "-c", script});
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  const std::string id = s.out.substr(0, s.out.find('\n'));
+  ASSERT_TRUE(waitFor(
+      [&] {
+        return Contains(admin({"logs", id}).out, "ready");
+      },
+      30s))
+      << server_->log();
+  RunResult r = admin({"stop", id});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = admin({"status", "--wait", id}, 30s);
+  EXPECT_TRUE(Contains(r.out, "stopped")) << r.out;
+  EXPECT_TRUE(Contains(r.out,
+                       "stopping: stopped by SIGTERM; sent SIGUSR1 to 1 rank(s), SIGKILL "
+                       "in 20.0s"))
+      << r.out;
+  EXPECT_TRUE(Contains(r.out, "worker/0 on node 0 exited with code 0")) << r.out;
+  EXPECT_EQ(readText(server_->dataRoot() + "/jobs/" + id + "/output/ckpt"), "saved");
 }
 
 TEST_F(LiveClient, TokensCanBeCreatedUsedAndRevoked) {

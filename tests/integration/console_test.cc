@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,7 +27,11 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr auto kBrowserDeadline = 60s;
+// Headless Chromium now and then never ends a virtual-time budget (a known intermittent hang of
+// --virtual-time-budget, seen on loaded machines); a try that is killed at its deadline without
+// a page is made once more, and the test says so.
+constexpr auto kBrowserDeadline = 45s;
+constexpr int kBrowserTries = 2;
 
 // The chromium binary: $COHORT_CHROMIUM, else the first of the usual names on PATH ("" if none).
 std::string findChromium() {
@@ -54,7 +59,7 @@ struct Browser {
 
 // Runs headless chromium on `url` with a fresh profile and returns the DOM it dumped. The whole
 // process group (chromium starts several processes) is killed after kBrowserDeadline.
-Browser dumpDom(const std::string& chromium, const std::string& url) {
+Browser dumpDomOnce(const std::string& chromium, const std::string& url) {
   const std::string dir = tempDir();
   const std::string out = dir + "/dom.html", err = dir + "/chromium.err";
   std::vector<std::string> args = {chromium,
@@ -96,6 +101,16 @@ Browser dumpDom(const std::string& chromium, const std::string& url) {
   return b;
 }
 
+Browser dumpDom(const std::string& chromium, const std::string& url) {
+  Browser b = dumpDomOnce(chromium, url);
+  for (int tried = 1; tried < kBrowserTries && b.exit_code == -1 && b.dom.empty(); ++tried) {
+    std::cerr << "chromium was killed after " << kBrowserDeadline.count()
+              << " s without a page; trying once more. What it said:\n" << b.err << "\n";
+    b = dumpDomOnce(chromium, url);
+  }
+  return b;
+}
+
 // The text of the first element that starts with `open_tag_start` (up to `close`), "" if none.
 std::string elementText(const std::string& dom, const std::string& open_tag_start,
                         const std::string& close) {
@@ -108,8 +123,8 @@ std::string elementText(const std::string& dom, const std::string& open_tag_star
 // `dom` without the page's own <style> and <script> text, so that checks see only what the
 // script built.
 std::string rendered(std::string dom) {
-  for (const auto& [open, close] : {std::pair<std::string, std::string>{"<style>", "</style>"},
-                                    {"<script>", "</script>"}}) {
+  for (const auto& [open, close] :
+       {std::pair<std::string, std::string>{"<style", "</style>"}, {"<script", "</script>"}}) {
     size_t at = dom.find(open);
     size_t end = at == std::string::npos ? at : dom.find(close, at);
     if (end != std::string::npos) dom.erase(at, end + close.size() - at);
@@ -186,7 +201,8 @@ class ConsoleInChromium : public ::testing::Test {
   std::string page(const std::string& fragment) {
     Browser b = dumpDom(*chromium_, server_->url() + "/" + fragment);
     EXPECT_EQ(b.exit_code, 0) << "chromium on " << fragment << " (-1: killed after "
-                              << kBrowserDeadline.count() << " s):\n" << b.err;
+                              << kBrowserDeadline.count() << " s, " << kBrowserTries
+                              << " times):\n" << b.err;
     EXPECT_TRUE(contains(b.dom, "<title>")) << "no page dumped:\n" << b.dom << "\n" << b.err;
     return rendered(b.dom);
   }
@@ -213,7 +229,7 @@ TEST_F(ConsoleInChromium, ALinkWithTheTokenSignsInAndListsTheJobWithItsState) {
   EXPECT_TRUE(contains(row, "exit 0")) << row;
   EXPECT_TRUE(contains(dom, "admin (admin)")) << "the account is not shown:\n" << dom;
   EXPECT_FALSE(contains(dom, "id=\"signin-error\"")) << dom;
-  EXPECT_FALSE(contains(dom, "\"use strict\"")) << "the script is still in the checked DOM";
+  EXPECT_FALSE(contains(dom, "<script")) << "the script is still in the checked DOM";
   // The token left the address bar and is nowhere in the page.
   EXPECT_FALSE(contains(dom, server_->adminToken())) << dom;
   EXPECT_TRUE(contains(dom, "data-route=\"#/jobs\"")) << "the address bar is not #/jobs:\n" << dom;

@@ -12,15 +12,6 @@
 namespace cohort::testing {
 namespace {
 
-bool have(const std::string& check) {
-  return std::system((check + " >/dev/null 2>&1").c_str()) == 0;
-}
-
-#define REQUIRE(check, why)                    \
-  do {                                         \
-    if (!have(check)) GTEST_SKIP() << why;     \
-  } while (0)
-
 const char* kTorch = "/usr/bin/python3 -c 'import torch, sklearn'";
 
 // The DDP example ran on 4 ranks over 2 nodes and trained to >= 0.90 held-out accuracy.
@@ -118,8 +109,8 @@ TEST(RealPyTorch, AHungRankIsNamedWithEveryRanksStack) {
 TEST(RealPyTorch, DdpExampleTrainsThroughTheServer) {
   REQUIRE(kTorch, "Debian's python3-torch and python3-sklearn are not installed");
   std::string why;
-  // 4 ranks of 1 CPU each, on any machine.
-  auto server = startServer(&why, {"--cpus", "4"});
+  // The README's job as it is, on a 2-CPU server: its 4 ranks ask half a CPU each.
+  auto server = startServer(&why, {"--cpus", "2"});
   ASSERT_TRUE(server) << why;
   const std::vector<std::string> env = {"COHORT_SERVER=" + server->url(),
                                         "COHORT_TOKEN=" + server->adminToken()};
@@ -174,15 +165,17 @@ TEST(RealMpi, MpirunRunsOnceWithTheHostfile) {
   EXPECT_EQ(readText(onlyJobDir(root) + "/files/hostfile"), "127.0.0.1 slots=4\n");
 }
 
-// MindSpore and TensorFlow come from PyPI into the venv scripts/frameworks-venv makes.
-std::string frameworksPython() { return sourceDir() + "/build/venv-frameworks/bin/python"; }
-
-std::string haveModule(const std::string& module) {
-  return frameworksPython() + " -c 'import " + module + "'";
-}
+// MindSpore and TensorFlow come from PyPI: the examples name their preset environments.
+#define REQUIRE_PRESET(name)                                               \
+  do {                                                                     \
+    if (!usePresetEnvironment(name, name))                                 \
+      GTEST_SKIP() << "the " name                                          \
+                      " environment is not built: COHORT_ENVS=build/envs " \
+                      "build/cohort env build " name;                      \
+  } while (0)
 
 TEST(RealMindSpore, DynamicClusterTrainsDataParallelOnCpu) {
-  REQUIRE(haveModule("mindspore"), "MindSpore is not installed: run scripts/frameworks-venv");
+  REQUIRE_PRESET("mindspore");
   std::string root = tempDir();
   auto r = runCohort({"run", "--data-root", root, "-f",
                       sourceDir() + "/examples/mindspore/train.yaml"},
@@ -201,7 +194,7 @@ TEST(RealMindSpore, DynamicClusterTrainsDataParallelOnCpu) {
 }
 
 TEST(RealTensorFlow, ParameterServerJobEndsWithTheChiefAndStopsTheServers) {
-  REQUIRE(haveModule("tensorflow"), "TensorFlow is not installed: run scripts/frameworks-venv");
+  REQUIRE_PRESET("tensorflow");
   std::string root = tempDir();
   auto r = runCohort({"run", "--data-root", root, "-f",
                       sourceDir() + "/examples/tensorflow/ps.yaml"},
@@ -222,7 +215,7 @@ TEST(RealTensorFlow, ParameterServerJobEndsWithTheChiefAndStopsTheServers) {
 }
 
 TEST(RealTensorFlow, MultiWorkerMirroredStrategyTrainsOnTwoWorkers) {
-  REQUIRE(haveModule("tensorflow"), "TensorFlow is not installed: run scripts/frameworks-venv");
+  REQUIRE_PRESET("tensorflow");
   std::string root = tempDir();
   auto r = runCohort({"run", "--data-root", root, "-f",
                       sourceDir() + "/examples/tensorflow/multi_worker.yaml"},

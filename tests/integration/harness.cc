@@ -22,6 +22,18 @@ namespace cohort::testing {
 std::string testRank() { return COHORT_TEST_RANK_BIN; }
 std::string sourceDir() { return COHORT_SOURCE_DIR; }
 
+bool usePresetEnvironment(const std::string& name, const std::string& module) {
+  const std::string bin = COHORT_BIN;
+  const std::string envs = bin.substr(0, bin.rfind('/')) + "/envs";
+  const std::string python = envs + "/" + name + "/venv/bin/python";
+  if (::access((envs + "/" + name + "/env.json").c_str(), F_OK) != 0) return false;
+  if (std::system((python + " -c 'import " + module + "' >/dev/null 2>&1").c_str()) != 0) {
+    return false;
+  }
+  ::setenv("COHORT_ENVS", envs.c_str(), 1);
+  return true;
+}
+
 CohortProcess::CohortProcess(const std::vector<std::string>& args,
                              const std::vector<std::string>& extra_env) {
   int out[2], err[2];
@@ -245,6 +257,10 @@ bool processGone(pid_t pid) {
   std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
   auto close = text.rfind(')');
   return close == std::string::npos || text.size() < close + 3 || text[close + 2] == 'Z';
+}
+
+bool have(const std::string& check) {
+  return std::system((check + " >/dev/null 2>&1").c_str()) == 0;
 }
 
 std::string shellOutput(const std::string& command) {

@@ -76,6 +76,11 @@ std::unique_ptr<ServerProcess> startServer(std::string* why = nullptr,
 std::string testRank();   // path of cohort-test-rank
 std::string sourceDir();  // the project's source tree
 
+// The preset environments scripts/test builds into the build folder's envs/ (`cohort env build
+// tensorflow mindspore`, with COHORT_ENVS there). True when preset `name` is built and `module`
+// imports in it; COHORT_ENVS is then set for the cohort processes this test starts.
+bool usePresetEnvironment(const std::string& name, const std::string& module);
+
 // A fresh directory under /tmp.
 std::string tempDir();
 
@@ -95,6 +100,15 @@ bool processGone(pid_t pid);
 std::string readText(const std::string& path);
 // What `sh -c command` printed on stdout.
 std::string shellOutput(const std::string& command);
+// Whether `sh -c check` succeeds (quietly): what a test needs is installed.
+bool have(const std::string& check);
+
+// Skips the test, saying `why`, unless `check` succeeds.
+#define REQUIRE(check, why)                                   \
+  do {                                                        \
+    if (!::cohort::testing::have(check)) GTEST_SKIP() << why; \
+  } while (0)
+
 inline bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }

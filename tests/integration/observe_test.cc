@@ -4,9 +4,12 @@
 // `cohort top` shows each rank's resources and latest metrics. The real gloo DDP cases (a rank
 // stopped or stuck outside all_reduce; the losses it logged) are in frameworks_test.cc.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <regex>
 #include <thread>
@@ -39,6 +42,17 @@ class Observe : public ::testing::Test {
       id = shellOutput("ls " + root_ + "/jobs 2>/dev/null | tr -d '\\n'");
     }
     return id;
+  }
+  // Every rank of a kCheckpointScript job has written its ready-<rank> into `out`.
+  static bool ranksReady(const std::string& out, int ranks) {
+    return waitFor(
+        [&] {
+          for (int r = 0; r < ranks; ++r) {
+            if (::access((out + "/ready-" + std::to_string(r)).c_str(), F_OK) != 0) return false;
+          }
+          return true;
+        },
+        30s);
   }
   std::string dir_, root_;
 };
@@ -143,6 +157,300 @@ TEST_F(Observe, TopShowsEachRanksResourcesAndLatestMetrics) {
       << result;
   auto after = runCohort({"top", id, "--data-root", root_});
   EXPECT_TRUE(contains(after.out, ": succeeded, 2 rank(s)")) << after.out;
+}
+
+// A rank that saves a checkpoint when the stop signal comes: rank 0 through the helper
+// (cohort.on_stop), rank 1 with no cohort import, from the variable that names the signal.
+constexpr const char* kCheckpointScript =
+    "import os, signal, sys, time\n"
+    "sys.path.insert(0, os.environ['HELPERS'])\n"
+    "rank, out = os.environ['COHORT_RANK'], os.environ['COHORT_OUTPUT_DIR']\n"
+    "notices = []\n"
+    "def save():\n"
+    "    notices.append(1)\n"
+    "    with open(os.path.join(out, 'ckpt-' + rank), 'w') as f:\n"
+    "        f.write(os.environ['COHORT_STOP_SIGNAL'])\n"
+    "    sys.exit(0)\n"
+    "if rank == '0':\n"
+    "    import cohort\n"
+    "    cohort.on_stop(save)\n"
+    "else:\n"
+    "    signal.signal(signal.Signals[os.environ['COHORT_STOP_SIGNAL']], lambda s, f: save())\n"
+    "open(os.path.join(out, 'ready-' + rank), 'w').close()\n"
+    "while True:\n"
+    "    time.sleep(0.1)\n";
+
+std::string stoppingReason(const std::string& job_dir) {
+  for (const nlohmann::json& e : readJsonLines(job_dir + "/events.jsonl")) {
+    if (e.value("state", "") == "stopping") return e.value("reason", "");
+  }
+  return "(no stopping event)";
+}
+
+std::vector<nlohmann::json> rankExitsOf(const std::string& job_dir) {
+  std::vector<nlohmann::json> out;
+  for (const nlohmann::json& e : readJsonLines(job_dir + "/events.jsonl")) {
+    if (e.value("event", "") == "rank_exit") out.push_back(e);
+  }
+  return out;
+}
+
+// max_runtime with policy.stop_signal from the job file: each rank gets the notice once, saves,
+// and exits 0 well within the grace period; the event says what was sent.
+TEST_F(Observe, AtMaxRuntimeEveryRankGetsTheStopSignalAndSavesACheckpoint) {
+  write("ckpt.py", kCheckpointScript);
+  write("job.yaml",
+        "name: ckpt\nframework: generic\ncommand: [/usr/bin/python3, ckpt.py]\n"
+        "roles: {worker: {nodes: 2, procs_per_node: 1}}\n"
+        "env: {HELPERS: " +
+            sourceDir() +
+            "/python}\n"
+            "policy:\n  stop_signal: SIGUSR1\n  max_runtime: 3s\n  grace_period: 20s\n");
+  const auto began = std::chrono::steady_clock::now();
+  auto r = runCohort({"run", "--data-root", root_, "-f", dir_ + "/job.yaml"}, 60s);
+  EXPECT_EQ(r.exit_code, 124) << r.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - began, 15s) << "nobody waited for the SIGKILL";
+  EXPECT_TRUE(contains(r.err,
+                       "max_runtime 3.0s exceeded; stopping every rank: sent SIGUSR1 to "
+                       "2 rank(s), SIGKILL in 20.0s"))
+      << r.err;
+  const std::string job = onlyJobDir(root_);
+  for (const char* rank : {"0", "1"}) {
+    EXPECT_EQ(readText(job + "/output/ckpt-" + rank), "SIGUSR1") << "rank " << rank;
+  }
+  EXPECT_EQ(stoppingReason(job),
+            "max_runtime 3.0s exceeded; sent SIGUSR1 to 2 rank(s), SIGKILL in 20.0s");
+  auto exits = rankExitsOf(job);
+  ASSERT_EQ(exits.size(), 2u);
+  for (const auto& e : exits) {
+    EXPECT_EQ(e.value("code", -1), 0) << e.dump() << ": it saved and left by itself";
+    EXPECT_EQ(e.value("signal", -1), 0) << e.dump();
+  }
+  EXPECT_EQ(readJson(job + "/result.json")["state"], "failed");
+}
+
+// The user's stop (Ctrl-C or SIGTERM to `cohort run`; `cohort stop` of a server job signals its
+// coordinator the same way) gives the same notice.
+TEST_F(Observe, AUsersStopGivesEveryRankTheNoticeToCheckpoint) {
+  write("ckpt.py", kCheckpointScript);
+  CohortProcess job({"run", "-q", "--data-root", root_, "--nodes", "2", "--workdir", dir_,
+                     "--framework", "generic", "--stop-signal", "USR2", "--env",
+                     "HELPERS=" + sourceDir() + "/python", "--", "/usr/bin/python3", "ckpt.py"});
+  const std::string id = jobId();
+  ASSERT_FALSE(id.empty());
+  const std::string out = root_ + "/jobs/" + id + "/output";
+  ASSERT_TRUE(ranksReady(out, 2));
+  ::kill(job.pid(), SIGTERM);
+  auto r = job.wait(30s);
+  EXPECT_EQ(r.exit_code, 143) << r.err;
+  EXPECT_EQ(readText(out + "/ckpt-0"), "SIGUSR2");
+  EXPECT_EQ(readText(out + "/ckpt-1"), "SIGUSR2");
+  EXPECT_EQ(stoppingReason(root_ + "/jobs/" + id),
+            "stopped by SIGTERM; sent SIGUSR2 to 2 rank(s), SIGKILL in 30.0s");
+  EXPECT_EQ(readJson(root_ + "/jobs/" + id + "/result.json")["state"], "stopped");
+}
+
+// A cluster that preempts a job (Slurm sends its tasks SIGTERM) signals an agent, not the
+// coordinator: that node's ranks and every other node's get the notice, and the job is stopped.
+TEST_F(Observe, AnAgentSignalledFromOutsideGivesEveryNodesRanksTheNotice) {
+  write("ckpt.py", kCheckpointScript);
+  CohortProcess job({"run", "--data-root", root_, "--nodes", "2", "--workdir", dir_, "--framework",
+                     "generic", "--stop-signal", "SIGUSR1", "--env",
+                     "HELPERS=" + sourceDir() + "/python", "--", "/usr/bin/python3", "ckpt.py"});
+  const std::string id = jobId();
+  ASSERT_FALSE(id.empty());
+  const std::string out = root_ + "/jobs/" + id + "/output";
+  ASSERT_TRUE(ranksReady(out, 2));
+  const std::string agent = shellOutput("pgrep -P " + std::to_string(job.pid()) +
+                                        " -f -- '--node 1( |$)' | head -1 | tr -d '\\n'");
+  ASSERT_FALSE(agent.empty());
+  ::kill(std::atoi(agent.c_str()), SIGTERM);
+  auto r = job.wait(30s);
+  EXPECT_EQ(r.exit_code, 143) << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "node 1's agent got SIGTERM (its cluster preempts or cancels the "
+                       "job, or its machine shuts down); stopping every rank"))
+      << r.err;
+  EXPECT_EQ(readText(out + "/ckpt-0"), "SIGUSR1");
+  EXPECT_EQ(readText(out + "/ckpt-1"), "SIGUSR1");
+  EXPECT_EQ(readJson(root_ + "/jobs/" + id + "/result.json")["state"], "stopped");
+}
+
+// Hostile: a rank that ignores the stop signal gets SIGKILL when the grace period is over.
+TEST_F(Observe, ARankThatIgnoresTheStopSignalIsKilledAfterTheGracePeriod) {
+  write("deaf.py",
+        "import signal, time\nsignal.signal(signal.SIGUSR1, signal.SIG_IGN)\n"
+        "print('up', flush=True)\ntime.sleep(600)\n");
+  const auto began = std::chrono::steady_clock::now();
+  auto r = runCohort({"run", "--data-root", root_, "--workdir", dir_, "--framework", "generic",
+                      "--stop-signal", "SIGUSR1", "--max-runtime", "2s", "--grace-period", "1s",
+                      "--", "/usr/bin/python3", "deaf.py"},
+                     60s);
+  EXPECT_EQ(r.exit_code, 124) << r.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - began, 15s);
+  auto exits = rankExitsOf(onlyJobDir(root_));
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_EQ(exits[0].value("signal", 0), SIGKILL) << exits[0].dump();
+  EXPECT_TRUE(exits[0].value("by_cohort", false));
+}
+
+// Hostile: a stop signal that gives no notice, or none at all, is refused before anything runs,
+// the field (or the flag) named.
+TEST_F(Observe, ABadStopSignalIsRefusedNamingTheField) {
+  write("bad.yaml", "name: x\ncommand: [/bin/true]\npolicy:\n  stop_signal: SIGKILL\n");
+  auto file = runCohort({"run", "--data-root", root_, "-f", dir_ + "/bad.yaml"});
+  EXPECT_EQ(file.exit_code, 2) << file.err;
+  EXPECT_TRUE(contains(file.err, "bad.yaml:4: policy.stop_signal: SIGKILL cannot be caught"))
+      << file.err;
+  auto flag =
+      runCohort({"run", "--data-root", root_, "--stop-signal", "SIGWINCH", "--", "/bin/true"});
+  EXPECT_EQ(flag.exit_code, 2) << flag.err;
+  EXPECT_TRUE(contains(flag.err, "--stop-signal: unknown stop signal 'SIGWINCH': use one of"))
+      << flag.err;
+  EXPECT_EQ(shellOutput("ls " + root_ + "/jobs 2>/dev/null"), "") << "no job was made";
+}
+
+// cohort.heartbeat() is progress for hang_timeout, and prints nothing: a rank that only calls
+// it is not hung; once it stops calling it, it is.
+TEST_F(Observe, HeartbeatsWithoutOutputKeepAJobFromHangingAndTheirEndIsAHang) {
+  write("beat.py",
+        "import os, sys, time\n"
+        "sys.path.insert(0, os.environ['HELPERS'])\n"
+        "import cohort\n"
+        "end = time.monotonic() + float(sys.argv[1])\n"
+        "while time.monotonic() < end:\n"
+        "    cohort.heartbeat()\n"
+        "    time.sleep(0.2)\n"
+        "if sys.argv[2] == 'hang':\n"
+        "    time.sleep(600)\n");
+  auto run = [&](const std::string& root, const char* seconds, const char* then) {
+    return runCohort({"run",
+                      "--data-root",
+                      root,
+                      "--nodes",
+                      "2",
+                      "--workdir",
+                      dir_,
+                      "--framework",
+                      "generic",
+                      "--hang-timeout",
+                      "5s",
+                      "--grace-period",
+                      "1s",
+                      "--env",
+                      "HELPERS=" + sourceDir() + "/python",
+                      "--",
+                      "/usr/bin/python3",
+                      "beat.py",
+                      seconds,
+                      then},
+                     90s);
+  };
+  auto alive = run(root_, "9", "exit");
+  EXPECT_EQ(alive.exit_code, 0) << alive.err << "9 s of heartbeats are not a 5 s hang";
+  const std::string job = onlyJobDir(root_);
+  EXPECT_EQ(readText(job + "/logs/worker-0.log"), "") << "a heartbeat is not output";
+  EXPECT_EQ(readText(job + "/logs/worker-1.log"), "");
+  EXPECT_FALSE(contains(alive.err, "no rank made progress")) << alive.err;
+
+  const std::string hang_root = dir_ + "/hang";
+  const auto began = std::chrono::steady_clock::now();
+  auto hung = run(hang_root, "3", "hang");
+  EXPECT_EQ(hung.exit_code, 124) << hung.err;
+  EXPECT_TRUE(contains(hung.err, "no rank made progress for hang_timeout 5.0s")) << hung.err;
+  EXPECT_GT(std::chrono::steady_clock::now() - began, 7s) << "the heartbeats held it off";
+}
+
+// GPU samples with a stand-in nvidia-smi first on PATH (this machine has no GPU): it answers the
+// two queries in nvidia-smi's CSV format, naming the ranks' own pids as its compute processes.
+TEST_F(Observe, GpuUseOfEachRankComesFromNvidiaSmiAndTopShowsItsColumns) {
+  const std::string bin = dir_ + "/bin";
+  ASSERT_EQ(::mkdir(bin.c_str(), 0755), 0);
+  const std::string pids = dir_ + "/pids";
+  write("bin/nvidia-smi",
+        "#!/bin/sh\n"
+        "case \"$1\" in\n"
+        "--query-gpu=*) echo '0, GPU-0f0f0f0f-0000-0000-0000-000000000000, 87, 2048, 81559';;\n"
+        "--query-compute-apps=*) while read p; do "
+        "echo \"$p, GPU-0f0f0f0f-0000-0000-0000-000000000000, 1024\"; done < " +
+            pids +
+            ";;\n"
+            "*) exit 2;;\n"
+            "esac\n");
+  ASSERT_EQ(::chmod((bin + "/nvidia-smi").c_str(), 0755), 0);
+  const char* path = std::getenv("PATH");
+  CohortProcess job({"run", "-q", "--data-root", root_, "--nodes", "1", "--nproc-per-node", "2",
+                     "--name", "gpu", "--", testRank(), "pidfile=" + pids, "sleep=8"},
+                    {"PATH=" + bin + ":" + (path ? path : "/usr/bin:/bin")});
+  const std::string id = jobId();
+  ASSERT_FALSE(id.empty());
+  const std::string resources = root_ + "/jobs/" + id + "/resources.jsonl";
+  auto sampled = [&] {
+    size_t ranks = 0;
+    for (const auto& line : readJsonLines(resources)) {
+      for (const auto& r : line.value("ranks", nlohmann::json::array())) {
+        if (r.value("gpu_memory_bytes", int64_t{0}) == int64_t{1024} << 20 &&
+            r.value("gpu_util", 0.0) == 87) {
+          ++ranks;
+        }
+      }
+    }
+    return ranks >= 2;
+  };
+  EXPECT_TRUE(waitFor(sampled, 7s, 100ms)) << readText(resources);
+  auto top = runCohort({"top", id, "--once", "--data-root", root_});
+  EXPECT_TRUE(
+      std::regex_search(top.out, std::regex(R"(RANK +NAME +NODE +CPU% +RSS +GPU% +GPU MEM +STEP)")))
+      << top.out;
+  EXPECT_TRUE(std::regex_search(
+      top.out, std::regex(R"(\n1 +worker/1 +0 +\S+ +[0-9]+ MiB +87 +1024 MiB +- *\n)")))
+      << top.out;
+  auto done = job.wait(60s);
+  EXPECT_EQ(done.exit_code, 0) << done.err;
+}
+
+// A rank that allocates past its 64 MiB: where this machine lets cohort enforce the request
+// (cgroup v2 memory controller, docs/observing.md), the kernel kills it and the root cause says
+// so with the limit; elsewhere the job runs and cohort says once, with the reason, that the
+// requests are not enforced (a line and an event), and the rank's own exit ends the job.
+TEST_F(Observe, ARankOverItsMemoryLimitIsTheRootCauseOrTheLimitIsSaidNotEnforced) {
+  write("job.yaml", "name: oom\nframework: generic\nworkdir: " + dir_ + "\ncommand: [" +
+                        testRank() +
+                        ", 'rank1:hold=268435456', 'rank1:exit=3', 'sleep=30']\n"
+                        "roles:\n  worker: {nodes: 2, procs_per_node: 1, resources: {cpus: 1, "
+                        "memory: 64Mi}}\npolicy: {grace_period: 1s}\n");
+  auto run = runCohort({"run", "--data-root", root_, "-f", dir_ + "/job.yaml"}, 60s);
+  const std::string dir = onlyJobDir(root_);
+  const nlohmann::json result = readJson(dir + "/result.json");
+  const std::string events = readText(dir + "/events.jsonl");
+  if (!contains(run.err, "are not enforced")) {
+    EXPECT_EQ(run.exit_code, 128 + 9) << run.err;
+    const std::string cause =
+        "worker/1 on node 1 was killed by the kernel for using more than its memory limit of "
+        "64.0 MiB (memory.max); raise resources.memory or use less";
+    EXPECT_TRUE(contains(run.err, cause)) << run.err;
+    EXPECT_EQ(result.value("reason", ""), cause) << result;
+    EXPECT_EQ(result["root_cause"].value("memory_limit", 0), 64 << 20) << result;
+    EXPECT_TRUE(contains(events, "\"memory_limit\":67108864")) << events;
+    return;
+  }
+  // Both nodes have the same reason: said once.
+  EXPECT_EQ(run.exit_code, 3) << run.err;
+  const std::regex said(
+      R"(cohort: node [01]: resource requests \(resources.cpus, resources.memory\) are not )"
+      R"(enforced: [^\n]*(cgroup|controller)[^\n]*\n)");
+  EXPECT_EQ(std::distance(std::sregex_iterator(run.err.begin(), run.err.end(), said),
+                          std::sregex_iterator()),
+            1)
+      << run.err;
+  size_t limits = 0;
+  for (const auto& e : readJsonLines(dir + "/events.jsonl")) {
+    if (e.value("event", "") != "limits") continue;
+    ++limits;
+    EXPECT_TRUE(contains(e.value("error", ""), "cgroup")) << e;
+  }
+  EXPECT_EQ(limits, 1u) << events;
+  EXPECT_EQ(result.value("reason", ""), "worker/1 on node 1 exited with code 3") << result;
 }
 
 }  // namespace

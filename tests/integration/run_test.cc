@@ -32,7 +32,7 @@ TEST(Run, SuccessWritesTheJobDirectory) {
   std::string job = onlyJobDir(root);
   ASSERT_FALSE(job.empty());
   for (const char* sub : {"/work", "/output", "/logs"}) {
-    struct stat st{};
+    struct stat st {};
     EXPECT_EQ(::stat((job + sub).c_str(), &st), 0) << sub;
   }
   EXPECT_EQ(readJson(job + "/plan.json")["world_size"], 4);
@@ -45,8 +45,8 @@ TEST(Run, SuccessWritesTheJobDirectory) {
     ASSERT_TRUE(e.contains("time"));
     if (e["event"] == "state") states.push_back(e["state"]);
   }
-  EXPECT_EQ(states, (std::vector<std::string>{"starting", "staging", "running", "stopping",
-                                              "succeeded"}));
+  EXPECT_EQ(states,
+            (std::vector<std::string>{"starting", "staging", "running", "stopping", "succeeded"}));
   // The merged console stream: whole lines with a [role/rank node] prefix.
   for (const char* line : {"[worker/0 node0] hello\n", "[worker/1 node0] hello\n",
                            "[worker/2 node1] hello\n", "[worker/3 node1] hello\n"}) {
@@ -56,8 +56,8 @@ TEST(Run, SuccessWritesTheJobDirectory) {
 
 TEST(Run, EveryRankGetsTheContractAndTorchrunVariables) {
   std::string root = tempDir();
-  auto r = runCohort({"run", "--data-root", root, "--nodes", "2", "--nproc-per-node", "3",
-                      "--name", "contract", "--", testRank(), "env"});
+  auto r = runCohort({"run", "--data-root", root, "--nodes", "2", "--nproc-per-node", "3", "--name",
+                      "contract", "--", testRank(), "env"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::string job = onlyJobDir(root);
   std::set<std::string> ports;
@@ -95,8 +95,8 @@ TEST(Run, EveryRankGetsTheContractAndTorchrunVariables) {
 
 TEST(Run, GenericFrameworkSetsOnlyTheCohortContract) {
   std::string root = tempDir();
-  auto r = runCohort({"run", "--data-root", root, "--framework", "generic", "--", testRank(),
-                      "env"});
+  auto r =
+      runCohort({"run", "--data-root", root, "--framework", "generic", "--", testRank(), "env"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto env = envFromLog(onlyJobDir(root) + "/logs/worker-0.log");
   EXPECT_EQ(env["COHORT_RANK"], "0");
@@ -107,8 +107,8 @@ TEST(Run, GenericFrameworkSetsOnlyTheCohortContract) {
 TEST(Run, TwoJobsStartedAtOnceGetDifferentMasterPorts) {
   std::string root_a = tempDir(), root_b = tempDir();
   auto args = [&](const std::string& root) {
-    return std::vector<std::string>{"run", "--data-root", root, "--framework", "pytorch", "--",
-                                    testRank(), "env", "sleep=0.3"};
+    return std::vector<std::string>{"run", "--data-root", root,  "--framework", "pytorch",
+                                    "--",  testRank(),    "env", "sleep=0.3"};
   };
   CohortProcess a(args(root_a)), b(args(root_b));
   ASSERT_EQ(a.wait().exit_code, 0);
@@ -129,6 +129,29 @@ TEST(Run, JobFileWithHyperparametersAndRelativeWorkdir) {
   // cohort-test-rank refuses the unknown action "--lr=0.05": that proves it was appended.
   EXPECT_EQ(r.exit_code, 64) << r.err;
   EXPECT_NE(r.err.find("unknown action '--lr=0.05'"), std::string::npos) << r.err;
+}
+
+// A job runs again from the job file kept in its directory, from any directory, with run's
+// flags on top; the first run's relative workdir was made absolute in that file.
+TEST(Run, RerunRunsTheJobFileKeptInTheJobDirectory) {
+  std::string root = tempDir();
+  std::string dir = tempDir();
+  ::mkdir((dir + "/code").c_str(), 0755);
+  std::ofstream(dir + "/code/note.txt") << "in the workdir\n";
+  std::ofstream(dir + "/job.yaml") << "name: again\nworkdir: code\ncommand: [/bin/cat, note.txt]\n";
+  auto first = runCohort({"run", "--data-root", root, "-q", "-f", dir + "/job.yaml"});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const std::string job = onlyJobDir(root);
+  const std::string id = job.substr(job.rfind('/') + 1);
+  EXPECT_EQ(readJson(job + "/job.json")["workdir"], dir + "/code");
+  auto again = runCohort({"rerun", id, "--data-root", root, "--nodes", "2"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_TRUE(contains(again.out, "[worker/1 node1] in the workdir\n")) << again.out;
+  auto none = runCohort({"rerun", "nope-20000101-000000-abcdef", "--data-root", root},
+                        std::chrono::seconds(10));
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_TRUE(contains(none.err, "no job 'nope-20000101-000000-abcdef' in " + root + "/jobs"))
+      << none.err;
 }
 
 TEST(Run, LogRanksFiltersTheConsoleButNotTheFiles) {
@@ -158,8 +181,8 @@ void expectOrderedLines(const std::string& text, const std::string& prefix_re, i
       continue;
     }
     std::smatch m;
-    ASSERT_TRUE(std::regex_match(line, m, line_re)) << "mangled line " << lines << ": "
-                                                    << line.substr(0, 200);
+    ASSERT_TRUE(std::regex_match(line, m, line_re))
+        << "mangled line " << lines << ": " << line.substr(0, 200);
     int rank = std::stoi(m[1]);
     long number = std::stol(m[2]);
     if (dropped) {
@@ -176,8 +199,8 @@ TEST(Run, HeavyOutputKeepsEveryLineWhole) {
   std::string root = tempDir();
   const int ranks = 8;
   const long bytes = 8L << 20;  // per rank
-  auto r = runCohort({"run", "--data-root", root, "--nodes", "2", "--nproc-per-node", "4",
-                      "--", testRank(), "flood=" + std::to_string(bytes)},
+  auto r = runCohort({"run", "--data-root", root, "--nodes", "2", "--nproc-per-node", "4", "--",
+                      testRank(), "flood=" + std::to_string(bytes)},
                      120s);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::vector<long> shown;
@@ -235,25 +258,40 @@ TEST_P(RunRejects, WithExitCode2AndNothingStarted) {
 
 INSTANTIATE_TEST_SUITE_P(
     BadInputs, RunRejects,
-    ::testing::Values(
-        BadInput{"UnknownField", {}, "name: x\ncommand: [true]\nnodes: 2\n",
-                 "nodes: unknown field"},
-        BadInput{"WrongType", {}, "name: x\ncommand: [true]\nroles: {worker: {nodes: many}}\n",
-                 "roles.worker.nodes: expected an integer, got 'many'"},
-        BadInput{"ZeroNodesInFile", {}, "name: x\ncommand: [true]\nroles: {worker: {nodes: 0}}\n",
-                 "roles.worker.nodes: must be at least 1"},
-        BadInput{"ZeroNodesFlag", {"--nodes", "0", "--", "true"}, "",
-                 "--nodes: expected an integer >= 1"},
-        BadInput{"MissingProgram", {"--", "python4", "train.py"}, "",
-                 "command: 'python4' not found on PATH"},
-        BadInput{"MissingScript", {"--", "/usr/bin/python3", "no_such_script.py"}, "",
-                 "script 'no_such_script.py' not found"},
-        BadInput{"MissingWorkdir", {"--workdir", "/no/such/dir", "--", "true"}, "",
-                 "workdir: '/no/such/dir' is not a directory"},
-        BadInput{"MissingJobFile", {"-f", "/no/such/job.yaml"}, "",
-                 "job file: open '/no/such/job.yaml'"},
-        BadInput{"UnknownFlag", {"--frobnicate"}, "", "unknown flag '--frobnicate'"},
-        BadInput{"NoCommand", {}, "", "command: no command"}),
+    ::testing::Values(BadInput{"UnknownField",
+                               {},
+                               "name: x\ncommand: [true]\nnodes: 2\n",
+                               "nodes: unknown field"},
+                      BadInput{"WrongType",
+                               {},
+                               "name: x\ncommand: [true]\nroles: {worker: {nodes: many}}\n",
+                               "roles.worker.nodes: expected an integer, got 'many'"},
+                      BadInput{"ZeroNodesInFile",
+                               {},
+                               "name: x\ncommand: [true]\nroles: {worker: {nodes: 0}}\n",
+                               "roles.worker.nodes: must be at least 1"},
+                      BadInput{"ZeroNodesFlag",
+                               {"--nodes", "0", "--", "true"},
+                               "",
+                               "--nodes: expected an integer >= 1"},
+                      BadInput{"MissingProgram",
+                               {"--", "python4", "train.py"},
+                               "",
+                               "command: 'python4' not found on PATH"},
+                      BadInput{"MissingScript",
+                               {"--", "/usr/bin/python3", "no_such_script.py"},
+                               "",
+                               "script 'no_such_script.py' not found"},
+                      BadInput{"MissingWorkdir",
+                               {"--workdir", "/no/such/dir", "--", "true"},
+                               "",
+                               "workdir: '/no/such/dir' is not a directory"},
+                      BadInput{"MissingJobFile",
+                               {"-f", "/no/such/job.yaml"},
+                               "",
+                               "job file: open '/no/such/job.yaml'"},
+                      BadInput{"UnknownFlag", {"--frobnicate"}, "", "unknown flag '--frobnicate'"},
+                      BadInput{"NoCommand", {}, "", "command: no command"}),
     [](const ::testing::TestParamInfo<BadInput>& info) { return info.param.name; });
 
 // A program that exists and is executable but that the kernel refuses to run is each rank's
@@ -263,8 +301,8 @@ TEST(Run, AProgramTheKernelCannotExecuteFailsWithItsReason) {
   const std::string program = dir + "/not-a-program";
   std::ofstream(program) << std::string("\x7f\x01garbage", 9);
   ASSERT_EQ(::chmod(program.c_str(), 0755), 0);
-  auto r = runCohort({"run", "--data-root", dir + "/root", "--framework", "generic", "--nodes",
-                      "2", "--nproc-per-node", "3", "--", program});
+  auto r = runCohort({"run", "--data-root", dir + "/root", "--framework", "generic", "--nodes", "2",
+                      "--nproc-per-node", "3", "--", program});
   EXPECT_EQ(r.exit_code, 127) << r.err;
   EXPECT_TRUE(contains(r.err, "exited with code 127")) << r.err;
   EXPECT_TRUE(contains(r.err, "Exec format error")) << r.err;
@@ -287,6 +325,71 @@ TEST(Plan, PrintsEveryRankWithoutStartingAnything) {
   EXPECT_EQ(onlyJobDir(root), "");
 }
 
+TEST(Plan, AnS3InputAndOutputNeedNoCredentialsToPlan) {
+  const std::string root = tempDir();
+  const std::string job = root + "/job.yaml";
+  std::ofstream(job) << "name: s3plan\ncommand: [" << testRank() << "]\n"
+                     << "inputs: [{source: s3://datasets/digits, target: data}]\n"
+                     << "outputs: [{source: output/, target: 's3://models/{job}/'}]\n";
+  CohortProcess p({"plan", "--data-root", root, "--json", "-f", job},
+                  {"AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY=", "AWS_PROFILE=", "HOME=" + root});
+  RunResult r = p.wait(60s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "s3://datasets/digits")) << r.out;
+  // Running it needs them, and says so before anything starts.
+  CohortProcess run(
+      {"run", "--data-root", root, "-f", job},
+      {"AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY=", "AWS_PROFILE=", "HOME=" + root});
+  RunResult ran = run.wait(60s);
+  EXPECT_EQ(ran.exit_code, 2) << ran.err;
+  EXPECT_TRUE(contains(ran.err, "inputs[0].source")) << ran.err;
+  EXPECT_TRUE(contains(ran.err, "no S3 credentials")) << ran.err;
+  EXPECT_EQ(onlyJobDir(root), "");
+}
+
+TEST(Plan, VolcanoBackendPrintsTheJobAsAVolcanoJob) {
+  const std::string root = tempDir();
+  const std::string ddp = sourceDir() + "/examples/pytorch/ddp.yaml";
+  auto r = runCohort({"plan", "--data-root", root, "--backend", "volcano", "--image",
+                      "registry.example.com/cohort/train:0.1.0", "-f", ddp});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "apiVersion: batch.volcano.sh/v1alpha1\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "kind: Job\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "  name: digits-ddp\n")) << r.out;
+  auto json = runCohort({"plan", "--data-root", root, "--backend", "volcano", "--image",
+                         "registry.example.com/cohort/train:0.1.0", "--json", "-f", ddp});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  auto job = nlohmann::json::parse(json.out);
+  EXPECT_EQ(job["kind"], "Job");
+  EXPECT_EQ(job["spec"]["minAvailable"], 3);
+  EXPECT_EQ(onlyJobDir(root), "") << "plan starts nothing and makes no job directory";
+  auto no_image = runCohort({"plan", "--data-root", root, "--backend", "volcano", "-f", ddp});
+  EXPECT_EQ(no_image.exit_code, 2);
+  EXPECT_TRUE(contains(no_image.err, "environment: {image: REF} (or --image REF)")) << no_image.err;
+}
+
+TEST(Run, VolcanoBackendIsRefusedUntilSubmittingIsBuilt) {
+  const std::string root = tempDir();
+  const std::string ddp = sourceDir() + "/examples/pytorch/ddp.yaml";
+  auto r = runCohort({"run", "--data-root", root, "--backend", "volcano", "-f", ddp});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  for (const char* words : {"--backend volcano", "through the Kubernetes API is not built yet",
+                            "cohort plan --backend volcano -f FILE", "kubectl create -f -"}) {
+    EXPECT_TRUE(contains(r.err, words)) << words << "\n" << r.err;
+  }
+  EXPECT_EQ(onlyJobDir(root), "") << "nothing ran, not even locally";
+  const std::string file = root + "/volcano.yaml";
+  std::ofstream(file) << "name: v\nbackend: volcano\ncommand: [python3, t.py]\n";
+  auto from_file = runCohort({"run", "--data-root", root, "-f", file});
+  EXPECT_EQ(from_file.exit_code, 2) << from_file.err;
+  EXPECT_TRUE(contains(from_file.err, "not built yet")) << from_file.err;
+  auto server = runCohort({"server", "--data-root", root + "/server", "--listen", "127.0.0.1:0",
+                           "--backend", "volcano"});
+  EXPECT_EQ(server.exit_code, 2) << server.err;
+  EXPECT_TRUE(contains(server.err, "--backend volcano")) << server.err;
+  EXPECT_TRUE(contains(server.err, "not built yet")) << server.err;
+}
+
 TEST(Help, EverySubcommandHasHelp) {
   for (const char* cmd : {"run", "plan", "exec", "cp"}) {
     auto r = runCohort({cmd, "--help"});
@@ -305,15 +408,15 @@ TEST(PyTorchExample, DdpTrainsToNinetyPercentAndSavesTheModel) {
                     "(scripts/setup installs them)";
   }
   std::string root = tempDir();
-  auto r = runCohort({"run", "--data-root", root, "-f",
-                      sourceDir() + "/examples/pytorch/ddp.yaml"},
+  auto r = runCohort({"run", "--data-root", root, "-f", sourceDir() + "/examples/pytorch/ddp.yaml"},
                      300s);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(\[worker/0 node0\] held-out accuracy: ([0-9.]+))")))
+  ASSERT_TRUE(
+      std::regex_search(r.out, m, std::regex(R"(\[worker/0 node0\] held-out accuracy: ([0-9.]+))")))
       << r.out;
   EXPECT_GE(std::stod(m[1]), 0.90);
-  struct stat st{};
+  struct stat st {};
   EXPECT_EQ(::stat((onlyJobDir(root) + "/output/model.pt").c_str(), &st), 0);
   EXPECT_GT(st.st_size, 1000);
 }

@@ -5,6 +5,7 @@
 // and queued jobs.
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -18,16 +19,16 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 #include "harness.h"
+#include "tests/tar_entry.h"
 #include "util/httplib.h"
 
 namespace cohort::testing {
@@ -1315,6 +1316,78 @@ double metricValue(const std::string& text, const std::string& name) {
   return -1;
 }
 
+// Every line of a text exposition is a HELP or TYPE comment or one sample: name, labels whose
+// values hold no raw quote or newline, one number (a strict reader is in metrics_test.cc).
+::testing::AssertionResult isExposition(const std::string& text) {
+  static const std::regex comment(R"(# (HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]* .*)");
+  static const std::regex sample(
+      R"([a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\[\\"n])*",?)*\})? )"
+      R"([-+]?([0-9.]+([eE][-+]?[0-9]+)?|Inf|NaN))");
+  std::istringstream in(text);
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) {
+    ++lines;
+    if (!std::regex_match(line, comment) && !std::regex_match(line, sample)) {
+      return ::testing::AssertionFailure() << "line " << lines << " is not the format: " << line;
+    }
+  }
+  if (lines == 0 || text.back() != '\n') return ::testing::AssertionFailure() << "empty or cut";
+  return ::testing::AssertionSuccess();
+}
+
+using ServerMetrics = ServerFixture;
+
+TEST_F(ServerMetrics, PerJobGaugesGoToAnAdminOnlyAndTheOpenMetricsNameNoJob) {
+  const std::string alice = createAccount("alice");
+  const std::string id = submit(alice, rankJob("gauged-train", {"echo=up", gate("done")}));
+  ASSERT_FALSE(id.empty());
+  waitJob(alice, id, isRunning);
+  // An admin's scrape: the job, then its rank's samples once its agent reported one.
+  Answer scrape;
+  const std::string rank_cpu = "cohort_rank_cpu_seconds_total{job_id=\"" + id +
+                               "\",job_name=\"gauged-train\",account=\"alice\",role=\"worker\","
+                               "rank=\"0\",node=\"0\"} ";
+  EXPECT_TRUE(waitFor(
+      [&] {
+        scrape = get("/v1/metrics", admin_);
+        return scrape.status == 200 && contains(scrape.body, rank_cpu);
+      },
+      kDeadline, 100ms))
+      << scrape;
+  EXPECT_TRUE(contains(scrape.body, "cohort_job_info{job_id=\"" + id +
+                                        "\",job_name=\"gauged-train\",account=\"alice\","
+                                        "state=\"running\"} 1\n"))
+      << scrape;
+  EXPECT_TRUE(contains(scrape.body, "cohort_rank_resident_memory_bytes{job_id=\"" + id + "\""))
+      << scrape;
+  EXPECT_TRUE(isExposition(scrape.body)) << scrape.body;
+  EXPECT_EQ(metricValue(scrape.body, "cohort_job_series_dropped"), 0);
+
+  // Anyone else: refused, in the error shape.
+  Answer theirs = get("/v1/metrics", alice);
+  EXPECT_EQ(theirs.status, 403) << theirs;
+  EXPECT_EQ(get("/v1/metrics", "").status, 401);
+  // The open /metrics has the server's numbers, no job's id, name or account.
+  Answer open = get("/metrics", "");
+  EXPECT_EQ(open.status, 200);
+  EXPECT_TRUE(isExposition(open.body)) << open.body;
+  EXPECT_FALSE(contains(open.body, id)) << open.body;
+  EXPECT_FALSE(contains(open.body, "gauged-train")) << open.body;
+  EXPECT_FALSE(contains(open.body, "alice")) << open.body;
+
+  // Ended lately: still there, with its final state and no rank samples.
+  openGate("done");
+  waitFinal(alice, id);
+  Answer after = get("/v1/metrics", admin_);
+  EXPECT_TRUE(contains(after.body, "cohort_job_info{job_id=\"" + id +
+                                       "\",job_name=\"gauged-train\",account=\"alice\","
+                                       "state=\"succeeded\"} 1\n"))
+      << after;
+  EXPECT_FALSE(contains(after.body, rank_cpu)) << after;
+  EXPECT_TRUE(isExposition(after.body)) << after.body;
+}
+
 using ServerStreams = ServerFixture;
 
 TEST_F(ServerRobustness, ConnectionsThatKeepTheServerWaitingAreClosedButFollowersAreNot) {
@@ -1735,6 +1808,108 @@ TEST_F(ServerRecovery, QueuedJobStaysQueuedAcrossARestartAndThenRuns) {
   EXPECT_GE(two["started"].get<std::string>(), one["ended"].get<std::string>())
       << "the second job started while the first held the only CPU";
   EXPECT_EQ(get("/v1/jobs/" + second + "/logs?rank=0", admin_).body, "second\n");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Code uploads (POST /v1/uploads, then "code" in POST /v1/jobs)
+
+using ServerUploads = ServerFixture;
+
+TEST_F(ServerUploads, AJobRunsOnItsAccountsUploadOnceAndNoOtherAccountCanNameIt) {
+  const std::string alice = createAccount("alice");
+  const std::string bob = createAccount("bob");
+  const std::string archive = tarEntry("run.sh", '0', "pwd\ncat lib/data.txt\n") +
+                              tarEntry("lib", '5') +
+                              tarEntry("lib/data.txt", '0', "from the upload\n") + tarEnd();
+  Answer up = call("POST", "/v1/uploads", alice, archive, "application/x-tar");
+  ASSERT_EQ(up.status, 201) << up;
+  EXPECT_TRUE(matches(document(), "POST", "/v1/uploads", 201, up));
+  const std::string code = up.json.value("id", "");
+  EXPECT_EQ(up.json.value("files", 0), 2);
+  EXPECT_EQ(up.json.value("bytes", 0), 37);
+  // The job file's workdir is the client's; with code it does not matter.
+  const Json job = {{"name", "uploaded"},
+                    {"framework", "generic"},
+                    {"workdir", "/nonexistent/on/the/server"},
+                    {"command", {"sh", "run.sh"}}};
+  Answer theirs = post("/v1/jobs", bob, {{"job", job}, {"code", code}});
+  EXPECT_EQ(theirs.status, 404) << theirs;
+  EXPECT_TRUE(contains(theirs.message(), "upload '" + code + "' not found")) << theirs;
+  Answer bad = post("/v1/jobs", alice, {{"job", job}, {"code", "../../jobs"}});
+  EXPECT_EQ(bad.status, 400) << bad;
+  EXPECT_TRUE(contains(bad.message(), "is not an upload id")) << bad;
+
+  Answer mine = post("/v1/jobs", alice, {{"job", job}, {"code", code}});
+  ASSERT_EQ(mine.status, 201) << mine;
+  const std::string id = mine.json.value("id", "");
+  EXPECT_EQ(waitFinal(alice, id).value("state", ""), "succeeded");
+  const std::string code_dir = data_root_ + "/jobs/" + id + "/code";
+  EXPECT_EQ(get("/v1/jobs/" + id + "/logs?rank=0", alice).body, code_dir + "\nfrom the upload\n");
+  EXPECT_EQ(readJson(data_root_ + "/jobs/" + id + "/job.json").value("workdir", ""), code_dir);
+  // One upload, one job.
+  Answer again = post("/v1/jobs", alice, {{"job", job}, {"code", code}});
+  EXPECT_EQ(again.status, 404) << again;
+  // A job cannot take another job's snapshot as its workdir either.
+  Json steal = job;
+  steal["workdir"] = code_dir;
+  Answer stolen = post("/v1/jobs", bob, {{"job", steal}});
+  EXPECT_EQ(stolen.status, 400) << stolen;
+  EXPECT_TRUE(contains(stolen.message(), "is the code another job uploaded")) << stolen;
+  // Deleting the job removes its code.
+  EXPECT_EQ(call("DELETE", "/v1/jobs/" + id, alice).status, 204);
+  EXPECT_FALSE(std::filesystem::exists(code_dir));
+}
+
+TEST_F(ServerUploads, HostileArchivesAreRefusedNamingTheEntryAndNothingLandsOutside) {
+  const std::string outside = dir_ + "/escaped.txt";
+  struct Case {
+    const char* what;
+    std::string archive;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"dot-dot", tarEntry("../../../escaped.txt", '0', "x") + tarEnd(),
+       "archive entry '../../../escaped.txt': '..' is refused"},
+      {"absolute", tarEntry(outside, '0', "x") + tarEnd(),
+       "archive entry '" + outside + "': absolute paths are refused"},
+      {"absolute link", tarEntry("l", '2', "", dir_) + tarEnd(),
+       "archive entry 'l': the link is refused: its target '" + dir_ + "' is an absolute path"},
+      {"escaping link", tarEntry("l", '2', "", "../../../..") + tarEnd(),
+       "leads out of the workdir"},
+      {"a write through a link",
+       tarEntry("d", '5') + tarEntry("l", '2', "", "d") + tarEntry("l/x.py", '0', "x") + tarEnd(),
+       "archive entry 'l/x.py': 'l' is a link or a file, not a directory"},
+      {"a device", tarEntry("null", '3') + tarEnd(), "device files are refused"},
+      {"not an archive", std::string(2048, 'x'), "not a tar archive"},
+  };
+  for (const Case& c : cases) {
+    Answer a = call("POST", "/v1/uploads", admin_, c.archive, "application/x-tar");
+    EXPECT_EQ(a.status, 400) << c.what << ": " << a;
+    EXPECT_EQ(a.code(), "invalid_argument") << c.what;
+    EXPECT_TRUE(contains(a.message(), c.message)) << c.what << ": " << a.message();
+  }
+  EXPECT_FALSE(std::filesystem::exists(outside));
+  // Nothing half-extracted is left, and the server still answers.
+  int left = 0;
+  for (const auto& e : std::filesystem::directory_iterator(data_root_ + "/uploads/admin")) {
+    ADD_FAILURE() << "left behind: " << e.path();
+    ++left;
+  }
+  EXPECT_EQ(left, 0);
+  EXPECT_EQ(get("/v1/whoami", admin_).status, 200);
+}
+
+TEST_F(ServerUploads, AnUploadOverTheServersLimitIsRefusedSayingWhichLimit) {
+  stopServer();
+  ASSERT_TRUE(startServer({"--cpus", "4", "--max-upload", "4Ki"}));
+  const std::string archive = tarEntry("big.bin", '0', std::string(8192, 'b')) + tarEnd();
+  Answer a = call("POST", "/v1/uploads", admin_, archive, "application/x-tar");
+  EXPECT_EQ(a.status, 413) << a;
+  EXPECT_EQ(a.code(), "too_large");
+  EXPECT_TRUE(contains(a.message(), "this server's limit (cohort server --max-upload)")) << a;
+  Answer fits = call("POST", "/v1/uploads", admin_,
+                     tarEntry("small.py", '0', "print(1)\n") + tarEnd(), "application/x-tar");
+  EXPECT_EQ(fits.status, 201) << fits;
 }
 
 }  // namespace

@@ -5,8 +5,9 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -472,6 +473,33 @@ TEST(Supervision, AnAgentSendsNoSecretAndLeavesACoordinatorThatCannotProveIt) {
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("did not prove that it knows the job's secret"), std::string::npos) << r.err;
   ::close(conn);
+  ::close(listener);
+}
+
+// In a Volcano Job's pod the agent knows the coordinator's pod only by its name (svc plugin).
+TEST(Supervision, AnAgentDialsACoordinatorGivenByName) {
+  int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  CohortProcess agent(
+      {"exec", "--coordinator", "localhost:" + std::to_string(ntohs(addr.sin_port)), "--node", "0"},
+      {"COHORT_JOB_SECRET=5ec2e75ec2e75ec2e75ec2e75ec2e75e"});
+  pollfd dialled{listener, POLLIN, 0};
+  ASSERT_EQ(::poll(&dialled, 1, 20000), 1) << "the agent never dialled: " << agent.wait(5s).err;
+  int conn = ::accept(listener, nullptr, nullptr);
+  ASSERT_GE(conn, 0);
+  std::string hello;
+  char c;
+  while (::read(conn, &c, 1) == 1 && c != '\n') hello += c;
+  EXPECT_NE(hello.find("\"nonce\""), std::string::npos) << hello;
+  ::close(conn);
+  auto r = agent.wait(20s);
+  EXPECT_EQ(r.exit_code, 1) << "a coordinator that hangs up is lost: " << r.err;
   ::close(listener);
 }
 

@@ -1,0 +1,240 @@
+#include "cli/debug_cmd.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/client.h"
+#include "job/debug.h"
+#include "job/layout.h"
+#include "util/fd.h"
+#include "util/json_limits.h"
+#include "util/text.h"
+
+namespace cohort::cli {
+
+namespace {
+
+using Json = nlohmann::json;
+using Ordered = nlohmann::ordered_json;
+
+constexpr size_t kMaxRecordBytes = 64u << 20;  // events.jsonl, plan.json read for this
+const std::string kPrefix = "cohort: ";
+
+int failWith(int code, const std::string& message) {
+  std::fprintf(stderr, "cohort debug: %s\n", message.c_str());
+  return code;
+}
+
+// What the server answers for a job of this machine: its debug targets from its events, and its
+// workdir from its plan. Both files are written by cohort's own processes.
+Result<Json> localTargets(const job::Layout& layout) {
+  std::vector<job::Event> events;
+  if (auto text = readFile(layout.eventsFile()); text && text->size() <= kMaxRecordBytes) {
+    for (const std::string& line : split(*text, '\n')) {
+      if (auto e = job::decodeEvent(line)) events.push_back(std::move(*e));
+    }
+  }
+  Json body = Json::parse(job::debugTargetsJson(job::debugTargets(events)), nullptr, false);
+  body["workdir"] = "";
+  if (auto plan = readFile(layout.planFile());
+      plan && plan->size() <= kMaxRecordBytes && checkJsonDepth(*plan)) {
+    Json parsed = Json::parse(*plan, nullptr, false);
+    if (parsed.is_object() && parsed["workdir"].is_string()) body["workdir"] = parsed["workdir"];
+  }
+  return body;
+}
+
+std::string field(const Json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end()) return "";
+  return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
+void printTable(const std::string& id, const Json& ranks, bool remote, const std::string& server) {
+  if (ranks.empty()) {
+    std::fprintf(stderr, "cohort debug: no rank of job %s waits for a debugger now\n", id.c_str());
+    return;
+  }
+  std::printf("%-14s %-5s %-9s %-22s %s\n", "RANK", "NODE", "STATE", "ATTACH TO", "WHERE");
+  for (const Json& r : ranks) {
+    std::string where = field(r, "reason");
+    if (!field(r, "where").empty()) where += ": " + field(r, "where");
+    std::printf("%-14s %-5s %-9s %-22s %s\n", field(r, "name").c_str(), field(r, "node").c_str(),
+                field(r, "state").c_str(), field(r, "address").c_str(), where.c_str());
+  }
+  std::string host =
+      server.substr(server.find("://") == std::string::npos ? 0 : server.find("://") + 3);
+  host = host.substr(0, host.rfind(':'));
+  const std::string port = field(ranks[0], "port");
+  if (remote && host != "127.0.0.1" && host != "localhost") {
+    std::fprintf(stderr,
+                 "cohort debug: the ranks listen on the server's machine only: tunnel first, "
+                 "e.g. ssh -N -L %s:127.0.0.1:%s %s\n",
+                 port.c_str(), port.c_str(), host.c_str());
+  }
+  std::fprintf(stderr,
+               "cohort debug: attach VS Code with cohort debug %s --vscode --write, then Run "
+               "and Debug '%s%s %s' (docs/debugging.md)\n",
+               id.c_str(), kPrefix.c_str(), id.c_str(), field(ranks[0], "name").c_str());
+}
+
+}  // namespace
+
+Ordered vscodeLaunch(const std::string& job_id, const Json& targets, const std::string& local_root,
+                     const std::string& remote_root) {
+  Ordered configurations = Ordered::array();
+  std::vector<std::string> names;
+  for (const Json& r : targets) {
+    const std::string name = kPrefix + job_id + " " + field(r, "name");
+    auto port = parseInt(field(r, "port"));
+    Ordered c = {{"name", name},
+                 {"type", "debugpy"},
+                 {"request", "attach"},
+                 {"connect", {{"host", field(r, "host")}, {"port", port ? *port : 0}}},
+                 {"justMyCode", true}};
+    if (!remote_root.empty()) {
+      c["pathMappings"] = Ordered::array(
+          {Ordered{{"localRoot", local_root.empty() ? "${workspaceFolder}" : local_root},
+                   {"remoteRoot", remote_root}}});
+    }
+    configurations.push_back(std::move(c));
+    names.push_back(name);
+  }
+  Ordered launch = {{"version", "0.2.0"}, {"configurations", std::move(configurations)}};
+  if (names.size() > 1) {
+    launch["compounds"] = Ordered::array(
+        {Ordered{{"name", kPrefix + job_id + " every paused rank"}, {"configurations", names}}});
+  }
+  return launch;
+}
+
+Result<Ordered> mergeLaunch(const std::string& existing, const Ordered& ours,
+                            const std::string& job_id) {
+  if (existing.size() > (4u << 20) || !checkJsonDepth(existing)) {
+    return fail(Code::kInvalidArgument, "it is not a launch.json cohort can read");
+  }
+  Ordered old = Ordered::parse(existing, nullptr, false, /*ignore_comments=*/true);
+  if (old.is_discarded() || !old.is_object()) {
+    return fail(Code::kInvalidArgument, "it is not a JSON object");
+  }
+  const std::string mine = kPrefix + job_id + " ";
+  auto keep = [&](const char* list, const Ordered& add) {
+    Ordered out = Ordered::array();
+    if (old.contains(list) && old[list].is_array()) {
+      for (const Ordered& c : old[list]) {
+        const bool ours_before = c.is_object() && c.contains("name") && c["name"].is_string() &&
+                                 startsWith(c["name"].get<std::string>(), mine);
+        if (!ours_before) out.push_back(c);
+      }
+    }
+    if (add.is_array()) {
+      for (const Ordered& c : add) out.push_back(c);
+    }
+    return out;
+  };
+  old["version"] = old.value("version", std::string("0.2.0"));
+  old["configurations"] = keep("configurations", ours["configurations"]);
+  Ordered compounds = keep("compounds", ours.contains("compounds") ? ours["compounds"] : Ordered());
+  if (!compounds.empty()) old["compounds"] = std::move(compounds);
+  return old;
+}
+
+const char* debugHelp() {
+  return R"(Usage: cohort debug JOB [--json] [--vscode [--write] [--local-root DIR]]
+                    [--data-root DIR] [--server URL] [--token T]
+
+Lists the ranks of JOB that wait for a debugger, or have one attached, and where to attach:
+a job that `cohort run` runs on this machine, or else a job of the server you logged in to
+(cohort login). Ranks pause in a job with debug: (or cohort run --debug RANKS): the chosen
+ranks at their start, any rank at a breakpoint(), and with post_mortem any rank at an exception
+nothing caught. Each listens on 127.0.0.1 of its node only: from another machine, tunnel
+(ssh -L PORT:127.0.0.1:PORT HOST). See docs/debugging.md.
+
+  --json             the ranks as JSON: {"job", "ranks": [{name, rank, node, state, reason,
+                     where, host, port, address, since}], "workdir"}
+  --vscode           print a VS Code launch.json with one attach configuration per rank
+                     ("cohort: JOB worker/1"; path mappings for a job of the server)
+  --write            with --vscode: write it into .vscode/launch.json here, replacing this
+                     job's cohort configurations and keeping every other one
+  --local-root DIR   with --vscode, a job of the server: the local copy of the job's workdir
+                     (default ${workspaceFolder})
+  --data-root DIR    where job directories are (default $COHORT_DATA_ROOT or ~/.cohort)
+  --server URL       the server to ask (default: COHORT_SERVER, else cohort login's)
+  --token T          its token (default: COHORT_TOKEN, else cohort login's)
+)";
+}
+
+int cmdDebug(int argc, char** argv) {
+  auto args = parseArgs("debug", argc, argv,
+                        {{"--json", "", false},
+                         {"--vscode", "", false},
+                         {"--write", "", false},
+                         {"--local-root", "", true},
+                         {"--data-root", "", true},
+                         {"--server", "", true},
+                         {"--token", "", true},
+                         {"--help", "-h", false}});
+  if (!args) return failWith(kExitUsage, args.error().message);
+  if (args->has("--help")) {
+    std::fputs(debugHelp(), stdout);
+    return 0;
+  }
+  if (args->positional.size() != 1) {
+    return failWith(kExitUsage, "give one job id (see cohort debug --help)");
+  }
+  if (args->has("--write") && !args->has("--vscode")) {
+    return failWith(kExitUsage, "--write writes the --vscode configurations: give both");
+  }
+  const std::string id = args->positional[0];
+  auto where = locateJob(id, dataRoot(args->get("--data-root")), args->get("--server"),
+                         args->get("--token"));
+  if (!where) return failWith(kExitUsage, where.error().message);
+  const bool remote = where->dir.empty();
+  const std::string server = where->settings.server;
+  Result<Json> found =
+      remote ? ApiClient(where->settings).call("GET", "/v1/jobs/" + urlEncode(id) + "/debug")
+             : localTargets(job::Layout(where->dir));
+  if (!found) return failWith(exitCodeFor(found.error()), found.error().message);
+  const Json ranks =
+      found->contains("ranks") && (*found)["ranks"].is_array() ? (*found)["ranks"] : Json::array();
+  const std::string workdir = field(*found, "workdir");
+  if (args->has("--vscode")) {
+    const Ordered launch =
+        vscodeLaunch(id, ranks, args->get("--local-root"), remote ? workdir : "");
+    if (!args->has("--write")) {
+      std::printf("%s\n", launch.dump(2).c_str());
+      return 0;
+    }
+    const std::string path = ".vscode/launch.json";
+    Ordered merged = launch;
+    if (auto existing = readFile(path)) {
+      auto combined = mergeLaunch(*existing, launch, id);
+      if (!combined) {
+        return failWith(kExitFailed, "'" + path + "': " + combined.error().message +
+                                         "; left as it is (cohort debug --vscode prints ours)");
+      }
+      merged = std::move(*combined);
+    }
+    if (auto made = makeDirs(".vscode"); !made) return failWith(kExitFailed, made.error().message);
+    if (auto written = writeFileAtomic(path, merged.dump(2) + "\n", false); !written) {
+      return failWith(kExitFailed, written.error().message);
+    }
+    std::fprintf(stderr, "cohort debug: %zu configuration(s) for job %s in %s\n", ranks.size(),
+                 id.c_str(), path.c_str());
+    return 0;
+  }
+  if (args->has("--json")) {
+    Ordered out = {{"job", id}, {"ranks", ranks}, {"workdir", workdir}};
+    std::printf("%s\n", out.dump(-1, ' ', false, Ordered::error_handler_t::replace).c_str());
+    return 0;
+  }
+  printTable(id, ranks, remote, server);
+  return 0;
+}
+
+}  // namespace cohort::cli

@@ -1,0 +1,193 @@
+#include "cli/env_cmd.h"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "env/environments.h"
+#include "util/text.h"
+
+namespace cohort::cli {
+
+namespace {
+
+int failWith(int code, const std::string& message) {
+  std::fprintf(stderr, "cohort env: %s\n", message.c_str());
+  return code;
+}
+
+void progress(const std::string& line) { std::fprintf(stderr, "  %s\n", line.c_str()); }
+
+// "torch 2.6.0, numpy 1.26.4" (at most `most`, then "and N more").
+std::string packagesText(const env::Environment& e, size_t most) {
+  std::vector<std::string> parts;
+  for (const auto& [name, version] : e.packages) {
+    if (parts.size() == most) {
+      parts.push_back("and " + std::to_string(e.packages.size() - most) + " more");
+      break;
+    }
+    parts.push_back(name + " " + version);
+  }
+  return join(parts, ", ");
+}
+
+nlohmann::ordered_json toJson(const env::Environment& e) {
+  return {{"name", e.name},
+          {"preset", e.preset},
+          {"built", e.built},
+          {"from", e.from},
+          {"requirements", e.requirements},
+          {"python", e.python},
+          {"python_version", e.python_version},
+          {"packages", e.packages},
+          {"dir", e.dir},
+          {"bytes", e.built && !e.dir.empty() ? env::diskUsage(e.dir) : 0},
+          {"summary", e.summary}};
+}
+
+void show(const env::Environment& e) {
+  std::printf("%s%s: %s\n", e.name.c_str(), e.preset ? " (preset)" : "", e.summary.c_str());
+  if (e.name == "system") {
+    std::printf("  the launcher's PATH, as it is\n");
+    return;
+  }
+  std::printf("  built:     %s\n",
+              e.built ? "yes" : "no (built on first use, or cohort env build)");
+  if (!e.from.empty()) std::printf("  from:      %s\n", e.from.c_str());
+  if (!e.requirements.empty()) {
+    std::printf("  asked for: %s\n", join(e.requirements, " ").c_str());
+  }
+  if (e.built) {
+    std::printf("  python:    %s (%s)\n", e.python_version.c_str(), e.python.c_str());
+    std::printf("  packages:  %s\n", packagesText(e, 64).c_str());
+    std::printf("  size:      %s\n",
+                formatSize(static_cast<double>(env::diskUsage(e.dir))).c_str());
+    std::printf("  lock file: %s/lock.txt\n", e.dir.c_str());
+  }
+  std::printf("  where:     %s\n", e.dir.c_str());
+}
+
+}  // namespace
+
+const char* envHelp() {
+  return R"(cohort env: the environments jobs run in
+
+Usage: cohort env ls [--json]
+       cohort env show NAME [--json]
+       cohort env build NAME
+       cohort env create NAME --from BASE [--pip PKG==VER]... [--requirements FILE]
+       cohort env rebuild NAME
+       cohort env rm NAME
+
+A job runs in an environment with `environment: NAME` in its job file or --environment NAME:
+every rank gets the environment's bin/ first on PATH and VIRTUAL_ENV, so that
+`command: [python3, train.py]` runs with its packages.
+
+Presets ship with cohort and are built on first use, then kept:
+  system       the interpreter on PATH, as it is
+  pytorch      CPU PyTorch from Debian's python3-torch (with scikit-learn, NumPy)
+  tensorflow   CPU TensorFlow from PyPI, pinned
+  mindspore    CPU MindSpore from PyPI, pinned
+
+create makes a saved environment on BASE (a preset or a saved one): a virtual environment in
+which BASE's packages stay visible (nothing is copied) and the requirements are installed with
+pip; every package it installed is pinned in its lock file, and rebuild installs exactly those
+again. A build that fails says so in pip's words and leaves nothing under the name.
+
+  --from BASE          the environment to build on
+  --pip PKG==VER       a requirement (repeatable)
+  --requirements FILE  a requirements.txt
+  --json               machine-readable output (ls, show)
+  --data-root DIR      environments are kept in DIR/envs (default $COHORT_DATA_ROOT or
+                       ~/.cohort), or in $COHORT_ENVS when it is set
+
+Exit codes: 0 done; 1 a build failed; 2 bad usage or no such environment.
+)";
+}
+
+int cmdEnv(int argc, char** argv) {
+  if (argc < 3 || std::string(argv[2]) == "--help" || std::string(argv[2]) == "-h") {
+    std::fputs(envHelp(), argc < 3 ? stderr : stdout);
+    return argc < 3 ? kExitUsage : 0;
+  }
+  const std::string verb = argv[2];
+  // The verb's own arguments: argv[1] becomes "env VERB" for the messages.
+  auto args = parseArgs("env " + verb, argc - 1, argv + 1,
+                        {{"--from", "", true},
+                         {"--pip", "", true},
+                         {"--requirements", "", true},
+                         {"--json", "", false},
+                         {"--data-root", "", true},
+                         {"--help", "-h", false}});
+  if (!args) return failWith(kExitUsage, args.error().message);
+  if (args->has("--help")) {
+    std::fputs(envHelp(), stdout);
+    return 0;
+  }
+  env::Store store(env::storeDir(dataRoot(args->get("--data-root"))));
+  const bool json = args->has("--json");
+  auto need = [&](size_t n) { return args->positional.size() == n; };
+  auto outcome = [&](const Result<env::Environment>& e, const char* done) {
+    if (!e) return failWith(exitCodeFor(e.error()), e.error().message);
+    std::fprintf(stderr, "cohort env: %s %s (%s)\n", e->name.c_str(), done,
+                 packagesText(*e, 6).c_str());
+    return 0;
+  };
+  if (verb == "ls" && need(0)) {
+    std::vector<env::Environment> all = store.list();
+    if (json) {
+      nlohmann::ordered_json out = nlohmann::ordered_json::array();
+      for (const env::Environment& e : all) out.push_back(toJson(e));
+      std::printf("%s\n", out.dump(2).c_str());
+      return 0;
+    }
+    std::printf("%-16s %-7s %-8s %-10s %s\n", "NAME", "KIND", "BUILT", "SIZE", "WHAT");
+    for (const env::Environment& e : all) {
+      const std::string size =
+          e.built && !e.dir.empty() ? formatSize(static_cast<double>(env::diskUsage(e.dir))) : "-";
+      std::string what = e.summary;
+      if (e.built && !e.packages.empty())
+        what += ": python " + e.python_version + ", " + packagesText(e, 4);
+      std::printf("%-16s %-7s %-8s %-10s %s\n", e.name.c_str(), e.preset ? "preset" : "saved",
+                  e.built ? "yes" : "no", size.c_str(), what.c_str());
+    }
+    return 0;
+  }
+  if (verb == "show" && need(1)) {
+    auto e = store.get(args->positional[0]);
+    if (!e) return failWith(exitCodeFor(e.error()), e.error().message);
+    if (json) {
+      std::printf("%s\n", toJson(*e).dump(2).c_str());
+    } else {
+      show(*e);
+    }
+    return 0;
+  }
+  if (verb == "build" && !args->positional.empty()) {
+    for (const std::string& name : args->positional) {
+      if (int code = outcome(store.ensureBuilt(name, progress), "is built")) return code;
+    }
+    return 0;
+  }
+  if (verb == "create" && need(1)) {
+    return outcome(store.create(args->positional[0], args->get("--from"), args->all("--pip"),
+                                args->get("--requirements"), progress),
+                   "is saved");
+  }
+  if (verb == "rebuild" && need(1)) {
+    return outcome(store.rebuild(args->positional[0], progress), "is built again");
+  }
+  if (verb == "rm" && need(1)) {
+    if (auto r = store.remove(args->positional[0]); !r) {
+      return failWith(exitCodeFor(r.error()), r.error().message);
+    }
+    std::fprintf(stderr, "cohort env: removed %s\n", args->positional[0].c_str());
+    return 0;
+  }
+  return failWith(kExitUsage, "'" + verb + "' with " + std::to_string(args->positional.size()) +
+                                  " name(s): see cohort env --help");
+}
+
+}  // namespace cohort::cli

@@ -1,0 +1,511 @@
+#include "env/environments.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "proc/spawn.h"
+#include "util/fd.h"
+
+extern char** environ;
+
+namespace cohort::env {
+
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr Millis kStepTimeout{3600000};  // one venv or pip step: an hour at most
+
+// A saved environment's name: what a directory and a job file can carry unquoted.
+bool validName(const std::string& name) {
+  if (name.empty() || name.size() > 64 || name[0] == '.' || name[0] == '-') return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+  });
+}
+
+const Preset* findPreset(const std::string& name) {
+  for (const Preset& p : presets()) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> environmentNow() {
+  std::vector<std::string> out;
+  for (char** e = environ; *e; ++e) {
+    if (!startsWith(*e, "VIRTUAL_ENV=") && !startsWith(*e, "PYTHONHOME=")) out.emplace_back(*e);
+  }
+  out.push_back("PIP_DISABLE_PIP_VERSION_CHECK=1");
+  out.push_back("PIP_NO_INPUT=1");
+  out.push_back("PYTHONNOUSERSITE=1");
+  return out;
+}
+
+// Runs `argv`, each line it prints (stdout and stderr) going to `progress`. Returns its output's
+// last lines when it fails, for the message.
+Result<std::string> run(const std::vector<std::string>& argv, const Progress& progress) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) < 0) return failErrno("pipe2");
+  UniqueFd read_end(fds[0]), write_end(fds[1]);
+  proc::SpawnRequest req;
+  req.argv = argv;
+  req.env = environmentNow();
+  req.stdout_fd = write_end.get();
+  COHORT_ASSIGN(proc::Child child, proc::spawn(req));
+  write_end.reset();
+  std::deque<std::string> tail;
+  std::string pending;
+  char buf[8192];
+  const auto until = std::chrono::steady_clock::now() + kStepTimeout;
+  for (;;) {
+    ssize_t n = ::read(read_end.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    pending.append(buf, static_cast<size_t>(n));
+    for (size_t nl; (nl = pending.find('\n')) != std::string::npos; pending.erase(0, nl + 1)) {
+      std::string line = pending.substr(0, nl);
+      if (progress) progress(line);
+      tail.push_back(std::move(line));
+      if (tail.size() > 12) tail.pop_front();
+    }
+    if (std::chrono::steady_clock::now() > until) {
+      ::kill(child.pid, SIGKILL);
+      break;
+    }
+  }
+  if (!pending.empty()) tail.push_back(pending);
+  COHORT_ASSIGN(proc::ExitStatus status, proc::reap(child.pidfd.get()));
+  std::string last;
+  for (const std::string& line : tail) last += "\n  " + line;
+  if (status.shellCode() != 0) {
+    // The build failed (kUnavailable: what it needs could not be had), in the tool's words.
+    return fail(Code::kUnavailable, argv[0] + " " + (argv.size() > 1 ? argv[1] : "") + " " +
+                                        status.describe() + ":" + last);
+  }
+  return last;
+}
+
+// What `argv` prints on stdout, trimmed.
+Result<std::string> capture(const std::vector<std::string>& argv) {
+  proc::SpawnRequest req;
+  req.argv = argv;
+  req.env = environmentNow();
+  req.merge_stderr = false;
+  COHORT_ASSIGN(proc::Captured out, proc::runCaptured(req, Millis(120000)));
+  if (out.status.shellCode() != 0) {
+    return fail(Code::kFailedPrecondition,
+                join(argv, " ") + ": " + std::string(trim(out.err.empty() ? out.out : out.err)));
+  }
+  return std::string(trim(out.out));
+}
+
+// The line `python -c code` prints.
+Result<std::string> ask(const std::string& python, const std::string& code) {
+  return capture({python, "-c", code});
+}
+
+// The site-packages directory of the virtual environment whose interpreter is `python`, and
+// what it itself holds, pinned.
+Result<std::pair<std::string, std::string>> ownPackages(const std::string& python) {
+  COHORT_ASSIGN(std::string site,
+                ask(python, "import sysconfig; print(sysconfig.get_paths()['purelib'])"));
+  COHORT_ASSIGN(std::string frozen, capture({python, "-m", "pip", "freeze", "--path", site}));
+  return std::pair{site, frozen};
+}
+
+Result<Json> readDefinition(const std::string& dir) {
+  COHORT_ASSIGN(std::string text, readFile(dir + "/env.json"));
+  Json j = Json::parse(text, nullptr, false);
+  if (!j.is_object()) {
+    return fail(Code::kFailedPrecondition, dir + "/env.json is not an environment's definition");
+  }
+  return j;
+}
+
+std::vector<std::string> strings(const Json& j) {
+  std::vector<std::string> out;
+  if (j.is_array()) {
+    for (const Json& s : j) {
+      if (s.is_string()) out.push_back(s.get<std::string>());
+    }
+  }
+  return out;
+}
+
+// Held while `name` is built or removed, so that two jobs starting at once build it once.
+class BuildLock {
+ public:
+  static Result<BuildLock> take(const std::string& root, const std::string& name) {
+    COHORT_TRY(makeDirs(root));
+    BuildLock lock;
+    const std::string path = root + "/." + name + ".lock";
+    lock.fd_.reset(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
+    if (!lock.fd_.valid()) return failErrno("open '" + path + "'");
+    while (::flock(lock.fd_.get(), LOCK_EX) < 0) {
+      if (errno != EINTR) return failErrno("lock '" + path + "'");
+    }
+    return lock;
+  }
+
+ private:
+  UniqueFd fd_;
+};
+
+// Builds environment `name` in `dir` with `steps`, from an empty directory: whatever a build
+// that failed or was killed left there goes first, and what this one leaves when it fails too.
+Result<void> buildInto(const std::string& dir, const std::string& name,
+                       const std::function<Result<void>()>& steps) {
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  Result<void> built = makeDirs(dir);
+  if (built) built = steps();
+  if (built) return {};
+  std::filesystem::remove_all(dir, ec);
+  return fail(built.error().code, "environment " + name + ": " + built.error().message);
+}
+
+}  // namespace
+
+const std::vector<Preset>& presets() {
+  // What tensorflow-cpu 2.21.0 and mindspore 2.10.0 resolve to, together (one list serves both:
+  // a constraint applies only to what is installed). numpy stays below 2: mindspore 2.10.0
+  // declares numpy>=1.25, but one of its modules is built against NumPy 1.x and fails at the
+  // first op under numpy 2.x.
+  static const std::vector<std::string> kPyPiPins = {"numpy==1.26.4",
+                                                     "protobuf==7.36.2",
+                                                     "keras==3.15.1",
+                                                     "ml_dtypes==0.5.4",
+                                                     "absl-py==2.5.1",
+                                                     "asttokens==3.0.2",
+                                                     "astunparse==1.6.3",
+                                                     "certifi==2026.10.19.post1",
+                                                     "charset-normalizer==3.5.3",
+                                                     "dill==0.4.1",
+                                                     "flatbuffers==25.12.19",
+                                                     "gast==0.7.0",
+                                                     "google-pasta==0.2.0",
+                                                     "grpcio==1.85.3",
+                                                     "h5py==3.14.0",
+                                                     "idna==3.20",
+                                                     "libclang==18.1.1",
+                                                     "markdown-it-py==4.3.0",
+                                                     "mdurl==0.1.2",
+                                                     "namex==0.1.0",
+                                                     "opt_einsum==3.4.0",
+                                                     "optree==0.20.0",
+                                                     "packaging==26.4",
+                                                     "pillow==13.0.0",
+                                                     "psutil==7.2.2",
+                                                     "Pygments==2.21.0",
+                                                     "requests==2.34.2",
+                                                     "rich==15.0.0",
+                                                     "safetensors==0.8.0",
+                                                     "scipy==1.17.1",
+                                                     "six==1.17.0",
+                                                     "termcolor==3.3.0",
+                                                     "typing_extensions==4.16.0",
+                                                     "urllib3==2.8.0",
+                                                     "wheel==0.48.0",
+                                                     "wrapt==2.5.2"};
+  static const std::vector<Preset> kPresets = {
+      {"system", "the interpreter on PATH, as it is", "", false, {}, {}, {}},
+      {"pytorch",
+       "CPU PyTorch from Debian's python3-torch, with scikit-learn and NumPy",
+       "/usr/bin/python3",
+       true,
+       {},
+       {},
+       {"torch", "numpy", "sklearn"}},
+      {"tensorflow",
+       "CPU TensorFlow from PyPI",
+       "python3",
+       false,
+       {"tensorflow-cpu==2.21.0", "numpy==1.26.4"},
+       kPyPiPins,
+       {"tensorflow", "numpy"}},
+      {"mindspore",
+       "CPU MindSpore from PyPI",
+       "python3",
+       false,
+       {"mindspore==2.10.0", "numpy==1.26.4"},
+       kPyPiPins,
+       {"mindspore", "numpy"}},
+  };
+  return kPresets;
+}
+
+std::string storeDir(const std::string& data_root) {
+  const char* dir = std::getenv("COHORT_ENVS");
+  if (!dir || !*dir) return data_root + "/envs";
+  if (dir[0] == '/') return dir;
+  char cwd[4096];
+  return std::string(::getcwd(cwd, sizeof cwd) ? cwd : "/") + "/" + dir;
+}
+
+Result<Environment> Store::get(const std::string& name) const {
+  Environment e;
+  e.name = name;
+  if (const Preset* p = findPreset(name)) {
+    e.preset = true;
+    e.requirements = p->requirements;
+    e.summary = p->summary;
+    if (name == "system") {
+      e.built = true;
+      return e;
+    }
+  } else if (!validName(name)) {
+    return fail(Code::kInvalidArgument, "'" + name.substr(0, 64) +
+                                            "' is not an environment name (letters, digits, '-', "
+                                            "'_' and '.', at most 64)");
+  }
+  e.dir = root_ + "/" + name;
+  e.venv = e.dir + "/venv";
+  auto def = readDefinition(e.dir);
+  if (def) {
+    e.built = true;
+    e.from = def->value("from", "");
+    if (!e.preset) e.requirements = strings(def->value("requirements", Json::array()));
+    e.python = def->value("python", "");
+    e.python_version = def->value("python_version", "");
+    const Json packages = def->value("packages", Json::object());
+    for (auto it = packages.begin(); packages.is_object() && it != packages.end(); ++it) {
+      if (it.value().is_string()) e.packages[it.key()] = it.value().get<std::string>();
+    }
+    if (!e.preset) e.summary = "on " + e.from;
+    return e;
+  }
+  if (e.preset) return e;
+  std::vector<std::string> names;
+  for (const Environment& known : list()) names.push_back(known.name);
+  return fail(Code::kNotFound, "no environment '" + name + "' (there are: " + join(names, ", ") +
+                                   "; cohort env create makes one)");
+}
+
+std::vector<Environment> Store::list() const {
+  std::vector<Environment> out;
+  for (const Preset& p : presets()) {
+    if (auto e = get(p.name)) out.push_back(*e);
+  }
+  std::error_code ec;
+  std::vector<std::string> saved;
+  for (const auto& entry : std::filesystem::directory_iterator(root_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (findPreset(name) || !validName(name)) continue;
+    if (::access((entry.path() / "env.json").c_str(), F_OK) == 0) saved.push_back(name);
+  }
+  std::sort(saved.begin(), saved.end());
+  for (const std::string& name : saved) {
+    if (auto e = get(name)) out.push_back(*e);
+  }
+  return out;
+}
+
+Result<Environment> Store::ensureBuilt(const std::string& name, const Progress& progress) {
+  COHORT_ASSIGN(Environment e, get(name));
+  if (e.built) return e;
+  if (!e.preset) return e;  // a saved one without env.json is reported by get()
+  COHORT_ASSIGN(BuildLock lock, BuildLock::take(root_, name));
+  COHORT_ASSIGN(e, get(name));  // built meanwhile by another job
+  if (e.built) return e;
+  const Preset& p = *findPreset(name);
+  COHORT_TRY(buildInto(e.dir, name, [&]() -> Result<void> {
+    const char* path = std::getenv("PATH");
+    COHORT_ASSIGN(std::string python,
+                  proc::findProgram(p.python, path ? path : "/usr/bin:/bin", "/"));
+    if (progress) progress("making a virtual environment with " + python);
+    std::vector<std::string> venv = {python, "-m", "venv"};
+    if (p.system_site_packages) venv.push_back("--system-site-packages");
+    venv.push_back(e.venv);
+    COHORT_TRY(run(venv, progress));
+    const std::string pip_python = e.venv + "/bin/python";
+    if (!p.requirements.empty()) {
+      if (progress) progress("installing " + join(p.requirements, " "));
+      std::vector<std::string> pip = {pip_python, "-m", "pip", "install", "--progress-bar", "off"};
+      if (!p.constraints.empty()) {
+        const std::string constraints = e.dir + "/constraints.txt";
+        COHORT_TRY(writeFileAtomic(constraints, join(p.constraints, "\n") + "\n", false));
+        pip.insert(pip.end(), {"-c", constraints});
+      }
+      pip.insert(pip.end(), p.requirements.begin(), p.requirements.end());
+      COHORT_TRY(run(pip, progress));
+    }
+    // What it holds: its own packages pinned, the key modules' versions.
+    COHORT_ASSIGN(auto own, ownPackages(pip_python));
+    const auto& [site, frozen] = own;
+    Json packages = Json::object();
+    for (const std::string& module : p.modules) {
+      if (progress) progress("checking that " + module + " imports");
+      COHORT_ASSIGN(std::string version, ask(pip_python, "import " + module + "; print(getattr(" +
+                                                             module + ", '__version__', '?'))"));
+      packages[module] = version;
+    }
+    COHORT_ASSIGN(std::string version,
+                  ask(pip_python, "import platform; print(platform.python_version())"));
+    COHORT_TRY(writeFileAtomic(e.dir + "/lock.txt", frozen + "\n", true));
+    Json def = {{"name", name},
+                {"from", ""},
+                {"requirements", p.requirements},
+                {"python", pip_python},
+                {"python_version", version},
+                {"packages", packages},
+                {"site_packages", site}};
+    return writeFileAtomic(e.dir + "/env.json", def.dump(2) + "\n", true);  // last: now built
+  }));
+  return get(name);
+}
+
+Result<Environment> Store::create(const std::string& name, const std::string& from,
+                                  const std::vector<std::string>& requirements,
+                                  const std::string& requirements_file, const Progress& progress) {
+  if (findPreset(name) || !validName(name)) {
+    return fail(Code::kInvalidArgument,
+                "'" + name.substr(0, 64) + "' cannot name a saved environment" +
+                    (findPreset(name) ? ": it is a preset" : " (letters, digits, '-', '_', '.')"));
+  }
+  if (from.empty()) return fail(Code::kInvalidArgument, "--from: name the environment to build on");
+  std::vector<std::string> wanted = requirements;
+  if (!requirements_file.empty()) {
+    COHORT_ASSIGN(std::string text, readFile(requirements_file));
+    for (std::string line : split(text, '\n')) {
+      line = std::string(trim(line.substr(0, line.find('#'))));
+      if (!line.empty()) wanted.push_back(line);
+    }
+  }
+  COHORT_ASSIGN(Environment base, ensureBuilt(from, progress));
+  if (base.venv.empty()) {
+    return fail(Code::kInvalidArgument,
+                "--from system: build on a preset with a virtual "
+                "environment (pytorch, tensorflow, mindspore) or a saved one");
+  }
+  COHORT_ASSIGN(BuildLock lock, BuildLock::take(root_, name));
+  if (::access((root_ + "/" + name + "/env.json").c_str(), F_OK) == 0) {
+    return fail(Code::kAlreadyExists,
+                "environment " + name + " exists (cohort env rm " + name + " first)");
+  }
+  const std::string dir = root_ + "/" + name, venv = dir + "/venv";
+  COHORT_TRY(buildInto(dir, name, [&]() -> Result<void> {
+    COHORT_ASSIGN(Json base_def, readDefinition(base.dir));
+    // The base's interpreter, through its venv's own link: the new one sees what the base sees.
+    COHORT_ASSIGN(std::string real, ask(base.python, "import sys; print(sys._base_executable)"));
+    std::vector<std::string> make = {real, "-m", "venv"};
+    const Preset* root_preset = findPreset(base.preset ? base.name : base_def.value("root", ""));
+    if (root_preset && root_preset->system_site_packages) make.push_back("--system-site-packages");
+    make.push_back(venv);
+    if (progress) progress("making a virtual environment on " + from);
+    COHORT_TRY(run(make, progress));
+    const std::string python = venv + "/bin/python";
+    COHORT_ASSIGN(std::string site,
+                  ask(python, "import sysconfig; print(sysconfig.get_paths()['purelib'])"));
+    // The base's packages, visible behind this one's own (a .pth line joins sys.path).
+    std::string layers = base_def.value("site_packages", "") + "\n";
+    for (const std::string& below : strings(base_def.value("layers", Json::array()))) {
+      layers += below + "\n";
+    }
+    COHORT_TRY(writeFileAtomic(site + "/_cohort_base.pth", layers, false));
+    if (!wanted.empty()) {
+      if (progress) progress("installing " + join(wanted, " "));
+      std::vector<std::string> pip = {python, "-m", "pip", "install", "--progress-bar", "off"};
+      pip.insert(pip.end(), wanted.begin(), wanted.end());
+      COHORT_TRY(run(pip, progress));
+    }
+    COHORT_ASSIGN(auto own, ownPackages(python));
+    const std::string& frozen = own.second;
+    COHORT_ASSIGN(std::string version,
+                  ask(python, "import platform; print(platform.python_version())"));
+    Json packages = Json::object();
+    for (const std::string& line : split(frozen, '\n')) {
+      auto eq = line.find("==");
+      if (eq != std::string::npos) packages[line.substr(0, eq)] = line.substr(eq + 2);
+    }
+    std::vector<std::string> all_layers = {base_def.value("site_packages", "")};
+    for (const std::string& below : strings(base_def.value("layers", Json::array()))) {
+      all_layers.push_back(below);
+    }
+    COHORT_TRY(writeFileAtomic(dir + "/lock.txt", frozen + "\n", true));
+    Json def = {{"name", name},
+                {"from", from},
+                {"root", root_preset ? root_preset->name : ""},
+                {"requirements", wanted},
+                {"python", python},
+                {"python_version", version},
+                {"packages", packages},
+                {"site_packages", site},
+                {"layers", all_layers}};
+    return writeFileAtomic(dir + "/env.json", def.dump(2) + "\n", true);  // last: now built
+  }));
+  return get(name);
+}
+
+Result<Environment> Store::rebuild(const std::string& name, const Progress& progress) {
+  COHORT_ASSIGN(Environment e, get(name));
+  if (e.preset) {
+    COHORT_TRY(remove(name));
+    return ensureBuilt(name, progress);
+  }
+  COHORT_ASSIGN(std::string lock, readFile(e.dir + "/lock.txt"));
+  const std::string saved = root_ + "/." + name + ".lock.txt";
+  COHORT_TRY(writeFileAtomic(saved, lock, false));
+  std::vector<std::string> pinned;
+  for (std::string line : split(lock, '\n')) {
+    line = std::string(trim(line));
+    if (!line.empty()) pinned.push_back(line);
+  }
+  COHORT_TRY(remove(name));
+  auto made = create(name, e.from, pinned, "", progress);
+  ::unlink(saved.c_str());
+  return made;
+}
+
+Result<void> Store::remove(const std::string& name) {
+  COHORT_ASSIGN(Environment e, get(name));
+  if (e.name == "system")
+    return fail(Code::kInvalidArgument, "system is not built: nothing to remove");
+  for (const Environment& other : list()) {
+    if (other.from == name) {
+      return fail(Code::kFailedPrecondition,
+                  "environment " + other.name + " is built on " + name + ": remove it first");
+    }
+  }
+  COHORT_ASSIGN(BuildLock lock, BuildLock::take(root_, name));
+  // env.json first: from then on the environment is not built, whatever is left.
+  if (::unlink((e.dir + "/env.json").c_str()) < 0 && errno != ENOENT) {
+    return failErrno("remove '" + e.dir + "/env.json'");
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(e.dir, ec);
+  if (ec) return fail(Code::kIo, "remove '" + e.dir + "': " + ec.message());
+  return {};
+}
+
+std::vector<std::pair<std::string, std::string>> rankVariables(const Environment& e,
+                                                               const std::string& path) {
+  if (e.venv.empty()) return {};
+  return {{"VIRTUAL_ENV", e.venv}, {"PATH", e.venv + "/bin" + (path.empty() ? "" : ":" + path)}};
+}
+
+int64_t diskUsage(const std::string& dir) {
+  int64_t total = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(
+           dir, std::filesystem::directory_options::skip_permission_denied, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    struct stat st {};
+    if (::lstat(it->path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      total += static_cast<int64_t>(st.st_blocks) * 512;
+    }
+  }
+  return total;
+}
+
+}  // namespace cohort::env

@@ -1,0 +1,40 @@
+// Code uploads: the snapshots of a workdir that `cohort submit` (or Client.submit) sends before
+// the job that runs them (POST /v1/uploads, then POST /v1/jobs with "code": ID). An upload is
+// extracted at once (storage/archive.h refuses whatever could write outside it) into
+// <data-root>/uploads/<account>/<id>/, a directory only the server can enter; the job that names
+// it takes it, moving it into its own job directory (job/layout.h's code/), so one upload runs
+// one job and no account can name another's. Uploads no job took within kUploadLifetime are
+// removed by the account's next upload; an account may have kMaxPendingUploads waiting.
+//
+// Thread-safe as far as the filesystem is: distinct ids never touch the same paths.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <string_view>
+
+#include "storage/archive.h"
+#include "util/result.h"
+
+namespace cohort::server {
+
+constexpr auto kUploadLifetime = std::chrono::hours(1);
+constexpr int kMaxPendingUploads = 16;
+
+struct Upload {
+  std::string id;  // "up-" + 24 hex digits
+  storage::ExtractStats stats;
+};
+
+// Extracts `archive` (ustar) as a new upload of `account`. Errors: kInvalidArgument naming the
+// archive entry, kTooLarge over `limits`, kFailedPrecondition when the account has
+// kMaxPendingUploads uploads waiting, kIo.
+Result<Upload> receiveUpload(const std::string& data_root, const std::string& account,
+                             std::string_view archive, const storage::ArchiveLimits& limits);
+
+// The directory of `account`'s upload `id`, waiting for its job. Errors: kInvalidArgument for
+// an id that is not one, kNotFound (never made, another account's, taken by a job, expired).
+Result<std::string> pendingUpload(const std::string& data_root, const std::string& account,
+                                  const std::string& id);
+
+}  // namespace cohort::server

@@ -1,0 +1,743 @@
+#include "storage/s3.h"
+
+#include <curl/curl.h>
+#include <openssl/evp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "storage/uri.h"
+#include "util/text.h"
+
+namespace cohort::storage {
+
+namespace {
+
+constexpr std::string_view kScheme = "s3://";
+constexpr int kMaxParts = 10000;
+constexpr int kRetries = 3;
+constexpr int kPartThreads = 4;              // parts of one object in flight at once
+constexpr size_t kMaxReplyBytes = 64 << 20;  // an XML answer larger than this is refused
+constexpr int64_t kMaxListed = 10'000'000;
+constexpr int64_t kMaxObjectBytes = int64_t{5} << 40;  // S3's limit on one object
+
+// ---- encoding and digests --------------------------------------------------------------------
+
+std::string toHex(const unsigned char* bytes, unsigned int n) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < n; ++i) {
+    out += hex[bytes[i] >> 4];
+    out += hex[bytes[i] & 15];
+  }
+  return out;
+}
+
+std::string digestHex(const EVP_MD* md, std::string_view data) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_Digest(data.data(), data.size(), out, &n, md, nullptr);
+  return toHex(out, n);
+}
+
+std::string digestRaw(const EVP_MD* md, std::string_view data) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_Digest(data.data(), data.size(), out, &n, md, nullptr);
+  return std::string(reinterpret_cast<char*>(out), n);
+}
+
+Result<void> preadAll(int fd, char* buf, size_t n, int64_t offset, const std::string& what) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::pread(fd, buf + got, n - got, offset + static_cast<int64_t>(got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return failErrno("read '" + what + "'");
+    if (r == 0) return fail(Code::kIo, "read '" + what + "': the file shrank while it was read");
+    got += static_cast<size_t>(r);
+  }
+  return {};
+}
+
+// ---- XML answers (a few flat elements; entities decoded) ----------------------------------
+
+std::string xmlDecode(std::string_view text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '&') {
+      out += text[i];
+      continue;
+    }
+    size_t semi = text.find(';', i);
+    if (semi == std::string_view::npos || semi - i > 10) {
+      out += text[i];
+      continue;
+    }
+    std::string_view entity = text.substr(i + 1, semi - i - 1);
+    if (entity == "amp")
+      out += '&';
+    else if (entity == "lt")
+      out += '<';
+    else if (entity == "gt")
+      out += '>';
+    else if (entity == "quot")
+      out += '"';
+    else if (entity == "apos")
+      out += '\'';
+    else if (entity.size() > 1 && entity[0] == '#') {
+      bool hex = entity[1] == 'x' || entity[1] == 'X';
+      unsigned long cp =
+          std::strtoul(std::string(entity.substr(hex ? 2 : 1)).c_str(), nullptr, hex ? 16 : 10);
+      // UTF-8 of the code point.
+      if (cp < 0x80) {
+        out += static_cast<char>(cp);
+      } else if (cp < 0x800) {
+        out += static_cast<char>(0xC0 | (cp >> 6));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+      } else if (cp < 0x10000) {
+        out += static_cast<char>(0xE0 | (cp >> 12));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+      } else {
+        out += static_cast<char>(0xF0 | (cp >> 18));
+        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+      }
+    } else {
+      out.append(text.substr(i, semi - i + 1));
+    }
+    i = semi;
+  }
+  return out;
+}
+
+// The raw text of every <tag>...</tag> in `xml`, in order.
+std::vector<std::string_view> xmlElements(std::string_view xml, std::string_view tag) {
+  std::vector<std::string_view> out;
+  const std::string open = "<" + std::string(tag) + ">", close = "</" + std::string(tag) + ">";
+  size_t at = 0;
+  while ((at = xml.find(open, at)) != std::string_view::npos) {
+    size_t start = at + open.size();
+    size_t end = xml.find(close, start);
+    if (end == std::string_view::npos) break;
+    out.push_back(xml.substr(start, end - start));
+    at = end + close.size();
+  }
+  return out;
+}
+
+std::string xmlText(std::string_view xml, std::string_view tag) {
+  auto all = xmlElements(xml, tag);
+  return all.empty() ? "" : xmlDecode(all.front());
+}
+
+std::string unquote(std::string etag) {
+  if (etag.size() >= 2 && etag.front() == '"' && etag.back() == '"') {
+    etag = etag.substr(1, etag.size() - 2);
+  }
+  return etag;
+}
+
+// ---- configuration -------------------------------------------------------------------------
+
+using IniFile = std::map<std::string, std::map<std::string, std::string>>;
+
+IniFile readIni(const std::string& path) {
+  IniFile ini;
+  std::ifstream in(path);
+  std::string line, section;
+  while (std::getline(in, line)) {
+    std::string t(trim(line));
+    if (t.empty() || t[0] == '#' || t[0] == ';') continue;
+    if (t.front() == '[' && t.back() == ']') {
+      section = std::string(trim(std::string_view(t).substr(1, t.size() - 2)));
+      ini[section];
+      continue;
+    }
+    size_t eq = t.find('=');
+    if (eq == std::string::npos) continue;
+    ini[section][std::string(trim(std::string_view(t).substr(0, eq)))] =
+        std::string(trim(std::string_view(t).substr(eq + 1)));
+  }
+  return ini;
+}
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+std::string awsFile(const char* variable, const char* name) {
+  if (std::string set = env(variable); !set.empty()) return set;
+  std::string home = env("HOME");
+  return home.empty() ? "" : home + "/.aws/" + name;
+}
+
+// ---- HTTP ------------------------------------------------------------------------------------
+
+void initCurlOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+struct Request {
+  const char* method = "GET";
+  std::string key;    // "" = the bucket
+  std::string query;  // encoded, parameters in sorted order, without '?'
+  std::string_view body;
+  std::string content_type;
+  int fd = -1;  // GET: the body is written here, at `offset` onwards
+  int64_t offset = 0;
+  int64_t length = -1;  // GET: a byte range of this length at `offset`
+  const std::atomic<bool>* cancel = nullptr;
+};
+
+struct Reply {
+  long status = 0;
+  std::string body;
+  std::string etag;
+  int64_t content_length = -1;
+  int64_t written = 0;  // GET into fd
+  std::string write_error;
+};
+
+struct Transfer {
+  const Request* request;
+  Reply* reply;
+  size_t sent = 0;
+};
+
+size_t onBody(char* data, size_t size, size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  size_t bytes = size * n;
+  Reply& reply = *t->reply;
+  if (t->request->fd >= 0 && reply.status / 100 == 2) {
+    size_t done = 0;
+    while (done < bytes) {
+      ssize_t w = ::pwrite(t->request->fd, data + done, bytes - done,
+                           t->request->offset + reply.written + static_cast<int64_t>(done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) {
+        reply.write_error = std::strerror(errno);
+        return 0;
+      }
+      done += static_cast<size_t>(w);
+    }
+    reply.written += static_cast<int64_t>(bytes);
+    return bytes;
+  }
+  if (reply.body.size() + bytes > kMaxReplyBytes) return 0;
+  reply.body.append(data, bytes);
+  return bytes;
+}
+
+size_t onHeader(char* data, size_t size, size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  std::string_view line(data, size * n);
+  if (line.rfind("HTTP/", 0) == 0) {
+    size_t sp = line.find(' ');
+    if (sp != std::string_view::npos)
+      t->reply->status = std::atol(std::string(line.substr(sp + 1, 3)).c_str());
+    return size * n;
+  }
+  size_t colon = line.find(':');
+  if (colon == std::string_view::npos) return size * n;
+  std::string name(line.substr(0, colon));
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::string value(trim(line.substr(colon + 1)));
+  if (name == "etag") t->reply->etag = unquote(value);
+  if (name == "content-length") t->reply->content_length = std::atoll(value.c_str());
+  return size * n;
+}
+
+size_t onRead(char* buffer, size_t size, size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  size_t room = size * n, left = t->request->body.size() - t->sent;
+  size_t chunk = std::min(room, left);
+  std::memcpy(buffer, t->request->body.data() + t->sent, chunk);
+  t->sent += chunk;
+  return chunk;
+}
+
+int onProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  auto* t = static_cast<Transfer*>(user);
+  return t->request->cancel && t->request->cancel->load() ? 1 : 0;
+}
+
+class S3Store final : public ObjectStore {
+ public:
+  S3Store(S3Config config, std::string bucket)
+      : config_(std::move(config)), bucket_(std::move(bucket)) {
+    initCurlOnce();
+    sigv4_ = "aws:amz:" + config_.region + ":s3";
+  }
+
+  ~S3Store() override {
+    for (CURL* h : idle_) curl_easy_cleanup(h);
+  }
+
+  std::string uri(const std::string& key) const override {
+    return "s3://" + bucket_ + (key.empty() ? "" : "/" + key);
+  }
+
+  Result<std::vector<ObjectInfo>> list(const std::string& prefix) override {
+    std::vector<ObjectInfo> out;
+    std::string token;
+    do {
+      Request r;
+      r.query = (token.empty() ? "" : "continuation-token=" + urlEncode(token, false) + "&") +
+                "list-type=2&prefix=" + urlEncode(prefix, false);
+      COHORT_ASSIGN(Reply reply, send(r, prefix));
+      for (std::string_view item : xmlElements(reply.body, "Contents")) {
+        ObjectInfo info;
+        info.key = xmlText(item, "Key");
+        info.size = std::atoll(xmlText(item, "Size").c_str());
+        info.etag = unquote(xmlText(item, "ETag"));
+        COHORT_TRY(checkSize(info));
+        out.push_back(std::move(info));
+      }
+      if (static_cast<int64_t>(out.size()) > kMaxListed) {
+        return fail(Code::kTooLarge, uri(prefix) + ": more than " + std::to_string(kMaxListed) +
+                                         " objects under this prefix");
+      }
+      token = xmlText(reply.body, "IsTruncated") == "true"
+                  ? xmlText(reply.body, "NextContinuationToken")
+                  : "";
+    } while (!token.empty());
+    std::sort(out.begin(), out.end(),
+              [](const ObjectInfo& a, const ObjectInfo& b) { return a.key < b.key; });
+    return out;
+  }
+
+  Result<ObjectInfo> head(const std::string& key) override {
+    Request r;
+    r.method = "HEAD";
+    r.key = key;
+    COHORT_ASSIGN(Reply reply, send(r, key));
+    ObjectInfo info{key, reply.content_length, reply.etag};
+    COHORT_TRY(checkSize(info));
+    return info;
+  }
+
+  Result<void> getRange(const std::string& key, int fd, int64_t offset, int64_t length) override {
+    if (length == 0) return {};
+    Request r;
+    r.key = key;
+    r.fd = fd;
+    r.offset = offset;
+    r.length = length;
+    COHORT_ASSIGN(Reply reply, send(r, key));
+    if (reply.written != length) {
+      return fail(Code::kIo, uri(key) + ": got " + std::to_string(reply.written) + " of " +
+                                 std::to_string(length) + " bytes");
+    }
+    return {};
+  }
+
+  Result<std::string> etagOf(int fd, int64_t size) const override {
+    if (size <= kPartSize) {
+      std::string data(static_cast<size_t>(size), '\0');
+      COHORT_TRY(preadAll(fd, data.data(), data.size(), 0, "the file"));
+      return digestHex(EVP_md5(), data);
+    }
+    const int64_t part = partSize(size);
+    std::string digests, buf(static_cast<size_t>(part), '\0');
+    int parts = 0;
+    for (int64_t at = 0; at < size; at += part, ++parts) {
+      size_t n = static_cast<size_t>(std::min(part, size - at));
+      COHORT_TRY(preadAll(fd, buf.data(), n, at, "the file"));
+      digests += digestRaw(EVP_md5(), std::string_view(buf.data(), n));
+    }
+    return digestHex(EVP_md5(), digests) + "-" + std::to_string(parts);
+  }
+
+  // An MD5 ("32 hex"), or an MD5 of part MD5s ("32 hex-N") with as many parts as cohort makes.
+  bool checkable(const ObjectInfo& object) const override {
+    const std::string& etag = object.etag;
+    const size_t dash = etag.find('-');
+    std::string_view md5 = std::string_view(etag).substr(0, dash);
+    if (md5.size() != 32 ||
+        !std::all_of(md5.begin(), md5.end(), [](char c) { return std::isxdigit(c); })) {
+      return false;
+    }
+    const bool multipart = object.size > kPartSize;
+    if (dash == std::string::npos) return !multipart;
+    const int64_t part = partSize(object.size);
+    return multipart && etag.substr(dash + 1) == std::to_string((object.size + part - 1) / part);
+  }
+
+  Result<std::string> put(const std::string& key, int fd, int64_t size,
+                          const std::atomic<bool>* cancel) override {
+    if (size <= kPartSize) {
+      std::string data(static_cast<size_t>(size), '\0');
+      COHORT_TRY(preadAll(fd, data.data(), data.size(), 0, "'" + key + "'"));
+      Request r;
+      r.method = "PUT";
+      r.key = key;
+      r.body = data;
+      r.cancel = cancel;
+      COHORT_ASSIGN(Reply reply, send(r, key));
+      return reply.etag;
+    }
+    return putMultipart(key, fd, size, cancel);
+  }
+
+ private:
+  // A size the service reports is believed only within S3's own limit (5 TiB an object).
+  Result<void> checkSize(const ObjectInfo& info) const {
+    if (info.size < 0 || info.size > kMaxObjectBytes) {
+      return fail(Code::kIo, uri(info.key) + ": the service reports a size of " +
+                                 std::to_string(info.size) + " bytes, outside 0 to 5 TiB");
+    }
+    return {};
+  }
+
+  Result<std::string> putMultipart(const std::string& key, int fd, int64_t size,
+                                   const std::atomic<bool>* cancel) {
+    Request create;
+    create.method = "POST";
+    create.key = key;
+    create.query = "uploads=";
+    COHORT_ASSIGN(Reply created, send(create, key));
+    const std::string upload_id = xmlText(created.body, "UploadId");
+    if (upload_id.empty()) {
+      return fail(Code::kIo, uri(key) + ": the service started no multipart upload");
+    }
+    const int64_t part = partSize(size);
+    const int parts = static_cast<int>((size + part - 1) / part);
+    std::vector<std::string> etags(static_cast<size_t>(parts));
+    std::atomic<int> next{0};
+    std::mutex mu;
+    std::optional<Error> first_error;
+    auto worker = [&] {
+      std::string buf(static_cast<size_t>(part), '\0');
+      for (int i; (i = next.fetch_add(1)) < parts;) {
+        {
+          std::lock_guard lock(mu);
+          if (first_error) return;
+        }
+        const int64_t at = int64_t{i} * part;
+        const size_t n = static_cast<size_t>(std::min(part, size - at));
+        Request r;
+        r.method = "PUT";
+        r.key = key;
+        r.query =
+            "partNumber=" + std::to_string(i + 1) + "&uploadId=" + urlEncode(upload_id, false);
+        r.body = std::string_view(buf.data(), n);
+        r.cancel = cancel;
+        auto read = preadAll(fd, buf.data(), n, at, "'" + key + "'");
+        Result<Reply> reply = read ? send(r, key) : Result<Reply>(tl::unexpected(read.error()));
+        std::lock_guard lock(mu);
+        if (!reply) {
+          if (!first_error) first_error = reply.error();
+          return;
+        }
+        etags[static_cast<size_t>(i)] = reply->etag;
+      }
+    };
+    std::vector<std::thread> threads;
+    for (int t = 0; t < std::min(parts, kPartThreads); ++t) threads.emplace_back(worker);
+    for (auto& t : threads) t.join();
+
+    if (!first_error) {
+      std::string xml = "<CompleteMultipartUpload>";
+      for (int i = 0; i < parts; ++i) {
+        xml += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>\"" +
+               etags[static_cast<size_t>(i)] + "\"</ETag></Part>";
+      }
+      xml += "</CompleteMultipartUpload>";
+      Request complete;
+      complete.method = "POST";
+      complete.key = key;
+      complete.query = "uploadId=" + urlEncode(upload_id, false);
+      complete.body = xml;
+      complete.content_type = "application/xml";
+      auto done = send(complete, key);
+      // S3 may answer 200 with an <Error> in the body.
+      if (done && done->body.find("<Error>") == std::string::npos) {
+        return unquote(xmlText(done->body, "ETag"));
+      }
+      first_error = done ? Error{Code::kIo, uri(key) + ": completing the upload failed: " +
+                                                xmlText(done->body, "Message")}
+                         : done.error();
+    }
+    Request abort;
+    abort.method = "DELETE";
+    abort.key = key;
+    abort.query = "uploadId=" + urlEncode(upload_id, false);
+    (void)send(abort, key);  // best effort: the service also expires unfinished uploads
+    return tl::unexpected<Error>(*first_error);
+  }
+
+  std::string url(const Request& r) const {
+    std::string base;
+    if (config_.endpoint.empty()) {
+      base = "https://" + bucket_ + ".s3." + config_.region + ".amazonaws.com/";
+    } else {
+      base = config_.endpoint + "/" + bucket_ + (r.key.empty() ? "" : "/");
+    }
+    std::string out = base + urlEncode(r.key, true);
+    if (!r.query.empty()) out += "?" + r.query;
+    return out;
+  }
+
+  CURL* acquire() {
+    std::lock_guard lock(mu_);
+    if (idle_.empty()) return curl_easy_init();
+    CURL* h = idle_.back();
+    idle_.pop_back();
+    return h;
+  }
+  void release(CURL* h) {
+    std::lock_guard lock(mu_);
+    idle_.push_back(h);
+  }
+
+  // One request with retries; errors in words, naming `what` (a key or a prefix).
+  Result<Reply> send(const Request& r, const std::string& what) {
+    for (int attempt = 0;; ++attempt) {
+      Reply reply;
+      CURLcode code = perform(r, reply);
+      const bool cancelled = r.cancel && r.cancel->load();
+      if (cancelled) return fail(Code::kFailedPrecondition, "interrupted");
+      if (!reply.write_error.empty()) {
+        return fail(Code::kIo, uri(what) + ": write: " + reply.write_error);
+      }
+      const bool transient = code != CURLE_OK || reply.status >= 500 || reply.status == 429;
+      if (transient && attempt < kRetries) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200 << (2 * attempt)));
+        continue;
+      }
+      if (code != CURLE_OK) {
+        return fail(Code::kUnavailable, uri(what) + ": cannot reach the S3 service at " +
+                                            endpointName() + ": " + curl_easy_strerror(code) +
+                                            " (set AWS_ENDPOINT_URL to the service)");
+      }
+      if (reply.status / 100 == 2) return reply;
+      return failFor(r, reply, what);
+    }
+  }
+
+  std::string endpointName() const {
+    return config_.endpoint.empty() ? "s3." + config_.region + ".amazonaws.com" : config_.endpoint;
+  }
+
+  tl::unexpected<Error> failFor(const Request& r, const Reply& reply, const std::string& what) {
+    const std::string code = xmlText(reply.body, "Code");
+    const std::string message = xmlText(reply.body, "Message");
+    const std::string said = code.empty() ? "HTTP " + std::to_string(reply.status)
+                                          : code + (message.empty() ? "" : ": " + message);
+    if (code == "NoSuchBucket") {
+      return fail(Code::kNotFound, "bucket '" + bucket_ + "' does not exist at " + endpointName());
+    }
+    if (code == "InvalidAccessKeyId" || code == "SignatureDoesNotMatch" ||
+        (reply.status == 403 && std::string_view(r.method) == "HEAD")) {
+      return fail(Code::kUnauthenticated,
+                  uri(what) + ": the S3 service refused the credentials (" + said +
+                      "): check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or the profile "
+                      "in ~/.aws/credentials");
+    }
+    if (reply.status == 403) {
+      return fail(Code::kPermissionDenied, uri(what) + ": access denied (" + said + ")");
+    }
+    if (reply.status == 404) return fail(Code::kNotFound, uri(what) + ": no such object");
+    return fail(Code::kIo, uri(what) + ": " + r.method + " failed: " + said);
+  }
+
+  CURLcode perform(const Request& r, Reply& reply) {
+    CURL* h = acquire();
+    curl_easy_reset(h);
+    Transfer t{&r, &reply};
+    char error[CURL_ERROR_SIZE] = {0};
+    const std::string address = url(r);
+    curl_easy_setopt(h, CURLOPT_URL, address.c_str());
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, error);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 60L);
+    curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4_.c_str());
+    if (!config_.ca_bundle.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, config_.ca_bundle.c_str());
+    curl_easy_setopt(h, CURLOPT_USERNAME, config_.access_key.c_str());
+    curl_easy_setopt(h, CURLOPT_PASSWORD, config_.secret_key.c_str());
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, onBody);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &t);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, onHeader);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, &t);
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, onProgress);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, &t);
+
+    curl_slist* headers = nullptr;
+    const std::string payload_hash = "x-amz-content-sha256: " + digestHex(EVP_sha256(), r.body);
+    headers = curl_slist_append(headers, payload_hash.c_str());
+    if (!config_.session_token.empty()) {
+      headers =
+          curl_slist_append(headers, ("x-amz-security-token: " + config_.session_token).c_str());
+    }
+    headers = curl_slist_append(headers, "Expect:");
+    std::string range;
+    const std::string_view method = r.method;
+    if (method == "HEAD") {
+      curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+    } else if (method == "PUT") {
+      curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+      curl_easy_setopt(h, CURLOPT_READFUNCTION, onRead);
+      curl_easy_setopt(h, CURLOPT_READDATA, &t);
+      curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(r.body.size()));
+    } else if (method == "POST") {
+      curl_easy_setopt(h, CURLOPT_POST, 1L);
+      curl_easy_setopt(h, CURLOPT_POSTFIELDS, r.body.data());
+      curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(r.body.size()));
+      headers = curl_slist_append(
+          headers,
+          ("Content-Type: " +
+           (r.content_type.empty() ? std::string("application/octet-stream") : r.content_type))
+              .c_str());
+    } else if (method != "GET") {
+      curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, r.method);
+    }
+    if (r.length > 0) {
+      range = "Range: bytes=" + std::to_string(r.offset) + "-" +
+              std::to_string(r.offset + r.length - 1);
+      headers = curl_slist_append(headers, range.c_str());
+    }
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+    CURLcode code = curl_easy_perform(h);
+    curl_slist_free_all(headers);
+    release(h);
+    return code;
+  }
+
+  const S3Config config_;
+  const std::string bucket_;
+  std::string sigv4_;
+  std::mutex mu_;
+  std::vector<CURL*> idle_;  // handles kept with their connections, for the next request
+};
+
+}  // namespace
+
+int64_t partSize(int64_t object_size) {
+  int64_t part = kPartSize;
+  const int64_t mib = int64_t{1} << 20;
+  if ((object_size + part - 1) / part > kMaxParts) {
+    part = ((object_size + kMaxParts - 1) / kMaxParts + mib - 1) / mib * mib;
+  }
+  return part;
+}
+
+bool isS3Uri(const std::string& text) { return text.rfind(kScheme, 0) == 0; }
+
+Result<S3Uri> parseS3Uri(const std::string& uri) {
+  if (!isS3Uri(uri)) return fail(Code::kInvalidArgument, "'" + uri + "': expected s3://BUCKET/KEY");
+  std::string rest = uri.substr(kScheme.size());
+  S3Uri out;
+  size_t slash = rest.find('/');
+  out.bucket = rest.substr(0, slash);
+  if (slash != std::string::npos) out.key = rest.substr(slash + 1);
+  if (!validBucketName(out.bucket)) {
+    return fail(Code::kInvalidArgument,
+                "'" + uri + "': '" + out.bucket +
+                    "' is not a valid bucket name (3 to 63 lower-case letters, digits, dots and "
+                    "hyphens)");
+  }
+  std::string key = out.key;
+  if (!key.empty() && key.back() == '/') key.pop_back();
+  if (!out.key.empty()) {
+    for (const std::string& part : split(key, '/')) {
+      if (part.empty() || part == "." || part == "..") {
+        return fail(Code::kInvalidArgument,
+                    "'" + uri + "': a key may not have empty, '.' or '..' parts");
+      }
+    }
+  }
+  return out;
+}
+
+Result<S3Config> s3ConfigFromEnvironment() {
+  S3Config config;
+  const std::string profile = env("AWS_PROFILE").empty() ? "default" : env("AWS_PROFILE");
+  const std::string credentials_file = awsFile("AWS_SHARED_CREDENTIALS_FILE", "credentials");
+  const std::string config_file = awsFile("AWS_CONFIG_FILE", "config");
+  IniFile credentials = credentials_file.empty() ? IniFile{} : readIni(credentials_file);
+  IniFile settings = config_file.empty() ? IniFile{} : readIni(config_file);
+  const auto& section = settings[profile == "default" ? "default" : "profile " + profile];
+
+  config.access_key = env("AWS_ACCESS_KEY_ID");
+  config.secret_key = env("AWS_SECRET_ACCESS_KEY");
+  config.session_token = env("AWS_SESSION_TOKEN");
+  if (config.access_key.empty() || config.secret_key.empty()) {
+    auto found = credentials.find(profile);
+    if (found == credentials.end() && !env("AWS_PROFILE").empty()) {
+      return fail(Code::kInvalidArgument,
+                  "AWS_PROFILE: no profile '" + profile + "' in '" + credentials_file + "'");
+    }
+    if (found != credentials.end()) {
+      config.access_key = found->second["aws_access_key_id"];
+      config.secret_key = found->second["aws_secret_access_key"];
+      config.session_token = found->second["aws_session_token"];
+    }
+  }
+  if (config.access_key.empty() || config.secret_key.empty()) {
+    return fail(
+        Code::kUnauthenticated,
+        "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or give the "
+        "profile '" +
+            profile + "' aws_access_key_id and aws_secret_access_key in " +
+            (credentials_file.empty() ? "~/.aws/credentials" : "'" + credentials_file + "'"));
+  }
+  for (const char* name : {"AWS_REGION", "AWS_DEFAULT_REGION"}) {
+    if (std::string v = env(name); !v.empty()) {
+      config.region = v;
+      break;
+    }
+  }
+  if (env("AWS_REGION").empty() && env("AWS_DEFAULT_REGION").empty() && section.count("region")) {
+    config.region = section.at("region");
+  }
+  std::string endpoint = env("AWS_ENDPOINT_URL_S3");
+  if (endpoint.empty()) endpoint = env("AWS_ENDPOINT_URL");
+  if (endpoint.empty() && section.count("endpoint_url")) endpoint = section.at("endpoint_url");
+  while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
+  if (!endpoint.empty() && endpoint.rfind("http://", 0) != 0 &&
+      endpoint.rfind("https://", 0) != 0) {
+    return fail(Code::kInvalidArgument,
+                "AWS_ENDPOINT_URL: expected http://HOST[:PORT] or https://HOST[:PORT], got '" +
+                    endpoint + "'");
+  }
+  config.endpoint = endpoint;
+  config.ca_bundle = env("AWS_CA_BUNDLE");
+  if (config.ca_bundle.empty() && section.count("ca_bundle")) {
+    config.ca_bundle = section.at("ca_bundle");
+  }
+  for (char c : config.region) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') {
+      return fail(Code::kInvalidArgument, "AWS_REGION: '" + config.region + "' is not a region");
+    }
+  }
+  return config;
+}
+
+std::unique_ptr<ObjectStore> makeS3Store(S3Config config, std::string bucket) {
+  return std::make_unique<S3Store>(std::move(config), std::move(bucket));
+}
+
+Result<std::unique_ptr<ObjectStore>> openS3(const S3Uri& uri) {
+  COHORT_ASSIGN(S3Config config, s3ConfigFromEnvironment());
+  return makeS3Store(std::move(config), uri.bucket);
+}
+
+}  // namespace cohort::storage

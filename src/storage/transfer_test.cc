@@ -1,0 +1,239 @@
+// The transfer engine against an in-memory ObjectStore, and faults injected by a wrapper around
+// it (a store that stops taking bytes, one that hands back other bytes, one with hostile keys).
+// The real S3 client is tested against a real S3 server in tests/integration/s3_test.cc.
+#include "storage/transfer.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <random>
+
+namespace cohort::storage {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string readAll(int fd, int64_t size) {
+  std::string data(static_cast<size_t>(size), '\0');
+  if (size > 0 && ::pread(fd, data.data(), data.size(), 0) != size) return "";
+  return data;
+}
+
+// Objects in memory; the etag is the XXH3-64 of the bytes.
+class MemoryStore : public ObjectStore {
+ public:
+  std::string uri(const std::string& key) const override { return "mem://b/" + key; }
+  Result<std::vector<ObjectInfo>> list(const std::string& prefix) override {
+    std::lock_guard lock(mu_);
+    std::vector<ObjectInfo> out;
+    for (auto& [key, data] : objects_) {
+      if (key.rfind(prefix, 0) == 0)
+        out.push_back({key, static_cast<int64_t>(data.size()), tag(data)});
+    }
+    return out;
+  }
+  Result<ObjectInfo> head(const std::string& key) override {
+    std::lock_guard lock(mu_);
+    auto found = objects_.find(key);
+    if (found == objects_.end()) return fail(Code::kNotFound, uri(key) + ": no such object");
+    return ObjectInfo{key, static_cast<int64_t>(found->second.size()), tag(found->second)};
+  }
+  Result<void> getRange(const std::string& key, int fd, int64_t offset, int64_t length) override {
+    std::string data;
+    {
+      std::lock_guard lock(mu_);
+      data = objects_.at(key).substr(static_cast<size_t>(offset), static_cast<size_t>(length));
+    }
+    if (::pwrite(fd, data.data(), data.size(), offset) != static_cast<ssize_t>(data.size())) {
+      return fail(Code::kIo, "pwrite");
+    }
+    return {};
+  }
+  Result<std::string> etagOf(int fd, int64_t size) const override { return tag(readAll(fd, size)); }
+  bool checkable(const ObjectInfo&) const override { return true; }
+  Result<std::string> put(const std::string& key, int fd, int64_t size,
+                          const std::atomic<bool>*) override {
+    std::string data = readAll(fd, size);
+    std::lock_guard lock(mu_);
+    ++puts_;
+    objects_[key] = data;
+    return tag(data);
+  }
+
+  static std::string tag(const std::string& data) {
+    return std::to_string(XXH3_64bits(data.data(), data.size()));
+  }
+  std::map<std::string, std::string> objects_;
+  int puts_ = 0;
+  std::mutex mu_;
+};
+
+// Faults, around a store: puts that fail (as on a cut connection), reads that flip a byte.
+class FaultyStore : public MemoryStore {
+ public:
+  bool fail_puts = false;
+  bool corrupt_reads = false;
+  Result<std::string> put(const std::string& key, int fd, int64_t size,
+                          const std::atomic<bool>* cancel) override {
+    if (fail_puts) return fail(Code::kUnavailable, uri(key) + ": connection reset by peer");
+    return MemoryStore::put(key, fd, size, cancel);
+  }
+  Result<void> getRange(const std::string& key, int fd, int64_t offset, int64_t length) override {
+    COHORT_TRY(MemoryStore::getRange(key, fd, offset, length));
+    if (corrupt_reads && length > 0) {
+      char c = 0;
+      if (::pread(fd, &c, 1, offset) != 1) return fail(Code::kIo, "pread");
+      c ^= 1;
+      if (::pwrite(fd, &c, 1, offset) != 1) return fail(Code::kIo, "pwrite");
+    }
+    return {};
+  }
+};
+
+class Transfer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/cohort-transfer-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  void write(const std::string& rel, const std::string& content) {
+    fs::create_directories(fs::path(dir_ + "/" + rel).parent_path());
+    std::ofstream(dir_ + "/" + rel, std::ios::binary) << content;
+  }
+  std::map<std::string, std::string> files(const std::string& rel) {
+    std::map<std::string, std::string> out;
+    for (auto& e : fs::recursive_directory_iterator(dir_ + "/" + rel)) {
+      if (!e.is_regular_file()) continue;
+      std::ifstream in(e.path(), std::ios::binary);
+      out[fs::relative(e.path(), dir_ + "/" + rel).string()] =
+          std::string(std::istreambuf_iterator<char>(in), {});
+    }
+    return out;
+  }
+  std::string dir_;
+};
+
+TEST_F(Transfer, ATreeRoundTripsAndASecondUploadSkipsEverything) {
+  std::mt19937 rng(3);
+  std::string big((20 << 20) + 5, '\0');
+  for (char& c : big) c = static_cast<char>(rng());
+  write("src/a.txt", "alpha");
+  write("src/sub/b.txt", "beta");
+  write("src/big.bin", big);
+  write("src/.cohort-tmp-x-123", "left over");
+  MemoryStore store;
+  auto up = upload(dir_ + "/src", store, "run/");
+  ASSERT_TRUE(up) << up.error().message;
+  EXPECT_EQ(up->files_copied, 3);
+  EXPECT_EQ(store.objects_.count("run/a.txt"), 1u);
+  EXPECT_EQ(store.objects_.count("run/sub/b.txt"), 1u);
+  EXPECT_EQ(store.objects_.count("run/.cohort-tmp-x-123"), 0u) << "a temporary file was sent";
+
+  auto again = upload(dir_ + "/src", store, "run");
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->files_copied, 0);
+  EXPECT_EQ(again->files_skipped, 3);
+  EXPECT_EQ(store.puts_, 3);
+
+  auto down = download(store, "run", dir_ + "/back");
+  ASSERT_TRUE(down) << down.error().message;
+  auto want = files("src");
+  want.erase(".cohort-tmp-x-123");
+  EXPECT_EQ(files("back"), want);
+  auto twice = download(store, "run", dir_ + "/back");
+  ASSERT_TRUE(twice);
+  EXPECT_EQ(twice->files_skipped, 3);
+}
+
+TEST_F(Transfer, AFailedPutNamesTheFileAndStoresNothing) {
+  write("src/a.txt", "alpha");
+  FaultyStore store;
+  store.fail_puts = true;
+  auto up = upload(dir_ + "/src", store, "run");
+  ASSERT_FALSE(up);
+  EXPECT_NE(up.error().message.find("a.txt"), std::string::npos) << up.error().message;
+  EXPECT_NE(up.error().message.find("connection reset"), std::string::npos);
+  EXPECT_TRUE(store.objects_.empty());
+}
+
+TEST_F(Transfer, BytesThatDoNotMatchTheEtagNeverReachTheirFinalName) {
+  FaultyStore store;
+  write("src/model.pt", std::string(100000, 'm'));
+  ASSERT_TRUE(upload(dir_ + "/src/model.pt", store, "m/model.pt"));
+  store.corrupt_reads = true;
+  auto down = download(store, "m/model.pt", dir_ + "/model.pt");
+  ASSERT_FALSE(down);
+  EXPECT_EQ(down.error().code, Code::kIo);
+  EXPECT_NE(down.error().message.find("do not match"), std::string::npos) << down.error().message;
+  EXPECT_FALSE(fs::exists(dir_ + "/model.pt"));
+  for (auto& e : fs::directory_iterator(dir_)) {
+    EXPECT_EQ(e.path().filename().string().rfind(".cohort-tmp-", 0), std::string::npos);
+  }
+}
+
+TEST_F(Transfer, KeysThatWouldLeaveTheDestinationAreRefusedBeforeAnythingIsWritten) {
+  for (const std::string& key :
+       std::vector<std::string>{"p/../../escape", "p/a//b", "p/./x", "p/.cohort-tmp-y",
+                                std::string("p/nul\0/../../x", 14)}) {
+    MemoryStore store;
+    store.objects_["p/fine"] = "ok";
+    store.objects_[key] = "hostile";
+    auto down = download(store, "p", dir_ + "/out");
+    ASSERT_FALSE(down) << key;
+    EXPECT_EQ(down.error().code, Code::kInvalidArgument) << key;
+    if (key.find('\0') == std::string::npos) {
+      EXPECT_NE(down.error().message.find(key), std::string::npos) << down.error().message;
+    }
+    EXPECT_FALSE(fs::exists(dir_ + "/out/fine")) << key;
+    EXPECT_FALSE(fs::exists(dir_ + "/escape"));
+  }
+}
+
+TEST_F(Transfer, NothingIsWrittenThroughALinkBelowTheDestination) {
+  fs::create_directories(dir_ + "/out");
+  fs::create_directories(dir_ + "/elsewhere");
+  fs::create_directory_symlink(dir_ + "/elsewhere", dir_ + "/out/sub");
+  MemoryStore store;
+  store.objects_["p/sub/x"] = "through the link";
+  auto down = download(store, "p", dir_ + "/out");
+  ASSERT_FALSE(down);
+  EXPECT_NE(down.error().message.find("symbolic link"), std::string::npos)
+      << down.error().message;
+  EXPECT_TRUE(fs::is_empty(dir_ + "/elsewhere"));
+}
+
+TEST_F(Transfer, NothingThereIsNamed) {
+  MemoryStore store;
+  auto down = download(store, "nothing/here", dir_ + "/out");
+  ASSERT_FALSE(down);
+  EXPECT_EQ(down.error().code, Code::kNotFound);
+  EXPECT_NE(down.error().message.find("mem://b/nothing/here"), std::string::npos);
+  auto up = upload(dir_ + "/missing", store, "x");
+  ASSERT_FALSE(up);
+  EXPECT_EQ(up.error().code, Code::kNotFound);
+}
+
+TEST_F(Transfer, AFileGoesToTheKeyOrIntoAPrefix) {
+  write("f.txt", "f");
+  MemoryStore store;
+  ASSERT_TRUE(upload(dir_ + "/f.txt", store, "k/named"));
+  ASSERT_TRUE(upload(dir_ + "/f.txt", store, "k/"));
+  EXPECT_EQ(store.objects_.count("k/named"), 1u);
+  EXPECT_EQ(store.objects_.count("k/f.txt"), 1u);
+  fs::create_directories(dir_ + "/into");
+  ASSERT_TRUE(download(store, "k/named", dir_ + "/into"));
+  EXPECT_TRUE(fs::exists(dir_ + "/into/named"));
+}
+
+}  // namespace
+}  // namespace cohort::storage

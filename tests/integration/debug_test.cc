@@ -1,0 +1,368 @@
+// Debugging a distributed job (docs/debugging.md) as an IDE does it: a small Debug Adapter
+// Protocol client (dap_client.py, what VS Code's "attach" speaks) attaches to a rank that cohort
+// ran under debugpy, reads a variable where it stopped and lets it go on. RealDebugger runs real
+// gloo DDP jobs (Debian's python3-torch); DebugFlags the refusals and the timeouts with plain
+// Python ranks.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <thread>
+
+#include "harness.h"
+
+namespace cohort::testing {
+namespace {
+
+const char* kDebugpy = "/usr/bin/python3 -c 'import debugpy'";
+const char* kTorchAndDebugpy = "/usr/bin/python3 -c 'import torch, debugpy'";
+
+std::string example() { return sourceDir() + "/examples/pytorch/debug_ddp.py"; }
+
+// The line of `path` that contains `marker`, counting from 1.
+int lineOf(const std::string& path, const std::string& marker) {
+  std::ifstream in(path);
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (contains(line, marker)) return n;
+  }
+  return 0;
+}
+
+// The job `cohort run` started under `root`, once its directory is there.
+std::string jobIdUnder(const std::string& root) {
+  std::string dir;
+  waitFor([&] { return !(dir = onlyJobDir(root)).empty(); }, 30s, 20ms);
+  return dir.substr(dir.rfind('/') + 1);
+}
+
+// `cohort debug JOB --json`: the rank named `name` once it is in state `state`.
+std::optional<nlohmann::json> pausedRank(const std::string& root, const std::string& id,
+                                         const std::string& name,
+                                         const std::string& state = "waiting") {
+  std::optional<nlohmann::json> found;
+  waitFor(
+      [&] {
+        const std::string out = shellOutput(std::string(COHORT_BIN) + " debug " + id +
+                                            " --data-root " + root + " --json 2>/dev/null");
+        auto j = nlohmann::json::parse(out, nullptr, false);
+        if (!j.is_object() || !j["ranks"].is_array()) return false;
+        for (const auto& r : j["ranks"]) {
+          if (r["name"] == name && r["state"] == state) found = r;
+        }
+        return found.has_value();
+      },
+      45s, 100ms);
+  return found;
+}
+
+// Runs the DAP client against `port`; its JSON answer, or null with what it said in `why`.
+nlohmann::json attach(int port, const std::string& flags, std::string* why = nullptr) {
+  const std::string out =
+      shellOutput("/usr/bin/python3 " + sourceDir() + "/tests/integration/dap_client.py --port " +
+                  std::to_string(port) + " " + flags + " 2>&1");
+  auto j = nlohmann::json::parse(out.substr(out.find('{') == std::string::npos ? 0 : out.find('{')),
+                                 nullptr, false);
+  if (why) *why = out;
+  return j.is_object() ? j : nlohmann::json();
+}
+
+std::vector<std::string> ddp(const std::string& root, const std::vector<std::string>& flags) {
+  std::vector<std::string> args = {"run", "--data-root", root,  "--nodes", "2", "--nproc-per-node",
+                                   "2",   "--log-ranks", "none"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  for (const std::string& a : {std::string("--"), std::string("/usr/bin/python3"), example()}) {
+    args.push_back(a);
+  }
+  return args;
+}
+
+TEST(RealDebugger, AttachesToAWaitingRankStopsAtABreakpointAndTheJobSucceeds) {
+  REQUIRE(kTorchAndDebugpy, "Debian's python3-torch and python3-debugpy are not installed");
+  const std::string root = tempDir();
+  CohortProcess job(ddp(root, {"--debug", "1"}));
+  const std::string id = jobIdUnder(root);
+  auto rank = pausedRank(root, id, "worker/1");
+  ASSERT_TRUE(rank) << job.wait(5s).err;
+  EXPECT_EQ((*rank)["reason"], "start");
+  EXPECT_EQ((*rank)["host"], "127.0.0.1");
+  const int line = lineOf(example(), "a line to stop at");
+  std::string said;
+  auto stop =
+      attach((*rank)["port"].get<int>(),
+             "--breakpoint " + example() + ":" + std::to_string(line) + " --evaluate step", &said);
+  ASSERT_TRUE(stop.is_object()) << said;
+  EXPECT_EQ(stop["stopped"], "breakpoint");
+  EXPECT_EQ(stop["file"], example());
+  EXPECT_EQ(stop["line"], line);
+  EXPECT_EQ(stop["value"], "0") << "the first step";
+  auto r = job.wait(60s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "cohort: worker/1 on node 0 is waiting for a debugger at 127.0.0.1:" +
+                                  std::to_string((*rank)["port"].get<int>())))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "a debugger is attached to worker/1 on node 0")) << r.err;
+  bool recorded = false;
+  for (const auto& e : readJsonLines(onlyJobDir(root) + "/events.jsonl")) {
+    recorded = recorded || (e["event"] == "debug" && e["state"] == "waiting" && e["rank"] == 1);
+  }
+  EXPECT_TRUE(recorded) << "the pause is an event of the job";
+}
+
+TEST(RealDebugger, ABreakpointCallPausesItsRankUnderTheDebugger) {
+  REQUIRE(kTorchAndDebugpy, "Debian's python3-torch and python3-debugpy are not installed");
+  const std::string root = tempDir();
+  CohortProcess job(ddp(root, {"--debug", "none", "--env", "BREAK_ON_RANK=2"}));
+  const std::string id = jobIdUnder(root);
+  auto rank = pausedRank(root, id, "worker/2");
+  ASSERT_TRUE(rank) << job.wait(5s).err;
+  EXPECT_EQ((*rank)["reason"], "breakpoint");
+  EXPECT_TRUE(contains((*rank)["where"].get<std::string>(), "debug_ddp.py:")) << *rank;
+  std::string said;
+  auto stop = attach((*rank)["port"].get<int>(), "--evaluate step", &said);
+  ASSERT_TRUE(stop.is_object()) << said;
+  EXPECT_EQ(stop["file"], example()) << "stopped in the script, not in cohort's hook";
+  EXPECT_EQ(stop["function"], "main");
+  EXPECT_EQ(stop["value"], "2");
+  auto r = job.wait(60s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(contains(r.err, "BdbQuit")) << r.err;
+}
+
+TEST(RealDebugger, PostMortemStopsAtTheExceptionAndTheJobFailsWithThatRank) {
+  REQUIRE(kTorchAndDebugpy, "Debian's python3-torch and python3-debugpy are not installed");
+  const std::string root = tempDir();
+  CohortProcess job(ddp(root, {"--post-mortem", "--env", "RAISE_ON_RANK=3"}));
+  const std::string id = jobIdUnder(root);
+  auto rank = pausedRank(root, id, "worker/3");
+  ASSERT_TRUE(rank) << job.wait(5s).err;
+  EXPECT_EQ((*rank)["reason"], "exception");
+  EXPECT_TRUE(contains((*rank)["where"].get<std::string>(), "RuntimeError: rank 3: a bad batch"))
+      << *rank;
+  std::string said;
+  auto stop = attach((*rank)["port"].get<int>(), "--evaluate step --then disconnect", &said);
+  ASSERT_TRUE(stop.is_object()) << said;
+  EXPECT_EQ(stop["stopped"], "exception");
+  EXPECT_TRUE(contains(stop["exception"].get<std::string>(), "RuntimeError")) << stop;
+  EXPECT_EQ(stop["line"], lineOf(example(), "raise RuntimeError"));
+  EXPECT_EQ(stop["value"], "2");
+  auto r = job.wait(60s);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const auto result = readJson(onlyJobDir(root) + "/result.json");
+  EXPECT_EQ(result["root_cause"]["name"], "worker/3") << result.dump(2);
+  EXPECT_TRUE(contains(result["root_cause"]["tail"].dump(), "a bad batch")) << result.dump(2);
+}
+
+// ---- without torch: refusals before anything starts, and the timeouts held ----------------
+
+std::string script(const std::string& dir, const std::string& name, const std::string& body) {
+  const std::string path = dir + "/" + name;
+  std::ofstream(path) << body;
+  return path;
+}
+
+void expectNothingStarted(const std::string& root) {
+  EXPECT_EQ(onlyJobDir(root), "") << "no job directory: nothing was started";
+}
+
+TEST(DebugFlags, ARankThatDoesNotExistIsRefused) {
+  const std::string root = tempDir();
+  const std::string py = script(root, "x.py", "print(1)\n");
+  auto r = runCohort({"run", "--data-root", root, "--nodes", "2", "--nproc-per-node", "2",
+                      "--debug", "7", "--", "/usr/bin/python3", py});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "--debug: debug.ranks: rank 7 does not exist: the job has 4 rank(s), "
+                       "0 to 3"))
+      << r.err;
+  expectNothingStarted(root);
+}
+
+TEST(DebugFlags, AnInterpreterWithoutDebugpyIsRefused) {
+  const std::string root = tempDir();
+  const std::string py = script(root, "x.py", "print(1)\n");
+  // An interpreter that sees no site packages, as a bare virtual environment would.
+  const std::string bare = script(root, "python3", "#!/bin/sh\nexec /usr/bin/python3 -S \"$@\"\n");
+  ASSERT_EQ(::chmod(bare.c_str(), 0755), 0);
+  auto r = runCohort({"run", "--data-root", root + "/data", "--debug", "0", "--", bare, py});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, "debug: the ranks' interpreter '" + bare + "'")) << r.err;
+  EXPECT_TRUE(contains(r.err, "cannot import debugpy")) << r.err;
+  expectNothingStarted(root + "/data");
+}
+
+TEST(DebugFlags, APortThatCannotBeLeasedIsRefused) {
+  REQUIRE(kDebugpy, "Debian's python3-debugpy is not installed");
+  const std::string root = tempDir();
+  const std::string py = script(root, "x.py", "print(1)\n");
+  // Something else listens on the port the job file names.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t len = sizeof sa;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  const int port = ntohs(sa.sin_port);
+  const std::string file = script(root, "job.yaml",
+                                  "name: d\ncommand: [/usr/bin/python3, x.py]\ndebug: {ranks: [0], "
+                                  "port: " +
+                                      std::to_string(port) + "}\n");
+  auto r = runCohort({"run", "--data-root", root + "/data", "-f", file});
+  ::close(fd);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, "job.yaml:3: debug.port: no port for rank 0's debugger: port " +
+                                  std::to_string(port) + " on 127.0.0.1 is in use"))
+      << r.err;
+  expectNothingStarted(root + "/data");
+}
+
+TEST(DebugFlags, PlanShowsTheDebugWiring) {
+  const std::string root = tempDir();
+  const std::string py = script(root, "x.py", "print(1)\n");
+  auto r = runCohort({"plan", "--data-root", root, "--nproc-per-node", "2", "--debug", "1",
+                      "--post-mortem", "--json", "--", "/usr/bin/python3", py});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto plan = nlohmann::json::parse(r.out);
+  const auto& ranks = plan["nodes"][0]["ranks"];
+  ASSERT_EQ(ranks.size(), 2u);
+  EXPECT_TRUE(contains(ranks[0]["argv"].dump(), "files/debug/cohort_debug.py")) << ranks[0];
+  EXPECT_EQ(ranks[1]["env"]["COHORT_DEBUG_WAIT"], "1");
+  EXPECT_FALSE(ranks[0]["env"].contains("COHORT_DEBUG_WAIT"));
+  EXPECT_EQ(ranks[0]["env"]["COHORT_DEBUG_POST_MORTEM"], "1");
+  EXPECT_EQ(ranks[0]["env"]["COHORT_DEBUG_LISTEN"], "127.0.0.1:auto");
+  expectNothingStarted(root);
+}
+
+// A rank waits for a debugger while the other fails at once and max_runtime passes: nothing
+// ends the job until the debugger detaches; then fail-fast does, with the failed rank as the
+// cause.
+TEST(DebugFlags, FailFastAndMaxRuntimeHoldWhileARankIsDebuggedAndApplyAfter) {
+  REQUIRE(kDebugpy, "Debian's python3-debugpy is not installed");
+  for (const bool fails : {true, false}) {
+    SCOPED_TRACE(fails ? "a rank fails" : "max_runtime");
+    const std::string root = tempDir();
+    const std::string py = script(root, "x.py",
+                                  "import os, sys, time\n"
+                                  "rank = int(os.environ['COHORT_RANK'])\n"
+                                  "if rank == 0 and os.environ.get('FAIL') == '1':\n"
+                                  "    sys.exit(3)\n"
+                                  "time.sleep(60)\n");
+    CohortProcess job({"run", "--data-root", root + "/data", "--framework", "generic",
+                       "--nproc-per-node", "2", "--debug", "1", "--max-runtime", "3s", "--env",
+                       std::string("FAIL=") + (fails ? "1" : "0"), "--", "/usr/bin/python3", py});
+    const std::string data = root + "/data";
+    const std::string id = jobIdUnder(data);
+    auto rank = pausedRank(data, id, "worker/1");
+    ASSERT_TRUE(rank) << job.wait(5s).err;
+    const std::string go = root + "/detach";
+    std::string said;
+    // Attached and holding, like a user reading variables at a breakpoint.
+    std::thread client([&] {
+      attach((*rank)["port"].get<int>(), "--no-stop --hold-until " + go + " --timeout 50", &said);
+    });
+    const std::string events = onlyJobDir(data) + "/events.jsonl";
+    const bool held = waitFor(
+        [&] {
+          const std::string text = readText(events);
+          return contains(text, "max_runtime 3.0s reached while worker/1 is being debugged") &&
+                 (!fails || contains(text, "held while worker/1 is being debugged"));
+        },
+        30s, 50ms);
+    EXPECT_TRUE(held) << readText(events);
+    EXPECT_FALSE(processGone(job.pid())) << "the job is still running";
+    std::ofstream(go) << "";
+    client.join();
+    auto r = job.wait(30s);
+    if (fails) {
+      EXPECT_EQ(r.exit_code, 3) << r.err;
+      EXPECT_TRUE(contains(r.err, "worker/0 on node 0 exited with code 3")) << r.err;
+    } else {
+      EXPECT_EQ(r.exit_code, 124) << r.err;
+      EXPECT_TRUE(contains(r.err,
+                           "max_runtime 3.0s exceeded (held while ranks were being "
+                           "debugged)"))
+          << r.err;
+    }
+    EXPECT_TRUE(contains(r.err, "apply again")) << r.err;
+  }
+}
+
+TEST(DebugFlags, PdbRunsTheRankOnCohortsTerminal) {
+  REQUIRE(kDebugpy, "Debian's python3-debugpy is not installed");
+  const std::string root = tempDir();
+  const std::string py = script(root, "x.py", "total = 40 + 2\nprint('done', total)\n");
+  const std::string out = shellOutput("printf 'next\\np total * 10\\ncont\\n' | " +
+                                      std::string(COHORT_BIN) + " run -q --data-root " + root +
+                                      " --debug 0 --pdb -- /usr/bin/python3 " + py + " 2>&1");
+  EXPECT_TRUE(contains(out, "(Pdb)")) << out;
+  EXPECT_TRUE(contains(out, "420")) << out;
+  EXPECT_TRUE(contains(out, "done 42")) << out;
+}
+
+TEST(DebugFlags, DebugOfAnUnknownJobIsRefused) {
+  auto r = runCohort(
+      {"debug", "no-such-job", "--data-root", tempDir(), "--server", "http://127.0.0.1:1"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  auto usage = runCohort({"debug"});
+  EXPECT_EQ(usage.exit_code, 2) << usage.err;
+  auto help = runCohort({"debug", "--help"});
+  EXPECT_TRUE(contains(help.out, "--vscode")) << help.out;
+  EXPECT_TRUE(contains(runCohort({"--help"}).out, "cohort debug JOB"));
+}
+
+}  // namespace
+}  // namespace cohort::testing
+
+namespace cohort::testing {
+namespace {
+
+// A job of the server: `cohort debug` asks the server, which reads the job's debug events, and
+// the VS Code configuration maps the local root to the directory the ranks run in.
+TEST(DebugFlags, AServerJobsPausedRanksComeThroughTheServer) {
+  REQUIRE(kDebugpy, "Debian's python3-debugpy is not installed");
+  std::string why;
+  auto server = startServer(&why, {"--cpus", "4"});
+  ASSERT_TRUE(server) << why;
+  const std::vector<std::string> env = {"COHORT_SERVER=" + server->url(),
+                                        "COHORT_TOKEN=" + server->adminToken()};
+  const std::string dir = tempDir();
+  const std::string py = script(dir, "x.py", "value = 7\nprint('ran', value)\n");
+  RunResult submitted = CohortProcess({"submit", "--framework", "generic", "--workdir", dir,
+                                       "--debug", "0", "--", "/usr/bin/python3", py},
+                                      env)
+                            .wait();
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.err << server->log();
+  const std::string id = submitted.out.substr(0, submitted.out.find('\n'));
+  nlohmann::json listed;
+  const bool waiting = waitFor(
+      [&] {
+        RunResult r = CohortProcess({"debug", id, "--json"}, env).wait();
+        listed = nlohmann::json::parse(r.out, nullptr, false);
+        return listed.is_object() && listed["ranks"].size() == 1 &&
+               listed["ranks"][0]["state"] == "waiting";
+      },
+      45s, 200ms);
+  ASSERT_TRUE(waiting) << listed << server->log();
+  EXPECT_EQ(listed["workdir"], dir);
+  EXPECT_EQ(listed["ranks"][0]["name"], "worker/0");
+  RunResult vscode = CohortProcess({"debug", id, "--vscode"}, env).wait();
+  auto launch = nlohmann::json::parse(vscode.out, nullptr, false);
+  ASSERT_TRUE(launch.is_object()) << vscode.out << vscode.err;
+  EXPECT_EQ(launch["configurations"][0]["pathMappings"][0]["remoteRoot"], dir);
+  EXPECT_EQ(launch["configurations"][0]["connect"]["port"], listed["ranks"][0]["port"]);
+  std::string said;
+  attach(listed["ranks"][0]["port"].get<int>(), "--no-stop", &said);
+  const bool ran = waitFor(
+      [&] { return contains(CohortProcess({"logs", id}, env).wait().out, "ran 7"); }, 30s, 200ms);
+  EXPECT_TRUE(ran) << said << server->log();
+}
+
+}  // namespace
+}  // namespace cohort::testing

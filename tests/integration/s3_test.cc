@@ -1,0 +1,470 @@
+// `cohort cp` against a real S3 server that checks every signature: versitygw (its posix
+// backend serves a directory: each directory under it is a bucket, each object a plain file),
+// started by the suite on a loopback port. scripts/setup installs it into build/go-bin with
+// `go install`; without it these tests skip and say so. A small TCP proxy in the test cuts
+// connections mid-upload.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "harness.h"
+#include "util/httplib.h"
+
+namespace cohort::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kKey = "cohort-test-key";
+constexpr const char* kSecret = "cohort-test-secret-0123456789";
+
+std::string versitygw() {
+  if (const char* set = std::getenv("COHORT_VERSITYGW"); set && *set) return set;
+  for (const std::string& dir :
+       {fs::path(COHORT_BIN).parent_path().string(), sourceDir() + "/build"}) {
+    std::string gw = dir + "/go-bin/versitygw";
+    if (::access(gw.c_str(), X_OK) == 0) return gw;
+  }
+  return "";
+}
+
+int freePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t n = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+int dial(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+void writeFile(const std::string& path, const std::string& content) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << content;
+}
+
+std::string randomBytes(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::string data(n, '\0');
+  for (char& c : data) c = static_cast<char>(rng());
+  return data;
+}
+
+// Every file below `dir` (relative path -> content).
+std::map<std::string, std::string> files(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.is_regular_file()) out[fs::relative(e.path(), dir).string()] = readText(e.path());
+  }
+  return out;
+}
+
+// Forwards connections to `upstream`, cutting each after `cut_after` bytes from the client.
+class CuttingProxy {
+ public:
+  CuttingProxy(int upstream, int64_t cut_after) : upstream_(upstream), cut_after_(cut_after) {
+    listen_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(listen_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    socklen_t n = sizeof a;
+    ::getsockname(listen_, reinterpret_cast<sockaddr*>(&a), &n);
+    port_ = ntohs(a.sin_port);
+    ::listen(listen_, 64);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~CuttingProxy() {
+    stop_ = true;
+    ::shutdown(listen_, SHUT_RDWR);
+    thread_.join();
+    ::close(listen_);
+  }
+  int port() const { return port_; }
+  int cuts() const { return cuts_; }
+
+ private:
+  void run() {
+    std::vector<std::thread> pipes;
+    while (!stop_) {
+      pollfd p{listen_, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      int client = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (client < 0) continue;
+      pipes.emplace_back([this, client] { pump(client); });
+    }
+    for (auto& t : pipes) t.join();
+  }
+  void pump(int client) {
+    int server = dial(upstream_);
+    int64_t sent = 0;
+    char buf[65536];
+    while (server >= 0 && !stop_) {
+      pollfd p[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
+      if (::poll(p, 2, 100) <= 0) continue;
+      if (p[0].revents) {
+        ssize_t n = ::read(client, buf, sizeof buf);
+        if (n <= 0) break;
+        if (sent + n > cut_after_) {
+          ++cuts_;
+          break;
+        }
+        sent += n;
+        if (::write(server, buf, static_cast<size_t>(n)) != n) break;
+      }
+      if (p[1].revents) {
+        ssize_t n = ::read(server, buf, sizeof buf);
+        if (n <= 0) break;
+        if (::write(client, buf, static_cast<size_t>(n)) != n) break;
+      }
+    }
+    ::close(client);
+    if (server >= 0) ::close(server);
+  }
+
+  int upstream_;
+  int64_t cut_after_;
+  int listen_ = -1, port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> cuts_{0};
+  std::thread thread_;
+};
+
+class S3 : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string gw = versitygw();
+    if (gw.empty()) return;
+    root_ = new std::string(tempDir());
+    fs::create_directories(*root_ + "/served/datasets");
+    port_ = freePort();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::setenv("ROOT_ACCESS_KEY_ID", kKey, 1);
+      ::setenv("ROOT_SECRET_ACCESS_KEY", kSecret, 1);
+      int log = ::open((*root_ + "/versitygw.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(log, 1);
+      ::dup2(log, 2);
+      const std::string listen = "127.0.0.1:" + std::to_string(port_);
+      ::execl(gw.c_str(), gw.c_str(), "--port", listen.c_str(), "posix",
+              (*root_ + "/served").c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    waitFor(
+        [] {
+          int fd = dial(port_);
+          if (fd >= 0) ::close(fd);
+          return fd >= 0;
+        },
+        20s);
+  }
+  static void TearDownTestSuite() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (root_) fs::remove_all(*root_);
+    delete root_;
+    root_ = nullptr;
+  }
+  void SetUp() override {
+    if (!root_) {
+      GTEST_SKIP() << "versitygw not found (scripts/setup installs it into build/go-bin with "
+                      "go install; or set COHORT_VERSITYGW): the s3:// tests did not run";
+    }
+    int fd = dial(port_);
+    ASSERT_GE(fd, 0) << "versitygw did not start:\n" << readText(*root_ + "/versitygw.log");
+    ::close(fd);
+    work_ = tempDir();
+  }
+  void TearDown() override {
+    if (!work_.empty()) fs::remove_all(work_);
+  }
+
+  static std::string endpoint(int port = 0) {
+    return "http://127.0.0.1:" + std::to_string(port ? port : port_);
+  }
+  // `cohort cp` with the server's credentials (or `env` instead), and a home without ~/.aws.
+  RunResult cp(const std::vector<std::string>& args, std::vector<std::string> env = {},
+               int port = 0) {
+    std::vector<std::string> all = {"cp", "-q"};
+    all.insert(all.end(), args.begin(), args.end());
+    if (env.empty()) {
+      env = {std::string("AWS_ACCESS_KEY_ID=") + kKey,
+             std::string("AWS_SECRET_ACCESS_KEY=") + kSecret};
+    }
+    env.push_back("AWS_ENDPOINT_URL=" + endpoint(port));
+    env.push_back("HOME=" + work_);
+    env.push_back("AWS_PROFILE=");
+    env.push_back("COHORT_DATA_ROOT=" + work_ + "/data");
+    CohortProcess p(all, env);
+    return p.wait(120s);
+  }
+  static std::string served(const std::string& rel) { return *root_ + "/served/" + rel; }
+
+  std::string work_;
+  static std::string* root_;
+  static int port_;
+  static pid_t pid_;
+};
+
+std::string* S3::root_ = nullptr;
+int S3::port_ = 0;
+pid_t S3::pid_ = -1;
+
+TEST_F(S3, ATreeGoesUpAndComesBackByteForByteWithOddKeysAndAMultipartFile) {
+  const std::string src = work_ + "/src";
+  writeFile(src + "/small.txt", "hello s3\n");
+  writeFile(src + "/empty", "");
+  writeFile(src + "/odd keys/a+b c.txt", "plus and space\n");
+  writeFile(src +
+                "/odd keys/\xc3\xbc"
+                "ber caf\xc3\xa9.txt",
+            "unicode\n");
+  writeFile(src + "/big/weights.bin", randomBytes((20 << 20) + 12345, 7));  // 3 parts
+  for (int i = 0; i < 30; ++i) {
+    writeFile(src + "/shards/s" + std::to_string(i), randomBytes(1000 + i * 37, i));
+  }
+
+  RunResult up = cp({src, "s3://datasets/run1"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  // What the server holds is what was sent, under the same names.
+  EXPECT_EQ(files(served("datasets/run1")), files(src));
+
+  RunResult down = cp({"s3://datasets/run1", work_ + "/back"});
+  ASSERT_EQ(down.exit_code, 0) << down.err;
+  EXPECT_EQ(files(work_ + "/back"), files(src));
+  for (auto& e : fs::recursive_directory_iterator(work_ + "/back")) {
+    EXPECT_EQ(e.path().filename().string().rfind(".cohort-tmp-", 0), std::string::npos)
+        << "a temporary file was left: " << e.path();
+  }
+
+  // Run again: everything is there already, so nothing moves.
+  std::vector<std::string> env = {std::string("AWS_ACCESS_KEY_ID=") + kKey,
+                                  std::string("AWS_SECRET_ACCESS_KEY=") + kSecret};
+  CohortProcess again({"cp", src, "s3://datasets/run1"},
+                      {env[0], env[1], "AWS_ENDPOINT_URL=" + endpoint(), "HOME=" + work_});
+  RunResult r = again.wait(60s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "copied 0 files")) << r.err;
+  EXPECT_TRUE(contains(r.err, "35 skipped")) << r.err;
+
+  // One file to a key, and one object to a file.
+  ASSERT_EQ(cp({src + "/small.txt", "s3://datasets/one/renamed.txt"}).exit_code, 0);
+  EXPECT_EQ(readText(served("datasets/one/renamed.txt")), "hello s3\n");
+  ASSERT_EQ(cp({"s3://datasets/run1/big/weights.bin", work_ + "/w.bin"}).exit_code, 0);
+  EXPECT_EQ(readText(work_ + "/w.bin"), readText(src + "/big/weights.bin"));
+}
+
+TEST_F(S3, WrongCredentialsAreRefusedInWordsWithoutTheSecret) {
+  writeFile(work_ + "/f", "x");
+  RunResult r =
+      cp({work_ + "/f", "s3://datasets/f"},
+         {std::string("AWS_ACCESS_KEY_ID=") + kKey, "AWS_SECRET_ACCESS_KEY=not-the-secret-at-all"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "refused the credentials")) << r.err;
+  EXPECT_TRUE(contains(r.err, "AWS_SECRET_ACCESS_KEY")) << r.err;
+  EXPECT_FALSE(contains(r.err + r.out, "not-the-secret-at-all")) << r.err;
+  EXPECT_FALSE(fs::exists(served("datasets/f")));
+}
+
+TEST_F(S3, NoCredentialsSaysWhereTheyAreLookedFor) {
+  writeFile(work_ + "/f", "x");
+  RunResult r =
+      cp({work_ + "/f", "s3://datasets/f"}, {"AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY="});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, "no S3 credentials")) << r.err;
+  EXPECT_TRUE(contains(r.err, ".aws/credentials")) << r.err;
+}
+
+TEST_F(S3, AProfileInTheCredentialsFileIsUsed) {
+  writeFile(work_ + "/.aws/credentials", std::string("[team]\naws_access_key_id = ") + kKey +
+                                             "\naws_secret_access_key = " + kSecret + "\n");
+  writeFile(work_ + "/f", "from a profile");
+  CohortProcess p({"cp", "-q", work_ + "/f", "s3://datasets/profiled/f"},
+                  {"AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY=", "HOME=" + work_,
+                   "AWS_ENDPOINT_URL=" + endpoint(), "AWS_PROFILE=team"});
+  RunResult with_profile = p.wait(60s);
+  ASSERT_EQ(with_profile.exit_code, 0) << with_profile.err;
+  EXPECT_EQ(readText(served("datasets/profiled/f")), "from a profile");
+}
+
+TEST_F(S3, AMissingBucketAndAMissingKeyAreNamed) {
+  writeFile(work_ + "/f", "x");
+  RunResult r = cp({work_ + "/f", "s3://no-such-bucket/f"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.err, "bucket 'no-such-bucket' does not exist")) << r.err;
+  RunResult k = cp({"s3://datasets/not/there", work_ + "/out"});
+  EXPECT_EQ(k.exit_code, 1);
+  EXPECT_TRUE(contains(k.err, "s3://datasets/not/there: no such object")) << k.err;
+  EXPECT_FALSE(fs::exists(work_ + "/out"));
+}
+
+TEST_F(S3, AConnectionCutMidUploadLeavesNoObjectAndARerunFinishes) {
+  const std::string big = work_ + "/big.bin";
+  writeFile(big, randomBytes((17 << 20), 3));
+  {
+    CuttingProxy proxy(port_, 3 << 20);  // every connection is cut after 3 MiB
+    RunResult r = cp({big, "s3://datasets/cut/big.bin"}, {}, proxy.port());
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_TRUE(contains(r.err, "big.bin")) << r.err;
+    EXPECT_GT(proxy.cuts(), 0);
+  }
+  EXPECT_FALSE(fs::exists(served("datasets/cut/big.bin")))
+      << "an object under its final name after a failed upload";
+  RunResult again = cp({big, "s3://datasets/cut/big.bin"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(readText(served("datasets/cut/big.bin")), readText(big));
+}
+
+TEST_F(S3, AnObjectChangedOnTheServerIsRefusedOnTheWayDown) {
+  writeFile(work_ + "/f.bin", randomBytes(100000, 5));
+  ASSERT_EQ(cp({work_ + "/f.bin", "s3://datasets/rot/f.bin"}).exit_code, 0);
+  // Bit rot behind the server's back: same size, other bytes, the old etag.
+  {
+    std::fstream f(served("datasets/rot/f.bin"), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(500);
+    f.put('\x5a');
+  }
+  RunResult r = cp({"s3://datasets/rot/f.bin", work_ + "/got.bin"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "do not match")) << r.err;
+  EXPECT_FALSE(fs::exists(work_ + "/got.bin"));
+  for (auto& e : fs::directory_iterator(work_)) {
+    EXPECT_EQ(e.path().filename().string().rfind(".cohort-tmp-", 0), std::string::npos);
+  }
+}
+
+// `cohort run` with the credentials in its environment, over the test's own data root.
+RunResult runJob(const std::string& work, const std::string& job_file, int port) {
+  const std::string path = work + "/job.yaml";
+  writeFile(path, job_file);
+  CohortProcess p(
+      {"run", "--data-root", work + "/data", "-f", path},
+      {std::string("AWS_ACCESS_KEY_ID=") + kKey, std::string("AWS_SECRET_ACCESS_KEY=") + kSecret,
+       "AWS_ENDPOINT_URL=http://127.0.0.1:" + std::to_string(port), "HOME=" + work});
+  return p.wait(120s);
+}
+
+TEST_F(S3, AJobStagesAnS3InputOnEveryNodeAndWritesItsOutputsToS3) {
+  writeFile(work_ + "/digits/a.txt", "alpha\n");
+  writeFile(work_ + "/digits/sub/b.txt", "beta\n");
+  ASSERT_EQ(cp({work_ + "/digits", "s3://datasets/digits"}).exit_code, 0);
+  RunResult r = runJob(work_,
+                       "name: s3job\ncommand: [" + testRank() +
+                           ", work-file=data/sub/b.txt, rank0:output-file=model.txt]\n"
+                           "inputs: [{source: s3://datasets/digits, target: data}]\n"
+                           "outputs: [{source: output/, target: 's3://datasets/models/{job}/'}]\n"
+                           "roles: {worker: {nodes: 2}}\n",
+                       port_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string dir = onlyJobDir(work_ + "/data");
+  const std::string id = dir.substr(dir.rfind('/') + 1);
+  EXPECT_EQ(readText(dir + "/work/node1/data/sub/b.txt"), "beta\n");
+  EXPECT_EQ(readText(served("datasets/models/" + id + "/model.txt")), "rank 0\n");
+  auto outputs = readJson(dir + "/result.json")["outputs"];
+  ASSERT_EQ(outputs.size(), 1u);
+  EXPECT_EQ(outputs[0]["target"], "s3://datasets/models/" + id + "/");
+}
+
+TEST_F(S3, AnInputThatIsNotThereStopsTheJobBeforeItStarts) {
+  RunResult r = runJob(work_,
+                       "name: s3missing\ncommand: [" + testRank() +
+                           "]\n"
+                           "inputs: [{source: s3://datasets/never/uploaded, target: data}]\n",
+                       port_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, "inputs[0].source")) << r.err;
+  EXPECT_TRUE(contains(r.err, "s3://datasets/never/uploaded: no such object")) << r.err;
+  RunResult link = runJob(work_,
+                          "name: s3link\ncommand: [" + testRank() +
+                              "]\n"
+                              "inputs: [{source: s3://datasets/x, target: data, mode: link}]\n",
+                          port_);
+  EXPECT_EQ(link.exit_code, 2) << link.err;
+  EXPECT_TRUE(contains(link.err, "inputs[0].mode")) << link.err;
+}
+
+TEST_F(S3, ALinkAJobLeavesInItsOutputIsNotFollowedIntoTheBucket) {
+  writeFile(work_ + "/secret.txt", "the agent's, not the job's\n");
+  RunResult r = runJob(work_,
+                       "name: s3leak\ncommand: [sh, -c, 'echo mine > $COHORT_OUTPUT_DIR/ok.txt; "
+                       "ln -s " +
+                           work_ +
+                           "/secret.txt $COHORT_OUTPUT_DIR/leak.txt']\n"
+                           "outputs: [{source: output/, target: 's3://datasets/leak/{job}/'}]\n",
+                       port_);
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "leak.txt")) << r.err;
+  EXPECT_TRUE(contains(r.err, "symbolic link")) << r.err;
+  if (fs::exists(served("datasets/leak"))) {
+    for (auto& e : fs::recursive_directory_iterator(served("datasets/leak"))) {
+      EXPECT_NE(e.path().filename(), "leak.txt") << "the link was followed into the bucket";
+    }
+  }
+}
+
+TEST_F(S3, AServerRefusesS3DataItWouldReachWithItsOwnCredentials) {
+  std::string why;
+  auto server = startServer(&why);
+  ASSERT_NE(server, nullptr) << why;
+  httplib::Client c(server->url());
+  const httplib::Headers auth = {{"Authorization", "Bearer " + server->adminToken()}};
+  for (const char* field : {"inputs", "outputs"}) {
+    nlohmann::json job = {{"name", "s3"}, {"workdir", work_}, {"command", {testRank()}}};
+    if (std::string(field) == "inputs") {
+      job["inputs"] = {{{"source", "s3://datasets/digits"}, {"target", "data"}}};
+    } else {
+      job["outputs"] = {{{"source", "output/"}, {"target", "s3://datasets/out/"}}};
+    }
+    auto a = c.Post("/v1/jobs", auth, nlohmann::json{{"job", job}}.dump(), "application/json");
+    ASSERT_TRUE(a);
+    EXPECT_EQ(a->status, 400) << a->body;
+    EXPECT_TRUE(contains(a->body, std::string(field) + "[0]")) << a->body;
+    EXPECT_TRUE(contains(a->body, "server's credentials")) << a->body;
+  }
+}
+
+TEST_F(S3, TwoS3SidesOrABadBucketNameAreUsageErrors) {
+  RunResult both = cp({"s3://datasets/a", "s3://datasets/b"});
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_TRUE(contains(both.err, "one side of an s3:// copy is a local path")) << both.err;
+  RunResult bad = cp({"s3://Bad_Bucket/x", work_ + "/x"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_TRUE(contains(bad.err, "not a valid bucket name")) << bad.err;
+  RunResult dots = cp({work_, "s3://datasets/a/../b"});
+  EXPECT_EQ(dots.exit_code, 2);
+  EXPECT_TRUE(contains(dots.err, "'..'")) << dots.err;
+}
+
+}  // namespace
+}  // namespace cohort::testing
