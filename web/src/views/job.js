@@ -233,9 +233,10 @@ export function jobView(view, id) {
     // A finished job is drawn once: a request that failed (a server busy for a moment) is tried
     // again, or its stacks would never show.
     let body;
-    for (let tries = running ? 1 : 5; !body; ) {
+    for (let tries = running ? 1 : 5; ; ) {
       try {
-        body = await api("GET", jobPath(id) + "/stacks");
+        body = (await api("GET", jobPath(id) + "/stacks")) || {};
+        break;
       } catch (e) {
         if (!view.alive()) return;
         if (--tries <= 0) return showError(error, e);
