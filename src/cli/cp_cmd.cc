@@ -216,6 +216,10 @@ int copyS3(CpArgs& args, const std::string& data_root) {
     return kExitUsage;
   }
   auto store = storage::makeS3Store(*config, uri->bucket);
+  if (!store) {
+    std::fprintf(stderr, "cohort: error: cp: %s\n", store.error().message.c_str());
+    return 1;
+  }
 
   storage::TransferOptions options;
   options.workers = args.options.workers;
@@ -223,8 +227,8 @@ int copyS3(CpArgs& args, const std::string& data_root) {
   if (live) options.progress = printProgress;
   auto stats = copyInterruptibly([&](const std::atomic<bool>* cancel) {
     options.cancel = cancel;
-    return up ? storage::upload(*local, *store, uri->key, options)
-              : storage::download(*store, uri->key, *local, options);
+    return up ? storage::upload(*local, **store, uri->key, options)
+              : storage::download(**store, uri->key, *local, options);
   });
   return finish(stats, args.quiet, live);
 }

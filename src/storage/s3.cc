@@ -1,6 +1,5 @@
 #include "storage/s3.h"
 
-#include <curl/curl.h>
 #include <openssl/evp.h>
 #include <unistd.h>
 
@@ -17,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "storage/curl_lib.h"
 #include "storage/uri.h"
 #include "util/text.h"
 
@@ -187,11 +187,6 @@ std::string awsFile(const char* variable, const char* name) {
 
 // ---- HTTP ------------------------------------------------------------------------------------
 
-void initCurlOnce() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
-
 struct Request {
   const char* method = "GET";
   std::string key;    // "" = the bucket
@@ -278,14 +273,13 @@ int onProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
 
 class S3Store final : public ObjectStore {
  public:
-  S3Store(S3Config config, std::string bucket)
-      : config_(std::move(config)), bucket_(std::move(bucket)) {
-    initCurlOnce();
+  S3Store(const CurlLib& curl, S3Config config, std::string bucket)
+      : curl_(curl), config_(std::move(config)), bucket_(std::move(bucket)) {
     sigv4_ = "aws:amz:" + config_.region + ":s3";
   }
 
   ~S3Store() override {
-    for (CURL* h : idle_) curl_easy_cleanup(h);
+    for (CURL* h : idle_) curl_.easy_cleanup(h);
   }
 
   std::string uri(const std::string& key) const override {
@@ -495,7 +489,7 @@ class S3Store final : public ObjectStore {
 
   CURL* acquire() {
     std::lock_guard lock(mu_);
-    if (idle_.empty()) return curl_easy_init();
+    if (idle_.empty()) return curl_.easy_init();
     CURL* h = idle_.back();
     idle_.pop_back();
     return h;
@@ -522,7 +516,7 @@ class S3Store final : public ObjectStore {
       }
       if (code != CURLE_OK) {
         return fail(Code::kUnavailable, uri(what) + ": cannot reach the S3 service at " +
-                                            endpointName() + ": " + curl_easy_strerror(code) +
+                                            endpointName() + ": " + curl_.easy_strerror(code) +
                                             " (set AWS_ENDPOINT_URL to the service)");
       }
       if (reply.status / 100 == 2) return reply;
@@ -558,69 +552,70 @@ class S3Store final : public ObjectStore {
 
   CURLcode perform(const Request& r, Reply& reply) {
     CURL* h = acquire();
-    curl_easy_reset(h);
+    curl_.easy_reset(h);
     Transfer t{&r, &reply};
     char error[CURL_ERROR_SIZE] = {0};
     const std::string address = url(r);
-    curl_easy_setopt(h, CURLOPT_URL, address.c_str());
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, error);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 60L);
-    curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4_.c_str());
-    if (!config_.ca_bundle.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, config_.ca_bundle.c_str());
-    curl_easy_setopt(h, CURLOPT_USERNAME, config_.access_key.c_str());
-    curl_easy_setopt(h, CURLOPT_PASSWORD, config_.secret_key.c_str());
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, onBody);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &t);
-    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, onHeader);
-    curl_easy_setopt(h, CURLOPT_HEADERDATA, &t);
-    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, onProgress);
-    curl_easy_setopt(h, CURLOPT_XFERINFODATA, &t);
+    curl_.easy_setopt(h, CURLOPT_URL, address.c_str());
+    curl_.easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_.easy_setopt(h, CURLOPT_ERRORBUFFER, error);
+    curl_.easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
+    curl_.easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_.easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 60L);
+    curl_.easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4_.c_str());
+    if (!config_.ca_bundle.empty()) curl_.easy_setopt(h, CURLOPT_CAINFO, config_.ca_bundle.c_str());
+    curl_.easy_setopt(h, CURLOPT_USERNAME, config_.access_key.c_str());
+    curl_.easy_setopt(h, CURLOPT_PASSWORD, config_.secret_key.c_str());
+    curl_.easy_setopt(h, CURLOPT_WRITEFUNCTION, onBody);
+    curl_.easy_setopt(h, CURLOPT_WRITEDATA, &t);
+    curl_.easy_setopt(h, CURLOPT_HEADERFUNCTION, onHeader);
+    curl_.easy_setopt(h, CURLOPT_HEADERDATA, &t);
+    curl_.easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    curl_.easy_setopt(h, CURLOPT_XFERINFOFUNCTION, onProgress);
+    curl_.easy_setopt(h, CURLOPT_XFERINFODATA, &t);
 
     curl_slist* headers = nullptr;
     const std::string payload_hash = "x-amz-content-sha256: " + digestHex(EVP_sha256(), r.body);
-    headers = curl_slist_append(headers, payload_hash.c_str());
+    headers = curl_.slist_append(headers, payload_hash.c_str());
     if (!config_.session_token.empty()) {
       headers =
-          curl_slist_append(headers, ("x-amz-security-token: " + config_.session_token).c_str());
+          curl_.slist_append(headers, ("x-amz-security-token: " + config_.session_token).c_str());
     }
-    headers = curl_slist_append(headers, "Expect:");
+    headers = curl_.slist_append(headers, "Expect:");
     std::string range;
     const std::string_view method = r.method;
     if (method == "HEAD") {
-      curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+      curl_.easy_setopt(h, CURLOPT_NOBODY, 1L);
     } else if (method == "PUT") {
-      curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
-      curl_easy_setopt(h, CURLOPT_READFUNCTION, onRead);
-      curl_easy_setopt(h, CURLOPT_READDATA, &t);
-      curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(r.body.size()));
+      curl_.easy_setopt(h, CURLOPT_UPLOAD, 1L);
+      curl_.easy_setopt(h, CURLOPT_READFUNCTION, onRead);
+      curl_.easy_setopt(h, CURLOPT_READDATA, &t);
+      curl_.easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(r.body.size()));
     } else if (method == "POST") {
-      curl_easy_setopt(h, CURLOPT_POST, 1L);
-      curl_easy_setopt(h, CURLOPT_POSTFIELDS, r.body.data());
-      curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(r.body.size()));
-      headers = curl_slist_append(
+      curl_.easy_setopt(h, CURLOPT_POST, 1L);
+      curl_.easy_setopt(h, CURLOPT_POSTFIELDS, r.body.data());
+      curl_.easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(r.body.size()));
+      headers = curl_.slist_append(
           headers,
           ("Content-Type: " +
            (r.content_type.empty() ? std::string("application/octet-stream") : r.content_type))
               .c_str());
     } else if (method != "GET") {
-      curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, r.method);
+      curl_.easy_setopt(h, CURLOPT_CUSTOMREQUEST, r.method);
     }
     if (r.length > 0) {
       range = "Range: bytes=" + std::to_string(r.offset) + "-" +
               std::to_string(r.offset + r.length - 1);
-      headers = curl_slist_append(headers, range.c_str());
+      headers = curl_.slist_append(headers, range.c_str());
     }
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
-    CURLcode code = curl_easy_perform(h);
-    curl_slist_free_all(headers);
+    curl_.easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+    CURLcode code = curl_.easy_perform(h);
+    curl_.slist_free_all(headers);
     release(h);
     return code;
   }
 
+  const CurlLib& curl_;
   const S3Config config_;
   const std::string bucket_;
   std::string sigv4_;
@@ -731,8 +726,9 @@ Result<S3Config> s3ConfigFromEnvironment() {
   return config;
 }
 
-std::unique_ptr<ObjectStore> makeS3Store(S3Config config, std::string bucket) {
-  return std::make_unique<S3Store>(std::move(config), std::move(bucket));
+Result<std::unique_ptr<ObjectStore>> makeS3Store(S3Config config, std::string bucket) {
+  COHORT_ASSIGN(const CurlLib* curl, curlLib());
+  return std::make_unique<S3Store>(*curl, std::move(config), std::move(bucket));
 }
 
 Result<std::unique_ptr<ObjectStore>> openS3(const S3Uri& uri) {

@@ -50,8 +50,9 @@ struct S3Uri {
 Result<S3Uri> parseS3Uri(const std::string& uri);
 bool isS3Uri(const std::string& text);
 
-// The store for one bucket. Nothing is sent until the first call.
-std::unique_ptr<ObjectStore> makeS3Store(S3Config config, std::string bucket);
+// The store for one bucket. Nothing is sent until the first call. Errors: kFailedPrecondition
+// when libcurl cannot be loaded (storage/curl_lib.h).
+Result<std::unique_ptr<ObjectStore>> makeS3Store(S3Config config, std::string bucket);
 
 // The store of `uri`'s bucket, configured from the environment (s3ConfigFromEnvironment).
 Result<std::unique_ptr<ObjectStore>> openS3(const S3Uri& uri);

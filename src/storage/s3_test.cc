@@ -37,7 +37,9 @@ TEST(S3Parts, AreEightMebibytesUntilTenThousandWouldNotDo) {
 }
 
 TEST(S3Etags, ThoseCohortCanRecomputeAreChecked) {
-  auto store = makeS3Store(S3Config{"http://127.0.0.1:1", "us-east-1", "k", "s", ""}, "bkt");
+  auto made = makeS3Store(S3Config{"http://127.0.0.1:1", "us-east-1", "k", "s", ""}, "bkt");
+  ASSERT_TRUE(made) << made.error().message;
+  auto& store = *made;
   const std::string md5 = "0123456789abcdef0123456789abcdef";
   EXPECT_TRUE(store->checkable({"k", 100, md5}));
   EXPECT_FALSE(store->checkable({"k", 100, md5 + "-1"}));
