@@ -27,6 +27,11 @@ Result<void> Channel::send(const Message& message) {
   return sendAll(line);
 }
 
+Result<void> Channel::sendEncoded(std::string line) {
+  line += '\n';
+  return sendAll(line);
+}
+
 Result<void> Channel::sendLog(size_t index, std::string_view bytes) {
   if (bytes.size() > kMaxLogFrame) {
     COHORT_TRY(sendLog(index, bytes.substr(0, kMaxLogFrame)));

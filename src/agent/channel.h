@@ -49,6 +49,9 @@ class Channel {
   // Sends one message (invalid UTF-8 in its strings goes as U+FFFD). Errors: kUnavailable when
   // the peer has gone.
   Result<void> send(const Message& message);
+  // Sends one message already encoded as a line of JSON, without its newline (for a large one
+  // that is put together from JSON text).
+  Result<void> sendEncoded(std::string line);
   // Sends `bytes` of the output of the node's rank number `index`, in frames of at most
   // kMaxLogFrame. The peer's log sink gets them; without one it receives {"type": "log",
   // "index": index, "data": <the bytes, as JSON binary>} for each.

@@ -209,24 +209,43 @@ class Coordinator {
       return;
     }
     launch_poll_.arm(Millis(1000));
+    // While the agents start (milliseconds of this loop's idle time), what the start waits for:
+    // each node's plan message, and the log files. A plan that is placed once the agents are
+    // there (place()) is not final yet.
+    if (!options_.place) {
+      for (size_t n = 0; n < plan_.nodes.size(); ++n) plan_lines_.push_back(planLine(n));
+      openLogs();
+    }
   }
 
   void act(const SendPlan& a) {
     if (!agents_[a.node].channel) return;
-    (void)agents_[a.node].channel->send(
-        {{"type", "plan"},
-         {"workdir", plan_.workdir},
-         {"job_dir", plan_.job_dir},
-         {"mark", mark_},
-         {"heartbeat_ms", heartbeatEvery().count()},
-         {"heartbeat_timeout_ms", plan_.heartbeat_timeout_ms},
-         // For a stop the agent is told from outside (a cluster preempting the job).
-         {"stop_signal", plan_.stop_signal},
-         {"grace_ms", plan_.grace_period_ms},
-         {"node", Message::parse(plan::nodeToJson(plan_.nodes[a.node]))}});
+    const size_t n = static_cast<size_t>(a.node);
+    (void)agents_[a.node].channel->sendEncoded(
+        n < plan_lines_.size() && !plan_lines_[n].empty() ? plan_lines_[n] : planLine(n));
+  }
+
+  // Node `n`'s "plan" message, encoded: its node plan (kilobytes per rank) is put in as the JSON
+  // text it is printed to, not parsed and printed again.
+  std::string planLine(size_t n) const {
+    const Message head = {{"type", "plan"},
+                          {"workdir", plan_.workdir},
+                          {"job_dir", plan_.job_dir},
+                          {"mark", mark_},
+                          {"heartbeat_ms", heartbeatEvery().count()},
+                          {"heartbeat_timeout_ms", plan_.heartbeat_timeout_ms},
+                          // For a stop the agent is told from outside (a cluster preempting it).
+                          {"stop_signal", plan_.stop_signal},
+                          {"grace_ms", plan_.grace_period_ms}};
+    std::string line = head.dump(-1, ' ', false, Message::error_handler_t::replace);
+    line.pop_back();  // its '}'
+    line += ",\"node\":" + plan::nodeToJson(plan_.nodes[n]) + "}";
+    return line;
   }
 
   void act(const SendStage&) {
+    plan_lines_.clear();
+    plan_lines_.shrink_to_fit();
     ::malloc_trim(0);  // the nodes' plans were sent; their JSON is garbage now
     broadcast({{"type", "stage"}});
   }
@@ -892,6 +911,7 @@ class Coordinator {
   Console console_{STDOUT_FILENO};  // the merged stream of every rank's lines
   std::vector<std::vector<std::optional<RankOutput>>> echo_;  // [node][index], to console_
   std::string mark_;  // in layout_.markFile(), for agents to tell whether they share it
+  std::vector<std::string> plan_lines_;  // [node]: its "plan" message, made while agents start
   bool all_connected_ = false;  // every agent has been there (once is enough)
   std::string queued_;  // why the launcher's cluster holds the agents, while it does
   bool said_log_error_ = false;

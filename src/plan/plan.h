@@ -5,8 +5,9 @@
 // directories, master port, hosts) comes in PlanContext. Thread-safe.
 #pragma once
 
-#include <set>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -148,6 +149,8 @@ inline constexpr const char* kRestartCountVars[] = {"COHORT_RESTART_COUNT",
 std::string toJson(const Plan& plan, int indent = 2);
 std::string nodeToJson(const NodePlan& node);
 Result<NodePlan> nodeFromJson(const std::string& json);
+// The same, from JSON already parsed (the agent's "plan" message), without printing it again.
+Result<NodePlan> nodeFromJsonValue(const nlohmann::json& json);
 
 // Human form for `cohort plan`: one block per rank with its variables, then the files.
 std::string toText(const Plan& plan);

@@ -89,9 +89,10 @@ std::string toJson(const Plan& plan, int indent) {
 
 std::string nodeToJson(const NodePlan& node) { return nodeJson(node).dump(); }
 
-Result<NodePlan> nodeFromJson(const std::string& text) {
+namespace {
+
+Result<NodePlan> nodeFrom(const Json& j) {
   try {
-    auto j = Json::parse(text);
     NodePlan node;
     node.node = j.at("node").get<int>();
     node.host = j.at("host").get<std::string>();
@@ -135,6 +136,20 @@ Result<NodePlan> nodeFromJson(const std::string& text) {
   } catch (const nlohmann::json::exception& e) {
     return fail(Code::kInvalidArgument, std::string("node plan: ") + e.what());
   }
+}
+
+}  // namespace
+
+Result<NodePlan> nodeFromJson(const std::string& text) {
+  try {
+    return nodeFrom(Json::parse(text));
+  } catch (const nlohmann::json::exception& e) {
+    return fail(Code::kInvalidArgument, std::string("node plan: ") + e.what());
+  }
+}
+
+Result<NodePlan> nodeFromJsonValue(const nlohmann::json& json) {
+  return nodeFrom(Json(json));  // a copy of the tree: a fraction of parsing its text again
 }
 
 std::string toText(const Plan& plan) {
