@@ -291,6 +291,7 @@ class Agent {
     gpu_.emplace(loop_, path ? path : "/usr/local/bin:/usr/bin:/bin", [this] { reapOrphans(); });
     COHORT_TRY(loop_.run());
     gpu_.reset();
+    attempt_cgroup_.reset();
     if (cgroup_) {
       if (auto removed = cgroup_->remove(); !removed) {
         std::fprintf(stderr, "cohort exec: node %d: %s\n", options_.node,
@@ -426,7 +427,8 @@ class Agent {
     }
     std::string type = field(m, "type", std::string());
     if (type == "plan") {
-      auto node = plan::nodeFromJson(m.contains("node") ? m["node"].dump() : "{}");
+      static const Message kNone = Message::object();
+      auto node = plan::nodeFromJsonValue(m.contains("node") ? m.at("node") : kNone);
       if (!node) {
         std::fprintf(stderr, "cohort exec: %s\n", node.error().message.c_str());
         lostCoordinator();
@@ -676,6 +678,7 @@ class Agent {
       notLimited(enabled.error().message);
     } else {
       limits_enforced_ = true;
+      rank_cgroups_ = true;
     }
   }
 
@@ -684,6 +687,7 @@ class Agent {
     sayNoCgroup(options_.node, why);
     notLimited("no cgroup for the ranks (" + why + ")");
     cgroups_.base.reset();
+    attempt_cgroup_.reset();
     cgroup_.reset();
   }
 
@@ -701,11 +705,23 @@ class Agent {
     (void)channel_.send({{"type", "limits"}, {"why", why}});
   }
 
-  // The cgroup a rank starts in: one of its own below the node's, held to the rank's requests
-  // where limits are enforced. Null without cgroups. Errors: a rank cgroup that cannot be made
-  // or limited where limits are enforced (the node's own cgroup can then hold no process).
+  // The cgroup a rank starts in: where limits are enforced, one of its own below the node's, held
+  // to the rank's requests; else the attempt's, below the node's, shared by its ranks (a cgroup
+  // per rank would only cost its making and removing). Each attempt gets a new one: Linux (6.18
+  // at least) kills a child that clone3 puts into a cgroup on which cgroup.kill was ever used.
+  // Null without cgroups. Errors: a rank cgroup
+  // that cannot be made or limited where limits are enforced (the node's own cgroup can then
+  // hold no process).
   Result<const proc::Cgroup*> rankCgroup(Rank& rank) {
     if (!cgroup_) return nullptr;
+    if (!rank_cgroups_) {
+      if (!attempt_cgroup_) {
+        auto made = proc::Cgroup::create(cgroup_->path(), "attempt" + std::to_string(attempt_));
+        if (!made) return &*cgroup_;
+        attempt_cgroup_ = std::move(*made);
+      }
+      return &*attempt_cgroup_;
+    }
     const std::string name = "rank" + std::to_string(rank.plan.rank);
     auto made = proc::Cgroup::create(cgroup_->path(), name);
     if (!made && made.error().code == Code::kAlreadyExists) {
@@ -1202,6 +1218,7 @@ class Agent {
                      killed.error().message.c_str());
         killOrphans();
       }
+      attempt_cgroup_.reset();  // empty now: removed
       reapOrphans();
     } else {
       killOrphans();
@@ -1235,6 +1252,8 @@ class Agent {
   std::optional<proc::Cgroup> cgroup_;  // this node's ranks, when cgroups_ has a base
   bool cgroup_joined_ = false;          // a rank has started in it
   bool limits_enforced_ = false;        // the ranks' cgroups can be held to their requests
+  bool rank_cgroups_ = false;  // each rank has a cgroup below the node's (which holds none)
+  std::optional<proc::Cgroup> attempt_cgroup_;  // the attempt's ranks, when they have none
   bool limits_said_ = false;            // the coordinator was told why they are not
   plan::NodePlan node_;
   std::string workdir_;

@@ -81,6 +81,30 @@ TEST(Cgroup, EveryProcessOfAChildIsKilledAtOnceAndTheTreeRemoved) {
   EXPECT_FALSE(exists(*base + "/" + uniqueName())) << "the empty parents stay behind";
 }
 
+// The child starts in the cgroup (clone3's CLONE_INTO_CGROUP where the kernel has it): a failure
+// between its start there and exec is still told as the stage that failed.
+TEST(Cgroup, AChildThatFailsBeforeExecInItsCgroupSaysWhyAndLeavesItEmpty) {
+  SKIP_WITHOUT_CGROUP(base);
+  auto cgroup = Cgroup::create(*base, uniqueName() + "/fails");
+  ASSERT_TRUE(cgroup) << cgroup.error().message;
+  SpawnRequest req;
+  req.argv = {"/bin/true"};
+  req.env = {"PATH=/usr/bin:/bin"};
+  req.cwd = "/nonexistent-dir-for-cohort-test";
+  req.cgroup_fd = cgroup->fd();
+  auto child = spawn(req);
+  ASSERT_FALSE(child);
+  EXPECT_NE(child.error().message.find("chdir '/nonexistent-dir-for-cohort-test'"),
+            std::string::npos)
+      << child.error().message;
+  EXPECT_TRUE(members(cgroup->path()).empty());
+  req.cwd = "/";
+  auto ok = spawn(req);
+  ASSERT_TRUE(ok) << ok.error().message;
+  EXPECT_EQ(reap(ok->pidfd.get())->code, 0);
+  ASSERT_TRUE(cgroup->remove());
+}
+
 TEST(Cgroup, AnExistingCgroupIsNotTakenOver) {
   SKIP_WITHOUT_CGROUP(base);
   auto first = Cgroup::create(*base, uniqueName() + "/node0");

@@ -1,14 +1,15 @@
 #include "proc/spawn.h"
 
 #include <fcntl.h>
+#include <linux/sched.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <poll.h>
 
 #include <cerrno>
 #include <chrono>
@@ -46,6 +47,117 @@ constexpr long kSysSetresuid = SYS_setresuid32;
 constexpr long kSysSetgroups = SYS_setgroups;
 constexpr long kSysSetresgid = SYS_setresgid;
 constexpr long kSysSetresuid = SYS_setresuid;
+#endif
+
+// What a child needs between fork and exec, all of it made before the fork.
+struct ChildSetup {
+  const SpawnRequest* req = nullptr;
+  const char* program = nullptr;
+  char** argv = nullptr;
+  char** envp = nullptr;
+  int cgroup_procs = -1;  // the cgroup to join by writing to it, when the fork did not place us
+  int err_fd = -1;        // where a failure before exec is told: {stage, errno}
+  int stdin_fd = -1;
+  pid_t parent = -1;
+  sigset_t empty;
+};
+
+// The child's side, from fork to exec. It shares the parent's memory (vfork, or clone3 with
+// CLONE_VM): async-signal-safe calls only, on data prepared before, writing nothing but locals.
+[[noreturn]] void runChild(const ChildSetup& c) {
+  const SpawnRequest& req = *c.req;
+  auto die = [&](int stage) {
+    int code[2] = {stage, errno};
+    ssize_t n = ::write(c.err_fd, code, sizeof code);
+    (void)n;
+    _exit(127);
+  };
+  const bool change_identity = req.uid >= 0 || req.gid >= 0;
+  const long uid = req.uid, gid = req.gid;
+  if (req.new_process_group && ::setpgid(0, 0) < 0) die(kStageSetpgid);
+  if (c.cgroup_procs >= 0 && ::write(c.cgroup_procs, "0", 1) != 1) die(kStageCgroup);
+  // Raw system calls: glibc's wrappers would make every thread of the parent change identity
+  // too, by signalling them, which a child that shares the parent's memory must never do.
+  if (change_identity && ::syscall(kSysSetgroups, 0, nullptr) < 0) die(kStageSetgroups);
+  if (gid >= 0 && ::syscall(kSysSetresgid, gid, gid, gid) < 0) die(kStageSetresgid);
+  if (uid >= 0 && ::syscall(kSysSetresuid, uid, uid, uid) < 0) die(kStageSetresuid);
+  // After the identity: changing it clears the death signal.
+  if (req.death_signal && ::prctl(PR_SET_PDEATHSIG, req.death_signal) < 0) die(kStagePrctl);
+  if (::getppid() != c.parent) _exit(127);
+  for (int s = 1; s < NSIG; ++s) ::signal(s, SIG_DFL);
+  ::sigprocmask(SIG_SETMASK, &c.empty, nullptr);
+  if (!req.cwd.empty() && ::chdir(req.cwd.c_str()) < 0) die(kStageChdir);
+  if (c.stdin_fd >= 0 && ::dup2(c.stdin_fd, 0) < 0) die(kStageDup2);
+  if (req.stdout_fd >= 0) {
+    if (::dup2(req.stdout_fd, 1) < 0) die(kStageDup2);
+    if (req.merge_stderr && req.stderr_fd < 0 && ::dup2(req.stdout_fd, 2) < 0) die(kStageDup2);
+  }
+  if (req.stderr_fd >= 0 && ::dup2(req.stderr_fd, 2) < 0) die(kStageDup2);
+  if (req.fd3 == 3 && ::fcntl(3, F_SETFD, 0) < 0) die(kStageDup2);
+  if (req.fd3 >= 0 && req.fd3 != 3 && ::dup2(req.fd3, 3) < 0) die(kStageDup2);
+  ::execve(c.program, c.argv, c.envp);
+  die(kStageExec);
+  __builtin_unreachable();
+}
+
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+// ASan cannot follow a child onto a stack it did not make: its builds take the vfork way.
+// clone3(args, size) whose child runs fn(arg) on the stack that `args` gives it and exits with
+// what fn returns; the parent gets clone3's answer (a pid, or -errno). The child resumes on a
+// stack of its own, which no C function can do: hence these instructions.
+extern "C" long cohort_clone3_run(clone_args* args, size_t size, int (*fn)(void*), void* arg);
+asm(R"(
+  .text
+  .globl cohort_clone3_run
+  .type cohort_clone3_run, @function
+cohort_clone3_run:
+  push %r12
+  push %r13
+  mov %rdx, %r12
+  mov %rcx, %r13
+  mov $435, %eax
+  syscall
+  test %rax, %rax
+  jz 1f
+  pop %r13
+  pop %r12
+  ret
+1:
+  xor %ebp, %ebp
+  mov %r13, %rdi
+  call *%r12
+  mov %eax, %edi
+  mov $60, %eax
+  syscall
+  hlt
+  .size cohort_clone3_run, .-cohort_clone3_run
+  .section .note.GNU-stack,"",@progbits
+  .text
+)");
+
+// The child, placed in the cgroup by the kernel as it is made.
+int childInCgroup(void* setup) { runChild(*static_cast<const ChildSetup*>(setup)); }
+
+// Starts the child straight in the cgroup `cgroup_fd` (clone3, CLONE_INTO_CGROUP, Linux 5.7),
+// sharing our memory until it execs, as vfork does. Returns its pid, or -1 where the kernel
+// cannot (the caller then forks, and the child joins the cgroup itself).
+pid_t spawnIntoCgroup(const ChildSetup& setup, int cgroup_fd) {
+  constexpr size_t kStack = 256 * 1024;
+  void* stack = ::mmap(nullptr, kStack, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (stack == MAP_FAILED) return -1;
+  clone_args args{};
+  args.flags = CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP;
+  args.exit_signal = SIGCHLD;
+  args.stack = reinterpret_cast<uint64_t>(stack);
+  args.stack_size = kStack;
+  args.cgroup = static_cast<uint64_t>(cgroup_fd);
+  long pid = cohort_clone3_run(&args, sizeof args, childInCgroup, const_cast<ChildSetup*>(&setup));
+  ::munmap(stack, kStack);  // the child has exec'd or exited: CLONE_VFORK waited for that
+  return pid > 0 ? static_cast<pid_t>(pid) : -1;
+}
+#else
+pid_t spawnIntoCgroup(const ChildSetup&, int) { return -1; }
 #endif
 
 }  // namespace
@@ -100,19 +212,6 @@ Result<Child> spawn(const SpawnRequest& req) {
   for (const auto& e : req.env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
 
-  // The cgroup's cgroup.procs, opened here: the child only writes to it.
-  UniqueFd cgroup_procs;
-  if (req.cgroup_fd >= 0) {
-    cgroup_procs.reset(::openat(req.cgroup_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC));
-    if (!cgroup_procs.valid()) {
-      return fail(Code::kFailedPrecondition,
-                  "open the cgroup's 'cgroup.procs' for '" + req.argv[0] + "': " +
-                      std::strerror(errno));
-    }
-  }
-  const bool change_identity = req.uid >= 0 || req.gid >= 0;
-  const long uid = req.uid, gid = req.gid;
-
   int err_pipe[2];
   if (::pipe2(err_pipe, O_CLOEXEC) < 0) return failErrno("pipe2");
   UniqueFd err_read(err_pipe[0]);
@@ -120,46 +219,35 @@ Result<Child> spawn(const SpawnRequest& req) {
   UniqueFd dev_null;
   if (req.stdin_fd < 0) dev_null.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
 
-  const pid_t parent = ::getpid();
-  sigset_t empty;
-  sigemptyset(&empty);
-  // vfork: the child shares our memory until it execs, so no page tables are copied (this is
-  // most of the cost of starting a rank). The child below only calls async-signal-safe
-  // functions on data prepared before, and writes nothing but its own locals.
-  pid_t pid = ::vfork();
-  if (pid < 0) return failErrno("fork for '" + req.argv[0] + "'");
-  if (pid == 0) {
-    // Child: async-signal-safe calls only.
-    auto die = [&](int stage) {
-      int code[2] = {stage, errno};
-      ssize_t n = ::write(err_pipe[1], code, sizeof code);
-      (void)n;
-      _exit(127);
-    };
-    if (req.new_process_group && ::setpgid(0, 0) < 0) die(kStageSetpgid);
-    if (cgroup_procs.valid() && ::write(cgroup_procs.get(), "0", 1) != 1) die(kStageCgroup);
-    // Raw system calls: glibc's wrappers would make every thread of the parent change identity
-    // too, by signalling them, which a vfork child must never do.
-    if (change_identity && ::syscall(kSysSetgroups, 0, nullptr) < 0) die(kStageSetgroups);
-    if (gid >= 0 && ::syscall(kSysSetresgid, gid, gid, gid) < 0) die(kStageSetresgid);
-    if (uid >= 0 && ::syscall(kSysSetresuid, uid, uid, uid) < 0) die(kStageSetresuid);
-    // After the identity: changing it clears the death signal.
-    if (req.death_signal && ::prctl(PR_SET_PDEATHSIG, req.death_signal) < 0) die(kStagePrctl);
-    if (::getppid() != parent) _exit(127);
-    for (int s = 1; s < NSIG; ++s) ::signal(s, SIG_DFL);
-    ::sigprocmask(SIG_SETMASK, &empty, nullptr);
-    if (!req.cwd.empty() && ::chdir(req.cwd.c_str()) < 0) die(kStageChdir);
-    int in = req.stdin_fd >= 0 ? req.stdin_fd : dev_null.get();
-    if (in >= 0 && ::dup2(in, 0) < 0) die(kStageDup2);
-    if (req.stdout_fd >= 0) {
-      if (::dup2(req.stdout_fd, 1) < 0) die(kStageDup2);
-      if (req.merge_stderr && req.stderr_fd < 0 && ::dup2(req.stdout_fd, 2) < 0) die(kStageDup2);
+  ChildSetup setup;
+  setup.req = &req;
+  setup.program = program.c_str();
+  setup.argv = argv.data();
+  setup.envp = envp.data();
+  setup.err_fd = err_write.get();
+  setup.stdin_fd = req.stdin_fd >= 0 ? req.stdin_fd : dev_null.get();
+  setup.parent = ::getpid();
+  sigemptyset(&setup.empty);
+  // Straight into the cgroup where the kernel can (clone3's CLONE_INTO_CGROUP): joining it
+  // between fork and exec instead takes the cgroup tree's write lock for every rank.
+  pid_t pid = req.cgroup_fd >= 0 ? spawnIntoCgroup(setup, req.cgroup_fd) : -1;
+  UniqueFd cgroup_procs;
+  if (pid < 0 && req.cgroup_fd >= 0) {
+    // Else the child joins it itself, writing to this.
+    cgroup_procs.reset(::openat(req.cgroup_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC));
+    if (!cgroup_procs.valid()) {
+      return fail(Code::kFailedPrecondition, "open the cgroup's 'cgroup.procs' for '" +
+                                                 req.argv[0] + "': " + std::strerror(errno));
     }
-    if (req.stderr_fd >= 0 && ::dup2(req.stderr_fd, 2) < 0) die(kStageDup2);
-    if (req.fd3 == 3 && ::fcntl(3, F_SETFD, 0) < 0) die(kStageDup2);
-    if (req.fd3 >= 0 && req.fd3 != 3 && ::dup2(req.fd3, 3) < 0) die(kStageDup2);
-    ::execve(program.c_str(), argv.data(), envp.data());
-    die(kStageExec);
+    setup.cgroup_procs = cgroup_procs.get();
+  }
+  if (pid < 0) {
+    // vfork: the child shares our memory until it execs, so no page tables are copied (this is
+    // most of the cost of starting a rank). The child below only calls async-signal-safe
+    // functions on data prepared before, and writes nothing but its own locals.
+    pid = ::vfork();
+    if (pid < 0) return failErrno("fork for '" + req.argv[0] + "'");
+    if (pid == 0) runChild(setup);
   }
   err_write.reset();
   Child child;
@@ -186,11 +274,11 @@ Result<Child> spawn(const SpawnRequest& req) {
         return fail(Code::kPermissionDenied,
                     "clear the supplementary groups for " + program_name + ": " + reason);
       case kStageSetresgid:
-        return fail(Code::kPermissionDenied, "set gid " + std::to_string(gid) + " for " +
-                                                 program_name + ": " + reason);
+        return fail(Code::kPermissionDenied,
+                    "set gid " + std::to_string(req.gid) + " for " + program_name + ": " + reason);
       case kStageSetresuid:
-        return fail(Code::kPermissionDenied, "set uid " + std::to_string(uid) + " for " +
-                                                 program_name + ": " + reason);
+        return fail(Code::kPermissionDenied,
+                    "set uid " + std::to_string(req.uid) + " for " + program_name + ": " + reason);
       case kStagePrctl:
         return failErrno("prctl " + program_name, code[1]);
       case kStageSetpgid:
