@@ -706,19 +706,21 @@ class Agent {
   }
 
   // The cgroup a rank starts in: where limits are enforced, one of its own below the node's, held
-  // to the rank's requests; else the attempt's, below the node's, shared by its ranks (a cgroup
-  // per rank would only cost its making and removing). Each attempt gets a new one: Linux (6.18
-  // at least) kills a child that clone3 puts into a cgroup on which cgroup.kill was ever used.
-  // Null without cgroups. Errors: a rank cgroup
-  // that cannot be made or limited where limits are enforced (the node's own cgroup can then
-  // hold no process).
+  // to the rank's requests; else the node's (a cgroup per rank would only cost its making and
+  // removing). A cgroup on which cgroup.kill was used takes no more ranks: Linux (6.18 at least)
+  // kills a child that clone3 puts into one. After the node's had to be killed (a rank left a
+  // process behind), an attempt's ranks share one of their own, made for it. Null without
+  // cgroups. Errors: a rank or attempt cgroup that cannot be made where it must be.
   Result<const proc::Cgroup*> rankCgroup(Rank& rank) {
     if (!cgroup_) return nullptr;
     if (!rank_cgroups_) {
-      if (!attempt_cgroup_) {
+      if (cgroup_->kills() == 0) return &*cgroup_;
+      if (!attempt_cgroup_ || attempt_cgroup_kills_ != cgroup_->kills()) {
+        attempt_cgroup_.reset();
         auto made = proc::Cgroup::create(cgroup_->path(), "attempt" + std::to_string(attempt_));
-        if (!made) return &*cgroup_;
+        if (!made) return withContext(made.error(), "the attempt's cgroup");
         attempt_cgroup_ = std::move(*made);
+        attempt_cgroup_kills_ = cgroup_->kills();
       }
       return &*attempt_cgroup_;
     }
@@ -1218,7 +1220,6 @@ class Agent {
                      killed.error().message.c_str());
         killOrphans();
       }
-      attempt_cgroup_.reset();  // empty now: removed
       reapOrphans();
     } else {
       killOrphans();
@@ -1253,7 +1254,8 @@ class Agent {
   bool cgroup_joined_ = false;          // a rank has started in it
   bool limits_enforced_ = false;        // the ranks' cgroups can be held to their requests
   bool rank_cgroups_ = false;  // each rank has a cgroup below the node's (which holds none)
-  std::optional<proc::Cgroup> attempt_cgroup_;  // the attempt's ranks, when they have none
+  std::optional<proc::Cgroup> attempt_cgroup_;  // an attempt's ranks, once the node's was killed
+  int attempt_cgroup_kills_ = 0;                // the node's kills() when it was made
   bool limits_said_ = false;            // the coordinator was told why they are not
   plan::NodePlan node_;
   std::string workdir_;

@@ -161,8 +161,8 @@ int writeCgroupFile(int dir_fd, const char* name, const std::string& text) {
     if (space == std::string::npos) continue;
     int parents = std::atoi(line.substr(0, space).c_str());
     std::string path = line.substr(space + 1);
-    auto done = killCgroup(path, Millis(10000));
-    if (done) done = removeCgroup(path, parents);
+    auto killed = killCgroup(path, Millis(10000));
+    Result<void> done = killed ? removeCgroup(path, parents) : tl::unexpected(killed.error());
     if (!done) std::fprintf(stderr, "cohort watchdog: %s\n", done.error().message.c_str());
   }
   _exit(0);
@@ -327,7 +327,8 @@ Result<Cgroup> Cgroup::create(const std::string& base, const std::string& relati
 Cgroup::Cgroup(Cgroup&& other) noexcept
     : path_(std::exchange(other.path_, std::string())),
       dir_(std::move(other.dir_)),
-      parents_(other.parents_) {}
+      parents_(other.parents_),
+      kills_(other.kills_) {}
 
 Cgroup& Cgroup::operator=(Cgroup&& other) noexcept {
   if (this != &other) {
@@ -335,6 +336,7 @@ Cgroup& Cgroup::operator=(Cgroup&& other) noexcept {
     path_ = std::exchange(other.path_, std::string());
     dir_ = std::move(other.dir_);
     parents_ = other.parents_;
+    kills_ = other.kills_;
   }
   return *this;
 }
@@ -397,9 +399,11 @@ Result<int64_t> Cgroup::oomKills() const {
   return int64_t{0};
 }
 
-Result<void> Cgroup::killAll(Millis deadline) const {
+Result<void> Cgroup::killAll(Millis deadline) {
   if (path_.empty()) return {};
-  return killCgroup(path_, deadline);
+  COHORT_ASSIGN(bool killed, killCgroup(path_, deadline));
+  if (killed) ++kills_;
+  return {};
 }
 
 Result<void> Cgroup::remove(Millis deadline) {
@@ -410,13 +414,16 @@ Result<void> Cgroup::remove(Millis deadline) {
   return removeCgroup(path, parents_);
 }
 
-Result<void> killCgroup(const std::string& path, Millis deadline) {
+Result<bool> killCgroup(const std::string& path, Millis deadline) {
   auto until = std::chrono::steady_clock::now() + deadline;
   UniqueFd events(::open((path + "/cgroup.events").c_str(), O_RDONLY | O_CLOEXEC));
   if (!events.valid()) {
-    if (errno == ENOENT) return {};  // no such cgroup: nothing runs in it
+    if (errno == ENOENT) return false;  // no such cgroup: nothing runs in it
     return failErrno("open '" + path + "/cgroup.events'");
   }
+  // Nothing in it (the ranks exited and left nothing behind): no kill, which costs the kernel a
+  // millisecond or two even then. Nothing can fork into an empty cgroup.
+  if (populated(events.get()) == 0) return false;
   bool have_kill = false;
   {
     UniqueFd kill(::open((path + "/cgroup.kill").c_str(), O_WRONLY | O_CLOEXEC));
@@ -434,7 +441,7 @@ Result<void> killCgroup(const std::string& path, Millis deadline) {
       for (pid_t pid : cgroupProcesses(path)) ::kill(pid, SIGKILL);
     }
     int state = populated(events.get());
-    if (state == 0) return {};
+    if (state == 0) return true;
     if (state < 0) return failErrno("read '" + path + "/cgroup.events'");
     int64_t left = millisLeft(until);
     if (left == 0) {

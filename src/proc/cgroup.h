@@ -76,7 +76,9 @@ class Cgroup {
   Result<int64_t> oomKills() const;
   // Kills every process in it and waits until none is left. Errors: kDeadlineExceeded after
   // `deadline`, kIo.
-  Result<void> killAll(Millis deadline) const;
+  Result<void> killAll(Millis deadline);
+  // How many times killAll() found processes to kill (it writes cgroup.kill only then).
+  int kills() const { return kills_; }
   // killAll(), then removes the cgroup and, when empty, the directories above it that
   // create() was given. Errors: as killAll(), or kIo when the directory cannot be removed.
   Result<void> remove(Millis deadline = Millis(10000));
@@ -86,12 +88,13 @@ class Cgroup {
   std::string path_;
   UniqueFd dir_;
   int parents_ = 0;
+  int kills_ = 0;
 };
 
 // Kills every process in the cgroup at `path` (cgroup.kill; on kernels without it, SIGKILL to
-// each listed process until none is left) and waits until it is empty. A cgroup that does not
-// exist is empty. Errors: kDeadlineExceeded, kIo.
-Result<void> killCgroup(const std::string& path, Millis deadline);
+// each listed process until none is left) and waits until it is empty. Returns whether there
+// was any; a cgroup that does not exist is empty. Errors: kDeadlineExceeded, kIo.
+Result<bool> killCgroup(const std::string& path, Millis deadline);
 
 // Removes the cgroup at `path` (the empty cgroups below it first), then up to `parents`
 // directories above it, stopping at the first that is not empty. Errors: kIo when `path` itself

@@ -191,6 +191,29 @@ TEST(Supervision, RestartedGangOutlivesTheGracePeriodOfTheStopBeforeIt) {
   EXPECT_NE(readText(job + "/logs/worker-1.log").find("done"), std::string::npos);
 }
 
+// A rank that leaves a process behind has its node's cgroup killed at the attempt's end; the
+// next attempt's ranks still start and run (they go into a cgroup of their own, as the kernel
+// kills what is cloned into a cgroup that was killed), and nothing is left after the job.
+TEST(Supervision, AttemptAfterAnEscapedProcessWasKilledRunsItsRanks) {
+  std::string why;
+  std::string base = cgroupBase(&why);
+  if (base.empty()) GTEST_SKIP() << "no writable cgroup v2 tree: " << why;
+  std::string root = tempDir();
+  const std::string script =
+      "setsid sleep 60 & echo $! >> " + root +
+      "/escaped; "
+      "if [ \"$COHORT_RESTART_COUNT\" = 0 ]; then exit 3; fi; echo second attempt ran";
+  auto r = runCohort({"run", "--data-root", root, "--nodes", "2", "--max-restarts", "1", "--", "sh",
+                      "-c", script});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::string job = onlyJobDir(root);
+  EXPECT_EQ(readJson(job + "/result.json")["attempts"], 2);
+  EXPECT_NE(readText(job + "/logs/worker-1.log").find("second attempt ran"), std::string::npos)
+      << readText(job + "/logs/worker-1.log");
+  expectAllGone(readPids(root + "/escaped"));
+  EXPECT_FALSE(pathExists(base + "/cohort/" + job.substr(root.size() + 6)));
+}
+
 TEST(Supervision, RestartBudgetIsGlobalAndRunsOut) {
   std::string root = tempDir();
   auto r = runCohort({"run", "--data-root", root, "--nodes", "2", "--max-restarts", "2", "--",
