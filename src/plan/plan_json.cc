@@ -1,4 +1,7 @@
 #include <nlohmann/json.hpp>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "plan/plan.h"
 #include "util/text.h"
@@ -9,27 +12,46 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-Json envJson(const KeyValues& env) {
+// The variables, but for those named in `skip`.
+Json envJson(const KeyValues& env, const std::unordered_set<std::string>* skip = nullptr) {
   Json out = Json::object();
-  for (const auto& [k, v] : env) out[k] = v;
+  for (const auto& [k, v] : env) {
+    if (!skip || !skip->count(k)) out[k] = v;
+  }
   return out;
 }
 
-Json nodeJson(const NodePlan& node) {
+// The variables every rank of `node` has, with the same value, in the first rank's order.
+KeyValues commonEnv(const NodePlan& node) {
+  if (node.ranks.empty()) return {};
+  KeyValues common = node.ranks[0].env;
+  for (size_t i = 1; i < node.ranks.size() && !common.empty(); ++i) {
+    std::unordered_map<std::string_view, std::string_view> env;
+    for (const auto& [k, v] : node.ranks[i].env) env.emplace(k, v);
+    std::erase_if(common, [&](const auto& kv) {
+      auto it = env.find(kv.first);
+      return it == env.end() || it->second != kv.second;
+    });
+  }
+  return common;
+}
+
+// `skip`: the variables left out of every rank's "env" (nodeToJson sends them once).
+Json nodeJson(const NodePlan& node, const std::unordered_set<std::string>* skip = nullptr) {
   Json ranks = Json::array();
   for (const RankPlan& r : node.ranks) {
     ranks.push_back(Json{{"name", r.name},
                          {"role", r.role},
-                     {"role_rank", r.role_rank},
-                     {"role_world_size", r.role_world_size},
-                     {"rank", r.rank},
-                     {"local_rank", r.local_rank},
-                     {"node", r.node},
-                     {"key", r.key},
-                     {"console", r.console},
-                     {"argv", r.argv},
-                     {"env", envJson(r.env)},
-                     {"log_file", r.log_file}});
+                         {"role_rank", r.role_rank},
+                         {"role_world_size", r.role_world_size},
+                         {"rank", r.rank},
+                         {"local_rank", r.local_rank},
+                         {"node", r.node},
+                         {"key", r.key},
+                         {"console", r.console},
+                         {"argv", r.argv},
+                         {"env", envJson(r.env, skip)},
+                         {"log_file", r.log_file}});
     if (r.uid >= 0) {
       ranks.back()["uid"] = r.uid;
       ranks.back()["gid"] = r.gid;
@@ -87,7 +109,17 @@ std::string toJson(const Plan& plan, int indent) {
   return out.dump(indent) + "\n";
 }
 
-std::string nodeToJson(const NodePlan& node) { return nodeJson(node).dump(); }
+std::string nodeToJson(const NodePlan& node) {
+  // What every rank of the node shares (the job's variables, most of them) goes once, as the
+  // node's "env", not once per rank: 64 ranks would otherwise be 120 KB for the agent to parse
+  // before its first rank starts.
+  const KeyValues common = commonEnv(node);
+  std::unordered_set<std::string> shared;
+  for (const auto& kv : common) shared.insert(kv.first);
+  Json out = nodeJson(node, &shared);
+  out["env"] = envJson(common);
+  return out.dump();
+}
 
 namespace {
 
@@ -101,6 +133,8 @@ Result<NodePlan> nodeFrom(const Json& j) {
       node.inputs.push_back({in.at("source").get<std::string>(), in.at("target").get<std::string>(),
                              in.at("link").get<bool>()});
     }
+    // The variables every rank has (nodeToJson), then each rank's own.
+    const Json common = j.contains("env") ? j.at("env") : Json::object();
     for (const auto& jr : j.at("ranks")) {
       RankPlan r;
       r.name = jr.at("name").get<std::string>();
@@ -113,6 +147,9 @@ Result<NodePlan> nodeFrom(const Json& j) {
       r.key = jr.at("key").get<bool>();
       r.console = jr.at("console").get<bool>();
       r.argv = jr.at("argv").get<std::vector<std::string>>();
+      for (const auto& [key, value] : common.items()) {
+        r.env.emplace_back(key, value.get<std::string>());
+      }
       for (const auto& [key, value] : jr.at("env").items()) {
         r.env.emplace_back(key, value.get<std::string>());
       }

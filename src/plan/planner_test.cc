@@ -456,6 +456,25 @@ TEST(Planner, NodePlanRoundTripsThroughJson) {
   auto node = nodeFromJson(nodeToJson(plan->nodes[1]));
   ASSERT_TRUE(node) << node.error().message;
   EXPECT_EQ(nodeToJson(*node), nodeToJson(plan->nodes[1]));
+  // Every rank gets back all of its variables, those it shares with the others included.
+  ASSERT_EQ(node->ranks.size(), plan->nodes[1].ranks.size());
+  for (size_t i = 0; i < node->ranks.size(); ++i) {
+    auto sorted = [](KeyValues env) {
+      std::sort(env.begin(), env.end());
+      return env;
+    };
+    EXPECT_EQ(sorted(node->ranks[i].env), sorted(plan->nodes[1].ranks[i].env)) << "rank " << i;
+  }
+}
+
+TEST(Planner, ANodePlanSendsWhatItsRanksShareOnce) {
+  auto plan = makePlan(parse(kDdp), context());
+  ASSERT_TRUE(plan);
+  const std::string text = nodeToJson(plan->nodes[1]);
+  const std::string job = "\"COHORT_JOB_ID\":";
+  EXPECT_EQ(text.find(job), text.rfind(job)) << "the job id is the same for every rank";
+  EXPECT_NE(text.find("\"RANK\":\"2\""), std::string::npos) << "each rank's own stays with it";
+  EXPECT_NE(text.find("\"RANK\":\"3\""), std::string::npos);
 }
 
 TEST(Planner, RejectsInvalidSpec) {
