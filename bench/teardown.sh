@@ -8,7 +8,8 @@
 #   mpirun     -np 64, rank 63 fails (OMPI_COMM_WORLD_RANK)
 #   torchrun   --standalone --nproc_per_node 16 (64 is too heavy for it here), local rank 15 fails
 # End = `date +%s%N` right after the launcher returns. Also counts the job's processes left over.
-# Run: bench/teardown.sh   (env: REPS=15 COHORT=build/cohort TORCHRUN=1)
+#   before     with BASELINE=path/to/an/earlier/cohort: that build, as cohort-test-rank above
+# Run: bench/teardown.sh   (env: REPS=15 COHORT=build/cohort TORCHRUN=1 BASELINE=)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 COHORT=$(realpath "${COHORT:-build/cohort}")
@@ -55,6 +56,10 @@ for ((i = 0; i < REPS; i++)); do
   echo "== teardown round $((i + 1))/$REPS" >&2
   run cohort-test-rank "events:$TMP/dr$i" "$COHORT" run --nodes 4 --nproc-per-node 16 --data-root "$TMP/dr$i" \
     --log-ranks none -q -- "$TMP/bin/cohort-test-rank" rank63:sleep=1 rank63:exit=1 sleep=600
+  if [ -n "${BASELINE:-}" ]; then
+    run before "events:$TMP/db$i" "$(realpath "$BASELINE")" run --nodes 4 --nproc-per-node 16 --data-root "$TMP/db$i" \
+      --log-ranks none -q -- "$TMP/bin/cohort-test-rank" rank63:sleep=1 rank63:exit=1 sleep=600
+  fi
   run cohort-sh mark "$COHORT" run --nodes 4 --nproc-per-node 16 --data-root "$TMP/ds$i" \
     --log-ranks none -q -- sh "$TMP/rank.sh" 63 "$TMP/mark"
   run wait-n mark bash "$TMP/waitn.sh" "$TMP/mark"
@@ -80,6 +85,7 @@ for line in open(sys.argv[1]):
     else: r["ms"].append((int(end) - int(start)) / 1e6)
 labels = {"cohort-test-rank": ("cohort 4x16", "cohort-test-rank", "rank_exit `t` in events.jsonl"),
           "cohort-sh": ("cohort 4x16", "sh script", "time written by the rank"),
+          "before": ("BASELINE 4x16", "cohort-test-rank", "rank_exit `t` in events.jsonl"),
           "wait-n": ("bash `wait -n` + kill", "sh script / sleep", "time written by the rank"),
           "mpirun": ("mpirun -np 64", "sh script", "time written by the rank"),
           "torchrun": ("torchrun 1x16", "sh script", "time written by the rank")}
