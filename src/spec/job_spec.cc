@@ -1167,6 +1167,11 @@ Result<void> validateCluster(const JobSpec& spec) {
   return validateVolcano(spec);
 }
 
+// A job's strings go into its plan, its record and the agents' messages, all JSON.
+constexpr const char* kNotUtf8 =
+    "is not UTF-8 text (a job's names, values and arguments are kept as JSON, which must be; "
+    "pass bytes in a file the job reads)";
+
 Result<void> validatePairs(const JobSpec& spec, const KeyValues& pairs, const std::string& path,
                            int max, const std::string& advice) {
   const Refusal bad(spec);
@@ -1185,6 +1190,7 @@ Result<void> validatePairs(const JobSpec& spec, const KeyValues& pairs, const st
                                              "128 KiB, the most the kernel passes to a program "
                                              "in one string: " + kFileAdvice));
     }
+    if (!validUtf8(key) || !validUtf8(value)) return bad(sub, kNotUtf8);
     if (!names.insert(key).second) return bad(sub, "given twice");
   }
   return {};
@@ -1195,6 +1201,7 @@ Result<void> validatePath(const JobSpec& spec, const std::string& path, const st
     return Refusal(spec)(path, tooLong(value.size(), kMaxPathBytes,
                                        "4096, the longest path the system opens"));
   }
+  if (!validUtf8(value)) return Refusal(spec)(path, kNotUtf8);
   return {};
 }
 
@@ -1507,6 +1514,7 @@ Result<void> validate(const JobSpec& spec) {
                          "128 KiB, the most the kernel passes to a program in one string: " +
                              kFileAdvice));
     }
+    if (!validUtf8(spec.command[i])) return bad("command[" + std::to_string(i) + "]", kNotUtf8);
   }
   COHORT_TRY(validatePath(spec, "workdir", spec.workdir));
   COHORT_TRY(validateRoles(spec));

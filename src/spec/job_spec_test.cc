@@ -539,6 +539,28 @@ TEST(Limits, LongValuesAreRefusedWithTheirField) {
       << msg.substr(0, 200);
 }
 
+// Bytes that are not UTF-8 would make the plan's JSON throw: refused with their field, from a job
+// file as from flags (--env, the command after --).
+TEST(Limits, BytesThatAreNotUtf8AreRefusedWithTheirField) {
+  std::string msg = errorOf(
+      "name: x\ncommand: [a]\nenv:\n  BAD: a\xff\xfe"
+      "b\n");
+  EXPECT_NE(msg.find("env.BAD: is not UTF-8 text"), std::string::npos) << msg;
+  JobSpec spec;
+  spec.name = "x";
+  spec.command = {"a", std::string("b\xff")};
+  auto checked = validate(spec);
+  ASSERT_FALSE(checked);
+  EXPECT_NE(checked.error().message.find("command[1]: is not UTF-8 text"), std::string::npos)
+      << checked.error().message;
+  spec.command = {"a"};
+  spec.workdir = std::string("/tmp/\xc3");
+  checked = validate(spec);
+  ASSERT_FALSE(checked);
+  EXPECT_NE(checked.error().message.find("workdir: is not UTF-8 text"), std::string::npos)
+      << checked.error().message;
+}
+
 TEST(Limits, RanksTimesVariablesIsBoundedSoPlanningStaysFast) {
   std::string env = "{";
   for (int i = 0; i < 2000; ++i) env += (i ? ", K" : "K") + std::to_string(i) + ": v";
