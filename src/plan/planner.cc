@@ -127,6 +127,18 @@ void assignDevices(Builder& b) {
 
 Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
   COHORT_TRY(spec::validate(spec));
+  // The machine's side of the plan goes into its JSON too (the job's variables, plan.json).
+  for (const auto& [what, path] :
+       {std::pair{"the job directory", &ctx.job_dir}, std::pair{"the work directory", &ctx.workdir},
+        std::pair{"the data root", &ctx.data_root},
+        std::pair{"the cohort binary's path", &ctx.cohort_bin}}) {
+    if (!validUtf8(*path)) {
+      return fail(Code::kInvalidArgument,
+                  std::string(what) + " '" + *path +
+                      "' is not UTF-8 text, which a job's plan must be: use a directory whose "
+                      "name is (--data-root, --workdir, or run cohort from another directory)");
+    }
+  }
   for (const spec::Role& role : spec.roles) {
     if (role.procs_per_node == spec::kAutoProcs) {
       return fail(Code::kInvalidArgument,

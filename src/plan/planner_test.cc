@@ -477,6 +477,17 @@ TEST(Planner, ANodePlanSendsWhatItsRanksShareOnce) {
   EXPECT_NE(text.find("\"RANK\":\"3\""), std::string::npos);
 }
 
+TEST(Planner, AMachinePathThatIsNotUtf8IsRefusedByName) {
+  PlanContext ctx = context();
+  ctx.workdir = "/tmp/x\xffy";
+  auto plan = makePlan(parse(kDdp), ctx);
+  ASSERT_FALSE(plan);
+  EXPECT_EQ(plan.error().code, Code::kInvalidArgument);
+  EXPECT_NE(plan.error().message.find("the work directory '/tmp/x\xffy' is not UTF-8 text"),
+            std::string::npos)
+      << plan.error().message;
+}
+
 TEST(Planner, RejectsInvalidSpec) {
   auto spec = parse(kDdp);
   spec.roles[0].nodes = 0;
