@@ -353,7 +353,9 @@ Result<PreloadTemplate> PreloadTemplate::start(const Options& options) {
   UniqueFd ours(pair[0]);
   UniqueFd theirs(pair[1]);
   proc::SpawnRequest req;
-  req.argv = {options.preload.python, "-c", kTemplate, "3"};
+  req.argv = {options.preload.python};
+  req.argv.insert(req.argv.end(), options.preload.options.begin(), options.preload.options.end());
+  req.argv.insert(req.argv.end(), {"-c", kTemplate, "3"});
   req.argv.insert(req.argv.end(), options.preload.modules.begin(), options.preload.modules.end());
   req.env = options.env;
   req.cwd = options.cwd;

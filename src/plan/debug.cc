@@ -3,6 +3,7 @@
 // rank's own port (or dialling the IDE), pauses where the job asks (at the start, at a
 // breakpoint(), at an exception nothing caught) and says so in the rank's debug status file,
 // which its agent reads. The variables below are the bootstrap's whole contract.
+#include <algorithm>
 #include <string>
 
 #include "plan/wiring.h"
@@ -14,12 +15,22 @@ extern const std::size_t kDebugBootstrapSize;
 
 namespace {
 
+// Frozen standard modules hide their source from the debugger (debugpy warns of missed
+// breakpoints): the interpreter of a debugged rank loads them from their files.
+constexpr const char* kNoFrozenModules = "-Xfrozen_modules=off";
+
 // The rank's argv with the bootstrap in front of its program: `python3 [options] PROGRAM ...`
 // becomes `python3 -Xfrozen_modules=off [options] cohort_debug.py PROGRAM ...`, where PROGRAM
-// is a script, -m MODULE or -c CODE (the bootstrap runs it the way python3 would).
+// is a script, -m MODULE or -c CODE (the bootstrap runs it the way python3 would). A preloaded
+// rank, whose interpreter is its node's template, becomes `python3 cohort_debug.py PROGRAM ...`.
 std::vector<std::string> underBootstrap(const std::vector<std::string>& argv,
-                                        const std::string& bootstrap) {
-  std::vector<std::string> out = {argv[0], "-Xfrozen_modules=off"};
+                                        const std::string& bootstrap, bool preloaded) {
+  if (preloaded) {
+    std::vector<std::string> out = {argv[0], bootstrap};
+    out.insert(out.end(), argv.begin() + 1, argv.end());
+    return out;
+  }
+  std::vector<std::string> out = {argv[0], kNoFrozenModules};
   size_t i = 1;
   for (; i < argv.size(); ++i) {
     const std::string& a = argv[i];
@@ -50,7 +61,9 @@ void wireDebug(Builder& b) {
   const std::string wait_limit = std::to_string(d.wait_limit.count() / 1000.0);
   b.plan.debug_wait_limit_ms = d.wait_limit.count();
   b.forEachRank([&](NodePlan& node, RankPlan& r) {
-    r.argv = underBootstrap(r.argv, bootstrap);
+    // pdb takes cohort run's terminal, which only a rank cohort starts itself can have.
+    if (d.pdb && spec::debugWaitsAtStart(d, r.rank)) r.preload = false;
+    r.argv = underBootstrap(r.argv, bootstrap, r.preload);
     setEnv(r.env, "COHORT_DEBUG_FILE", layout.debugStatusFile(node.node, r.rank));
     setEnv(r.env, "COHORT_DEBUG_WAIT_LIMIT", wait_limit.substr(0, wait_limit.find('.') + 4));
     if (spec::debugWaitsAtStart(d, r.rank)) setEnv(r.env, "COHORT_DEBUG_WAIT", "1");
@@ -72,6 +85,15 @@ void wireDebug(Builder& b) {
                                            : "auto";
     setEnv(r.env, "COHORT_DEBUG_LISTEN", "127.0.0.1:" + port);
   });
+  for (NodePlan& node : b.plan.nodes) {
+    if (!node.preload) continue;
+    if (std::none_of(node.ranks.begin(), node.ranks.end(),
+                     [](const RankPlan& r) { return r.preload; })) {
+      node.preload.reset();  // its one rank is on the terminal
+    } else {
+      node.preload->options = {kNoFrozenModules};
+    }
+  }
 }
 
 }  // namespace cohort::plan

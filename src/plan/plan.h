@@ -56,6 +56,7 @@ struct StagedInput {
 struct Preload {
   std::string python;  // the ranks' interpreter, argv[0] of their command
   std::vector<std::string> modules;
+  std::vector<std::string> options;  // the interpreter's own, before the template (debug: -X)
 };
 
 struct NodePlan {

@@ -73,6 +73,7 @@ Json nodeJson(const NodePlan& node, const std::unordered_set<std::string>* skip 
               {"ranks", ranks}};
   if (node.preload) {
     out["preload"] = Json{{"python", node.preload->python}, {"modules", node.preload->modules}};
+    if (!node.preload->options.empty()) out["preload"]["options"] = node.preload->options;
   }
   return out;
 }
@@ -167,7 +168,8 @@ Result<NodePlan> nodeFrom(const Json& j) {
     if (j.contains("preload")) {
       const auto& p = j.at("preload");
       node.preload = Preload{p.at("python").get<std::string>(),
-                             p.at("modules").get<std::vector<std::string>>()};
+                             p.at("modules").get<std::vector<std::string>>(),
+                             p.value("options", std::vector<std::string>{})};
     }
     return node;
   } catch (const nlohmann::json::exception& e) {
@@ -202,7 +204,9 @@ std::string toText(const Plan& plan) {
       out += "  stage " + in.source + (in.link ? " -> (link) " : " -> ") + in.target + "\n";
     }
     if (node.preload) {
-      out += "  preload: " + node.preload->python + " imports " +
+      std::string python = node.preload->python;
+      for (const std::string& o : node.preload->options) python += " " + shellQuote(o);
+      out += "  preload: " + python + " imports " +
              (node.preload->modules.empty() ? std::string("nothing")
                                             : join(node.preload->modules, ", ")) +
              " once, then forks the ranks marked (preloaded)\n";

@@ -270,7 +270,6 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
       if (ctx.uid >= 0 && !hasEnv(spec.env, "HOME")) setEnv(r.env, "HOME", node.work_dir);
     }
   }
-  wireDebug(b);
   if (spec.launcher == spec::Launcher::kPreload) {
     if (ctx.isolate) {
       return fail(Code::kInvalidArgument,
@@ -280,6 +279,7 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
     }
     COHORT_TRY(wirePreload(b));
   }
+  wireDebug(b);  // after preload: it checks the job's own command, not the bootstrap's
   if (ctx.isolate) isolate(b);
   return plan;
 }

@@ -567,5 +567,43 @@ TEST(Planner, DryDebugPlanShowsAutoPortsAndPdbTakesTheTerminal) {
   EXPECT_TRUE(node->ranks[0].terminal) << "the agent learns it from the plan";
 }
 
+// A preloaded rank runs the bootstrap as its script, in its node's template, which loads frozen
+// modules from their files; the rank on pdb's terminal is started by cohort itself.
+TEST(Planner, DebugOfPreloadedRanksRunsTheBootstrapInTheTemplate) {
+  spec::JobSpec spec = parse(kDdp + "launcher: preload\ndebug: {ranks: [2]}\n");
+  spec.debug.pdb = true;
+  auto plan = makePlan(spec, context());
+  ASSERT_TRUE(plan) << plan.error().message;
+  const std::string bootstrap = "/data/jobs/digits-ddp-1/files/debug/cohort_debug.py";
+  for (const NodePlan& node : plan->nodes) {
+    ASSERT_TRUE(node.preload);
+    EXPECT_EQ(node.preload->options, std::vector<std::string>{"-Xfrozen_modules=off"});
+    for (const RankPlan& r : node.ranks) {
+      EXPECT_EQ(r.preload, r.rank != 2) << r.name;
+      EXPECT_EQ(r.argv, r.rank == 2 ? (std::vector<std::string>{"python3", "-Xfrozen_modules=off",
+                                                                bootstrap, "ddp.py", "--epochs=5",
+                                                                "--lr=0.05"})
+                                    : (std::vector<std::string>{"python3", bootstrap, "ddp.py",
+                                                                "--epochs=5", "--lr=0.05"}));
+    }
+  }
+  auto node = nodeFromJson(nodeToJson(plan->nodes[0]));
+  ASSERT_TRUE(node && node->preload);
+  EXPECT_EQ(node->preload->options, std::vector<std::string>{"-Xfrozen_modules=off"});
+  EXPECT_NE(toText(*plan).find("preload: python3 -Xfrozen_modules=off imports torch once"),
+            std::string::npos)
+      << toText(*plan);
+
+  // A node whose one rank is on the terminal starts no template.
+  spec::JobSpec one = parse("name: p\nlauncher: preload\ncommand: [python3, t.py]\n");
+  one.debug.enabled = true;
+  one.debug.ranks = {0};
+  one.debug.pdb = true;
+  auto alone = makePlan(one, context());
+  ASSERT_TRUE(alone) << alone.error().message;
+  EXPECT_FALSE(alone->nodes[0].preload);
+  EXPECT_FALSE(alone->nodes[0].ranks[0].preload);
+}
+
 }  // namespace
 }  // namespace cohort::plan

@@ -1376,11 +1376,13 @@ Result<void> validateDebug(const JobSpec& spec) {
                             " ranks (each gets a port of its own); this one has " +
                             std::to_string(procs) + ": debug a smaller copy of the job");
   }
-  if (spec.launcher != Launcher::kDirect) {
+  if (spec.launcher != Launcher::kDirect && spec.launcher != Launcher::kPreload) {
     return bad("debug",
-               "needs launcher: direct (cohort then starts each rank itself, under the "
-               "debugger); this job's launcher is '" +
-                   std::string(launcherName(spec.launcher)) + "'");
+               "needs launcher: direct or preload (cohort then starts each rank itself, under "
+               "the debugger); launcher '" +
+                   std::string(launcherName(spec.launcher)) +
+                   "' starts the ranks itself: run the job with --launcher direct, which gives "
+                   "every rank the same variables");
   }
   const std::string program =
       spec.command.empty() ? "" : spec.command[0].substr(spec.command[0].rfind('/') + 1);

@@ -196,6 +196,7 @@ TEST(ValidateJobSpec, DebugRefusesWhatCannotBeDebugged) {
       << refused("debug: {ranks: [7]}\n");
   EXPECT_NE(refused("launcher: torchrun\ndebug: {}\n").find("debug: needs launcher: direct"),
             std::string::npos);
+  EXPECT_EQ(refused("launcher: preload\ndebug: {}\n"), "") << "preloaded ranks are debugged too";
   EXPECT_NE(errorOf("name: x\ncommand: [bash, run.sh]\ndebug: {}\n").find("debugs Python ranks"),
             std::string::npos);
   EXPECT_NE(refused("debug: {wait_limit: 8d}\n").find("debug.wait_limit"), std::string::npos);

@@ -82,10 +82,22 @@ std::vector<std::string> ddp(const std::string& root, const std::vector<std::str
   return args;
 }
 
-TEST(RealDebugger, AttachesToAWaitingRankStopsAtABreakpointAndTheJobSucceeds) {
+// Each case runs as launched directly and as forked from a preload template (launcher: preload).
+class RealDebugger : public ::testing::TestWithParam<const char*> {
+ protected:
+  std::vector<std::string> job(const std::string& root, std::vector<std::string> flags) const {
+    flags.insert(flags.begin(), {"--launcher", GetParam()});
+    return ddp(root, flags);
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Launchers, RealDebugger, ::testing::Values("direct", "preload"),
+                         [](const auto& info) { return std::string(info.param); });
+
+TEST_P(RealDebugger, AttachesToAWaitingRankStopsAtABreakpointAndTheJobSucceeds) {
   REQUIRE(kTorchAndDebugpy, "Debian's python3-torch and python3-debugpy are not installed");
   const std::string root = tempDir();
-  CohortProcess job(ddp(root, {"--debug", "1"}));
+  CohortProcess job(this->job(root, {"--debug", "1"}));
   const std::string id = jobIdUnder(root);
   auto rank = pausedRank(root, id, "worker/1");
   ASSERT_TRUE(rank) << job.wait(5s).err;
@@ -114,10 +126,10 @@ TEST(RealDebugger, AttachesToAWaitingRankStopsAtABreakpointAndTheJobSucceeds) {
   EXPECT_TRUE(recorded) << "the pause is an event of the job";
 }
 
-TEST(RealDebugger, ABreakpointCallPausesItsRankUnderTheDebugger) {
+TEST_P(RealDebugger, ABreakpointCallPausesItsRankUnderTheDebugger) {
   REQUIRE(kTorchAndDebugpy, "Debian's python3-torch and python3-debugpy are not installed");
   const std::string root = tempDir();
-  CohortProcess job(ddp(root, {"--debug", "none", "--env", "BREAK_ON_RANK=2"}));
+  CohortProcess job(this->job(root, {"--debug", "none", "--env", "BREAK_ON_RANK=2"}));
   const std::string id = jobIdUnder(root);
   auto rank = pausedRank(root, id, "worker/2");
   ASSERT_TRUE(rank) << job.wait(5s).err;
@@ -134,10 +146,10 @@ TEST(RealDebugger, ABreakpointCallPausesItsRankUnderTheDebugger) {
   EXPECT_FALSE(contains(r.err, "BdbQuit")) << r.err;
 }
 
-TEST(RealDebugger, PostMortemStopsAtTheExceptionAndTheJobFailsWithThatRank) {
+TEST_P(RealDebugger, PostMortemStopsAtTheExceptionAndTheJobFailsWithThatRank) {
   REQUIRE(kTorchAndDebugpy, "Debian's python3-torch and python3-debugpy are not installed");
   const std::string root = tempDir();
-  CohortProcess job(ddp(root, {"--post-mortem", "--env", "RAISE_ON_RANK=3"}));
+  CohortProcess job(this->job(root, {"--post-mortem", "--env", "RAISE_ON_RANK=3"}));
   const std::string id = jobIdUnder(root);
   auto rank = pausedRank(root, id, "worker/3");
   ASSERT_TRUE(rank) << job.wait(5s).err;
@@ -304,6 +316,27 @@ TEST(DebugFlags, PdbRunsTheRankOnCohortsTerminal) {
   EXPECT_TRUE(contains(out, "(Pdb)")) << out;
   EXPECT_TRUE(contains(out, "420")) << out;
   EXPECT_TRUE(contains(out, "done 42")) << out;
+}
+
+// With launcher: preload, the rank on the terminal is started directly and the others are
+// forked from their template.
+TEST(DebugFlags, PdbTakesTheTerminalWhileTheOtherPreloadedRanksRun) {
+  REQUIRE(kDebugpy, "Debian's python3-debugpy is not installed");
+  const std::string root = tempDir();
+  const std::string py = script(root, "x.py",
+                                "import os\ntotal = 40 + int(os.environ['RANK'])\n"
+                                "print('done', total)\n");
+  const std::string out = shellOutput(
+      "printf 'next\\nnext\\np total * 10\\ncont\\n' | " + std::string(COHORT_BIN) +
+      " run -q --data-root " + root +
+      " --launcher preload --nproc-per-node 2 --debug 0 --pdb -- /usr/bin/python3 " + py + " 2>&1");
+  EXPECT_TRUE(contains(out, "(Pdb)")) << out;
+  EXPECT_TRUE(contains(out, "400")) << out;
+  EXPECT_TRUE(contains(out, "done 40")) << out;
+  EXPECT_TRUE(contains(out, "done 41")) << out;
+  const auto plan = readJson(onlyJobDir(root) + "/plan.json");
+  EXPECT_FALSE(plan["nodes"][0]["ranks"][0].value("preload", false)) << plan.dump(2);
+  EXPECT_TRUE(plan["nodes"][0]["ranks"][1].value("preload", false)) << plan.dump(2);
 }
 
 TEST(DebugFlags, DebugOfAnUnknownJobIsRefused) {
