@@ -51,15 +51,30 @@ Result<void> recordEnd(store::JobStore& store, const store::Job& job) {
   return appendEvent(store, job.id, e);
 }
 
-// A workdir in another job's directory (its uploaded code, say `cohort rerun` of such a job).
+// A workdir in another job's directory: a job runs only its own code, or (below) a copy of an
+// earlier job's of its account.
 Result<void> notAnotherJobsCode(const std::string& workdir, const std::string& data_root) {
   if (startsWith(workdir, job::jobsDir(data_root) + "/")) {
     return fail(Code::kInvalidArgument,
                 "workdir: '" + workdir +
-                    "' is the code another job uploaded; a job runs only its own: submit the "
-                    "code again (cohort submit -f job.yaml uploads the workdir)");
+                    "' is the code another job uploaded; a job runs only its own code, or that of "
+                    "an earlier job of its account: submit the code again (cohort submit -f "
+                    "job.yaml uploads the workdir)");
   }
   return {};
+}
+
+// The job whose code/ `workdir` is (what the job file of a job that ran uploaded code says, so
+// that `cohort rerun` and the console's Re-run run it again), or "" when it is no job's code/.
+std::string jobOfCode(const std::string& workdir, const std::string& data_root) {
+  const std::string prefix = job::jobsDir(data_root) + "/";
+  if (!startsWith(workdir, prefix)) return "";
+  std::string rest = workdir.substr(prefix.size());
+  while (!rest.empty() && rest.back() == '/') rest.pop_back();
+  const size_t slash = rest.find('/');
+  if (slash == std::string::npos || slash == 0 || rest.substr(slash) != "/code") return "";
+  const std::string id = rest.substr(0, slash);
+  return id == "." || id == ".." ? "" : id;
 }
 
 }  // namespace
@@ -366,6 +381,27 @@ Result<void> JobService::checkIdentity(const Caller& caller, const spec::JobSpec
   return {};
 }
 
+// A job of the caller's account that ran uploaded code runs it again on a copy of it (its
+// code/ stays its own, removed with it), made a new upload of the account.
+Result<std::string> JobService::copyOfCode(const Caller& caller, const std::string& job_id) {
+  const std::string dir = job::Layout::of(options_.data_root, job_id).codeDir();
+  auto earlier = store_.job(job_id);
+  struct stat st {};
+  // Another account's job reads as one deleted: neither says whether the other exists.
+  if (!earlier || earlier->account != caller.account || ::lstat(dir.c_str(), &st) != 0 ||
+      !S_ISDIR(st.st_mode)) {
+    return fail(Code::kNotFound,
+                "workdir: '" + dir + "' is the code of job " + job_id +
+                    ", which is gone (deleted) or not this account's; a job runs only its own "
+                    "code, or that of an earlier job of its account: submit the code again "
+                    "(cohort submit -f job.yaml uploads the workdir)");
+  }
+  storage::ArchiveLimits limits;
+  limits.max_bytes = options_.max_upload_bytes;
+  COHORT_ASSIGN(Upload copy, uploadTree(options_.data_root, caller.account, dir, limits));
+  return pendingUpload(options_.data_root, caller.account, copy.id);
+}
+
 Result<store::Job> JobService::submit(const Caller& caller, const std::string& job_file,
                                       int priority, const std::string& code) {
   COHORT_ASSIGN(spec::JobSpec spec, spec::parseJobFile(job_file, "job"));
@@ -375,8 +411,12 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
   std::string upload_dir;
   if (!code.empty()) {
     COHORT_ASSIGN(upload_dir, pendingUpload(options_.data_root, caller.account, code));
-    spec.workdir = upload_dir;  // until the job has an id: the command is looked for there
+  } else if (const std::string earlier = jobOfCode(spec.workdir, options_.data_root);
+             !earlier.empty()) {
+    COHORT_ASSIGN(upload_dir, copyOfCode(caller, earlier));
   }
+  // Until the job has an id: the command is looked for there.
+  if (!upload_dir.empty()) spec.workdir = upload_dir;
   if (spec.workdir.empty() || spec.workdir[0] != '/') {
     return fail(
         Code::kInvalidArgument,

@@ -57,6 +57,7 @@ struct JobServiceOptions {
   bool isolate = false;       // run ranks under bubblewrap (cohort run --isolate)
   Identities identities;
   std::string report_url;     // where coordinators report: this server, "http://host:port"
+  int64_t max_upload_bytes = int64_t{1} << 30;  // a copy of an earlier job's code, at most
   Millis poll_interval{100};  // how often running jobs' coordinators are looked at
   // Called (from the service's threads, maybe holding its lock: it must not call back into
   // the service) after new events or a new state
@@ -129,6 +130,7 @@ class JobService {
   Result<std::pair<int, int>> identityOf(const std::string& account);
   // `uploaded`: the workdir is the job's own snapshot, which the server makes readable.
   Result<void> checkIdentity(const Caller& caller, const spec::JobSpec& spec, bool uploaded);
+  Result<std::string> copyOfCode(const Caller& caller, const std::string& job_id);
   Result<void> reconcile();
   void loop();
   void schedulePass();

@@ -802,7 +802,7 @@ const char* const kSchemas = R"json(
         ]
       },
       "priority": {"type": "integer"},
-      "code": {"type": "string", "description": "an upload id (POST /v1/uploads): the job runs on that snapshot, which becomes its workdir (the job file's workdir is then ignored); each upload runs one job"}
+      "code": {"type": "string", "description": "an upload id (POST /v1/uploads): the job runs on that snapshot, which becomes its workdir (the job file's workdir is then ignored); each upload runs one job. Without it, a workdir that is an earlier job's code/ of the same account (its spec's) runs a copy of that code"}
     },
     "required": ["job"],
     "additionalProperties": false

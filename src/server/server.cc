@@ -1542,6 +1542,7 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   jopts.nodes = options.nodes;
   jopts.isolate = options.isolate;
   jopts.identities = options.identities;
+  jopts.max_upload_bytes = options.max_upload_bytes;
   COHORT_ASSIGN(impl->hub, EventHub::create());
   jopts.on_events = [hub = impl->hub.get()](const std::string& id) { hub->notify(id); };
 

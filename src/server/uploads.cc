@@ -1,6 +1,7 @@
 #include "server/uploads.h"
 
 #include <dirent.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -89,6 +90,24 @@ Result<Upload> receiveUpload(const std::string& data_root, const std::string& ac
     std::filesystem::remove_all(partial, ec);
     return err;
   }
+  return upload;
+}
+
+Result<Upload> uploadTree(const std::string& data_root, const std::string& account,
+                          const std::string& dir, const storage::ArchiveLimits& limits) {
+  COHORT_ASSIGN(storage::TreeListing listing,
+                storage::listTree(dir, storage::IgnoreRules::fromText(""), limits));
+  UniqueFd fd(::memfd_create("cohort-code", MFD_CLOEXEC));
+  if (!fd.valid()) return failErrno("memfd_create");
+  COHORT_TRY(storage::writeArchive(dir, listing, fd.get()));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return failErrno("stat the copy of '" + dir + "'");
+  const size_t size = static_cast<size_t>(st.st_size);
+  void* data = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+  if (data == MAP_FAILED) return failErrno("map the copy of '" + dir + "'");
+  auto upload = receiveUpload(data_root, account,
+                              std::string_view(static_cast<const char*>(data), size), limits);
+  ::munmap(data, size);
   return upload;
 }
 

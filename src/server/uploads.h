@@ -32,6 +32,13 @@ struct Upload {
 Result<Upload> receiveUpload(const std::string& data_root, const std::string& account,
                              std::string_view archive, const storage::ArchiveLimits& limits);
 
+// A new upload of `account` holding a copy of the tree at `dir` (an earlier job's code/, for a
+// job that runs it again): listed and archived as the client does it, then extracted as any
+// upload is, so the copy passes the same checks and limits. Errors: those of storage::listTree
+// and of receiveUpload.
+Result<Upload> uploadTree(const std::string& data_root, const std::string& account,
+                          const std::string& dir, const storage::ArchiveLimits& limits);
+
 // The directory of `account`'s upload `id`, waiting for its job. Errors: kInvalidArgument for
 // an id that is not one, kNotFound (never made, another account's, taken by a job, expired).
 Result<std::string> pendingUpload(const std::string& data_root, const std::string& account,

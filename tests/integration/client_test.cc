@@ -597,6 +597,12 @@ TEST_F(LiveClient, SubmitUploadsTheWorkdirAndTheRanksRunTheSnapshot) {
   const std::string code_dir = server_->dataRoot() + "/jobs/" + id + "/code";
   EXPECT_EQ(admin({"logs", id, "--rank", "0"}).out, code_dir + "\nfrom the snapshot\nno secret\n");
   EXPECT_EQ(readJson(server_->dataRoot() + "/jobs/" + id + "/job.json")["workdir"], code_dir);
+  // cohort rerun runs the same snapshot again, though the files it came from are gone.
+  RunResult again = admin({"rerun", id, "--wait"});
+  ASSERT_EQ(again.exit_code, 0) << again.err << server_->log();
+  const std::string second = again.out.substr(0, again.out.find('\n'));
+  EXPECT_EQ(admin({"logs", second, "--rank", "0"}).out,
+            server_->dataRoot() + "/jobs/" + second + "/code\nfrom the snapshot\nno secret\n");
 }
 
 TEST_F(LiveClient, AWorkdirThatCannotBeUploadedIsRefusedBeforeAnythingIsSubmitted) {

@@ -1853,11 +1853,30 @@ TEST_F(ServerUploads, AJobRunsOnItsAccountsUploadOnceAndNoOtherAccountCanNameIt)
   Json steal = job;
   steal["workdir"] = code_dir;
   Answer stolen = post("/v1/jobs", bob, {{"job", steal}});
-  EXPECT_EQ(stolen.status, 400) << stolen;
-  EXPECT_TRUE(contains(stolen.message(), "is the code another job uploaded")) << stolen;
-  // Deleting the job removes its code.
+  EXPECT_EQ(stolen.status, 404) << stolen;
+  EXPECT_TRUE(contains(stolen.message(), "gone (deleted) or not this account's")) << stolen;
+  Json below = steal;
+  below["workdir"] = code_dir + "/lib";
+  Answer inside = post("/v1/jobs", alice, {{"job", below}});
+  EXPECT_EQ(inside.status, 400) << inside;
+  EXPECT_TRUE(contains(inside.message(), "is the code another job uploaded")) << inside;
+  // Its own account runs it again (cohort rerun, the console's Re-run): on a copy of its own.
+  Json recorded = get("/v1/jobs/" + id, alice).json["spec"];
+  ASSERT_EQ(recorded.value("workdir", ""), code_dir) << recorded.dump();
+  Answer rerun = post("/v1/jobs", alice, {{"job", recorded}});
+  ASSERT_EQ(rerun.status, 201) << rerun;
+  const std::string second = rerun.json.value("id", "");
+  const std::string second_code = data_root_ + "/jobs/" + second + "/code";
+  EXPECT_EQ(waitFinal(alice, second).value("state", ""), "succeeded");
+  EXPECT_EQ(get("/v1/jobs/" + second + "/logs?rank=0", alice).body,
+            second_code + "\nfrom the upload\n");
+  // Deleting a job removes its code, and not the copy another job runs.
   EXPECT_EQ(call("DELETE", "/v1/jobs/" + id, alice).status, 204);
   EXPECT_FALSE(std::filesystem::exists(code_dir));
+  EXPECT_TRUE(std::filesystem::exists(second_code + "/lib/data.txt"));
+  Answer gone = post("/v1/jobs", alice, {{"job", recorded}});
+  EXPECT_EQ(gone.status, 404) << gone;
+  EXPECT_EQ(gone.message(), stolen.message()) << "a deleted job and another account's read alike";
 }
 
 TEST_F(ServerUploads, HostileArchivesAreRefusedNamingTheEntryAndNothingLandsOutside) {
