@@ -98,7 +98,8 @@ std::string nameFromCommand(const std::vector<std::string>& command) {
   return name.empty() ? "job" : name;
 }
 
-// debug: the ranks' interpreter must have debugpy: asked of it now, as the ranks would run it.
+// debug: the ranks' interpreter must have debugpy (or, dialling an IDE, PyCharm's
+// pydevd-pycharm): asked of it now, as the ranks would run it.
 Result<void> checkDebugger(const spec::JobSpec& s, const std::string& workdir) {
   std::string path = std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin";
   proc::SpawnRequest req;
@@ -109,7 +110,10 @@ Result<void> checkDebugger(const spec::JobSpec& s, const std::string& workdir) {
   }
   auto python = proc::findProgram(s.command[0], path, workdir);
   if (!python) return withContext(python.error(), spec::fieldLabel(s, "command") + "debug");
-  req.argv = {*python, "-c", "import debugpy"};
+  const bool dials = !s.debug.connect.empty();
+  req.argv = {*python, "-c",
+              dials ? "try:\n import pydevd_pycharm\nexcept ImportError:\n import debugpy"
+                    : "import debugpy"};
   req.cwd = workdir;
   auto ran = proc::runCaptured(req, Millis(30000));
   if (ran && ran->status.shellCode() == 0) return {};
@@ -120,7 +124,8 @@ Result<void> checkDebugger(const spec::JobSpec& s, const std::string& workdir) {
               spec::fieldLabel(s, "debug") + "the ranks' interpreter '" + s.command[0] + "' (" +
                   *python + ") cannot import debugpy (" + last.substr(0, 200) +
                   "): install it where the ranks run (apt-get install python3-debugpy, or pip "
-                  "install debugpy into the job's environment)");
+                  "install debugpy into the job's environment" +
+                  (dials ? "; for PyCharm's debug server, pip install pydevd-pycharm)" : ")"));
 }
 
 // --debug, --post-mortem and --pdb over the job file's debug: field.

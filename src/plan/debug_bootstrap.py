@@ -8,7 +8,7 @@ and runs PROGRAM the way python3 would (as __main__, with sys.argv[0] the script
 
   COHORT_DEBUG_LISTEN       HOST:PORT this rank's debugpy listens on, once something pauses it
   COHORT_DEBUG_CONNECT      HOST:PORT of an IDE's debug server to dial instead (PyCharm's, with
-                            pydevd-pycharm installed; else a VS Code "listen" configuration)
+                            pydevd-pycharm importable; else a VS Code "listen" configuration)
   COHORT_DEBUG_WAIT=1       pause before the program's first line
   COHORT_DEBUG_POST_MORTEM  =1: an exception nothing caught pauses the rank where it was raised
   COHORT_DEBUG_WAIT_LIMIT   seconds a paused rank waits for a debugger, then goes on (a
@@ -82,29 +82,38 @@ def _address(value):
     return host, int(port)
 
 
+def _pycharm_settrace(module, suspend, frame=None):
+    """Dials PyCharm's debug server (or, connected, stops in `frame`). Positional, as
+    pydevd-pycharm renamed its keywords (stdoutToServer became stdout_to_server)."""
+    host, port = _address(_env["COHORT_DEBUG_CONNECT"])
+    module.settrace(host, True, True, port, suspend, False, False, False, frame)
+
+
 def _start_debugger():
     """Listens on the rank's port (or dials the IDE), once. False when it cannot."""
     global _listening, _pycharm
     if _listening:
         return True
     try:
-        import debugpy
+        if _env.get("COHORT_DEBUG_CONNECT"):
+            try:
+                import pydevd_pycharm  # PyCharm's debug server speaks pydevd's own protocol
+            except ImportError:
+                pydevd_pycharm = None
+            if pydevd_pycharm is not None:
+                _pycharm_settrace(pydevd_pycharm, False)  # returns once the IDE says run
+                _pycharm = pydevd_pycharm
+            else:
+                import debugpy
+                debugpy.connect(_address(_env["COHORT_DEBUG_CONNECT"]))
+        else:
+            import debugpy
+            debugpy.listen(_address(_env["COHORT_DEBUG_LISTEN"]))
     except ImportError:
         _say("debugpy is not installed in this interpreter (%s): apt-get install python3-debugpy "
-             "or pip install debugpy" % sys.executable)
+             "or pip install debugpy (or pydevd-pycharm, for PyCharm's debug server)"
+             % sys.executable)
         return False
-    try:
-        if _env.get("COHORT_DEBUG_CONNECT"):
-            host, port = _address(_env["COHORT_DEBUG_CONNECT"])
-            try:
-                import pydevd_pycharm  # PyCharm's remote debug server speaks its own protocol
-                pydevd_pycharm.settrace(host, port=port, suspend=False, stdoutToServer=True,
-                                        stderrToServer=True)
-                _pycharm = pydevd_pycharm
-            except ImportError:
-                debugpy.connect((host, port))
-        else:
-            debugpy.listen(_address(_env["COHORT_DEBUG_LISTEN"]))
     except Exception as e:  # a port taken meanwhile, an IDE that is not there
         _say("the debugger could not start: %s" % e)
         return False
@@ -113,9 +122,13 @@ def _start_debugger():
 
 
 def _attached():
-    if _pycharm is not None:
-        return True  # connected: settrace returned
+    if not _listening:
+        return False  # asking debugpy would import its own pydevd, which pydevd_pycharm needs
     try:
+        if _pycharm is not None:  # connected until the IDE goes away
+            import pydevd
+            py_db = pydevd.get_global_debugger()
+            return py_db is not None and not py_db.pydb_disposed
         import debugpy
         return debugpy.is_client_connected()
     except Exception:
@@ -144,11 +157,15 @@ def _pause(reason, where):
     """Waits (up to the wait limit) for a debugger. True once one is attached."""
     if _attached():
         return True
+    if _pycharm is not None:
+        _say("PyCharm's debug server went away: going on")  # pydevd cannot dial it again
+        return False
     if not _start_debugger():
         _write_status("running", reason, where)
         return False
     if _pycharm is not None:
         _write_status("attached", reason, where)
+        _ensure_watcher()
         return True
     import debugpy
     _write_status("waiting", reason, where)
@@ -181,8 +198,7 @@ def _breakpoint(*args, **kwargs):
     if not _pause("breakpoint", "breakpoint() at " + _frame_where(frame)):
         return None
     if _pycharm is not None:
-        host, port = _address(_env["COHORT_DEBUG_CONNECT"])
-        _pycharm.settrace(host, port=port, suspend=True, stdoutToServer=True, stderrToServer=True)
+        _pycharm_settrace(_pycharm, True, frame)
         return None
     try:
         from debugpy.server import api
@@ -202,14 +218,18 @@ def _show_exception(exc_info):
         py_db = pydevd.get_global_debugger()
         if not py_db.break_on_uncaught_exceptions:
             # The IDE asked for no stop on uncaught exceptions: this stop is what it attached for.
-            py_db.add_break_on_exception("BaseException", condition=None, expression=None,
-                                         notify_on_handled_exceptions=0,
-                                         notify_on_unhandled_exceptions=1,
-                                         notify_on_user_unhandled_exceptions=0,
-                                         notify_on_first_raise_only=False,
-                                         ignore_libraries=False)
+            options = dict(condition=None, expression=None, notify_on_handled_exceptions=0,
+                           notify_on_unhandled_exceptions=1, notify_on_first_raise_only=False,
+                           ignore_libraries=False)
+            if _pycharm is None:  # debugpy's pydevd has one more kind of exception to ask for
+                options["notify_on_user_unhandled_exceptions"] = 0
+            py_db.add_break_on_exception("BaseException", **options)
         thread = threading.current_thread()
-        info = py_db.set_additional_thread_info(thread)
+        if _pycharm is None:
+            info = py_db.set_additional_thread_info(thread)
+        else:
+            from _pydevd_bundle.pydevd_additional_thread_info import set_additional_thread_info
+            info = set_additional_thread_info(thread)
         info.is_tracing += 1
         try:
             stop_on_unhandled_exception(py_db, thread, info, exc_info)

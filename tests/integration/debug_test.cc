@@ -339,6 +339,69 @@ TEST(DebugFlags, PdbTakesTheTerminalWhileTheOtherPreloadedRanksRun) {
   EXPECT_TRUE(plan["nodes"][0]["ranks"][1].value("preload", false)) << plan.dump(2);
 }
 
+// PyCharm's flow (docs/debugging.md): the IDE listens, the rank dials it with pydevd-pycharm,
+// PyCharm's own debugger (scripts/setup installs it into build/pydevd-pycharm). The IDE is
+// played by pycharm_server.py, speaking pydevd's protocol as PyCharm does.
+TEST(DebugFlags, ARankDialsPyCharmsDebugServerAndStopsAtABreakpointOrItsException) {
+  REQUIRE(kDebugpy, "Debian's python3-debugpy is not installed");
+  const std::string bin = COHORT_BIN;
+  const std::string pydevd = bin.substr(0, bin.rfind('/')) + "/pydevd-pycharm";
+  REQUIRE("PYTHONPATH=" + pydevd + " /usr/bin/python3 -c 'import pydevd_pycharm' 2>/dev/null",
+          "pydevd-pycharm is not installed (scripts/setup puts it in build/pydevd-pycharm)");
+  for (const bool post_mortem : {false, true}) {
+    SCOPED_TRACE(post_mortem ? "post-mortem" : "breakpoint()");
+    const std::string root = tempDir();
+    const std::string py = script(
+        root, "t.py",
+        std::string("import os\nstep = 40 + int(os.environ['COHORT_RANK'])\nif step == 41:\n") +
+            (post_mortem ? "    raise RuntimeError('a bad batch')\n"
+                         : "    breakpoint()\n    print('resumed', step)\n") +
+            "print('done', step)\n");
+    // The IDE: it listens first, as PyCharm's debug server does.
+    const std::string port_file = root + "/ide.port";
+    const std::string ide_out = root + "/ide.json";
+    ASSERT_EQ(std::system(("/usr/bin/python3 " + sourceDir() +
+                           "/tests/integration/pycharm_server.py --port-file " + port_file +
+                           " --evaluate step --timeout 60 > " + ide_out + " 2>&1 &")
+                              .c_str()),
+              0);
+    std::string port;
+    ASSERT_TRUE(waitFor([&] { return !(port = readText(port_file)).empty(); }, 10s, 20ms));
+    std::ofstream(root + "/job.yaml")
+        << "name: pc\nframework: generic\ncommand: [/usr/bin/python3, " << py
+        << "]\nroles: {worker: {nodes: 1, procs_per_node: 2}}\nenv: {PYTHONPATH: " << pydevd
+        << "}\ndebug: {connect: \"127.0.0.1:" << port
+        << "\", ranks: [], post_mortem: " << (post_mortem ? "true" : "false") << "}\n";
+    auto r = runCohort({"run", "--data-root", root, "-f", root + "/job.yaml"}, 90s);
+    EXPECT_TRUE(contains(r.out, "done 40")) << r.out;
+    nlohmann::json stop;
+    ASSERT_TRUE(waitFor(
+        [&] {
+          std::string text = readText(ide_out);
+          stop = nlohmann::json::parse(text.substr(0, text.find('\n')), nullptr, false);
+          return stop.is_object();
+        },
+        10s, 50ms))
+        << readText(ide_out);
+    EXPECT_FALSE(stop.contains("error")) << stop;
+    EXPECT_EQ(stop["file"], py) << "stopped in the script, not in cohort's hook: " << stop;
+    EXPECT_EQ(stop["value"], "41") << stop;
+    if (post_mortem) {
+      EXPECT_EQ(stop["stopped"], "exception") << stop;
+      EXPECT_EQ(stop["line"], 4) << stop;
+      EXPECT_EQ(r.exit_code, 1) << r.err;
+      const auto result = readJson(onlyJobDir(root) + "/result.json");
+      EXPECT_EQ(result["root_cause"]["name"], "worker/1") << result.dump(2);
+    } else {
+      EXPECT_EQ(stop["line"], 5) << stop;
+      EXPECT_EQ(r.exit_code, 0) << r.err;
+      // Connected until the rank ends (the post-mortem rank ends as soon as it is let go).
+      EXPECT_TRUE(contains(r.err, "a debugger is attached to worker/1 on node 0")) << r.err;
+      EXPECT_TRUE(contains(r.out, "resumed 41")) << r.out;
+    }
+  }
+}
+
 TEST(DebugFlags, DebugOfAnUnknownJobIsRefused) {
   auto r = runCohort(
       {"debug", "no-such-job", "--data-root", tempDir(), "--server", "http://127.0.0.1:1"});
