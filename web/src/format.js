@@ -112,6 +112,15 @@ export function eventWords(e) {
     parts.push(line);
     ["name", "node", "code", "exit_code", "signal", "by_cohort", "rank", "role", "role_rank",
       "exit_time", "exit_t"].forEach((k) => shown.add(k));
+  } else if (e.event === "debug") {
+    // As cohort run prints it: "worker/1 on node 0 is waiting for a debugger at 127.0.0.1:41235".
+    const who = String(e.name || "rank " + e.rank) + " on node " + e.node;
+    let line = e.state === "waiting" ? who + " is waiting for a debugger" + (e.address ? " at " + e.address : "")
+      : e.state === "attached" ? "a debugger is attached to " + who
+      : who + " goes on without a debugger";
+    if (e.state === "waiting" && e.reason) line += " (" + e.reason + (e.where ? ": " + e.where : "") + ")";
+    parts.push(line);
+    ["name", "node", "rank", "state", "reason", "where", "address", "attempt"].forEach((k) => shown.add(k));
   } else if (e.event === "staged" && typeof e.files === "number") {
     let line = "node " + e.node + ": " + plural(e.files, "file") + ", " + bytes(Number(e.bytes) || 0);
     if (typeof e.seconds === "number") line += " in " + duration(e.seconds * 1000);

@@ -5,7 +5,7 @@
 //   COHORT_BIN=build/cohort node --test web/tests/     (ctest runs it as console_browser)
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -14,6 +14,7 @@ import { chromium } from "playwright-core";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const examples = resolve(here, "../../examples/pytorch");
+const dapClient = resolve(here, "../../tests/integration/dap_client.py");  // VS Code's side
 const shots = process.env.COHORT_SCREENSHOTS || resolve(here, "../test-results");
 const binary = process.env.COHORT_BIN;
 const browserPath = process.env.COHORT_CHROMIUM || "/usr/bin/chromium";
@@ -264,6 +265,37 @@ test("a job that hung shows the root cause and every rank's stack", async () => 
   assert.match(text, /all_reduce/);
   assert.match(await page.locator("#root-cause").textContent(), /worker\/1/);
   await shot(page, "hang", page.locator("#root-cause"), page.locator("#stacks"));
+  await page.close();
+});
+
+test("a rank waiting for a debugger shows where to attach; once attached, it goes on", async () => {
+  const job = await api("POST", "/v1/jobs", { job: {
+    name: "debug-me", framework: "generic", workdir: "/tmp",
+    // It stays a while once let go: its agent looks at its debug state once a second.
+    command: ["/usr/bin/python3", "-c", "import time\ntotal = 40 + 2\nprint('total', total)\ntime.sleep(3)\n"],
+    roles: { worker: { nodes: 1, procs_per_node: 2 } }, debug: { ranks: [1], wait_limit: "120s" } } });
+  const page = await open("/jobs/" + job.id);
+  const row = page.locator('#debug tr[data-rank="1"][data-state="waiting"]');
+  await row.waitFor({ timeout: 60_000 }).catch(async (e) => {
+    throw new Error(e.message + "\nthe page: " + await page.locator("#main").innerText() + "\n" + server.log());
+  });
+  const cells = await row.locator("td").allTextContents();
+  assert.equal(cells[0], "worker/1");
+  assert.match(cells[3], /^127\.0\.0\.1:\d+$/);
+  assert.match(cells[4], /^start: before -c/);
+  const steps = await page.locator("#debug-steps").textContent();
+  assert.match(steps, new RegExp("cohort debug " + job.id + " --vscode --write"));
+  assert.doesNotMatch(steps, /ssh -N -L/, "a server on this machine needs no tunnel");
+  const waiting = page.locator('li[data-event="debug"]', { hasText: "is waiting for a debugger" });
+  assert.match(await waiting.first().textContent(), /worker\/1 on node 0 is waiting for a debugger at 127\.0\.0\.1:\d+ \(start/);
+  await shot(page, "debug", page.locator("#record"), page.locator("#debug"));
+  // VS Code's side: a DAP client attaches and lets the rank go on; the job succeeds.
+  const attach = spawnSync("/usr/bin/python3", [dapClient, "--port", cells[3].split(":")[1], "--no-stop"],
+    { encoding: "utf8", timeout: 60_000 });
+  assert.equal(attach.status, 0, attach.stdout + attach.stderr);
+  assert.equal((await waitForJob(job.id)).state, "succeeded");
+  await page.locator('li[data-event="debug"]', { hasText: "a debugger is attached to worker/1 on node 0" }).waitFor();
+  await page.locator("#debug").locator("*").first().waitFor({ state: "detached" });
   await page.close();
 });
 

@@ -17,6 +17,7 @@ export function jobView(view, id) {
   const record = el("section", { id: "record", "aria-label": "Job record" });
   const rootCause = el("section", { id: "root-cause", "aria-label": "Root cause" });
   const stacks = el("section", { id: "stacks", "aria-label": "Stacks" });
+  const debug = el("section", { id: "debug", "aria-label": "Debugger" });
   const plots = el("section", { id: "metrics", "aria-label": "Metrics" });
   const startup = el("section", { id: "startup", "aria-label": "Startup" });
   const config = el("section", { id: "config", "aria-label": "Configuration" });
@@ -25,7 +26,7 @@ export function jobView(view, id) {
   const outputs = el("section", { id: "outputs", "aria-label": "Outputs" });
   const logs = el("section", { id: "logs", "aria-label": "Log" });
   document.getElementById("main").append(el("p", {}, el("a", { href: "#/jobs", text: "← Jobs" })),
-    title, actions, error, record, rootCause, stacks,
+    title, actions, error, record, rootCause, debug, stacks,
     el("h2", { text: "Metrics" }), plots, startup,
     el("div", { class: "grid2" },
       el("div", {}, el("h2", { text: "Ranks" }), ranks),
@@ -88,6 +89,7 @@ export function jobView(view, id) {
     else if (ranksList.length && !logs.querySelector("optgroup")) log = logPanel(view, logs, job, ranksList);
     if (!plotted) { metricsPanel(view, plots, job, () => !job || FINAL.has(job.state)); plotted = true; }
     renderStacks(job);
+    renderDebug(job);
     const final = FINAL.has(job.state);
     if (final) loadOutputs();
     else if (!outputs.firstChild) replace(outputs, el("p", { class: "empty panel", text: "Listed when the job has ended." }));
@@ -221,6 +223,50 @@ export function jobView(view, id) {
       el("p", {}, el("button", { type: "button", class: "link", text: "Download what the job left in output/",
         onclick: () => outputs.scrollIntoView({ behavior: "smooth" }) })),
       el("h3", { text: "Policy" }), table("Policy", ["Field", "Value"], policy)));
+  }
+
+  // A job run with debug: its ranks that wait for a debugger or have one, and how to attach
+  // (docs/debugging.md), as `cohort debug JOB` says it. Redrawn on each event: a rank's debug
+  // state is one.
+  let debugShown = "";
+  async function renderDebug(j) {
+    if (!j.spec || !j.spec.debug || FINAL.has(j.state) || j.state === "queued") {
+      debugShown = "";
+      return clear(debug);
+    }
+    let body;
+    try {
+      body = await api("GET", jobPath(id) + "/debug");
+    } catch (e) {
+      return view.alive() && showError(error, e);
+    }
+    if (!view.alive()) return;
+    const key = JSON.stringify(body);
+    if (key === debugShown) return;
+    debugShown = key;
+    const list = body.ranks || [];
+    const host = location.hostname;
+    const local = host === "127.0.0.1" || host === "localhost" || host === "[::1]";
+    const steps = list.length ? [
+      !local && "# the ranks listen on the server's 127.0.0.1 only: tunnel each port first\n" +
+        list.map((r) => "ssh -N -L " + r.port + ":127.0.0.1:" + r.port + " " + host).join("\n"),
+      "# in your copy of the code (" + (body.workdir || "the job's workdir") + " on the server):\n" +
+        "cohort debug " + j.id + " --vscode --write --local-root .",
+      "# then VS Code: Run and Debug > \"cohort: " + j.id + " " + list[0].name + "\""].filter(Boolean).join("\n") : "";
+    replace(debug, el("h2", { text: "Debugger" }), el("div", { class: "panel" },
+      list.length ? [
+        el("table", { "aria-label": "Ranks being debugged" },
+          el("thead", {}, el("tr", {}, ["Rank", "Node", "State", "Attach to", "Where"].map((h, i) =>
+            el("th", { scope: "col", class: i === 1 ? "num" : null, text: h })))),
+          el("tbody", {}, list.map((r) => el("tr", { "data-rank": r.rank, "data-state": r.state },
+            el("td", { class: "mono", text: r.name }),
+            el("td", { class: "num", text: r.node }),
+            el("td", {}, badge(r.state)),
+            el("td", { class: "mono", text: r.address }),
+            el("td", { class: "mono", text: r.reason + (r.where ? ": " + r.where : "") }))))),
+        el("pre", { class: "log steps", id: "debug-steps", "aria-label": "How to attach", text: steps }),
+        el("p", { class: "note", text: "While a rank waits or has a debugger, max_runtime, hang detection and fail-fast hold; a paused rank's peers may still time out in their collectives." })]
+        : el("p", { class: "note", text: "No rank waits for a debugger now. A breakpoint() in a rank, or an exception with post_mortem, pauses it here." })));
   }
 
   // Every rank's stacks: those recorded when the job hung, and the latest `cohort stacks`.
