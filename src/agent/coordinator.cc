@@ -517,6 +517,7 @@ class Coordinator {
                               {"attempt", rc.attempt}, {"tail", rc.tail},
                               {"hint", hintFor(rc)}};
       if (rc.memory_limit > 0) record["root_cause"]["memory_limit"] = rc.memory_limit;
+      if (!rc.while_debugged.empty()) record["root_cause"]["while_debugged"] = rc.while_debugged;
     }
     // Tails come from ranks: never let bad UTF-8 make dump() throw.
     return record.dump(2, ' ', false, Message::error_handler_t::replace) + "\n";

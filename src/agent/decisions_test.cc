@@ -1176,6 +1176,27 @@ TEST(JobDecisionsDebug, AFailureElsewhereIsHeldUntilNoRankIsDebuggedThenIsTheRoo
   ASSERT_TRUE(job.outcome()->root_cause);
   EXPECT_EQ(job.outcome()->root_cause->rank, 0);
   EXPECT_EQ(job.outcome()->exit_code, 3);
+  EXPECT_EQ(job.outcome()->root_cause->while_debugged, std::vector<std::string>{"worker/1"});
+}
+
+// The first failure is the root cause, and a collective that timed out while a peer was paused
+// says so: the paused rank held it up, the failing rank is not at fault.
+TEST(JobDecisionsDebug, APeerThatTimedOutWhileARankWasPausedIsToldWhy) {
+  RankExit peer;
+  peer.name = "worker/0";
+  peer.code = 1;
+  peer.tail = {
+      "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] "
+      "Timed out waiting 1800000ms for recv operation to complete"};
+  EXPECT_EQ(hintFor(peer).find("paused"), std::string::npos) << "no rank was paused";
+  peer.while_debugged = {"worker/1"};
+  EXPECT_NE(hintFor(peer).find("it failed while worker/1 was paused under a debugger"),
+            std::string::npos)
+      << hintFor(peer);
+  EXPECT_NE(formatRootCause(peer, {peer}).find("raise init_process_group's timeout"),
+            std::string::npos);
+  peer.tail = {"ModuleNotFoundError: No module named 'x'"};
+  EXPECT_EQ(hintFor(peer).find("paused"), std::string::npos) << "a failure of its own";
 }
 
 TEST(JobDecisionsDebug, APostMortemRankIsTheRootCauseNotThePeersItHeldUp) {

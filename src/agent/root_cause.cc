@@ -48,6 +48,15 @@ std::string hintFor(const RankExit& exit) {
   if (seen("CUDA out of memory") || seen("CUDA error: out of memory")) {
     return "the GPU ran out of memory: lower the batch size per rank, or use fewer ranks per GPU";
   }
+  // A peer held up in a collective by a paused rank gives up when its timeout passes.
+  if (!exit.while_debugged.empty() &&
+      (seen("timed out") || seen("Timed out") || seen("timeout") || seen("Timeout") ||
+       seen("Connection closed") || seen("Connection reset") || seen("Connection refused"))) {
+    return "it failed while " + join(exit.while_debugged, ", ") +
+           " was paused under a debugger: a rank that waits for a paused peer in a collective "
+           "gives up after the collective's timeout; raise init_process_group's timeout while "
+           "debugging (docs/debugging.md)";
+  }
   if (seen("Address already in use") || seen("EADDRINUSE")) {
     return "a port was already taken: cohort leases MASTER_PORT for you, so do not hard-code a "
            "port (use the MASTER_PORT variable); another program may hold the one you chose";

@@ -24,6 +24,7 @@ struct RankExit {
   std::vector<std::string> tail;
   std::string log_file;
   int64_t memory_limit = 0;  // > 0: the kernel killed it for going over this (memory.max)
+  std::vector<std::string> while_debugged;  // the other ranks paused under a debugger then
 
   bool failed() const { return code != 0 || signal != 0; }
   int shellCode() const { return signal ? 128 + signal : code; }
