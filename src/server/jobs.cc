@@ -77,6 +77,16 @@ std::string jobOfCode(const std::string& workdir, const std::string& data_root) 
   return id == "." || id == ".." ? "" : id;
 }
 
+// Removes, when it goes, the copy of an earlier job's code made for a job that was then
+// refused; a job that was recorded has moved its copy away already.
+struct CopyNoJobTook {
+  std::string path;
+  ~CopyNoJobTook() {
+    std::error_code ec;
+    if (!path.empty()) std::filesystem::remove_all(path, ec);
+  }
+};
+
 }  // namespace
 
 struct JobService::Supervised {
@@ -409,11 +419,13 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
   if (spec.name.empty()) spec.name = "job";
   COHORT_TRY(spec::validate(spec));
   std::string upload_dir;
+  CopyNoJobTook copy;
   if (!code.empty()) {
     COHORT_ASSIGN(upload_dir, pendingUpload(options_.data_root, caller.account, code));
   } else if (const std::string earlier = jobOfCode(spec.workdir, options_.data_root);
              !earlier.empty()) {
     COHORT_ASSIGN(upload_dir, copyOfCode(caller, earlier));
+    copy.path = upload_dir;
   }
   // Until the job has an id: the command is looked for there.
   if (!upload_dir.empty()) spec.workdir = upload_dir;

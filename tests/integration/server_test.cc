@@ -1863,6 +1863,14 @@ TEST_F(ServerUploads, AJobRunsOnItsAccountsUploadOnceAndNoOtherAccountCanNameIt)
   // Its own account runs it again (cohort rerun, the console's Re-run): on a copy of its own.
   Json recorded = get("/v1/jobs/" + id, alice).json["spec"];
   ASSERT_EQ(recorded.value("workdir", ""), code_dir) << recorded.dump();
+  Json broken = recorded;
+  broken["command"] = {"./no-such-program"};
+  Answer refused = post("/v1/jobs", alice, {{"job", broken}});
+  EXPECT_EQ(refused.status, 404) << refused;
+  EXPECT_TRUE(contains(refused.message(), "command: './no-such-program'")) << refused;
+  for (const auto& e : std::filesystem::directory_iterator(data_root_ + "/uploads/alice")) {
+    ADD_FAILURE() << "a refused job left its copy of the code: " << e.path();
+  }
   Answer rerun = post("/v1/jobs", alice, {{"job", recorded}});
   ASSERT_EQ(rerun.status, 201) << rerun;
   const std::string second = rerun.json.value("id", "");
