@@ -829,11 +829,12 @@ class Job:
     def rerun(self, priority: Optional[int] = None, **changes: Any) -> "Job":
         """Submits this job's job file again as a new job and returns it; keyword arguments
         replace top-level fields first (``job.rerun(name="lr-0.1", hyperparameters={...})``).
-        The priority is this job's unless given."""
+        The priority is this job's unless given. Its workdir is the server's (a job that ran
+        uploaded code runs a copy of that code), so nothing is uploaded."""
         spec = self.spec()
         spec.update(changes)
         return self.client.submit(spec, self.record.get("priority", 0) if priority is None
-                                  else priority)
+                                  else priority, upload=False)
 
     def stop(self) -> "Job":
         """Stops the job (a queued one at once, a running one with SIGTERM, then SIGKILL after

@@ -619,6 +619,10 @@ class RealServer(unittest.TestCase):
         self.assertTrue(lines[0].rstrip("\n").endswith("/jobs/%s/code" % job.id), lines)
         self.assertEqual(lines[1:], ["snapshot\n"])
         self.assertTrue(job.spec()["workdir"].endswith("/jobs/%s/code" % job.id))
+        # Run again, it runs the same snapshot, though the files it came from are gone.
+        again = job.rerun(name="snap-again")
+        self.assertEqual(self.wait(again).state, "succeeded")
+        self.assertEqual(list(again.logs(rank=0))[1:], ["snapshot\n"])
 
     def test_outputs_round_trip_into_a_local_directory(self):
         job = self.admin.submit({
