@@ -4,8 +4,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
-#include <thread>
 
 #include "job/layout.h"
 #include "storage/copy.h"
@@ -17,18 +15,6 @@
 namespace cohort::agent {
 
 namespace {
-
-// Test hook: COHORT_TEST_STAGING_DELAY="<node>:<duration>" makes that node's staging slower, so
-// tests can show that no rank anywhere starts before the slowest node has staged.
-void testDelay(int node) {
-  const char* hook = std::getenv("COHORT_TEST_STAGING_DELAY");
-  if (!hook) return;
-  std::string text = hook;
-  auto colon = text.find(':');
-  auto which = parseInt(text.substr(0, colon));
-  auto delay = parseDuration(colon == std::string::npos ? "" : text.substr(colon + 1));
-  if (which && delay && *which == node) std::this_thread::sleep_for(*delay);
-}
 
 // Every node fetches an s3:// input itself, with the credentials of its environment.
 Result<storage::CopyStats> fromS3(const std::string& source, const std::string& target) {
@@ -53,7 +39,6 @@ Result<StagingResult> stageInputs(const plan::NodePlan& node) {
     }
   }
   COHORT_TRY(makeDirs(node.work_dir));
-  testDelay(node.node);
   StagingResult result;
   for (const plan::StagedInput& in : node.inputs) {
     COHORT_TRY(makeDirs(in.target.substr(0, in.target.rfind('/'))));

@@ -382,19 +382,6 @@ class CopyJob {
     stop_ = true;
   }
 
-  // Writes `size` bytes, honouring the injected fault.
-  Result<void> writeChunk(int fd, const char* data, size_t size) {
-    if (options_.fail_write_after_bytes >= 0) {
-      int64_t before = written_.fetch_add(static_cast<int64_t>(size));
-      int64_t allowed = std::max<int64_t>(0, options_.fail_write_after_bytes - before);
-      if (allowed < static_cast<int64_t>(size)) {
-        COHORT_TRY(writeAll(fd, std::string_view(data, static_cast<size_t>(allowed))));
-        return failErrno("write", ENOSPC);
-      }
-    }
-    return writeAll(fd, std::string_view(data, size));
-  }
-
   // Streams `fd` from its start through the hash; returns the byte count and hash.
   Result<std::pair<int64_t, XXH64_hash_t>> hashFile(int fd, Worker& worker, const char* what) {
     XXH3_64bits_reset(worker.hash.get());
@@ -546,19 +533,14 @@ class CopyJob {
       }
       if (n == 0) break;
       XXH3_64bits_update(worker.hash.get(), worker.buffer.get(), static_cast<size_t>(n));
-      auto w = writeChunk(out, worker.buffer.get(), static_cast<size_t>(n));
+      auto w =
+          writer_.write(out, std::string_view(worker.buffer.get(), static_cast<size_t>(n)), total);
       if (!w) return withContext(w.error(), "copy '" + file.src + "'");
       total += n;
       bytes_done_ += n;
       bytes_copied_ += n;
     }
     const XXH64_hash_t expected = XXH3_64bits_digest(worker.hash.get());
-    if (options_.corrupt_written_files && total > 0) {
-      char first = 0;
-      if (::pread(out, &first, 1, 0) != 1) return failCopy(file.src, "read back", errno);
-      first = static_cast<char>(first ^ 1);
-      if (::pwrite(out, &first, 1, 0) != 1) return failCopy(file.src, "write", errno);
-    }
     auto read_back = hashFile(out, worker, "read back");
     if (!read_back) return withContext(read_back.error(), "copy '" + file.src + "'");
     if (read_back->first != total) {
@@ -576,12 +558,12 @@ class CopyJob {
   }
 
   const CopyOptions& options_;
+  FileWriter& writer_ = options_.writer ? *options_.writer : directWriter();
   Tree tree_;
   std::vector<size_t> order_;  // indices into tree_.files, in copy order
   std::atomic<size_t> next_{0};
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> files_copied_{0}, files_skipped_{0}, bytes_done_{0}, bytes_copied_{0};
-  std::atomic<int64_t> written_{0};  // for fail_write_after_bytes
   std::mutex mu_;
   std::condition_variable cv_;
   int running_ = 0;  // guarded by mu_
@@ -702,6 +684,16 @@ Result<Tree> planTreeCopy(const std::string& src, const struct stat& src_st,
 }
 
 }  // namespace
+
+FileWriter& directWriter() {
+  struct Direct final : FileWriter {
+    Result<void> write(int fd, std::string_view data, int64_t) override {
+      return writeAll(fd, data);
+    }
+  };
+  static Direct direct;
+  return direct;
+}
 
 Result<CopyStats> copyTree(const std::string& src_arg, const std::string& dst_arg,
                            const CopyOptions& options) {

@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "util/result.h"
 
@@ -62,6 +63,20 @@ struct CopyStats {
   double seconds = 0;
 };
 
+// How a copy's bytes reach its files (the seam where tests play a full disk or one that stores
+// something else than it was given). The default writes them; an implementation must be safe to
+// call from every worker thread at once.
+class FileWriter {
+ public:
+  virtual ~FileWriter() = default;
+  // Writes all of `data` to `fd`, where it goes at byte `offset` of its file (the bytes before
+  // it are written). Errors: kIo naming the call that failed.
+  virtual Result<void> write(int fd, std::string_view data, int64_t offset) = 0;
+};
+
+// write(2) until all is written.
+FileWriter& directWriter();
+
 struct CopyOptions {
   int workers = 8;        // threads copying files (1..256)
   bool checksum = false;  // compare content, not size and mtime, to decide what to skip
@@ -77,12 +92,8 @@ struct CopyOptions {
   // naming it, nothing is read through a link, and a file that changed since it was listed is
   // an error.
   bool refuse_links = false;
-  // Test hook, -1 = off: after this many bytes written by this copy (all files together), every
-  // write fails with ENOSPC, as on a full disk.
-  int64_t fail_write_after_bytes = -1;
-  // Test hook: flips a bit in the first byte of every file written, after writing and before
-  // verifying, as a bad disk or a buggy file system would.
-  bool corrupt_written_files = false;
+  // Where the files' bytes go; null: directWriter(). Not owned.
+  FileWriter* writer = nullptr;
 };
 
 // Copies `src` to `dst` as described above. Returns what was done. Errors: kNotFound (the source

@@ -244,10 +244,41 @@ TEST_F(CopyTest, QuickCheckCopiesASameSizeFileWhoseMtimeChanged) {
   EXPECT_EQ(readText(dst_ + "/a"), "new!");
 }
 
+// A disk that stores each file's first byte with a bit flipped, as a bad disk or a buggy file
+// system would.
+class CorruptingWriter final : public FileWriter {
+ public:
+  Result<void> write(int fd, std::string_view data, int64_t offset) override {
+    if (offset != 0 || data.empty()) return directWriter().write(fd, data, offset);
+    std::string changed(data);
+    changed[0] = static_cast<char>(changed[0] ^ 1);
+    return directWriter().write(fd, changed, offset);
+  }
+};
+
+// A disk that fills up after `capacity` bytes (all files together): the write that crosses it
+// stores what fits and fails with ENOSPC, and so does every one after it.
+class FillingWriter final : public FileWriter {
+ public:
+  explicit FillingWriter(int64_t capacity) : capacity_(capacity) {}
+  Result<void> write(int fd, std::string_view data, int64_t offset) override {
+    const int64_t before = written_.fetch_add(static_cast<int64_t>(data.size()));
+    const int64_t room = std::max<int64_t>(0, capacity_ - before);
+    if (room >= static_cast<int64_t>(data.size())) return directWriter().write(fd, data, offset);
+    COHORT_TRY(directWriter().write(fd, data.substr(0, static_cast<size_t>(room)), offset));
+    return failErrno("write", ENOSPC);
+  }
+
+ private:
+  const int64_t capacity_;
+  std::atomic<int64_t> written_{0};
+};
+
 TEST_F(CopyTest, VerificationCatchesWhatTheDiskGotWrong) {
   writeFile(src_ + "/weights.bin", "0123456789");
+  CorruptingWriter disk;
   CopyOptions options;
-  options.corrupt_written_files = true;
+  options.writer = &disk;
   auto stats = copyTree(src_, dst_, options);
   ASSERT_FALSE(stats);
   EXPECT_EQ(stats.error().code, Code::kIo);
@@ -333,9 +364,10 @@ TEST_F(CopyTest, TemporaryFilesInTheSourceAreNotCopied) {
 
 TEST_F(CopyTest, InjectedFullDiskFailsNamingTheFileAndLeavesNoPartialFile) {
   makeTree(src_);
+  FillingWriter disk(3 << 20);
   CopyOptions options;
   options.workers = 4;
-  options.fail_write_after_bytes = 3 << 20;
+  options.writer = &disk;
   auto stats = copyTree(src_, dst_, options);
   ASSERT_FALSE(stats);
   EXPECT_EQ(stats.error().code, Code::kIo);
