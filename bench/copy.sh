@@ -20,22 +20,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/cohort-copy-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
 echo "making the data sets in $work ..." >&2
-python3 - "$work" "$SMALL_FILES" "$BIG_FILES" "$BIG_MB" <<'PY'
-import os, random, sys
-work, small, big, big_mb = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-rng = random.Random(0)
-for i in range(small):
-    d = os.path.join(work, "small", f"d{i % 100:02d}")
-    os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, f"f{i:05d}.bin"), "wb") as f:
-        f.write(rng.randbytes(rng.randint(4, 64) * 1024))
-os.makedirs(os.path.join(work, "large"), exist_ok=True)
-chunk = rng.randbytes(1 << 20)
-for i in range(big):
-    with open(os.path.join(work, "large", f"big{i}.bin"), "wb") as f:
-        for j in range(big_mb):
-            f.write(chunk[j % 7:] + chunk[:j % 7])  # not all-identical blocks
-PY
+python3 bench/make_datasets.py "$work" "$SMALL_FILES" "$BIG_FILES" "$BIG_MB" 100
 
 can_drop=no
 if sync && echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; then can_drop=yes; fi

@@ -42,22 +42,7 @@ export RCLONE_CONFIG_S3_SECRET_ACCESS_KEY=benchsecret RCLONE_CONFIG_S3_REGION=us
 for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
 
 echo "making the data sets in $work ..." >&2
-python3 - "$work" "$SMALL_FILES" "$BIG_FILES" "$BIG_MB" <<'PY'
-import os, random, sys
-work, small, big, big_mb = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-rng = random.Random(0)
-for i in range(small):
-    d = os.path.join(work, "small", f"d{i % 20:02d}")
-    os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, f"f{i:05d}.bin"), "wb") as f:
-        f.write(rng.randbytes(rng.randint(4, 64) * 1024))
-os.makedirs(os.path.join(work, "large"), exist_ok=True)
-chunk = rng.randbytes(1 << 20)
-for i in range(big):
-    with open(os.path.join(work, "large", f"big{i}.bin"), "wb") as f:
-        for j in range(big_mb):
-            f.write(chunk[j % 7:] + chunk[:j % 7])
-PY
+python3 bench/make_datasets.py "$work" "$SMALL_FILES" "$BIG_FILES" "$BIG_MB" 20
 aws="$venv/bin/aws"
 "$cohort" cp -q "$work/small" s3://bench/seed-small
 "$cohort" cp -q "$work/large" s3://bench/seed-large
