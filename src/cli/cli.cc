@@ -1,9 +1,6 @@
 #include "cli/cli.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,7 +12,6 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "agent/coordinator.h"
@@ -37,6 +33,7 @@
 #include "plan/port_lease.h"
 #include "spec/job_spec.h"
 #include "util/fd.h"
+#include "util/net.h"
 #include "util/text.h"
 
 #ifndef COHORT_VERSION
@@ -391,35 +388,6 @@ int cmdRun(int argc, char** argv) {
     std::fprintf(stderr, "cohort: logs in %s/logs\n", plan->job_dir.c_str());
   }
   return outcome->exit_code;
-}
-
-// `host` as an IPv4 address: itself when it is one, else its forward lookup, tried again until it
-// resolves or `limit` has passed (a pod's name is published once the pod runs). Errors:
-// kUnavailable naming the host.
-Result<std::string> resolveIpv4(const std::string& host, Millis limit) {
-  in_addr literal{};
-  if (::inet_pton(AF_INET, host.c_str(), &literal) == 1) return host;
-  const auto until = std::chrono::steady_clock::now() + limit;
-  for (int delay_ms = 50;; delay_ms = std::min(delay_ms * 2, 2000)) {
-    addrinfo hints{};
-    hints.ai_family = AF_INET;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* found = nullptr;
-    const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
-    if (rc == 0 && found) {
-      char buf[INET_ADDRSTRLEN];
-      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, buf,
-                  sizeof buf);
-      ::freeaddrinfo(found);
-      return std::string(buf);
-    }
-    if (found) ::freeaddrinfo(found);
-    if (std::chrono::steady_clock::now() >= until) {
-      return fail(Code::kUnavailable, "'" + host + "' does not resolve to an IPv4 address (" +
-                                          ::gai_strerror(rc) + ")");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-  }
 }
 
 int cmdExec(int argc, char** argv) {

@@ -2,11 +2,14 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <thread>
 #include <vector>
 
 #include "util/fd.h"
@@ -99,6 +102,32 @@ Result<HostAddress> chooseAddress(const std::string& interface, const std::strin
     if (e.address == self.sin_addr.s_addr) found.interface = e.interface;
   }
   return found;
+}
+
+Result<std::string> resolveIpv4(const std::string& host, Millis limit) {
+  in_addr literal{};
+  if (::inet_pton(AF_INET, host.c_str(), &literal) == 1) return host;
+  const auto until = std::chrono::steady_clock::now() + limit;
+  for (int delay_ms = 50;; delay_ms = std::min(delay_ms * 2, 2000)) {
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+    if (rc == 0 && found) {
+      char buf[INET_ADDRSTRLEN];
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, buf,
+                  sizeof buf);
+      ::freeaddrinfo(found);
+      return std::string(buf);
+    }
+    if (found) ::freeaddrinfo(found);
+    if (std::chrono::steady_clock::now() >= until) {
+      return fail(Code::kUnavailable, "'" + host + "' does not resolve to an IPv4 address (" +
+                                          ::gai_strerror(rc) + ")");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+  }
 }
 
 }  // namespace cohort
