@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -51,9 +52,12 @@ class ObjectStore {
 
   // Stores the `size` bytes of `fd` (read with pread from offset 0) under `key`, and returns
   // the new object's etag. The store checks what it receives (S3: a SHA-256 of every request's
-  // body). Stops early with kFailedPrecondition when `cancel` turns true.
+  // body). Stops early with kFailedPrecondition when `cancel` turns true. `sent(bytes)`, when
+  // set, is called as each part of a large object is stored (from that part's thread), so that
+  // a transfer can show a large file moving.
   virtual Result<std::string> put(const std::string& key, int fd, int64_t size,
-                                  const std::atomic<bool>* cancel) = 0;
+                                  const std::atomic<bool>* cancel,
+                                  const std::function<void(int64_t)>& sent = {}) = 0;
 };
 
 }  // namespace cohort::storage

@@ -373,7 +373,8 @@ class S3Store final : public ObjectStore {
   }
 
   Result<std::string> put(const std::string& key, int fd, int64_t size,
-                          const std::atomic<bool>* cancel) override {
+                          const std::atomic<bool>* cancel,
+                          const std::function<void(int64_t)>& sent) override {
     if (size <= kPartSize) {
       std::string data(static_cast<size_t>(size), '\0');
       COHORT_TRY(preadAll(fd, data.data(), data.size(), 0, "'" + key + "'"));
@@ -385,7 +386,7 @@ class S3Store final : public ObjectStore {
       COHORT_ASSIGN(Reply reply, send(r, key));
       return reply.etag;
     }
-    return putMultipart(key, fd, size, cancel);
+    return putMultipart(key, fd, size, cancel, sent);
   }
 
  private:
@@ -399,7 +400,8 @@ class S3Store final : public ObjectStore {
   }
 
   Result<std::string> putMultipart(const std::string& key, int fd, int64_t size,
-                                   const std::atomic<bool>* cancel) {
+                                   const std::atomic<bool>* cancel,
+                                   const std::function<void(int64_t)>& sent) {
     Request create;
     create.method = "POST";
     create.key = key;
@@ -433,6 +435,7 @@ class S3Store final : public ObjectStore {
         r.cancel = cancel;
         auto read = preadAll(fd, buf.data(), n, at, "'" + key + "'");
         Result<Reply> reply = read ? send(r, key) : Result<Reply>(tl::unexpected(read.error()));
+        if (reply && sent) sent(static_cast<int64_t>(n));
         std::lock_guard lock(mu);
         if (!reply) {
           if (!first_error) first_error = reply.error();

@@ -237,7 +237,12 @@ Result<bool> uploadOne(ObjectStore& store, Item& item, Progress& progress,
     COHORT_ASSIGN(std::string tag, local_etag());
     if (tag == item.remote->etag) return true;
   }
-  auto stored = store.put(item.key, fd.get(), size, options.cancel);
+  // A large file's parts count as they are stored, so that its progress moves.
+  std::atomic<int64_t> counted{0};
+  auto stored = store.put(item.key, fd.get(), size, options.cancel, [&](int64_t bytes) {
+    counted += bytes;
+    progress.bytes_done += bytes;
+  });
   if (!stored) {
     if (stored.error().message == "interrupted") return tl::unexpected<Error>(stored.error());
     return withContext(stored.error(), "copy '" + item.local + "' to " + store.uri(item.key));
@@ -251,7 +256,7 @@ Result<bool> uploadOne(ObjectStore& store, Item& item, Progress& progress,
     }
   }
   progress.bytes_copied += size;
-  progress.bytes_done += size;
+  progress.bytes_done += size - counted.load();
   progress.files_copied++;
   return false;
 }
@@ -300,8 +305,10 @@ Result<UniqueFd> openBeneath(const std::string& root, const std::string& rel) {
   return dir;
 }
 
-// Fetches the object into `fd`: one request, or ranges by several threads for a large one.
-Result<void> fetch(ObjectStore& store, const Item& item, int fd, const TransferOptions& options) {
+// Fetches the object into `fd`: one request, or ranges by several threads for a large one, each
+// range given to `arrived` as it is in.
+Result<void> fetch(ObjectStore& store, const Item& item, int fd, const TransferOptions& options,
+                   const std::function<void(int64_t)>& arrived) {
   const int64_t part = int64_t{8} << 20;
   const int64_t size = item.size;
   if (size <= part) return store.getRange(item.key, fd, 0, size);
@@ -323,6 +330,7 @@ Result<void> fetch(ObjectStore& store, const Item& item, int fd, const TransferO
         if (!first_error) first_error = got.error();
         return;
       }
+      arrived(std::min(part, size - at));
     }
   };
   std::vector<std::thread> threads;
@@ -359,11 +367,15 @@ Result<bool> downloadOne(ObjectStore& store, Item& item, Progress& progress,
   if (!fd.valid())
     return failErrno("copy " + store.uri(item.key) + ": create a file in '" + dirName(item.local) +
                      "'");
+  std::atomic<int64_t> fetched{0};  // a large file's ranges, counted as they arrive
   auto result = [&]() -> Result<void> {
     if (::ftruncate(fd.get(), item.size) != 0) {
       return failErrno("copy " + store.uri(item.key) + " to '" + item.local + "': write");
     }
-    auto got = fetch(store, item, fd.get(), options);
+    auto got = fetch(store, item, fd.get(), options, [&](int64_t bytes) {
+      fetched += bytes;
+      progress.bytes_done += bytes;
+    });
     if (!got) {
       if (got.error().message == "interrupted") return got;
       return withContext(got.error(), "copy " + store.uri(item.key) + " to '" + item.local + "'");
@@ -386,7 +398,7 @@ Result<bool> downloadOne(ObjectStore& store, Item& item, Progress& progress,
     return tl::unexpected<Error>(result.error());
   }
   progress.bytes_copied += item.size;
-  progress.bytes_done += item.size;
+  progress.bytes_done += item.size - fetched.load();
   progress.files_copied++;
   return false;
 }

@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <thread>
 
 namespace cohort::storage {
 namespace {
@@ -59,8 +60,8 @@ class MemoryStore : public ObjectStore {
   }
   Result<std::string> etagOf(int fd, int64_t size) const override { return tag(readAll(fd, size)); }
   bool checkable(const ObjectInfo&) const override { return true; }
-  Result<std::string> put(const std::string& key, int fd, int64_t size,
-                          const std::atomic<bool>*) override {
+  Result<std::string> put(const std::string& key, int fd, int64_t size, const std::atomic<bool>*,
+                          const std::function<void(int64_t)>& = {}) override {
     std::string data = readAll(fd, size);
     std::lock_guard lock(mu_);
     ++puts_;
@@ -82,9 +83,10 @@ class FaultyStore : public MemoryStore {
   bool fail_puts = false;
   bool corrupt_reads = false;
   Result<std::string> put(const std::string& key, int fd, int64_t size,
-                          const std::atomic<bool>* cancel) override {
+                          const std::atomic<bool>* cancel,
+                          const std::function<void(int64_t)>& sent = {}) override {
     if (fail_puts) return fail(Code::kUnavailable, uri(key) + ": connection reset by peer");
-    return MemoryStore::put(key, fd, size, cancel);
+    return MemoryStore::put(key, fd, size, cancel, sent);
   }
   Result<void> getRange(const std::string& key, int fd, int64_t offset, int64_t length) override {
     COHORT_TRY(MemoryStore::getRange(key, fd, offset, length));
@@ -153,6 +155,49 @@ TEST_F(Transfer, ATreeRoundTripsAndASecondUploadSkipsEverything) {
   auto twice = download(store, "run", dir_ + "/back");
   ASSERT_TRUE(twice);
   EXPECT_EQ(twice->files_skipped, 3);
+}
+
+// A store over a slow network: each range or part of a large object takes a while.
+class SlowStore : public MemoryStore {
+ public:
+  static constexpr int64_t kPart = int64_t{8} << 20;
+  Result<void> getRange(const std::string& key, int fd, int64_t offset, int64_t length) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    return MemoryStore::getRange(key, fd, offset, length);
+  }
+  Result<std::string> put(const std::string& key, int fd, int64_t size,
+                          const std::atomic<bool>* cancel,
+                          const std::function<void(int64_t)>& sent = {}) override {
+    for (int64_t at = 0; at < size; at += kPart) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(150));
+      if (sent) sent(std::min(kPart, size - at));
+    }
+    return MemoryStore::put(key, fd, size, cancel);
+  }
+};
+
+// One large file: its progress moves while it is on its way, not only once it is whole.
+TEST_F(Transfer, ALargeFilesProgressMovesWhileItMoves) {
+  const int64_t size = (40 << 20) + 3;
+  write("src/big.bin", std::string(static_cast<size_t>(size), 'x'));
+  SlowStore store;
+  for (const bool up : {true, false}) {
+    SCOPED_TRACE(up ? "upload" : "download");
+    std::vector<int64_t> seen;
+    TransferOptions options;
+    options.progress = [&](const CopyProgress& p) {
+      EXPECT_EQ(p.bytes_total, size);
+      seen.push_back(p.bytes_done);
+    };
+    auto moved = up ? upload(dir_ + "/src/big.bin", store, "big.bin", options)
+                    : download(store, "big.bin", dir_ + "/back.bin", options);
+    ASSERT_TRUE(moved) << moved.error().message;
+    ASSERT_FALSE(seen.empty());
+    EXPECT_EQ(seen.back(), size) << "every byte is counted once";
+    EXPECT_TRUE(std::any_of(seen.begin(), seen.end(), [&](int64_t b) { return b > 0 && b < size; }))
+        << "no report while the file was on its way";
+    EXPECT_TRUE(std::is_sorted(seen.begin(), seen.end()));
+  }
 }
 
 TEST_F(Transfer, AFailedPutNamesTheFileAndStoresNothing) {
