@@ -6,6 +6,7 @@
 # skipped); times are hyperfine's medians of RUNS runs.
 #
 #   bench/s3.sh       (RUNS=5 SMALL_FILES=2000 BIG_FILES=3 BIG_MB=256 by default)
+#   BASELINE=path/to/an/earlier/cohort bench/s3.sh    adds that build's times, "before"
 #
 # Needs: build/cohort and build/go-bin/versitygw (scripts/setup), hyperfine and rclone
 # (apt-get install hyperfine rclone); awscli is installed into build/venv-bench.
@@ -58,11 +59,13 @@ for set in small large; do
   echo "$set: up ..." >&2
   clean="rm -rf $work/served/bench/up-$set"
   run cohort "$set" up "$cohort cp -q $work/$set s3://bench/up-$set" "$clean"
+  [ -z "${BASELINE:-}" ] || run before "$set" up "$BASELINE cp -q $work/$set s3://bench/up-$set" "$clean"
   run "aws s3 cp" "$set" up "$aws s3 cp --recursive --quiet $work/$set s3://bench/up-$set" "$clean"
   run rclone "$set" up "rclone copy --transfers 8 $work/$set s3:bench/up-$set" "$clean"
   echo "$set: down ..." >&2
   clean="rm -rf $work/down"
   run cohort "$set" down "$cohort cp -q s3://bench/seed-$set $work/down" "$clean"
+  [ -z "${BASELINE:-}" ] || run before "$set" down "$BASELINE cp -q s3://bench/seed-$set $work/down" "$clean"
   run "aws s3 cp" "$set" down "$aws s3 cp --recursive --quiet s3://bench/seed-$set $work/down" "$clean"
   run rclone "$set" down "rclone copy --transfers 8 s3:bench/seed-$set $work/down" "$clean"
 done
@@ -72,10 +75,16 @@ import sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
 t = {(r[0], r[1], r[2]): float(r[3]) for r in rows}
 size = {"small": f"{sys.argv[2]} files of 4-64 KiB", "large": f"{sys.argv[3]} files of {sys.argv[4]} MiB"}
-print("| set | direction | cohort cp | aws s3 cp | rclone copy | cohort / aws | cohort / rclone |")
-print("|---|---|---:|---:|---:|---:|---:|")
+before = any(k[0] == "before" for k in t)
+print("| set | direction | cohort cp | aws s3 cp | rclone copy | cohort / aws | cohort / rclone |"
+      + (" before | cohort / before |" if before else ""))
+print("|---|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if before else ""))
 for s in ("small", "large"):
     for d in ("up", "down"):
         c, a, r = t[("cohort", s, d)], t[("aws s3 cp", s, d)], t[("rclone", s, d)]
-        print(f"| {size[s]} | {d} | {c:.2f} s | {a:.2f} s | {r:.2f} s | {c/a:.2f}x | {c/r:.2f}x |")
+        line = f"| {size[s]} | {d} | {c:.2f} s | {a:.2f} s | {r:.2f} s | {c/a:.2f}x | {c/r:.2f}x |"
+        if before:
+            b = t[("before", s, d)]
+            line += f" {b:.2f} s | {c/b:.2f}x |"
+        print(line)
 PY

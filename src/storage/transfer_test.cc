@@ -211,16 +211,22 @@ TEST_F(Transfer, AFailedPutNamesTheFileAndStoresNothing) {
   EXPECT_TRUE(store.objects_.empty());
 }
 
+// A small object and one of several parts, whose ranges are hashed as they arrive.
 TEST_F(Transfer, BytesThatDoNotMatchTheEtagNeverReachTheirFinalName) {
-  FaultyStore store;
-  write("src/model.pt", std::string(100000, 'm'));
-  ASSERT_TRUE(upload(dir_ + "/src/model.pt", store, "m/model.pt"));
-  store.corrupt_reads = true;
-  auto down = download(store, "m/model.pt", dir_ + "/model.pt");
-  ASSERT_FALSE(down);
-  EXPECT_EQ(down.error().code, Code::kIo);
-  EXPECT_NE(down.error().message.find("do not match"), std::string::npos) << down.error().message;
-  EXPECT_FALSE(fs::exists(dir_ + "/model.pt"));
+  for (const size_t size : {size_t{100000}, (size_t{20} << 20) + 7}) {
+    SCOPED_TRACE(size);
+    FaultyStore store;
+    write("src/model.pt", std::string(size, 'm'));
+    ASSERT_TRUE(upload(dir_ + "/src/model.pt", store, "m/model.pt"));
+    ASSERT_TRUE(download(store, "m/model.pt", dir_ + "/good.pt")) << "untouched, it passes";
+    store.corrupt_reads = true;
+    auto down = download(store, "m/model.pt", dir_ + "/model.pt");
+    ASSERT_FALSE(down);
+    EXPECT_EQ(down.error().code, Code::kIo);
+    EXPECT_NE(down.error().message.find("do not match"), std::string::npos)
+        << down.error().message;
+    EXPECT_FALSE(fs::exists(dir_ + "/model.pt"));
+  }
   for (auto& e : fs::directory_iterator(dir_)) {
     EXPECT_EQ(e.path().filename().string().rfind(".cohort-tmp-", 0), std::string::npos);
   }
