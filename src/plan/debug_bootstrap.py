@@ -36,6 +36,7 @@ _seq = 0
 _listening = False
 _pycharm = None  # pydevd_pycharm, once this rank dialled PyCharm's debug server with it
 _watcher = None
+_ide_gone_said = False  # PyCharm went away, and the rank said so once
 _state = "running"
 _reason = ""
 _where = ""
@@ -86,7 +87,12 @@ def _pycharm_settrace(module, suspend, frame=None):
     """Dials PyCharm's debug server (or, connected, stops in `frame`). Positional, as
     pydevd-pycharm renamed its keywords (stdoutToServer became stdout_to_server)."""
     host, port = _address(_env["COHORT_DEBUG_CONNECT"])
-    module.settrace(host, True, True, port, suspend, False, False, False, frame)
+    try:
+        module.settrace(host, True, True, port, suspend, False, False, False, frame)
+    finally:
+        # settrace puts pydevd's own breakpoint hook in place, which fails once the IDE has
+        # gone; cohort's decides whether a debugger is still there.
+        sys.breakpointhook = _breakpoint
 
 
 def _start_debugger():
@@ -155,10 +161,14 @@ def _ensure_watcher():
 
 def _pause(reason, where):
     """Waits (up to the wait limit) for a debugger. True once one is attached."""
+    global _ide_gone_said
     if _attached():
         return True
     if _pycharm is not None:
-        _say("PyCharm's debug server went away: going on")  # pydevd cannot dial it again
+        if not _ide_gone_said:  # a breakpoint() in a loop says it once
+            _say("PyCharm's debug server went away: breakpoint() goes on without it (pydevd "
+                 "cannot dial again in this process)")
+            _ide_gone_said = True
         return False
     if not _start_debugger():
         _write_status("running", reason, where)
@@ -198,7 +208,10 @@ def _breakpoint(*args, **kwargs):
     if not _pause("breakpoint", "breakpoint() at " + _frame_where(frame)):
         return None
     if _pycharm is not None:
-        _pycharm_settrace(_pycharm, True, frame)
+        try:
+            _pycharm_settrace(_pycharm, True, frame)
+        except Exception as e:  # the IDE went away in between
+            _say("PyCharm's debug server went away (%s): going on" % e)
         return None
     try:
         from debugpy.server import api
@@ -207,6 +220,10 @@ def _breakpoint(*args, **kwargs):
     except Exception:
         import debugpy
         debugpy.breakpoint()
+    finally:
+        # pydevd puts its own breakpoint hook in place, which skips breakpoint() once the IDE
+        # has detached: cohort's pauses the rank again, as the first one did.
+        sys.breakpointhook = _breakpoint
     return None
 
 

@@ -339,13 +339,33 @@ TEST(DebugFlags, PdbTakesTheTerminalWhileTheOtherPreloadedRanksRun) {
   EXPECT_TRUE(plan["nodes"][0]["ranks"][1].value("preload", false)) << plan.dump(2);
 }
 
+// The IDE, listening first as PyCharm's debug server does (pycharm_server.py, with `flags`); the
+// port it listens on, "" when it did not start. It writes what it saw to `out`.
+std::string startPyCharmServer(const std::string& root, const std::string& flags,
+                               const std::string& out) {
+  const std::string port_file = root + "/ide.port";
+  if (std::system(("/usr/bin/python3 " + sourceDir() +
+                   "/tests/integration/pycharm_server.py --port-file " + port_file +
+                   " --evaluate step --timeout 60 " + flags + " > " + out + " 2>&1 &")
+                      .c_str()) != 0) {
+    return "";
+  }
+  std::string port;
+  waitFor([&] { return !(port = readText(port_file)).empty(); }, 10s, 20ms);
+  return port;
+}
+
+std::string pydevdPyCharm() {
+  const std::string bin = COHORT_BIN;
+  return bin.substr(0, bin.rfind('/')) + "/pydevd-pycharm";
+}
+
 // PyCharm's flow (docs/debugging.md): the IDE listens, the rank dials it with pydevd-pycharm,
 // PyCharm's own debugger (scripts/setup installs it into build/pydevd-pycharm). The IDE is
 // played by pycharm_server.py, speaking pydevd's protocol as PyCharm does.
 TEST(DebugFlags, ARankDialsPyCharmsDebugServerAndStopsAtABreakpointOrItsException) {
   REQUIRE(kDebugpy, "Debian's python3-debugpy is not installed");
-  const std::string bin = COHORT_BIN;
-  const std::string pydevd = bin.substr(0, bin.rfind('/')) + "/pydevd-pycharm";
+  const std::string pydevd = pydevdPyCharm();
   REQUIRE("PYTHONPATH=" + pydevd + " /usr/bin/python3 -c 'import pydevd_pycharm' 2>/dev/null",
           "pydevd-pycharm is not installed (scripts/setup puts it in build/pydevd-pycharm)");
   for (const bool post_mortem : {false, true}) {
@@ -357,16 +377,9 @@ TEST(DebugFlags, ARankDialsPyCharmsDebugServerAndStopsAtABreakpointOrItsExceptio
             (post_mortem ? "    raise RuntimeError('a bad batch')\n"
                          : "    breakpoint()\n    print('resumed', step)\n") +
             "print('done', step)\n");
-    // The IDE: it listens first, as PyCharm's debug server does.
-    const std::string port_file = root + "/ide.port";
     const std::string ide_out = root + "/ide.json";
-    ASSERT_EQ(std::system(("/usr/bin/python3 " + sourceDir() +
-                           "/tests/integration/pycharm_server.py --port-file " + port_file +
-                           " --evaluate step --timeout 60 > " + ide_out + " 2>&1 &")
-                              .c_str()),
-              0);
-    std::string port;
-    ASSERT_TRUE(waitFor([&] { return !(port = readText(port_file)).empty(); }, 10s, 20ms));
+    const std::string port = startPyCharmServer(root, "", ide_out);
+    ASSERT_FALSE(port.empty());
     std::ofstream(root + "/job.yaml")
         << "name: pc\nframework: generic\ncommand: [/usr/bin/python3, " << py
         << "]\nroles: {worker: {nodes: 1, procs_per_node: 2}}\nenv: {PYTHONPATH: " << pydevd
@@ -400,6 +413,57 @@ TEST(DebugFlags, ARankDialsPyCharmsDebugServerAndStopsAtABreakpointOrItsExceptio
       EXPECT_TRUE(contains(r.out, "resumed 41")) << r.out;
     }
   }
+}
+
+// A breakpoint() after the IDE detached pauses the rank again, as the first one did (pydevd's
+// own hook would skip it).
+TEST(DebugFlags, ABreakpointAfterTheDebuggerDetachedPausesTheRankAgain) {
+  REQUIRE(kDebugpy, "Debian's python3-debugpy is not installed");
+  const std::string root = tempDir();
+  const std::string py = script(root, "loop.py",
+                                "import time\nfor i in range(2):\n    breakpoint()\n"
+                                "    time.sleep(0.2)\nprint('done', i)\n");
+  CohortProcess job({"run", "--data-root", root, "--debug", "none", "--", "/usr/bin/python3", py});
+  const std::string id = jobIdUnder(root);
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round);
+    auto rank = pausedRank(root, id, "worker/0");
+    ASSERT_TRUE(rank) << job.wait(5s).err;
+    EXPECT_EQ((*rank)["reason"], "breakpoint");
+    std::string said;
+    auto stop = attach((*rank)["port"].get<int>(), "--evaluate i --then disconnect", &said);
+    ASSERT_TRUE(stop.is_object()) << said;
+    EXPECT_EQ(stop["value"], std::to_string(round));
+  }
+  auto r = job.wait(60s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "done 1")) << r.out;
+}
+
+// The user stops PyCharm's debug server while the rank runs: the breakpoint() calls after it go
+// on, and the rank says why once, not at every call.
+TEST(DebugFlags, WhenPyCharmGoesAwayTheRankGoesOnAndSaysSoOnce) {
+  const std::string pydevd = pydevdPyCharm();
+  REQUIRE("PYTHONPATH=" + pydevd + " /usr/bin/python3 -c 'import pydevd_pycharm' 2>/dev/null",
+          "pydevd-pycharm is not installed (scripts/setup puts it in build/pydevd-pycharm)");
+  const std::string root = tempDir();
+  const std::string py = script(root, "loop.py",
+                                "import time\nstep = 40\nfor i in range(4):\n"
+                                "    breakpoint()\n    time.sleep(0.3)\nprint('done', step)\n");
+  const std::string port = startPyCharmServer(root, "--leave", root + "/ide.json");
+  ASSERT_FALSE(port.empty());
+  std::ofstream(root + "/job.yaml")
+      << "name: gone\nframework: generic\ncommand: [/usr/bin/python3, " << py
+      << "]\nenv: {PYTHONPATH: " << pydevd << "}\ndebug: {connect: \"127.0.0.1:" << port
+      << "\", ranks: []}\n";
+  auto r = runCohort({"run", "--data-root", root, "-f", root + "/job.yaml"}, 90s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "done 40")) << r.out;
+  EXPECT_TRUE(contains(readText(root + "/ide.json"), "\"stopped\"")) << "the first one stopped";
+  const std::string log = readText(onlyJobDir(root) + "/logs/worker-0.log");
+  size_t said = 0;
+  for (size_t at = 0; (at = log.find("went away", at)) != std::string::npos; ++at) ++said;
+  EXPECT_EQ(said, 1u) << log;
 }
 
 TEST(DebugFlags, DebugOfAnUnknownJobIsRefused) {

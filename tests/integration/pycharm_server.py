@@ -7,7 +7,9 @@ say a thread is suspended (105, an XML list of frames); evaluates an expression 
 (113), resumes the thread (106) and prints one JSON object: where the thread stopped, why, and
 the expression's value. It then stays connected until the rank closes the connection at exit.
 
-    pycharm_server.py --port-file PATH [--evaluate EXPR] [--timeout S]
+    pycharm_server.py --port-file PATH [--evaluate EXPR] [--leave] [--timeout S]
+
+With --leave it goes away right after resuming, as a debug server the user stops.
 
 It writes the port it listens on to PATH, then waits for one connection.
 """
@@ -69,6 +71,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--port-file", required=True)
     parser.add_argument("--evaluate", default="")
+    parser.add_argument("--leave", action="store_true")
     parser.add_argument("--timeout", type=float, default=60)
     args = parser.parse_args()
     deadline = time.time() + args.timeout
@@ -106,6 +109,9 @@ def main():
         result["error"] = "%s: %s" % (type(e).__name__, e)
     print(json.dumps(result))
     sys.stdout.flush()
+    if args.leave:
+        sock.close()
+        return
     try:
         conn.receive(set())
     except (EOFError, OSError, RuntimeError):
