@@ -432,9 +432,10 @@ void JobDecisions::on(const RankExited& e, Actions& out) {
   if (auto raised = raised_at_.find(e.rank); raised != raised_at_.end() && x.failed()) {
     x.time_ns = std::min(x.time_ns, raised->second);
   }
-  for (const auto& [rank, state] : debugged_) {
-    if (rank != e.rank && x.failed() && !x.by_cohort)
-      x.while_debugged.push_back(ranks_[rank]->name);
+  if (x.failed() && !x.by_cohort) {
+    for (const auto& [rank, state] : debugged_) {
+      if (rank != e.rank) x.while_debugged.push_back(ranks_[rank]->name);
+    }
   }
   const bool was_debugged = debugged_.erase(e.rank) > 0;
   exits_.push_back(x);

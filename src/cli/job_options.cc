@@ -122,7 +122,8 @@ Result<void> checkDebugger(const spec::JobSpec& s, const std::string& workdir) {
   const std::string last = why.substr(why.rfind('\n') + 1);
   return fail(Code::kFailedPrecondition,
               spec::fieldLabel(s, "debug") + "the ranks' interpreter '" + s.command[0] + "' (" +
-                  *python + ") cannot import debugpy (" + last.substr(0, 200) +
+                  *python + ") cannot import " +
+                  (dials ? "pydevd_pycharm or debugpy (" : "debugpy (") + last.substr(0, 200) +
                   "): install it where the ranks run (apt-get install python3-debugpy, or pip "
                   "install debugpy into the job's environment" +
                   (dials ? "; for PyCharm's debug server, pip install pydevd-pycharm)" : ")"));
