@@ -135,7 +135,7 @@ written out, paths absolute); the flags are cohort run's and change that job fil
 would change a job.yaml:  cohort rerun JOB --nodes 4 --max-runtime 2h
 
 Else JOB is a job of the server: the job file it ran (its record's spec) is submitted again
-as a new job, with these flags:
+as a new job; a job that ran uploaded code runs a copy of that same code. Its flags:
   --name NAME              the new job's name (default: the same)
   --priority N             its priority (default: the same as JOB's)
   --wait                   wait until it ends, then exit with its exit code
