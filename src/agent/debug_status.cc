@@ -55,11 +55,15 @@ Result<DebugStatus> parseDebugStatus(std::string_view text) {
   if (!oneOf(s.state, {"waiting", "attached", "running"})) return bad("unknown state");
   if (!oneOf(s.reason, {"start", "breakpoint", "exception", "pdb"})) return bad("unknown reason");
   s.where = printable(str("where").substr(0, kMaxDebugWhereBytes + 4));
-  if (auto it = j.find("seq"); it != j.end() && it->is_number_integer()) {
-    s.seq = it->is_number_unsigned()
-                ? static_cast<int64_t>(std::min<uint64_t>(it->get<uint64_t>(), INT64_MAX))
-                : it->get<int64_t>();
-  }
+  auto count = [&](const char* key) -> int64_t {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_number_integer()) return 0;
+    return it->is_number_unsigned()
+               ? static_cast<int64_t>(std::min<uint64_t>(it->get<uint64_t>(), INT64_MAX))
+               : it->get<int64_t>();
+  };
+  s.seq = count("seq");
+  s.attaches = std::max<int64_t>(0, count("attaches"));
   return s;
 }
 

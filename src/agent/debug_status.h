@@ -24,6 +24,9 @@ struct DebugStatus {
   std::string reason;  // start | breakpoint | exception | pdb
   std::string where;   // printable text, at most kMaxDebugWhereBytes; may be empty
   int64_t seq = 0;     // the rank's count of its changes
+  // How many times a debugger attached: an attach that came and went between two reads of the
+  // file (a client that attached, let the rank go and left) still counts.
+  int64_t attaches = 0;
 
   bool operator==(const DebugStatus&) const = default;
 };

@@ -38,6 +38,13 @@ TEST(DebugStatus, ParsesWhatTheBootstrapWrites) {
   EXPECT_EQ(s->reason, "breakpoint");
   EXPECT_EQ(s->where, "train.py:3");
   EXPECT_EQ(s->seq, 2);
+  EXPECT_EQ(s->attaches, 0) << "an older bootstrap's file has no count";
+  auto counted = parseDebugStatus(R"({"state": "running", "reason": "start", "attaches": 3})");
+  ASSERT_TRUE(counted);
+  EXPECT_EQ(counted->attaches, 3);
+  auto negative = parseDebugStatus(R"({"state": "running", "reason": "start", "attaches": -5})");
+  ASSERT_TRUE(negative);
+  EXPECT_EQ(negative->attaches, 0);
 }
 
 TEST(DebugStatus, RefusesAnythingElse) {

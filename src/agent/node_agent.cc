@@ -332,18 +332,26 @@ class Agent {
           readDebugStatus(rank.debug_file, rank.plan.uid >= 0 ? static_cast<uid_t>(rank.plan.uid)
                                                               : static_cast<uid_t>(-1));
       if (!status || (rank.debug_said && *rank.debug_said == *status)) continue;
+      auto say = [&](const std::string& state) {
+        (void)channel_.send({{"type", "debug"},
+                             {"attempt", attempt_},
+                             {"index", i},
+                             {"state", state},
+                             {"reason", status->reason},
+                             {"where", status->where},
+                             {"time", nowUnixNanos()}});
+      };
+      // A debugger that attached and left between two looks is told as having been there.
+      const int64_t attaches_seen = rank.debug_said ? rank.debug_said->attaches : 0;
+      const bool missed_attach = status->attaches > attaches_seen && status->state != "attached";
       // Only a change of state is news; a new seq with the same state is not.
-      const bool news = !rank.debug_said || rank.debug_said->state != status->state ||
+      const bool news = missed_attach || !rank.debug_said ||
+                        rank.debug_said->state != status->state ||
                         rank.debug_said->reason != status->reason;
       rank.debug_said = *status;
       if (!news) continue;
-      (void)channel_.send({{"type", "debug"},
-                           {"attempt", attempt_},
-                           {"index", i},
-                           {"state", status->state},
-                           {"reason", status->reason},
-                           {"where", status->where},
-                           {"time", nowUnixNanos()}});
+      if (missed_attach) say("attached");
+      say(status->state);
     }
   }
 

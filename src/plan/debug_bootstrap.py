@@ -19,7 +19,7 @@ and runs PROGRAM the way python3 would (as __main__, with sys.argv[0] the script
 breakpoint() anywhere in the program pauses the rank the same way (PYTHONBREAKPOINT=0 still turns
 it off). The status file holds one JSON object, replaced whole (by rename):
 {"state": "waiting" | "attached" | "running", "reason": "start" | "breakpoint" | "exception" |
-"pdb", "where": "train.py:42", "seq": N}. Standard library and debugpy only.
+"pdb", "where": "train.py:42", "seq": N, "attaches": N}. Standard library and debugpy only.
 """
 
 import json
@@ -33,6 +33,7 @@ import traceback
 _env = os.environ
 _status_lock = threading.Lock()
 _seq = 0
+_attaches = 0  # how many times a debugger attached (one that came and went still counts)
 _listening = False
 _pycharm = None  # pydevd_pycharm, once this rank dialled PyCharm's debug server with it
 _watcher = None
@@ -49,8 +50,10 @@ def _say(line):
 
 def _write_status(state, reason=None, where=None):
     """Replaces the status file (never raises: a rank that cannot say it is paused still is)."""
-    global _seq, _state, _reason, _where
+    global _seq, _state, _reason, _where, _attaches
     with _status_lock:
+        if state == "attached" and _state != "attached":
+            _attaches += 1
         _state = state
         if reason is not None:
             _reason = reason
@@ -61,7 +64,7 @@ def _write_status(state, reason=None, where=None):
         if not path:
             return
         record = json.dumps({"state": _state, "reason": _reason, "where": _where, "seq": _seq,
-                             "pid": os.getpid()})
+                             "attaches": _attaches, "pid": os.getpid()})
         tmp = "%s.tmp.%d" % (path, os.getpid())
         try:
             with open(tmp, "w") as f:

@@ -415,6 +415,27 @@ TEST(DebugFlags, ARankDialsPyCharmsDebugServerAndStopsAtABreakpointOrItsExceptio
   }
 }
 
+// A debugger that attached and left between two looks of the agent at the status file (the rank
+// writes it; here its own code does) is still told and recorded as having been there.
+TEST(DebugFlags, AnAttachThatCameAndWentBetweenTwoLooksIsStillTold) {
+  const std::string root = tempDir();
+  const std::string py =
+      script(root, "x.py",
+             "import json, os, time\n"
+             "with open(os.environ['COHORT_DEBUG_FILE'], 'w') as f:\n"
+             "    json.dump({'state': 'running', 'reason': 'start', 'where': '', 'seq': 3, "
+             "'attaches': 1}, f)\n"
+             "time.sleep(2.5)\n");
+  auto r = runCohort({"run", "--data-root", root, "--debug", "none", "--", "/usr/bin/python3", py});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "a debugger is attached to worker/0 on node 0")) << r.err;
+  bool recorded = false;
+  for (const auto& e : readJsonLines(onlyJobDir(root) + "/events.jsonl")) {
+    recorded = recorded || (e["event"] == "debug" && e["state"] == "attached");
+  }
+  EXPECT_TRUE(recorded) << "the attach is an event of the job";
+}
+
 // A breakpoint() after the IDE detached pauses the rank again, as the first one did (pydevd's
 // own hook would skip it).
 TEST(DebugFlags, ABreakpointAfterTheDebuggerDetachedPausesTheRankAgain) {
