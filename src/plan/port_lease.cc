@@ -8,7 +8,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <fstream>
+#include <random>
 
 namespace cohort::plan {
 
@@ -57,18 +60,53 @@ Result<PortLease> PortLease::acquireExact(const std::string& addr, int port,
   return lease;
 }
 
+PortRange ephemeralPorts() {
+  PortRange range{32768, 60999};  // Linux's default
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int lo = 0, hi = 0;
+  if (in >> lo >> hi && lo > 0 && lo <= hi && hi <= 65535) range = {lo, hi};
+  return range;
+}
+
+std::vector<PortRange> leasablePorts(PortRange ephemeral) {
+  constexpr int kLowest = 10000;  // below: the well-known services (5432, 6379, 8080, 8888, ...)
+  std::vector<PortRange> out;
+  if (ephemeral.lo - 1 >= kLowest) out.push_back({kLowest, ephemeral.lo - 1});
+  if (ephemeral.hi + 1 <= 65535) out.push_back({std::max(kLowest, ephemeral.hi + 1), 65535});
+  int size = 0;
+  for (const PortRange& r : out) size += r.hi - r.lo + 1;
+  if (size < 1000) return {};  // the kernel hands out (almost) every port: let it pick
+  return out;
+}
+
 Result<PortLease> PortLease::acquire(const std::string& addr, const std::string& lock_dir) {
   COHORT_ASSIGN(sockaddr_in sa, leaseAddress(addr, lock_dir));
-  for (int attempt = 0; attempt < 64; ++attempt) {
+  const std::vector<PortRange> ranges = leasablePorts(ephemeralPorts());
+  int size = 0;
+  for (const PortRange& r : ranges) size += r.hi - r.lo + 1;
+  static std::mt19937 random{std::random_device{}()};
+  for (int attempt = 0; attempt < 256; ++attempt) {
     UniqueFd sock(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!sock.valid()) return failErrno("socket");
-    sa.sin_port = 0;
+    int port = 0;  // the kernel's pick when no range is left outside its own
+    if (size > 0) {
+      int i = static_cast<int>(random() % static_cast<unsigned>(size));
+      for (const PortRange& r : ranges) {
+        if (i <= r.hi - r.lo) {
+          port = r.lo + i;
+          break;
+        }
+        i -= r.hi - r.lo + 1;
+      }
+    }
+    sa.sin_port = htons(static_cast<uint16_t>(port));
     if (::bind(sock.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) < 0) {
+      if (errno == EADDRINUSE && port != 0) continue;  // something listens there: try another
       return failErrno("bind a free port on " + addr);
     }
     socklen_t len = sizeof sa;
     ::getsockname(sock.get(), reinterpret_cast<sockaddr*>(&sa), &len);
-    int port = ntohs(sa.sin_port);
+    port = ntohs(sa.sin_port);
     std::string path = lock_dir + "/" + std::to_string(port);
     UniqueFd lock(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
     if (!lock.valid()) return failErrno("open '" + path + "'");
@@ -78,7 +116,7 @@ Result<PortLease> PortLease::acquire(const std::string& addr, const std::string&
     lease.lock_ = std::move(lock);
     return lease;
   }
-  return fail(Code::kUnavailable, "no free port on " + addr + " after 64 tries");
+  return fail(Code::kUnavailable, "no free port on " + addr + " after 256 tries");
 }
 
 }  // namespace cohort::plan

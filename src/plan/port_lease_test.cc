@@ -42,6 +42,52 @@ TEST(PortLease, LeasedPortCanBeBoundByTheRank) {
   ::close(sock);
 }
 
+// The rank binds the port seconds after cohort leased it; a port from the ephemeral range could
+// meanwhile be handed to any connect() on the machine (it was: another test's gloo took one).
+TEST(PortLease, LeasedPortsLieOutsideTheKernelsEphemeralRange) {
+  const PortRange ephemeral = ephemeralPorts();
+  if (leasablePorts(ephemeral).empty()) GTEST_SKIP() << "this machine's ephemeral range is all";
+  std::string dir = tempDir();
+  std::vector<PortLease> leases;
+  for (int i = 0; i < 50; ++i) {
+    auto lease = PortLease::acquire("127.0.0.1", dir);
+    ASSERT_TRUE(lease) << lease.error().message;
+    EXPECT_TRUE(lease->port() < ephemeral.lo || lease->port() > ephemeral.hi) << lease->port();
+    EXPECT_GE(lease->port(), 10000);
+    leases.push_back(std::move(*lease));
+  }
+}
+
+TEST(PortLease, LeasablePortsAreTheRestAboveTenThousand) {
+  auto ranges = leasablePorts({32768, 60999});
+  ASSERT_EQ(ranges.size(), 2u);
+  EXPECT_EQ(ranges[0].lo, 10000);
+  EXPECT_EQ(ranges[0].hi, 32767);
+  EXPECT_EQ(ranges[1].lo, 61000);
+  EXPECT_EQ(ranges[1].hi, 65535);
+  ranges = leasablePorts({1024, 65535});
+  EXPECT_TRUE(ranges.empty()) << "nothing is left: the kernel's pick";
+  ranges = leasablePorts({5000, 64000});
+  ASSERT_EQ(ranges.size(), 1u);  // 64001-65535
+  EXPECT_EQ(ranges[0].lo, 64001);
+}
+
+TEST(PortLease, AnExactPortSomethingListensOnIsRefused) {
+  int sock = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  ::inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+  ASSERT_EQ(::bind(sock, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  ASSERT_EQ(::listen(sock, 1), 0);
+  socklen_t len = sizeof sa;
+  ::getsockname(sock, reinterpret_cast<sockaddr*>(&sa), &len);
+  auto exact = PortLease::acquireExact("127.0.0.1", ntohs(sa.sin_port), tempDir());
+  ASSERT_FALSE(exact);
+  EXPECT_EQ(exact.error().code, Code::kUnavailable);
+  EXPECT_NE(exact.error().message.find("is in use"), std::string::npos) << exact.error().message;
+  ::close(sock);
+}
+
 TEST(PortLease, RefusesBadAddress) {
   auto lease = PortLease::acquire("not-an-ip", tempDir());
   ASSERT_FALSE(lease);
