@@ -309,7 +309,9 @@ class Coordinator {
   }
 
   void act(const SendStop& a) {
-    broadcast({{"type", "stop"}, {"grace_ms", a.grace_ms}, {"signal", a.signal}});
+    Message stop = {{"type", "stop"}, {"grace_ms", a.grace_ms}, {"signal", a.signal}};
+    if (a.exit_code) stop["exit"] = *a.exit_code;
+    broadcast(stop);
   }
 
   void act(const SendExit& a) {

@@ -136,8 +136,27 @@ void JobDecisions::beginStop(Ending ending, const std::string& why, Actions& out
     }
     state(out, "stopping", attempt_, sent.empty() ? why : why + "; " + sent);
   }
-  out.push_back(SendStop{grace_ms_, rank_stop_signal_});
+  SendStop stop{grace_ms_, rank_stop_signal_};
+  // The end of the job, unless a restart follows or a node with a job directory of its own has
+  // outputs to copy first: the agents go as soon as their ranks are, which saves telling them
+  // (a round trip to every node) once the last one is idle.
+  const bool nodes_copy = std::any_of(nodes_.begin(), nodes_.end(), [](const Node& node) {
+    return node.connected && node.own_dir;
+  });
+  const bool outputs = std::any_of(outputs_.begin(), outputs_.end(), [&](const auto& o) {
+    return o.always || ending_ == Ending::kSucceeded;
+  });
+  if (!restarts(ending_) && !(nodes_copy && outputs)) {
+    stop.exit_code = outcome().exit_code;
+    for (Node& node : nodes_) node.leaving = node.leaving || node.connected;
+  }
+  out.push_back(stop);
   maybeAttemptOver(out);
+}
+
+bool JobDecisions::restarts(Ending ending) const {
+  return (ending == Ending::kFailed || ending == Ending::kHung) && attempt_ < max_restarts_ &&
+         !no_restart_ && connected_ == static_cast<int>(nodes_.size());
 }
 
 // When no connected agent runs anything of the attempt, the attempt is over: restart the whole
@@ -147,8 +166,7 @@ void JobDecisions::maybeAttemptOver(Actions& out) {
   for (const Node& node : nodes_) {
     if (node.connected && !node.idle) return;
   }
-  if ((ending_ == Ending::kFailed || ending_ == Ending::kHung) && attempt_ < max_restarts_ &&
-      !no_restart_ && connected_ == static_cast<int>(nodes_.size())) {
+  if (restarts(ending_)) {
     ++attempt_;
     say(out, "attempt " + std::to_string(attempt_) + " failed (" + why_ + "); restarting (" +
                  std::to_string(attempt_) + " of " + std::to_string(max_restarts_) +
@@ -178,17 +196,17 @@ void JobDecisions::finish(Ending ending, const std::string& why, Actions& out) {
   for (size_t n = 0; n < nodes_.size() && !to_copy.empty(); ++n) {
     if (!nodes_[n].connected || !nodes_[n].own_dir || nodes_[n].copying) continue;
     nodes_[n].copying = true;
+    nodes_[n].leaving = true;
     ++copying_;
     out.push_back(SendExit{static_cast<int>(n), code, to_copy});
   }
-  if (copying_ == 0) {
-    out.push_back(SendExit{std::nullopt, code});
-    out.push_back(ArmTimer{TimerKind::kExit, kExitDeadline});
-  } else {
-    for (size_t n = 0; n < nodes_.size(); ++n) {
-      if (nodes_[n].connected && !nodes_[n].copying) out.push_back(SendExit{static_cast<int>(n), code});
-    }
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    Node& node = nodes_[n];
+    if (!node.connected || node.leaving) continue;  // those told by the stop go by themselves
+    node.leaving = true;
+    if (!node.copying) out.push_back(SendExit{static_cast<int>(n), code});
   }
+  if (copying_ == 0) out.push_back(ArmTimer{TimerKind::kExit, kExitDeadline});
   if (connected_ == 0) agentsGone(out);
 }
 
@@ -349,6 +367,7 @@ void JobDecisions::on(const AgentConnected& e, Actions& out) {
   ++connected_;
   if (finishing_ || again) {
     // Too late to take part (or it came back after it was lost): it only has to go.
+    node.leaving = true;
     out.push_back(SendExit{e.node});
     return;
   }
@@ -572,9 +591,14 @@ void JobDecisions::on(const AgentLost& e, Actions& out) {
   if (e.node < 0 || e.node >= static_cast<int>(nodes_.size())) return;
   Node& node = nodes_[e.node];
   if (!node.connected) return;
+  const bool goodbye = node.leaving && node.idle;  // told to go once idle, and it went
   node.connected = false;
   node.idle = true;  // it cannot run or report ranks any more
   --connected_;
+  if (goodbye && !finishing_) {
+    maybeAttemptOver(out);
+    return;
+  }
   if (finishing_) {
     nodeCopied(e.node, {}, "its agent was lost before it copied its outputs", out);
     if (connected_ == 0) agentsGone(out);

@@ -153,10 +153,13 @@ struct SendPlan { int node; };       // the node's part of the plan, once every 
 struct SendStage {};                 // to every connected agent
 struct SendStart { int attempt; };   // to every connected agent
 // To every connected agent: `signal` (policy.stop_signal) to every rank, SIGKILL `grace_ms`
-// later; grace 0: SIGKILL at once.
+// later; grace 0: SIGKILL at once. With `exit_code`, the stop ends the job (no restart follows,
+// no node copies outputs): each agent also leaves once its ranks are gone, with that code (the
+// job's as it stands), without waiting to be told to (SendExit).
 struct SendStop {
   int64_t grace_ms;
   int signal = SIGTERM;
+  std::optional<int> exit_code = std::nullopt;
 };
 struct SendExit {  // to one agent, or to every connected one
   std::optional<int> node;
@@ -223,6 +226,7 @@ class JobDecisions {
     bool has_inputs = false;
     bool own_dir = false;  // its job directory is not the coordinator's
     bool copying = false;  // told to copy its outputs; no answer yet
+    bool leaving = false;  // told to exit (SendExit, or a SendStop with an exit code)
     int running = 0;       // ranks of the attempt it started that have not exited
   };
   using Actions = std::vector<JobAction>;
@@ -259,6 +263,7 @@ class JobDecisions {
   void armHangTimer(Actions& out);
   void beginStop(Ending ending, const std::string& why, Actions& out);
   void maybeAttemptOver(Actions& out);
+  bool restarts(Ending ending) const;  // the attempt that `ending` ends is followed by another
   void finish(Ending ending, const std::string& why, Actions& out);
   void agentsGone(Actions& out);
   // `missing`: the error for an output the node gave no result for.

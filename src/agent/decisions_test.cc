@@ -246,9 +246,10 @@ TEST(JobDecisions, KeyRoleSuccessStopsOtherRoles) {
   EXPECT_EQ(states(last), std::vector<std::string>{"stopping"});
   ASSERT_EQ(all<SendStop>(last).size(), 1u);
   EXPECT_EQ(all<SendStop>(last)[0].grace_ms, 30000);
+  EXPECT_EQ(all<SendStop>(last)[0].exit_code, std::optional<int>(0)) << "the stop ends the job";
   EXPECT_TRUE(said(last).empty()) << "success is not a failure to announce";
   auto idle = job.stopRest({0});
-  EXPECT_TRUE(has<SendExit>(idle));
+  EXPECT_FALSE(has<SendExit>(idle)) << "the agents were told to go with the stop";
   auto end = job.agentsExit();
   EXPECT_TRUE(has<ReapAgents>(end));
   EXPECT_EQ(states(end), std::vector<std::string>{"succeeded"});
@@ -414,9 +415,11 @@ TEST(JobDecisions, RestartBudgetRunsOutAndTheLastAttemptNamesTheCause) {
   job.nextAttempt();
   job.startAll();
   job.exit(0, 6);
+  EXPECT_EQ(all<SendStop>(job.log()).front().exit_code, std::nullopt) << "a restart follows";
+  EXPECT_EQ(all<SendStop>(job.log()).back().exit_code, std::optional<int>(6)) << "none follows";
   auto a = job.stopRest({1});
   EXPECT_FALSE(has<SendStart>(a));
-  EXPECT_TRUE(has<SendExit>(a));
+  EXPECT_FALSE(has<SendExit>(a));
   job.agentsExit();
   ASSERT_TRUE(job.outcome());
   EXPECT_EQ(job.outcome()->attempts, 2);
@@ -459,14 +462,56 @@ TEST(JobDecisions, NoRestartAfterAUserStop) {
   EXPECT_EQ(job.outcome()->reason, "stopped by SIGINT");
 }
 
+// An agent told by the final stop to go leaves as soon as its own ranks are gone, while other
+// nodes still stop theirs: a goodbye, not a lost node.
+TEST(JobDecisions, ANodeToldByTheFinalStopGoesOnItsOwnWhileOthersStillStop) {
+  Job job(makePlan(3, 1));
+  job.runAll();
+  auto stop = job.exit(2, 1);
+  ASSERT_EQ(all<SendStop>(stop).size(), 1u);
+  EXPECT_EQ(all<SendStop>(stop)[0].exit_code, std::optional<int>(1));
+  job.feed(NodeIdle{2, 0});
+  auto gone = job.feed(AgentLost{2});
+  EXPECT_TRUE(said(gone).empty()) << "it was told to go";
+  EXPECT_FALSE(has<SendStop>(gone));
+  job.exit(0, 0, SIGTERM, true);
+  job.feed(NodeIdle{0, 0});
+  EXPECT_FALSE(job.outcome());
+  job.exit(1, 0, SIGTERM, true);
+  auto last = job.feed(NodeIdle{1, 0});
+  EXPECT_FALSE(has<SendExit>(last));
+  job.feed(AgentLost{0});
+  auto end = job.feed(AgentLost{1});
+  EXPECT_TRUE(has<ReapAgents>(end));
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->reason, "worker/2 on node 2 exited with code 1");
+  EXPECT_EQ(job.outcome()->exit_code, 1);
+}
+
+// An agent that goes away while its ranks still run is lost, even when it was told to go: the
+// job's reason stays the failure that stopped it.
+TEST(JobDecisions, AnAgentToldToGoThatVanishesWhileItsRanksRunIsStillLost) {
+  Job job(makePlan(2, 1));
+  job.runAll();
+  job.exit(1, 3);
+  auto lost = job.feed(AgentLost{0});
+  EXPECT_TRUE(has<SendStop>(lost)) << "the stop again, to whoever is left";
+  job.feed(NodeIdle{1, 0});
+  job.feed(AgentLost{1});
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->exit_code, 3);
+  EXPECT_EQ(job.outcome()->reason, "worker/1 on node 1 exited with code 3");
+}
+
 // ---- stops -----------------------------------------------------------------------------------
 
 TEST(JobDecisions, StopDuringStagingEndsStoppedWithoutStarting) {
   Job job(makePlan(2, 1));
   job.connectAll();
   auto a = job.feed(StopSignal{SIGTERM});
-  EXPECT_TRUE(has<SendStop>(a));
-  EXPECT_TRUE(has<SendExit>(a)) << "nothing runs, so nothing has to be waited for";
+  ASSERT_EQ(all<SendStop>(a).size(), 1u);
+  EXPECT_EQ(all<SendStop>(a)[0].exit_code, std::optional<int>(128 + SIGTERM))
+      << "the agents go once staging is over: nothing has to be waited for";
   job.stageAll();  // staging cannot be interrupted; it ends after the stop
   job.agentsExit();
   EXPECT_FALSE(has<SendStart>(job.log()));
@@ -549,11 +594,12 @@ TEST(JobDecisions, LostAgentFailsWithoutRestart) {
   auto a = job.feed(AgentLost{1});
   EXPECT_EQ(said(a), std::vector<std::string>{"node 1's agent was lost; stopping every rank: "
                                               "sent SIGTERM to 1 rank(s), SIGKILL in 30.0s"});
-  EXPECT_TRUE(has<SendStop>(a));
+  ASSERT_EQ(all<SendStop>(a).size(), 1u);
+  EXPECT_EQ(all<SendStop>(a)[0].exit_code, std::optional<int>(1)) << "no restart without a node";
   job.exit(0, 0, SIGTERM, true);
   auto b = job.feed(NodeIdle{0, 0});
   EXPECT_FALSE(has<SendStart>(b));
-  EXPECT_TRUE(has<SendExit>(b));
+  EXPECT_TRUE(has<ArmTimer>(b)) << "the exit deadline";
   job.feed(AgentLost{0});
   ASSERT_TRUE(job.outcome());
   EXPECT_EQ(job.outcome()->state, JobState::kFailed);
@@ -919,7 +965,9 @@ TEST(JobDecisions, ANodeWithAJobDirectoryOfItsOwnCopiesItsOutputsBeforeItGoes) {
   job.startAll();
   job.exit(0, 0);
   job.exit(1, 0);
-  job.exit(2, 0);
+  auto stop = job.exit(2, 0);
+  ASSERT_EQ(all<SendStop>(stop).size(), 1u);
+  EXPECT_EQ(all<SendStop>(stop)[0].exit_code, std::nullopt) << "they have outputs to copy first";
   auto a = job.stopRest({});
   auto exits = all<SendExit>(a);
   ASSERT_EQ(exits.size(), 3u);

@@ -473,7 +473,12 @@ class Agent {
                              {"time", nowUnixNanos()}});
         attemptOver();
       }
-      stopRanks(Millis(field(m, "grace_ms", int64_t{30000})), field(m, "signal", stop_signal_));
+      const Millis grace(field(m, "grace_ms", int64_t{30000}));
+      stopRanks(grace, field(m, "signal", stop_signal_));
+      if (m.contains("exit")) {  // the job's end: leave once the ranks are gone
+        exit_code_ = std::clamp(field(m, "exit", 0), 0, 255);
+        exitWhenDone(grace);
+      }
     } else if (type == "stacks") {
       sendStacks();
     } else if (type == "exit") {
