@@ -299,6 +299,10 @@ class Agent {
       }
       cgroup_.reset();
     }
+    if (auto removed = removeScratchDirs(node_); !removed) {
+      std::fprintf(stderr, "cohort exec: node %d: %s\n", options_.node,
+                   removed.error().message.c_str());
+    }
     return lost_coordinator_ ? 1 : exit_code_;
   }
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 
 #include "job/layout.h"
 #include "storage/copy.h"
@@ -23,7 +24,31 @@ Result<storage::CopyStats> fromS3(const std::string& source, const std::string& 
   return storage::download(*store, uri.key, target);
 }
 
+// A sandboxed job's own /tmp and the rest (NodePlan::scratch_dirs), empty and for the ranks'
+// user alone. One that is there already is not this job's (a name taken on the machine's
+// /dev/shm): refused rather than used.
+Result<void> makeScratchDirs(const plan::NodePlan& node) {
+  for (const std::string& dir : node.scratch_dirs) {
+    COHORT_TRY(makeDirs(dir.substr(0, dir.rfind('/'))));
+    if (::mkdir(dir.c_str(), 0700) != 0) return failErrno("create '" + dir + "'");
+    if (!node.ranks.empty() && node.ranks.front().uid >= 0 &&
+        ::lchown(dir.c_str(), node.ranks.front().uid, node.ranks.front().gid) < 0) {
+      return failErrno("chown '" + dir + "'");
+    }
+  }
+  return {};
+}
+
 }  // namespace
+
+Result<void> removeScratchDirs(const plan::NodePlan& node) {
+  for (const std::string& dir : node.scratch_dirs) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);  // a link is removed, not followed
+    if (ec) return fail(Code::kIo, "remove '" + dir + "': " + ec.message());
+  }
+  return {};
+}
 
 Result<StagingResult> stageInputs(const plan::NodePlan& node) {
   auto start = std::chrono::steady_clock::now();
@@ -39,6 +64,7 @@ Result<StagingResult> stageInputs(const plan::NodePlan& node) {
     }
   }
   COHORT_TRY(makeDirs(node.work_dir));
+  COHORT_TRY(makeScratchDirs(node));
   StagingResult result;
   for (const plan::StagedInput& in : node.inputs) {
     COHORT_TRY(makeDirs(in.target.substr(0, in.target.rfind('/'))));

@@ -21,9 +21,15 @@ struct StagingResult {
   double seconds = 0;
 };
 
-// Creates the node's work directory and stages its inputs. Errors name the input and the file:
-// "input 'store://datasets/digits': copy 'a.bin': No space left on device".
+// Creates the node's work directory and its scratch directories, and stages its inputs. Errors
+// name the input and the file: "input 'store://datasets/digits': copy 'a.bin': No space left on
+// device".
 Result<StagingResult> stageInputs(const plan::NodePlan& node);
+
+// Removes the node's scratch directories (a sandboxed job's own /tmp, /dev/shm, ...) with all
+// the ranks left in them, links removed, never followed. Call once no rank runs. Errors: kIo
+// naming the directory.
+Result<void> removeScratchDirs(const plan::NodePlan& node);
 
 // True when `job_dir` holds the mark the coordinator wrote there (job::Layout::markFile()): this
 // node sees the coordinator's job directory, not one of its own.

@@ -9,8 +9,14 @@
 //   kills everything in it, setsid descendants included;
 // - a user namespace when the rank runs as an ordinary user (the agent sets the rank's uid
 //   before bubblewrap starts); run as root, bubblewrap drops every capability.
-// The rest of the machine stays as it is (devices, network, /tmp), so GPUs and rendezvous over
-// the network work unchanged.
+// - a /tmp, /var/tmp, /run/lock and /dev/shm of the job's own on each node, shared by its ranks
+//   there and by no other job: the machine's are writable by everyone, and another account's
+//   job would read what this one leaves in them, or plant links for it to follow. The agent
+//   makes them before the ranks start and removes them when it leaves (NodePlan::scratch_dirs);
+//   /dev/shm's is on the machine's /dev/shm, so it stays memory. A workdir, program or virtual
+//   environment of the job's in the machine's /tmp is put back (putBack).
+// The rest of the machine stays as it is (devices, network), so GPUs and rendezvous over the
+// network work unchanged.
 //
 // Signals: cohort stops a rank by signalling its process group, which holds the outer
 // bubblewrap as well as the rank inside. bubblewrap would die of SIGTERM and take the rank with
@@ -26,6 +32,41 @@
 
 namespace cohort::plan {
 
+namespace {
+
+// Where the sandbox mounts a job's own directory over the machine's (NodePlan::scratch_dirs).
+constexpr const char* kScratchAt[] = {"/tmp", "/var/tmp", "/run/lock", "/dev/shm"};
+
+// What a rank runs from one of the machine's directories that the job's own hide (its workdir,
+// its program, its virtual environment in /tmp) is put back: the entry of that directory it is
+// in, with its neighbours. Never the directory itself, nor the data root (bound in parts).
+std::vector<std::string> putBack(const RankPlan& r, const std::string& workdir,
+                                 const std::string& root) {
+  std::vector<std::string> paths = {workdir};
+  if (!r.argv.empty()) paths.push_back(r.argv[0]);
+  for (const auto& [key, value] : r.env) {
+    if (key == "VIRTUAL_ENV") paths.push_back(value);
+  }
+  std::vector<std::string> args;
+  for (const std::string& path : paths) {
+    if (path == root || startsWith(path, root + "/")) continue;
+    for (const char* dir : kScratchAt) {
+      const std::string below = std::string(dir) + "/";
+      if (!startsWith(path, below)) continue;
+      const std::string entry = path.substr(0, path.find('/', below.size()));
+      const std::string name = entry.substr(below.size());
+      if (name.empty() || name == "." || name == ".." ||
+          std::find(args.begin(), args.end(), entry) != args.end()) {
+        continue;
+      }
+      for (const std::string& arg : {std::string("--bind-try"), entry, entry}) args.push_back(arg);
+    }
+  }
+  return args;
+}
+
+}  // namespace
+
 void isolate(Builder& b) {
   const std::string& root = b.ctx.data_root;
   const job::Layout layout(b.ctx.job_dir);
@@ -33,18 +74,33 @@ void isolate(Builder& b) {
   const std::string stop = spec::stopSignalName(b.plan.stop_signal).substr(3);
   const std::vector<std::string> defaults = split(stops, ',');
   if (std::find(defaults.begin(), defaults.end(), stop) == defaults.end()) stops += "," + stop;
-  std::vector<std::string> common = {
-      "env",      "--ignore-signal=" + stops,     "bwrap",         "--dev-bind", "/", "/",
-      "--tmpfs",  root,                           "--ro-bind",     layout.filesDir(),
-      layout.filesDir(), "--ro-bind",             layout.logsDir(), layout.logsDir(),
-      "--bind",   layout.workDir(),               layout.workDir(), "--bind",
-      layout.outputDir(), layout.outputDir()};
+  const std::vector<std::string> sandbox = {
+      "env", "--ignore-signal=" + stops, "bwrap", "--dev-bind", "/", "/"};
+  std::vector<std::string> common = {"--tmpfs", root};
+  const std::pair<const char*, std::string> binds[] = {{"--ro-bind", layout.filesDir()},
+                                                       {"--ro-bind", layout.logsDir()},
+                                                       {"--bind", layout.workDir()},
+                                                       {"--bind", layout.outputDir()}};
+  for (const auto& [how, dir] : binds) common.insert(common.end(), {how, dir, dir});
   if (startsWith(b.ctx.workdir, root + "/")) {
     for (const char* arg : {"--ro-bind", b.ctx.workdir.c_str(), b.ctx.workdir.c_str()}) {
       common.emplace_back(arg);
     }
   }
   for (NodePlan& node : b.plan.nodes) {
+    // The job's own /tmp and the rest come first: the data root may be below one of them (a
+    // data root in /tmp), and its mounts must then land in the job's /tmp, not under it.
+    std::vector<std::string> scratch_args;
+    const std::string scratch = node.work_dir + "/.scratch";
+    const std::string shm =
+        "/dev/shm/cohort-" + b.plan.job_id + "-node" + std::to_string(node.node);
+    node.scratch_dirs = {scratch + "/tmp", scratch + "/var-tmp", scratch + "/run-lock", shm};
+    for (size_t i = 0; i < node.scratch_dirs.size(); ++i) {
+      for (const std::string& arg :
+           {std::string("--bind"), node.scratch_dirs[i], std::string(kScratchAt[i])}) {
+        scratch_args.push_back(arg);
+      }
+    }
     std::vector<std::string> node_args = common;
     for (const StagedInput& in : node.inputs) {
       if (in.link && startsWith(in.source, root + "/")) {
@@ -61,7 +117,11 @@ void isolate(Builder& b) {
       node_args.emplace_back(arg);
     }
     for (RankPlan& r : node.ranks) {
-      std::vector<std::string> argv = node_args;
+      std::vector<std::string> argv = sandbox;
+      argv.insert(argv.end(), scratch_args.begin(), scratch_args.end());
+      const std::vector<std::string> back = putBack(r, b.ctx.workdir, root);
+      argv.insert(argv.end(), back.begin(), back.end());
+      argv.insert(argv.end(), node_args.begin(), node_args.end());
       if (r.uid < 0 && b.ctx.as_root) {
         argv.emplace_back("--cap-drop");
         argv.emplace_back("ALL");

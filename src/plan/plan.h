@@ -66,6 +66,10 @@ struct NodePlan {
   std::vector<StagedInput> inputs;
   std::vector<RankPlan> ranks;
   std::optional<Preload> preload;
+  // A sandboxed job's own /tmp, /var/tmp, /run/lock and /dev/shm on this node (isolation.cc):
+  // made empty (mode 0700, the ranks' owner) before its ranks start, shared by them, removed
+  // with everything in it when the node's agent leaves.
+  std::vector<std::string> scratch_dirs;
 };
 
 // Copied out by the coordinator when the job ends.

@@ -75,6 +75,7 @@ Json nodeJson(const NodePlan& node, const std::unordered_set<std::string>* skip 
     out["preload"] = Json{{"python", node.preload->python}, {"modules", node.preload->modules}};
     if (!node.preload->options.empty()) out["preload"]["options"] = node.preload->options;
   }
+  if (!node.scratch_dirs.empty()) out["scratch_dirs"] = node.scratch_dirs;
   return out;
 }
 
@@ -130,6 +131,9 @@ Result<NodePlan> nodeFrom(const Json& j) {
     node.node = j.at("node").get<int>();
     node.host = j.at("host").get<std::string>();
     node.work_dir = j.at("work_dir").get<std::string>();
+    if (j.contains("scratch_dirs")) {
+      node.scratch_dirs = j.at("scratch_dirs").get<std::vector<std::string>>();
+    }
     for (const auto& in : j.at("inputs")) {
       node.inputs.push_back({in.at("source").get<std::string>(), in.at("target").get<std::string>(),
                              in.at("link").get<bool>()});

@@ -403,6 +403,48 @@ TEST(Planner, TheSandboxPassesTheJobsStopSignalToTheRank) {
   EXPECT_EQ(onlyRank(*plain, "worker/0").argv[1], "--ignore-signal=TERM,INT,HUP");
 }
 
+// A sandboxed job's /tmp, /var/tmp, /run/lock and /dev/shm are its own on each node, mounted
+// before the data root's parts: a data root below /tmp must land inside the job's /tmp.
+TEST(Planner, ASandboxedJobHasItsOwnTmpAndShmOnEachNode) {
+  PlanContext ctx = context();
+  ctx.isolate = true;
+  ctx.data_root = "/tmp/data";
+  auto plan = makePlan(parse(kDdp), ctx);
+  ASSERT_TRUE(plan);
+  const NodePlan& node = plan->nodes[1];
+  const std::string shm = "/dev/shm/cohort-" + plan->job_id + "-node1";
+  EXPECT_EQ(node.scratch_dirs,
+            (std::vector<std::string>{node.work_dir + "/.scratch/tmp",
+                                      node.work_dir + "/.scratch/var-tmp",
+                                      node.work_dir + "/.scratch/run-lock", shm}));
+  const std::vector<std::string>& argv = node.ranks[0].argv;
+  auto at = [&](const std::vector<std::string>& words) {
+    return std::search(argv.begin(), argv.end(), words.begin(), words.end()) - argv.begin();
+  };
+  const auto tmp = at({"--bind", node.work_dir + "/.scratch/tmp", "/tmp"});
+  const auto root = at({"--tmpfs", "/tmp/data"});
+  ASSERT_LT(tmp, static_cast<long>(argv.size()));
+  ASSERT_LT(root, static_cast<long>(argv.size()));
+  EXPECT_LT(tmp, root);
+  EXPECT_LT(at({"--bind", shm, "/dev/shm"}), root);
+  EXPECT_EQ(at({"--bind-try", "/tmp/data", "/tmp/data"}), static_cast<long>(argv.size()))
+      << "the data root is put back in parts only";
+  // A workdir in the machine's /tmp is put back, with its neighbours, after the job's own /tmp.
+  ctx.workdir = "/tmp/project/code";
+  auto in_tmp = makePlan(parse(kDdp), ctx);
+  ASSERT_TRUE(in_tmp);
+  const std::vector<std::string>& words = in_tmp->nodes[0].ranks[0].argv;
+  const std::vector<std::string> want = {"--bind-try", "/tmp/project", "/tmp/project"};
+  const auto put_back = std::search(words.begin(), words.end(), want.begin(), want.end());
+  ASSERT_NE(put_back, words.end());
+  EXPECT_GT(put_back - std::find(words.begin(), words.end(), "/tmp"), 0);
+  auto back = nodeFromJson(nodeToJson(node));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->scratch_dirs, node.scratch_dirs);
+  auto plain = makePlan(parse(kDdp), context());
+  EXPECT_TRUE(plain->nodes[1].scratch_dirs.empty());
+}
+
 TEST(Planner, RanksAreNumberedNodeByNode) {
   auto plan = makePlan(parse(kDdp), context());
   ASSERT_TRUE(plan);

@@ -229,6 +229,62 @@ true
   waitFinal(alice_, alice_job);
 }
 
+// /tmp, /var/tmp, /run/lock and /dev/shm are writable by everyone on the machine: what one job
+// leaves there another account's job would read, and a link planted there it would follow. A
+// sandboxed job has its own on each node, shared by its ranks there, gone when it ends.
+TEST_F(Attack, WhatAJobLeavesInTmpOrDevShmNoOtherJobSees) {
+  if (!isolated_) GTEST_SKIP() << "bubblewrap does not work here: jobs run without the sandbox";
+  const std::string tag = "cohort-attack-" + std::to_string(::getpid());
+  std::string leave = R"SH(
+if [ "$COHORT_LOCAL_RANK" = 0 ]; then
+  for d in /tmp /var/tmp /run/lock /dev/shm; do echo alice-secret > $d/@TAG@ || echo "WRITE $d failed"; done
+  ln -s /etc/hostname /tmp/@TAG@-plant
+else
+  for i in $(seq 200); do [ -f /tmp/@TAG@ ] && [ -f /dev/shm/@TAG@ ] && break; sleep 0.1; done
+  cat /tmp/@TAG@ /var/tmp/@TAG@ /run/lock/@TAG@ /dev/shm/@TAG@ | grep -c alice-secret | sed 's/^/SHARED /'
+fi
+)SH";
+  for (size_t at; (at = leave.find("@TAG@")) != std::string::npos;) leave.replace(at, 5, tag);
+  auto [a_status, a_json] =
+      submit(alice_, shellJob("leaves", leave, {{"roles", {{"worker", {{"procs_per_node", 2}}}}}}));
+  ASSERT_EQ(a_status, 201) << a_json.dump();
+  const std::string alice_job = a_json.value("id", "");
+  Json alice_record = waitFinal(alice_, alice_job);
+  EXPECT_EQ(alice_record.value("state", ""), "succeeded") << alice_record.dump();
+  const std::string url = server_->url();
+  httplib::Client client("127.0.0.1", std::atoi(url.c_str() + url.rfind(':') + 1));
+  auto rank1 =
+      client.Get("/v1/jobs/" + alice_job + "/logs?rank=1", {{"Authorization", "Bearer " + alice_}});
+  ASSERT_TRUE(rank1);
+  EXPECT_TRUE(contains(rank1->body, "SHARED 4"))
+      << "the ranks of one node share them: " << rank1->body << logOf(alice_, alice_job);
+  // Nothing of it is on the machine, and the job's own are gone with it.
+  for (const char* dir : {"/tmp/", "/var/tmp/", "/run/lock/", "/dev/shm/"}) {
+    EXPECT_FALSE(std::filesystem::exists(std::string(dir) + tag)) << dir;
+  }
+  EXPECT_FALSE(std::filesystem::is_symlink("/tmp/" + tag + "-plant"));
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    EXPECT_FALSE(contains(entry.path().string(), alice_job)) << entry.path();
+  }
+  EXPECT_FALSE(std::filesystem::exists(server_->dataRoot() + "/jobs/" + alice_job +
+                                       "/work/node0/.scratch/tmp"));
+
+  std::string look = R"SH(
+for f in /tmp/@TAG@ /var/tmp/@TAG@ /run/lock/@TAG@ /dev/shm/@TAG@ /tmp/@TAG@-plant; do
+  if cat $f >/dev/null 2>&1; then echo "ATTEMPT read-$f ok"; else echo "ATTEMPT read-$f blocked"; fi
+done
+)SH";
+  for (size_t at; (at = look.find("@TAG@")) != std::string::npos;) look.replace(at, 5, tag);
+  auto [b_status, b_json] = submit(bob_, shellJob("looks", look));
+  ASSERT_EQ(b_status, 201) << b_json.dump();
+  const std::string bob_job = b_json.value("id", "");
+  waitFinal(bob_, bob_job);
+  const std::string log = logOf(bob_, bob_job);
+  EXPECT_TRUE(attempts(log, "ok").empty()) << log;
+  EXPECT_EQ(attempts(log, "blocked").size(), 5u) << log;
+  expectServerHealthy();
+}
+
 // A debugged rank's debugpy listens on loopback without a password and runs what it is sent:
 // on a server that keeps accounts apart, no account may start one.
 TEST_F(Attack, ADebuggedJobIsRefusedWhereAccountsAreKeptApart) {

@@ -723,9 +723,11 @@ TEST_F(LiveClient, MergedLogHasEveryRanksLines) {
 TEST_F(LiveClient, LogsFollowStreamsUntilTheJobEnds) {
   // The job waits between its lines until the test opens the gate, so the follower is known to
   // be attached while the job runs.
-  const std::string gate = tempDir() + "/go";
-  RunResult s = admin({"submit", "-q", "--framework", "generic", "--", testRank(), "echo=one",
-                       "wait-file=" + gate, "echo=two"});
+  // The gate is in the job's workdir: a sandboxed job's /tmp is its own, but its workdir it sees.
+  const std::string workdir = tempDir();
+  const std::string gate = workdir + "/go";
+  RunResult s = admin({"submit", "-q", "--framework", "generic", "--workdir", workdir, "--",
+                       testRank(), "echo=one", "wait-file=" + gate, "echo=two"});
   ASSERT_EQ(s.exit_code, 0) << s.err;
   const std::string id = s.out.substr(0, s.out.find('\n'));
   CohortProcess follower({"logs", "-f", id, "--rank", "0"},
@@ -744,9 +746,10 @@ TEST_F(LiveClient, LogsFollowStreamsUntilTheJobEnds) {
 }
 
 TEST_F(LiveClient, StatusWaitFollowsTheJobsEventsInsteadOfPollingItsRecord) {
-  const std::string gate = tempDir() + "/go";
-  RunResult s = admin(
-      {"submit", "-q", "--framework", "generic", "--", testRank(), "wait-file=" + gate, "exit=3"});
+  const std::string workdir = tempDir();  // the gate is where the sandboxed rank sees it
+  const std::string gate = workdir + "/go";
+  RunResult s = admin({"submit", "-q", "--framework", "generic", "--workdir", workdir, "--",
+                       testRank(), "wait-file=" + gate, "exit=3"});
   ASSERT_EQ(s.exit_code, 0) << s.err;
   const std::string id = s.out.substr(0, s.out.find('\n'));
   CohortProcess waiter({"status", id, "--wait"},
