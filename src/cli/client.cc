@@ -1,5 +1,6 @@
 #include "cli/client.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <pwd.h>
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <exception>
 
+#include "backends/local.h"
 #include "job/layout.h"
 #include "util/fd.h"
 #include "util/httplib.h"
@@ -451,6 +453,42 @@ Result<JobLocation> locateJob(const std::string& id, const std::string& data_roo
                                             ")");
   }
   return JobLocation{"", std::move(*settings)};
+}
+
+std::optional<int> runningCoordinator(const std::string& job_dir) {
+  const job::Layout layout(job_dir);
+  if (::access(layout.resultFile().c_str(), F_OK) == 0) return std::nullopt;
+  auto text = readFile(layout.coordinatorPidFile());
+  auto pid = text ? parseInt(trim(*text)) : Result<int>(0);
+  if (!pid || *pid <= 1) return std::nullopt;
+  char exe[4096];
+  const ssize_t n = ::readlink(("/proc/" + std::to_string(*pid) + "/exe").c_str(), exe, sizeof exe);
+  if (n <= 0 || std::string(exe, static_cast<size_t>(n)) != backends::selfExecutable()) {
+    return std::nullopt;
+  }
+  return *pid;
+}
+
+std::vector<std::string> runningJobs(const std::string& data_root) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  const std::string jobs = job::jobsDir(data_root);
+  DIR* dir = ::opendir(jobs.c_str());
+  if (!dir) return {};
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string id = entry->d_name;
+    if (id.empty() || id[0] == '.') continue;
+    const std::string job_dir = jobs + "/" + id;
+    if (!runningCoordinator(job_dir)) continue;
+    struct stat st {};
+    if (::stat(job_dir.c_str(), &st) != 0) continue;
+    found.emplace_back(static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec,
+                       id);
+  }
+  ::closedir(dir);
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> ids;
+  for (auto& [when, id] : found) ids.push_back(std::move(id));
+  return ids;
 }
 
 }  // namespace cohort::cli

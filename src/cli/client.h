@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,6 +62,15 @@ struct JobLocation {
 };
 Result<JobLocation> locateJob(const std::string& id, const std::string& data_root,
                               const std::string& flag_server, const std::string& flag_token);
+
+// The pid of the coordinator running the job whose directory is `job_dir` on this machine
+// (`cohort run`): the pid in its coordinator.pid while that is still this cohort binary, not a
+// process that took the number later. Nothing when the job has not started or has ended.
+std::optional<int> runningCoordinator(const std::string& job_dir);
+
+// The ids of the jobs under `data_root` that a coordinator of this machine runs now, oldest
+// first.
+std::vector<std::string> runningJobs(const std::string& data_root);
 
 using QueryParams = std::vector<std::pair<std::string, std::string>>;
 

@@ -49,6 +49,25 @@ Result<Json> localTargets(const job::Layout& layout) {
   return body;
 }
 
+// Without a job id: the one job of this machine whose ranks wait for a debugger, or have one.
+// Errors: kInvalidArgument when there is none, or several (naming them).
+Result<std::string> pausedLocalJob(const std::string& data_root) {
+  std::vector<std::string> paused;
+  for (const std::string& id : runningJobs(data_root)) {
+    auto found = localTargets(job::Layout::of(data_root, id));
+    if (found && (*found)["ranks"].is_array() && !(*found)["ranks"].empty()) paused.push_back(id);
+  }
+  if (paused.size() == 1) return paused[0];
+  if (paused.empty()) {
+    return fail(Code::kInvalidArgument,
+                "no job that runs on this machine (" + job::jobsDir(data_root) +
+                    ") has a rank waiting for a debugger: give the job id of a server's job, "
+                    "or run one with --debug RANKS");
+  }
+  return fail(Code::kInvalidArgument,
+              "several jobs have ranks waiting for a debugger: give one of " + join(paused, ", "));
+}
+
 std::string field(const Json& j, const char* key) {
   auto it = j.find(key);
   if (it == j.end()) return "";
@@ -145,12 +164,12 @@ Result<Ordered> mergeLaunch(const std::string& existing, const Ordered& ours,
 }
 
 const char* debugHelp() {
-  return R"(Usage: cohort debug JOB [--json] [--vscode [--write] [--local-root DIR]]
-                    [--data-root DIR] [--server URL] [--token T]
+  return R"(Usage: cohort debug [JOB] [--json] [--vscode [--write] [--local-root DIR]]
+                      [--data-root DIR] [--server URL] [--token T]
 
 Lists the ranks of JOB that wait for a debugger, or have one attached, and where to attach:
 a job that `cohort run` runs on this machine, or else a job of the server you logged in to
-(cohort login). Ranks pause in a job with debug: (or cohort run --debug RANKS): the chosen
+(cohort login). Without JOB: the one job running on this machine that has such ranks. Ranks pause in a job with debug: (or cohort run --debug RANKS): the chosen
 ranks at their start, any rank at a breakpoint(), and with post_mortem any rank at an exception
 nothing caught. Each listens on 127.0.0.1 of its node only: from another machine, tunnel
 (ssh -L PORT:127.0.0.1:PORT HOST). See docs/debugging.md.
@@ -184,13 +203,20 @@ int cmdDebug(int argc, char** argv) {
     std::fputs(debugHelp(), stdout);
     return 0;
   }
-  if (args->positional.size() != 1) {
+  if (args->positional.size() > 1) {
     return failWith(kExitUsage, "give one job id (see cohort debug --help)");
   }
   if (args->has("--write") && !args->has("--vscode")) {
     return failWith(kExitUsage, "--write writes the --vscode configurations: give both");
   }
-  const std::string id = args->positional[0];
+  std::string id;
+  if (args->positional.empty()) {
+    auto paused = pausedLocalJob(dataRoot(args->get("--data-root")));
+    if (!paused) return failWith(kExitUsage, paused.error().message);
+    id = *paused;
+  } else {
+    id = args->positional[0];
+  }
   auto where = locateJob(id, dataRoot(args->get("--data-root")), args->get("--server"),
                          args->get("--token"));
   if (!where) return failWith(kExitUsage, where.error().message);

@@ -11,7 +11,6 @@
 #include <string>
 #include <thread>
 
-#include "backends/local.h"
 #include "cli/args.h"
 #include "cli/client.h"
 #include "job/layout.h"
@@ -29,13 +28,6 @@ int64_t modified(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return 0;
   return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-}
-
-// The executable of `pid`, or "" when it cannot be read (gone, or another user's).
-std::string exeOf(pid_t pid) {
-  char buf[4096];
-  const ssize_t n = ::readlink(("/proc/" + std::to_string(pid) + "/exe").c_str(), buf, sizeof buf);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
 }
 
 int failWith(int code, const std::string& message) {
@@ -109,16 +101,11 @@ int cmdStacks(int argc, char** argv) {
                                           ? "; the stacks of its hang are in " + layout.stacksFile()
                                           : std::string()));
   }
-  auto pid_text = readFile(layout.coordinatorPidFile());
-  auto pid = pid_text ? parseInt(trim(*pid_text)) : Result<int>(0);
-  if (!pid || *pid <= 1) {
+  if (::access(layout.coordinatorPidFile().c_str(), F_OK) != 0) {
     return failWith(kExitFailed, "job " + id + " has no coordinator.pid: it has not started");
   }
-  // The pid must still be a cohort coordinator (not a process that took its number later).
-  if (exeOf(*pid) != backends::selfExecutable()) {
-    return failWith(kExitFailed, "job " + id + "'s coordinator (pid " + std::to_string(*pid) +
-                                     ") is not running");
-  }
+  const std::optional<int> pid = runningCoordinator(layout.dir());
+  if (!pid) return failWith(kExitFailed, "job " + id + "'s coordinator is not running");
   const int64_t before = modified(layout.stacksNowFile());
   if (::kill(*pid, SIGUSR1) != 0) {
     return failWith(kExitFailed, "cannot signal job " + id + "'s coordinator (pid " +

@@ -415,6 +415,36 @@ TEST(DebugFlags, ARankDialsPyCharmsDebugServerAndStopsAtABreakpointOrItsExceptio
   }
 }
 
+// `cohort debug` without a job id: the one job running on this machine with a paused rank, or
+// which of several to name.
+TEST(DebugFlags, WithoutAJobIdDebugFindsTheJobWithAPausedRank) {
+  REQUIRE(kDebugpy, "Debian's python3-debugpy is not installed");
+  const std::string root = tempDir();
+  auto none = runCohort({"debug", "--data-root", root});
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_TRUE(contains(none.err, "has a rank waiting for a debugger")) << none.err;
+  const std::string py = script(root, "x.py", "print('ran')\n");
+  CohortProcess first({"run", "--data-root", root, "--debug", "0", "--", "/usr/bin/python3", py});
+  const std::string id = jobIdUnder(root);
+  ASSERT_TRUE(pausedRank(root, id, "worker/0")) << "the rank never waited";
+  auto found = runCohort({"debug", "--data-root", root, "--json"});
+  EXPECT_EQ(found.exit_code, 0) << found.err;
+  EXPECT_EQ(nlohmann::json::parse(found.out, nullptr, false).value("job", ""), id) << found.out;
+  CohortProcess second({"run", "--data-root", root, "--debug", "0", "--", "/usr/bin/python3", py});
+  ASSERT_TRUE(waitFor(
+      [&] {
+        return contains(runCohort({"debug", "--data-root", root}).err, "several jobs");
+      },
+      45s, 100ms));
+  auto several = runCohort({"debug", "--data-root", root});
+  EXPECT_EQ(several.exit_code, 2);
+  EXPECT_TRUE(contains(several.err, id)) << several.err;
+  ::kill(first.pid(), SIGINT);
+  ::kill(second.pid(), SIGINT);
+  EXPECT_EQ(first.wait().exit_code, 130);
+  EXPECT_EQ(second.wait().exit_code, 130);
+}
+
 // A debugger that attached and left between two looks of the agent at the status file (the rank
 // writes it; here its own code does) is still told and recorded as having been there.
 TEST(DebugFlags, AnAttachThatCameAndWentBetweenTwoLooksIsStillTold) {
@@ -491,7 +521,7 @@ TEST(DebugFlags, DebugOfAnUnknownJobIsRefused) {
   auto r = runCohort(
       {"debug", "no-such-job", "--data-root", tempDir(), "--server", "http://127.0.0.1:1"});
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  auto usage = runCohort({"debug"});
+  auto usage = runCohort({"debug", "a", "b"});
   EXPECT_EQ(usage.exit_code, 2) << usage.err;
   auto help = runCohort({"debug", "--help"});
   EXPECT_TRUE(contains(help.out, "--vscode")) << help.out;
