@@ -132,22 +132,26 @@ Result<std::vector<Message>> Channel::receive() {
   return out;
 }
 
-Result<std::pair<UniqueFd, int>> listenTcp(const std::string& addr) {
+Result<std::pair<UniqueFd, int>> listenTcp(const std::string& addr, int port) {
   UniqueFd sock(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!sock.valid()) return failErrno("socket");
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  if (port != 0) {
+    int one = 1;  // a coordinator started again in the same pod finds its port in TIME_WAIT
+    ::setsockopt(sock.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  }
   if (::inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1) {
     return fail(Code::kInvalidArgument, "'" + addr + "' is not an IPv4 address");
   }
   if (::bind(sock.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) < 0) {
-    return failErrno("bind control channel on " + addr);
+    return failErrno("bind control channel on " + addr + (port ? ":" + std::to_string(port) : ""));
   }
   if (::listen(sock.get(), 1024) < 0) return failErrno("listen");
   socklen_t len = sizeof sa;
   ::getsockname(sock.get(), reinterpret_cast<sockaddr*>(&sa), &len);
-  int port = ntohs(sa.sin_port);
-  return std::make_pair(std::move(sock), port);
+  return std::make_pair(std::move(sock), static_cast<int>(ntohs(sa.sin_port)));
 }
 
 Result<UniqueFd> connectTcp(const std::string& addr, int port, Millis timeout) {

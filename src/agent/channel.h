@@ -83,8 +83,8 @@ class Channel {
   LogSink log_sink_;
 };
 
-// Listens on `addr`, port 0. Returns the socket and the port chosen.
-Result<std::pair<UniqueFd, int>> listenTcp(const std::string& addr);
+// Listens on `addr`, `port` (0: one the kernel picks). Returns the socket and the port.
+Result<std::pair<UniqueFd, int>> listenTcp(const std::string& addr, int port = 0);
 
 // Connects to `addr:port`, retrying until `timeout` passes (the coordinator may still be
 // starting). Errors: kUnavailable.

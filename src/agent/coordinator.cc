@@ -87,7 +87,7 @@ class Coordinator {
     COHORT_TRY(writeFileAtomic(layout_.markFile(), mark_ + "\n", /*durable=*/false));
     COHORT_TRY(writeFileAtomic(layout_.coordinatorPidFile(), std::to_string(::getpid()) + "\n",
                                /*durable=*/false));
-    COHORT_ASSIGN(auto listener, listenTcp(options_.listen_addr));
+    COHORT_ASSIGN(auto listener, listenTcp(options_.listen_addr, options_.listen_port));
     listener_ = std::move(listener.first);
     port_ = listener.second;
     COHORT_TRY(loop_.add(listener_.get(), EPOLLIN, [this](uint32_t) { onAccept(); }));
@@ -947,7 +947,10 @@ Result<JobOutcome> runCoordinator(const plan::Plan& plan, AgentLauncher& launche
   COHORT_ASSIGN(proc::SignalFd signals, proc::SignalFd::create({SIGINT, SIGTERM, SIGHUP, SIGUSR1}));
   COHORT_ASSIGN(auto loop, proc::EventLoop::create());
   COHORT_ASSIGN(Timers timers, Timers::create());
-  COHORT_ASSIGN(std::string secret, makeSecret());
+  std::string secret = options.secret;
+  if (secret.empty()) {
+    COHORT_ASSIGN(secret, makeSecret());
+  }
   Coordinator coordinator(plan, launcher, options, *loop, std::move(signals), std::move(timers),
                           std::move(secret));
   return coordinator.run();

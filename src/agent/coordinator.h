@@ -65,6 +65,10 @@ using Placement = std::function<Result<plan::Plan>(const std::vector<HostAddress
 
 struct CoordinatorOptions {
   std::string listen_addr = "127.0.0.1";  // also the address the agents dial
+  int listen_port = 0;                    // 0: one the kernel picks
+  // The job's secret, which the agents prove they know; "": a new one (the launcher hands it
+  // over). Given when something else has handed it to the agents already (a Kubernetes Secret).
+  std::string secret;
   Placement place;  // null: the plan's hosts are final (simulated nodes)
   Millis connect_timeout{60000};  // for every agent to dial in
   bool progress = true;           // print lifecycle lines on stderr

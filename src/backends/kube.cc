@@ -396,10 +396,8 @@ Result<Config> loadConfig(const std::string& context) {
   const std::string path = std::string(home && *home ? home : "/root") + "/.kube/config";
   if (auto text = readFile(path); text) return parseKubeconfig({{path, *text}}, context, read);
   auto in_pod = inClusterConfig([](const char* name) { return std::getenv(name); }, read);
-  if (in_pod || in_pod.error().code != Code::kNotFound ||
-      std::getenv("KUBERNETES_SERVICE_HOST") != nullptr) {
-    return in_pod;
-  }
+  const char* service = std::getenv("KUBERNETES_SERVICE_HOST");
+  if (in_pod || (service && *service)) return in_pod;
   return fail(Code::kNotFound,
               "no Kubernetes configuration: KUBECONFIG is not set, " + path +
                   " does not exist, and cohort does not run in a pod: point KUBECONFIG at the "

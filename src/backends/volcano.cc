@@ -60,18 +60,24 @@ Json podResources(const spec::JobSpec& spec, const spec::Role& role) {
   return out;
 }
 
-// The job's secret, from the Kubernetes Secret `secret` (key "secret"), which is created with
-// the Job and never written into it.
-Json secretVariable(const std::string& secret) {
-  return {{"name", "COHORT_JOB_SECRET"},
-          {"valueFrom", {{"secretKeyRef", {{"name", secret}, {"key", "secret"}}}}}};
+// A variable from a key of the job's Kubernetes Secret `secret`, which is created with the Job
+// and never written into it. `optional`: the key need not be there.
+Json secretVariable(const std::string& name, const std::string& secret, const std::string& key,
+                    bool optional = false) {
+  Json ref = {{"name", secret}, {"key", key}};
+  if (optional) ref["optional"] = true;
+  return {{"name", name}, {"valueFrom", {{"secretKeyRef", ref}}}};
 }
 
-Json task(const std::string& name, int replicas, const Json& container) {
+// `grace_s`: how long the kubelet waits after SIGTERM before it kills the pod's processes.
+Json task(const std::string& name, int replicas, const Json& container, int64_t grace_s) {
   return {{"name", name},
           {"replicas", replicas},
           {"template",
-           {{"spec", {{"restartPolicy", "Never"}, {"containers", Json::array({container})}}}}}};
+           {{"spec",
+             {{"restartPolicy", "Never"},
+              {"terminationGracePeriodSeconds", grace_s},
+              {"containers", Json::array({container})}}}}}};
 }
 
 bool plainScalar(const std::string& s) {
@@ -248,9 +254,11 @@ Result<Json> volcanoJob(const spec::JobSpec& spec, const plan::Plan& plan) {
                     " KiB as JSON, over the 128 KiB one variable of a pod's environment carries: " +
                     "put large values in a file the job reads");
   }
-  const std::string secret = job + "-secret";
+  const std::string secret = volcanoSecretName(job);
   const std::string image = spec.image;
 
+  // A job of `cohort server` reports to it: where, and with which credential, is in the Secret
+  // (keys the Secret of `cohort run` does not have).
   Json coordinator = {
       {"name", "coordinator"},
       {"image", image},
@@ -259,10 +267,16 @@ Result<Json> volcanoJob(const spec::JobSpec& spec, const plan::Plan& plan) {
       {"env",
        {{{"name", "COHORT_JOB_ID"}, {"value", plan.job_id}},
         {{"name", "COHORT_JOB"}, {"value", job_file}},
-        secretVariable(secret)}},
+        secretVariable("COHORT_JOB_SECRET", secret, kVolcanoSecretKey),
+        secretVariable("COHORT_REPORT_URL", secret, kVolcanoReportUrlKey, true),
+        secretVariable("COHORT_REPORT_TOKEN", secret, kVolcanoReportTokenKey, true)}},
       {"ports", {{{"name", "coordinator"}, {"containerPort", kVolcanoCoordinatorPort}}}},
       {"resources", {{"requests", {{"cpu", "500m"}, {"memory", "512Mi"}}}}}};
-  Json all_tasks = Json::array({task(kVolcanoCoordinatorTask, 1, coordinator)});
+  // A stop (the Job deleted, aborted or completed) gives the agents their ranks' grace period,
+  // and the coordinator time after that to copy outputs, write the record and report it.
+  const int64_t grace_s = (spec.policy.grace_period.count() + 999) / 1000;
+  Json all_tasks =
+      Json::array({task(kVolcanoCoordinatorTask, 1, coordinator, grace_s + kCoordinatorGraceS)});
 
   // Agents dial the coordinator by the name the svc plugin gives its pod; each takes its node
   // index from its task's first node and the index the env plugin sets (VC_TASK_INDEX).
@@ -286,9 +300,11 @@ Result<Json> volcanoJob(const spec::JobSpec& spec, const plan::Plan& plan) {
         {"command",
          {"/bin/sh", "-c",
           "exec cohort exec --coordinator \"$COHORT_COORDINATOR\" --node " + node + network}},
-        {"env", {{{"name", "COHORT_COORDINATOR"}, {"value", dial}}, secretVariable(secret)}},
+        {"env",
+         {{{"name", "COHORT_COORDINATOR"}, {"value", dial}},
+          secretVariable("COHORT_JOB_SECRET", secret, kVolcanoSecretKey)}},
         {"resources", podResources(spec, role)}};
-    Json t = task(tasks[i], role.nodes, agent);
+    Json t = task(tasks[i], role.nodes, agent, grace_s + kAgentGraceS);
     const bool key = std::find(key_roles.begin(), key_roles.end(), role.name) != key_roles.end();
     if (key && one_key_task) {
       t["policies"] = {{{"event", "TaskCompleted"}, {"action", "CompleteJob"}}};
@@ -303,17 +319,18 @@ Result<Json> volcanoJob(const spec::JobSpec& spec, const plan::Plan& plan) {
     all_tasks[0]["policies"] = {{{"event", "TaskCompleted"}, {"action", "CompleteJob"}}};
   }
 
-  // A failed or evicted pod ends the attempt for every pod (the gang is whole or not at all):
-  // Volcano restarts the Job while max_restarts allows, else aborts it.
-  const int restarts = spec.policy.max_restarts;
-  const std::string on_failure = restarts > 0 ? "RestartJob" : "AbortJob";
+  // cohort restarts the gang's ranks itself, in the same pods, within max_restarts (as on every
+  // backend): a pod fails only once cohort has decided the job failed, and a pod evicted or lost
+  // is a node lost, which ends the job (a gang cannot go on without one of its nodes). Either
+  // way Volcano aborts the Job, which ends every other pod; it never restarts it (maxRetry 0), so
+  // that the job has one coordinator and one record.
   Json job_spec = {{"schedulerName", "volcano"},
                    {"minAvailable", pods},
-                   {"maxRetry", restarts},
+                   {"maxRetry", 0},
                    {"plugins", {{"svc", Json::array()}, {"env", Json::array()}}},
                    {"policies",
-                    {{{"event", "PodFailed"}, {"action", on_failure}},
-                     {{"event", "PodEvicted"}, {"action", on_failure}}}},
+                    {{{"event", "PodFailed"}, {"action", "AbortJob"}},
+                     {{"event", "PodEvicted"}, {"action", "AbortJob"}}}},
                    {"tasks", all_tasks}};
   if (!spec.volcano.queue.empty()) job_spec["queue"] = spec.volcano.queue;
   if (!spec.volcano.priority_class.empty()) {
@@ -327,6 +344,24 @@ Result<Json> volcanoJob(const spec::JobSpec& spec, const plan::Plan& plan) {
         {"labels", {{"app.kubernetes.io/managed-by", "cohort"}, {"cohort/job-name", job}}},
         {"annotations", {{"cohort/job-id", plan.job_id}, {"cohort/framework", plan.framework}}}}},
       {"spec", job_spec}};
+}
+
+Json volcanoSecret(const Json& job, const std::string& secret,
+                   const std::optional<std::pair<std::string, std::string>>& report) {
+  const std::string name = job["metadata"]["name"].get<std::string>();
+  Json data = {{kVolcanoSecretKey, secret}};
+  if (report) {
+    data[kVolcanoReportUrlKey] = report->first;
+    data[kVolcanoReportTokenKey] = report->second;
+  }
+  return {{"apiVersion", "v1"},
+          {"kind", "Secret"},
+          {"metadata",
+           {{"name", volcanoSecretName(name)},
+            {"labels", job["metadata"]["labels"]},
+            {"annotations", {{"cohort/job-id", job["metadata"]["annotations"]["cohort/job-id"]}}}}},
+          {"type", "Opaque"},
+          {"stringData", data}};
 }
 
 std::string manifestYaml(const Json& manifest) {

@@ -5,12 +5,14 @@
 // it; gang scheduling over every pod; Volcano's policies for what cohort decides in a pod's
 // stead (a pod that fails or is evicted restarts or aborts the whole Job, the key roles'
 // completion completes it). The job's secret is a Kubernetes Secret that the pods read, never
-// part of the manifest. Submitting, watching and cancelling through the API server are not built
-// yet (docs/volcano.md). Pure functions, no I/O; thread-safe.
+// part of the manifest. Submitting, watching and cancelling through the API server are
+// volcano_cluster.h's. Pure functions, no I/O; thread-safe.
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "plan/plan.h"
 #include "spec/job_spec.h"
@@ -23,6 +25,15 @@ namespace cohort::backends {
 inline constexpr int kVolcanoCoordinatorPort = 7070;
 // The Volcano task of the coordinator's pod; no role may be named so.
 inline constexpr const char* kVolcanoCoordinatorTask = "coordinator";
+// The keys of the job's Secret (<job>-secret): the secret the agents prove they know, and for a
+// job of `cohort server`, where its coordinator reports and with which credential.
+inline constexpr const char* kVolcanoSecretKey = "secret";
+inline constexpr const char* kVolcanoReportUrlKey = "report-url";
+inline constexpr const char* kVolcanoReportTokenKey = "report-token";
+// Seconds a stopped pod gets beyond the job's grace period before the kubelet kills it: the
+// agents' to report their ranks' ends, the coordinator's to copy outputs and report the record.
+inline constexpr int64_t kAgentGraceS = 15;
+inline constexpr int64_t kCoordinatorGraceS = 60;
 // A role's task name is at most this long, so that its pods' names (<job>-<task>-<index>, also
 // their host names) fit a DNS label of 63 characters with room for the job's name.
 inline constexpr size_t kMaxVolcanoTaskName = 20;
@@ -37,6 +48,15 @@ std::string dnsLabel(const std::string& text, size_t max, const std::string& fal
 // that cannot be one: no container image (environment: {image: REF}), procs_per_node: auto,
 // roles whose task names collide, a job file too large for a pod's environment.
 Result<nlohmann::json> volcanoJob(const spec::JobSpec& spec, const plan::Plan& plan);
+
+// The name of the Secret of the Job named `job`.
+inline std::string volcanoSecretName(const std::string& job) { return job + "-secret"; }
+
+// The Secret the pods of `job` (a volcanoJob) read: the job's `secret`, and with `report` the
+// URL and credential its coordinator reports to the server with. Labelled and annotated as the
+// Job is. Pure.
+nlohmann::json volcanoSecret(const nlohmann::json& job, const std::string& secret,
+                             const std::optional<std::pair<std::string, std::string>>& report);
 
 // A manifest as YAML for `kubectl create -f -`: block style, keys in the JSON's order, strings
 // that YAML would read as anything else (numbers, booleans, null) double-quoted.

@@ -225,11 +225,36 @@ TEST(VolcanoJob, NoRestartsAbortsTheJobWhenAPodFails) {
                                                       {"event": "PodEvicted", "action": "AbortJob"}])"));
 }
 
-TEST(VolcanoJob, RestartsRestartTheWholeJobUpToMaxRetry) {
+TEST(VolcanoJob, RestartsAreCohortsInTheSamePodsNeverVolcanos) {
   Json job = renderOk("name: x\ncommand: [python3, train.py]\npolicy: {max_restarts: 3}\n");
-  EXPECT_EQ(job["spec"]["maxRetry"], 3);
-  EXPECT_EQ(job["spec"]["policies"], Json::parse(R"([{"event": "PodFailed", "action": "RestartJob"},
-                            {"event": "PodEvicted", "action": "RestartJob"}])"));
+  EXPECT_EQ(job["spec"]["maxRetry"], 0) << "one coordinator, one record: Volcano never restarts";
+  EXPECT_EQ(job["spec"]["policies"], Json::parse(R"([{"event": "PodFailed", "action": "AbortJob"},
+                            {"event": "PodEvicted", "action": "AbortJob"}])"));
+  EXPECT_NE(job.dump().find("max_restarts\\\":3"), std::string::npos)
+      << "the coordinator restarts the ranks: the job file it gets keeps max_restarts";
+}
+
+TEST(VolcanoJob, StoppedPodsGetTheGracePeriodAndMore) {
+  Json job = renderOk("name: x\ncommand: [python3, train.py]\npolicy: {grace_period: 20s}\n");
+  EXPECT_EQ(taskNamed(job, "worker")["template"]["spec"]["terminationGracePeriodSeconds"],
+            20 + kAgentGraceS);
+  EXPECT_EQ(taskNamed(job, "coordinator")["template"]["spec"]["terminationGracePeriodSeconds"],
+            20 + kCoordinatorGraceS);
+}
+
+TEST(VolcanoJob, TheSecretHoldsWhatThePodsReadAndOnlyThat) {
+  Json job = renderOk("name: x\ncommand: [python3, train.py]\n");
+  Json secret = volcanoSecret(job, "s3cr3t", std::nullopt);
+  EXPECT_EQ(secret["metadata"]["name"], "x-secret");
+  EXPECT_EQ(secret["stringData"], Json::parse(R"({"secret": "s3cr3t"})"));
+  EXPECT_EQ(secret["metadata"]["labels"], job["metadata"]["labels"]);
+  Json reported = volcanoSecret(job, "s3cr3t", std::make_pair("http://10.0.0.1:8600", "tok"));
+  EXPECT_EQ(reported["stringData"]["report-url"], "http://10.0.0.1:8600");
+  EXPECT_EQ(reported["stringData"]["report-token"], "tok");
+  // The manifest names the keys, never their values.
+  const std::string text = job.dump();
+  EXPECT_NE(text.find("\"report-token\""), std::string::npos);
+  EXPECT_EQ(text.find("s3cr3t"), std::string::npos);
 }
 
 TEST(VolcanoJob, ResourcesSizeEachPodForItsNodesRanks) {

@@ -22,10 +22,13 @@
 #include "cli/args.h"
 #include "cli/client.h"
 #include "cli/client_cmd.h"
+#include "cli/coordinate_cmd.h"
 #include "cli/cp_cmd.h"
 #include "cli/debug_cmd.h"
 #include "cli/env_cmd.h"
 #include "cli/job_options.h"
+#include "cli/job_run.h"
+#include "cli/volcano_run.h"
 #include "cli/server_cmd.h"
 #include "cli/stacks_cmd.h"
 #include "cli/top_cmd.h"
@@ -56,6 +59,7 @@ Usage:
   cohort top JOB                                     a running job's ranks: CPU, memory, metrics
   cohort server [flags]                              the multi-user job service (queue, accounts)
   cohort exec --coordinator ADDR:PORT --node N       a node agent (started by cohort itself)
+  cohort coordinate [--listen ADDR:PORT]             a Volcano Job's coordinator (its pod's command)
   cohort version                                     print the version
   cohort help [command]                              help for a command
 
@@ -66,6 +70,7 @@ Examples:
   cohort run --debug 1 --nodes 2 --nproc-per-node 2 -- python3 train.py
   cohort plan -f examples/pytorch/ddp.yaml --json
   cohort plan -f examples/pytorch/ddp.yaml --backend volcano --image REF   # a Volcano Job
+  cohort run -f examples/pytorch/ddp.yaml --backend volcano --image REF    # run it there
   cohort cp ./digits store://datasets/digits
 
 Exit codes: 0 the job succeeded; 2 bad usage or a bad job (nothing was started); 124 max_runtime
@@ -94,6 +99,11 @@ log lines. The job directory (<data-root>/jobs/<id>/) holds logs/<role>-<rank>.l
 (COHORT_OUTPUT_DIR), work/node<i>/ (COHORT_WORK_DIR, where inputs are staged before any rank
 starts), files/ (the rank table and other files cohort writes for the ranks), and the job's
 record: plan.json, events.jsonl and result.json. Ranks may write only work/ and output/.
+
+With --backend volcano (or backend: volcano in the job file) the job runs as a Volcano Job in
+the Kubernetes cluster of your kubeconfig (--namespace NS, else the context's): cohort creates
+it, says what its gang waits for, prints what its coordinator pod prints and exits with the
+job's exit code; Ctrl-C deletes it, stopping every rank gracefully (docs/volcano.md).
 
 )") + jobFlagsHelp() + R"(
 Output:
@@ -146,56 +156,7 @@ int reportError(const Error& e) {
   return exitCodeFor(e);
 }
 
-// The job's own directory must be new (jobs never share directories), unless `cohort server`
-// made it for this job (--job-id) and put the job file and console log there. Ranks that run as
-// an identity of their own (`uid` >= 0) own work/ and output/ and nothing else.
-Result<void> makeJobDirs(const std::string& job_dir, bool made_by_server, int uid, int gid) {
-  const job::Layout layout(job_dir);
-  COHORT_TRY(makeDirs(job_dir.substr(0, job_dir.rfind('/'))));
-  if (::mkdir(job_dir.c_str(), 0755) < 0 && !(made_by_server && errno == EEXIST)) {
-    return failErrno("create '" + job_dir + "'");
-  }
-  for (const std::string& dir : {layout.filesDir(), layout.logsDir()}) {
-    if (::mkdir(dir.c_str(), 0755) < 0) return failErrno("create '" + dir + "'");
-  }
-  for (const std::string& dir : {layout.workDir(), layout.outputDir()}) {
-    if (::mkdir(dir.c_str(), 0755) < 0) return failErrno("create '" + dir + "'");
-    if (uid >= 0 && ::chown(dir.c_str(), uid, gid) < 0) return failErrno("chown '" + dir + "'");
-  }
-  return {};
-}
-
-// The plan and the files made from it; they can be made again: no fsync on the way to the start.
-Result<void> writePlan(const plan::Plan& plan) {
-  COHORT_TRY(writeFileAtomic(job::Layout(plan.job_dir).planFile(), plan::toJson(plan), false));
-  for (const plan::GeneratedFile& f : plan.files) {
-    COHORT_TRY(makeDirs(f.path.substr(0, f.path.rfind('/'))));
-    COHORT_TRY(writeFileAtomic(f.path, f.content, false));
-  }
-  return {};
-}
-
 int cmdRun(int argc, char** argv);
-
-// debug: a port for each rank's debugger (debug.port + rank when the job names one), held until
-// cohort exits like the master port. A port that cannot be had is a job that cannot start.
-Result<void> leaseDebugPorts(PreparedJob& job, std::vector<plan::PortLease>& leases) {
-  const spec::Debug& d = job.spec.debug;
-  for (int r = 0; r < plan::debugPortsNeeded(job.spec); ++r) {
-    auto lease = d.port != 0 ? plan::PortLease::acquireExact("127.0.0.1", d.port + r,
-                                                             plan::defaultLeaseDir())
-                             : plan::PortLease::acquire("127.0.0.1", plan::defaultLeaseDir());
-    if (!lease) {
-      return fail(Code::kFailedPrecondition,
-                  spec::fieldLabel(job.spec, d.port != 0 ? "debug.port" : "debug") +
-                      "no port for rank " + std::to_string(r) +
-                      "'s debugger: " + lease.error().message);
-    }
-    job.context.debug_ports.push_back(lease->port());
-    leases.push_back(std::move(*lease));
-  }
-  return {};
-}
 
 // `cohort rerun JOB [flags]`: a job of this machine runs again from the job file in its
 // directory, the flags applied as cohort run applies them; any other job is the server's
@@ -281,23 +242,12 @@ int cmdRun(int argc, char** argv) {
   auto options = parseJobOptions(argc, argv, 2);
   if (!options) return reportError(options.error());
   if (auto spec = buildSpec(*options); spec && spec->backend == spec::Backend::kVolcano) {
-    std::fprintf(stderr,
-                 "cohort run: --backend volcano (or backend: volcano in the job file): submitting "
-                 "a Volcano Job through the Kubernetes API is not built yet; cohort plan "
-                 "--backend volcano -f FILE renders the Job for kubectl create -f - "
-                 "(docs/volcano.md)\n");
-    return kExitUsage;
+    return runOnVolcano(*options);  // the coordinator runs in the cluster (volcano_run.h)
   }
   auto job = prepareJob(*options);
   if (!job) return reportError(job.error());
   std::vector<plan::PortLease> leases;  // held until cohort exits
-  for (int i = 0; i < plan::portsNeeded(job->spec); ++i) {
-    auto lease = plan::PortLease::acquire(job->context.master_addr, plan::defaultLeaseDir());
-    if (!lease) return reportError(lease.error());
-    job->context.ports.push_back(lease->port());
-    leases.push_back(std::move(*lease));
-  }
-  if (auto leased = leaseDebugPorts(*job, leases); !leased) return reportError(leased.error());
+  if (auto leased = leasePorts(*job, leases); !leased) return reportError(leased.error());
   auto plan = plan::makePlan(job->spec, job->context);
   if (!plan) return reportError(plan.error());
   const bool slurm = job->spec.backend == spec::Backend::kSlurm;
@@ -332,18 +282,7 @@ int cmdRun(int argc, char** argv) {
   if (slurm) {
     // The agents dial in from the cluster's nodes; each says where its node is, and the plan is
     // made again with those addresses (MASTER_ADDR is node 0's).
-    copts.place = [&job](const std::vector<HostAddress>& hosts) -> Result<plan::Plan> {
-      plan::PlanContext ctx = job->context;
-      ctx.hosts.clear();
-      for (const HostAddress& h : hosts) {
-        ctx.hosts.push_back(h.address);
-        ctx.interfaces.push_back(h.interface);
-      }
-      ctx.master_addr = hosts.at(0).address;
-      COHORT_ASSIGN(plan::Plan placed, plan::makePlan(job->spec, ctx));
-      COHORT_TRY(writePlan(placed));
-      return placed;
-    };
+    copts.place = placeOnHosts(*job);
     launcher = std::make_unique<backends::SlurmLauncher>(job->spec, *plan,
                                                          backends::selfExecutable(), progress);
   } else {
@@ -371,22 +310,7 @@ int cmdRun(int argc, char** argv) {
   }
   auto outcome = agent::runCoordinator(*plan, *launcher, copts);
   if (!outcome) return reportError(outcome.error());
-  if (outcome->state == agent::JobState::kSucceeded) {
-    if (progress) {
-      std::fprintf(stderr, "cohort: job %s succeeded; outputs in %s/output\n",
-                   plan->job_id.c_str(), plan->job_dir.c_str());
-    }
-  } else {
-    std::fprintf(stderr, "cohort: job %s %s: %s (exit code %d)\n", plan->job_id.c_str(),
-                 agent::jobStateName(outcome->state), outcome->reason.c_str(),
-                 outcome->exit_code);
-    if (!outcome->diagnosis.empty()) std::fprintf(stderr, "%s", outcome->diagnosis.c_str());
-    if (outcome->root_cause) {
-      std::string report = agent::formatRootCause(*outcome->root_cause, outcome->exits);
-      std::fprintf(stderr, "%s", report.c_str());
-    }
-    std::fprintf(stderr, "cohort: logs in %s/logs\n", plan->job_dir.c_str());
-  }
+  printOutcome(*plan, *outcome, progress);
   return outcome->exit_code;
 }
 
@@ -481,6 +405,8 @@ int help(const std::string& topic) {
     std::fputs(planHelp().c_str(), stdout);
   } else if (topic == "exec") {
     std::fputs(kExecHelp, stdout);
+  } else if (topic == "coordinate") {
+    std::fputs(coordinateHelp(), stdout);
   } else if (topic == "cp") {
     std::fputs(cpHelp(), stdout);
   } else if (topic == "env") {
@@ -517,6 +443,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (command == "cp") return cmdCp(argc, argv);
+  if (command == "coordinate") return cmdCoordinate(argc, argv);
   if (command == "env") return cmdEnv(argc, argv);
   if (command == "rerun") {
     if (wantsHelp(argc, argv)) return help(command);

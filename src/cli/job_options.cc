@@ -176,8 +176,8 @@ std::string jobFlagsHelp() {
                            VC_* variables | none
   --backend NAME           local (default): nodes simulated on this machine | slurm: the nodes
                            of a Slurm batch job, one per host (docs/slurm.md) | volcano: the
-                           pods of a Volcano Job on Kubernetes, one per node; cohort plan
-                           renders it (docs/volcano.md)
+                           pods of a Volcano Job on Kubernetes, one per node (cohort run
+                           submits it, cohort plan renders it; docs/volcano.md)
   --nodes N                nodes of a single-role job
   --nproc-per-node N|auto  processes per node (auto: one per GPU, 1 without GPUs)
   --workdir DIR            where ranks run (default: the job file's directory, or here)
@@ -186,6 +186,8 @@ std::string jobFlagsHelp() {
                            cohort env create; its python3 comes first on PATH (cohort env ls)
   --image REF              the container image every pod runs (backend volcano): the job
                            file's environment: {image: REF}
+  --namespace NS           backend volcano: the Kubernetes namespace of the Volcano Job
+                           (default: the kubeconfig context's, else "default")
   --env KEY=VALUE          set a variable for every rank (repeatable)
   --hp KEY=VALUE           hyperparameter, appended to the command as --KEY=VALUE (repeatable)
   --max-restarts N         restart the whole gang up to N times after a failure (default 0)
@@ -270,6 +272,8 @@ Result<JobOptions> parseJobOptions(int argc, char** argv, int first) {
       COHORT_ASSIGN(o.environment, next());
     } else if (arg == "--image") {
       COHORT_ASSIGN(o.image, next());
+    } else if (arg == "--namespace") {
+      COHORT_ASSIGN(o.kube_namespace, next());
     } else if (arg == "--env") {
       COHORT_ASSIGN(std::string kv, next());
       o.env.push_back(kv);
@@ -348,7 +352,7 @@ bool jobFlagTakesValue(const std::string& flag) {
   // clang-format off
   static const std::set<std::string> kValueFlags = {
       "-f", "--file", "--name", "--framework", "--nodes", "--nproc-per-node", "--nproc_per_node",
-      "--launcher", "--backend", "--mode", "--compat", "--workdir", "--environment", "--image", "--env",
+      "--launcher", "--backend", "--mode", "--compat", "--workdir", "--environment", "--image", "--namespace", "--env",
       "--hp", "--max-restarts", "--grace-period", "--heartbeat-timeout", "--max-runtime",
       "--hang-timeout", "--startup-timeout", "--stop-signal", "--success", "--data-root",
       "--log-ranks", "--job-id", "--run-as", "--debug"};
@@ -363,6 +367,9 @@ Result<spec::JobSpec> buildSpec(const JobOptions& o) {
     COHORT_ASSIGN(std::string text, readJobFile(o.file));
     COHORT_ASSIGN(s, spec::parseJobFile(text, o.file));
     s.base_dir = dirName(absoluteIn(o.file, cwd));
+  } else if (!o.text.empty()) {
+    COHORT_ASSIGN(s, spec::parseJobFile(o.text, o.text_name));
+    s.base_dir = cwd;
   } else {
     s = spec::defaultSpec();
     s.base_dir = cwd;

@@ -16,10 +16,14 @@ namespace cohort::cli {
 
 struct JobOptions {
   std::string file;
+  // Or the job file itself, named `text_name` in messages; its relative paths are relative to
+  // the current directory (cohort coordinate: the job in $COHORT_JOB).
+  std::string text, text_name;
   std::string name, framework, launcher, backend, mode, compat, workdir, grace_period, max_runtime,
       heartbeat_timeout, hang_timeout, startup_timeout, stop_signal, success, data_root, log_ranks;
   std::string environment;  // --environment NAME
   std::string image;        // --image REF: environment: {image: REF}
+  std::string kube_namespace;  // --namespace NS: the volcano backend's (default: kubeconfig's)
   std::string debug;        // --debug RANKS|all
   bool post_mortem = false, pdb = false;
   std::string job_id;  // --job-id: set by `cohort server`, whose job directory already exists

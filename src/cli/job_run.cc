@@ -1,0 +1,97 @@
+#include "cli/job_run.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+
+#include "agent/root_cause.h"
+#include "job/layout.h"
+#include "util/fd.h"
+
+namespace cohort::cli {
+
+Result<void> makeJobDirs(const std::string& job_dir, bool made_by_server, int uid, int gid) {
+  const job::Layout layout(job_dir);
+  COHORT_TRY(makeDirs(job_dir.substr(0, job_dir.rfind('/'))));
+  if (::mkdir(job_dir.c_str(), 0755) < 0 && !(made_by_server && errno == EEXIST)) {
+    return failErrno("create '" + job_dir + "'");
+  }
+  for (const std::string& dir : {layout.filesDir(), layout.logsDir()}) {
+    if (::mkdir(dir.c_str(), 0755) < 0) return failErrno("create '" + dir + "'");
+  }
+  for (const std::string& dir : {layout.workDir(), layout.outputDir()}) {
+    if (::mkdir(dir.c_str(), 0755) < 0) return failErrno("create '" + dir + "'");
+    if (uid >= 0 && ::chown(dir.c_str(), uid, gid) < 0) return failErrno("chown '" + dir + "'");
+  }
+  return {};
+}
+
+Result<void> leasePorts(PreparedJob& job, std::vector<plan::PortLease>& leases) {
+  for (int i = 0; i < plan::portsNeeded(job.spec); ++i) {
+    COHORT_ASSIGN(plan::PortLease lease,
+                  plan::PortLease::acquire(job.context.master_addr, plan::defaultLeaseDir()));
+    job.context.ports.push_back(lease.port());
+    leases.push_back(std::move(lease));
+  }
+  const spec::Debug& d = job.spec.debug;
+  for (int r = 0; r < plan::debugPortsNeeded(job.spec); ++r) {
+    auto lease = d.port != 0 ? plan::PortLease::acquireExact("127.0.0.1", d.port + r,
+                                                             plan::defaultLeaseDir())
+                             : plan::PortLease::acquire("127.0.0.1", plan::defaultLeaseDir());
+    if (!lease) {
+      return fail(Code::kFailedPrecondition,
+                  spec::fieldLabel(job.spec, d.port != 0 ? "debug.port" : "debug") +
+                      "no port for rank " + std::to_string(r) +
+                      "'s debugger: " + lease.error().message);
+    }
+    job.context.debug_ports.push_back(lease->port());
+    leases.push_back(std::move(*lease));
+  }
+  return {};
+}
+
+Result<void> writePlan(const plan::Plan& plan) {
+  COHORT_TRY(writeFileAtomic(job::Layout(plan.job_dir).planFile(), plan::toJson(plan), false));
+  for (const plan::GeneratedFile& f : plan.files) {
+    COHORT_TRY(makeDirs(f.path.substr(0, f.path.rfind('/'))));
+    COHORT_TRY(writeFileAtomic(f.path, f.content, false));
+  }
+  return {};
+}
+
+agent::Placement placeOnHosts(const PreparedJob& job) {
+  return [&job](const std::vector<HostAddress>& hosts) -> Result<plan::Plan> {
+    plan::PlanContext ctx = job.context;
+    ctx.hosts.clear();
+    for (const HostAddress& h : hosts) {
+      ctx.hosts.push_back(h.address);
+      ctx.interfaces.push_back(h.interface);
+    }
+    ctx.master_addr = hosts.at(0).address;
+    COHORT_ASSIGN(plan::Plan placed, plan::makePlan(job.spec, ctx));
+    COHORT_TRY(writePlan(placed));
+    return placed;
+  };
+}
+
+void printOutcome(const plan::Plan& plan, const agent::JobOutcome& outcome, bool progress) {
+  if (outcome.state == agent::JobState::kSucceeded) {
+    if (progress) {
+      std::fprintf(stderr, "cohort: job %s succeeded; outputs in %s/output\n", plan.job_id.c_str(),
+                   plan.job_dir.c_str());
+    }
+    return;
+  }
+  std::fprintf(stderr, "cohort: job %s %s: %s (exit code %d)\n", plan.job_id.c_str(),
+               agent::jobStateName(outcome.state), outcome.reason.c_str(), outcome.exit_code);
+  if (!outcome.diagnosis.empty()) std::fprintf(stderr, "%s", outcome.diagnosis.c_str());
+  if (outcome.root_cause) {
+    std::string report = agent::formatRootCause(*outcome.root_cause, outcome.exits);
+    std::fprintf(stderr, "%s", report.c_str());
+  }
+  std::fprintf(stderr, "cohort: logs in %s/logs\n", plan.job_dir.c_str());
+}
+
+}  // namespace cohort::cli
