@@ -11,6 +11,7 @@
 
 #include "backends/local.h"
 #include "backends/slurm.h"
+#include "backends/volcano_backend.h"
 #include "cli/args.h"
 #include "server/server.h"
 #include "util/fd.h"
@@ -36,8 +37,10 @@ Flags:
   --backend NAME           local (default): jobs' nodes are simulated on this machine | slurm:
                            each job is a Slurm batch job, its ranks on the cluster's nodes; the
                            server queues by account and priority, Slurm allocates (docs/slurm.md)
-                           | volcano: not built yet (cohort plan --backend volcano renders a
-                           job's Volcano Job; docs/volcano.md)
+                           | volcano: each job is a Volcano Job in the Kubernetes cluster of
+                           the kubeconfig (or of the pod the server runs in); Volcano queues
+                           and gang-schedules (docs/volcano.md)
+  --namespace NS           with volcano: the Jobs' namespace (default: the kubeconfig's)
   --cpus N                 CPUs the scheduler hands out (default: this machine's; with slurm:
                            no limit of its own)
   --memory SIZE            memory the scheduler hands out, e.g. 64Gi (default: this machine's)
@@ -123,6 +126,7 @@ int cmdServer(int argc, char** argv) {
                            {"--max-upload", "", true},
                            {"--idle-timeout", "", true},
                            {"--backend", "", true},
+                           {"--namespace", "", true},
                            {"--rank-uids", "", true},
                            {"--single-user", "", false},
                            {"--isolate", "", false},
@@ -141,6 +145,7 @@ int cmdServer(int argc, char** argv) {
                  "other: give one\n");
     return kExitUsage;
   }
+  std::string volcano_where;  // with --backend volcano: the cluster and namespace, for a person
   const std::string isolate = parsed->has("--isolate")      ? "on"
                               : parsed->has("--no-isolate") ? "off"
                                                             : "auto";
@@ -194,13 +199,6 @@ int cmdServer(int argc, char** argv) {
     } else if (flag == "--backend") {
       auto b = spec::parseBackend(value);
       if (!b) return bad("expected local, slurm or volcano");
-      if (*b == spec::Backend::kVolcano) {
-        std::fprintf(stderr,
-                     "cohort server: --backend volcano: running jobs as Volcano Jobs through the "
-                     "Kubernetes API is not built yet; cohort plan --backend volcano -f FILE "
-                     "renders a job's Volcano Job for kubectl create -f - (docs/volcano.md)\n");
-        return kExitUsage;
-      }
       options.nodes = *b;
     } else if (flag == "--idle-timeout") {
       auto d = parseDuration(value);
@@ -229,6 +227,32 @@ int cmdServer(int argc, char** argv) {
       return kExitFailed;
     }
     options.gpu_ids.clear();  // Slurm gives each node its GPUs (--gres)
+    if (!parsed->has("--cpus")) options.capacity.cpu_millis = int64_t{1} << 50;
+    if (!parsed->has("--memory")) options.capacity.memory_bytes = int64_t{1} << 60;
+    if (!parsed->has("--gpus")) options.capacity.gpus = int64_t{1} << 30;
+  }
+  if (options.nodes == spec::Backend::kVolcano) {
+    // The cluster, and Volcano in it, are there and cohort may use them; the coordinator pods
+    // report to this server at an address they reach.
+    auto cluster = backends::VolcanoCluster::connect(parsed->get("--namespace"));
+    Result<std::string> advertise = fail(Code::kInternal, "not asked");
+    if (!cluster) {
+      advertise = tl::unexpected(cluster.error());
+    } else if (auto checked = (*cluster)->checkVolcano(); !checked) {
+      advertise = tl::unexpected(checked.error());
+    } else {
+      advertise = backends::volcanoAdvertiseAddress(**cluster, options.host);
+    }
+    if (!advertise) {
+      std::fprintf(stderr, "cohort server: --backend volcano: %s\n",
+                   advertise.error().message.c_str());
+      return exitCodeFor(advertise.error());
+    }
+    options.volcano = {(*cluster)->namespaceName(), *advertise};
+    volcano_where = (*cluster)->where();
+    // Volcano queues and gang-schedules: this server queues by account and priority and hands
+    // the cluster whatever a job asks for, unless --cpus, --memory or --gpus set its share.
+    options.gpu_ids.clear();
     if (!parsed->has("--cpus")) options.capacity.cpu_millis = int64_t{1} << 50;
     if (!parsed->has("--memory")) options.capacity.memory_bytes = int64_t{1} << 60;
     if (!parsed->has("--gpus")) options.capacity.gpus = int64_t{1} << 30;
@@ -284,7 +308,12 @@ int cmdServer(int argc, char** argv) {
   }
   std::printf("cohort server: listening on http://%s:%d\n", options.host.c_str(),
               (*server)->port());
-  if (options.nodes == spec::Backend::kSlurm) {
+  if (options.nodes == spec::Backend::kVolcano) {
+    std::printf("cohort server: data root %s; jobs are Volcano Jobs in %s; their coordinators "
+                "report to http://%s:%d\n",
+                options.data_root.c_str(), volcano_where.c_str(),
+                options.volcano.advertise.c_str(), (*server)->port());
+  } else if (options.nodes == spec::Backend::kSlurm) {
     std::printf("cohort server: data root %s; jobs are Slurm batch jobs (SLURM_CONF %s)\n",
                 options.data_root.c_str(),
                 std::getenv("SLURM_CONF") ? std::getenv("SLURM_CONF") : "not set");

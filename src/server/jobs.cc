@@ -98,7 +98,9 @@ struct JobService::Supervised {
 JobService::JobService(store::JobStore& store, JobServiceOptions options, const sched::Clock& clock)
     : store_(store),
       options_(std::move(options)),
-      backend_(backends::makeLocalBackend(options_.cohort_bin, options_.nodes)),
+      backend_(options_.nodes == spec::Backend::kVolcano
+                   ? backends::makeVolcanoBackend(options_.volcano)
+                   : backends::makeLocalBackend(options_.cohort_bin, options_.nodes)),
       clock_(clock) {}
 
 Result<std::unique_ptr<JobService>> JobService::create(store::JobStore& store,
@@ -418,6 +420,9 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
   spec.base_dir = "/";
   if (spec.name.empty()) spec.name = "job";
   COHORT_TRY(spec::validate(spec));
+  // A Volcano Job runs in its image: its workdir and command are the image's, not this machine's.
+  const bool in_image = options_.nodes == spec::Backend::kVolcano;
+  if (in_image) COHORT_TRY(backends::checkVolcanoJob(spec, !code.empty()));
   std::string upload_dir;
   CopyNoJobTook copy;
   if (!code.empty()) {
@@ -429,15 +434,17 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
   }
   // Until the job has an id: the command is looked for there.
   if (!upload_dir.empty()) spec.workdir = upload_dir;
-  if (spec.workdir.empty() || spec.workdir[0] != '/') {
+  if (!in_image && (spec.workdir.empty() || spec.workdir[0] != '/')) {
     return fail(
         Code::kInvalidArgument,
         "workdir: must be an absolute path on the server's machine, got '" + spec.workdir +
             "' (or upload the code: cohort submit does unless the server is on this machine)");
   }
-  if (upload_dir.empty()) COHORT_TRY(notAnotherJobsCode(spec.workdir, options_.data_root));
-  COHORT_TRY(backends::checkCommand(spec));
-  COHORT_TRY(checkIdentity(caller, spec, !upload_dir.empty()));
+  if (!in_image) {
+    if (upload_dir.empty()) COHORT_TRY(notAnotherJobsCode(spec.workdir, options_.data_root));
+    COHORT_TRY(backends::checkCommand(spec));
+    COHORT_TRY(checkIdentity(caller, spec, !upload_dir.empty()));
+  }
   // The server's configuration decides where its jobs run.
   if (spec.backend == spec::Backend::kSlurm && options_.nodes != spec::Backend::kSlurm) {
     return fail(Code::kInvalidArgument,
@@ -446,11 +453,12 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
   }
   for (spec::Role& role : spec.roles) {
     if (role.procs_per_node != spec::kAutoProcs) continue;
-    if (options_.nodes == spec::Backend::kSlurm) {
+    if (options_.nodes == spec::Backend::kSlurm || in_image) {
       return fail(Code::kInvalidArgument,
                   "roles." + role.name +
                       ".procs_per_node: auto counts this machine's GPUs, not the cluster nodes': "
-                      "give a number, the jobs of this server run on Slurm");
+                      "give a number, the jobs of this server run on " +
+                      (in_image ? "Volcano" : "Slurm"));
     }
     int64_t per_node = options_.capacity.gpus / spec::totalNodes(spec);
     role.procs_per_node = static_cast<int>(std::max<int64_t>(per_node, 1));

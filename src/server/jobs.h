@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/volcano_backend.h"
 #include "job/events.h"
 #include "sched/scheduler.h"
 #include "server/access.h"
@@ -53,7 +54,8 @@ struct JobServiceOptions {
   std::string cohort_bin;     // the binary coordinators run
   sched::Resources capacity;  // the machine
   std::vector<int> gpu_ids;   // its GPUs (capacity.gpus of them)
-  spec::Backend nodes = spec::Backend::kLocal;  // where jobs' nodes are: here, or Slurm's
+  spec::Backend nodes = spec::Backend::kLocal;  // where jobs' nodes are: here, Slurm's, Volcano's
+  backends::VolcanoSettings volcano;            // with nodes kVolcano
   bool isolate = false;       // run ranks under bubblewrap (cohort run --isolate)
   Identities identities;
   std::string report_url;     // where coordinators report: this server, "http://host:port"

@@ -1540,6 +1540,7 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   jopts.capacity = options.capacity;
   jopts.gpu_ids = options.gpu_ids;
   jopts.nodes = options.nodes;
+  jopts.volcano = options.volcano;
   jopts.isolate = options.isolate;
   jopts.identities = options.identities;
   jopts.max_upload_bytes = options.max_upload_bytes;

@@ -26,7 +26,8 @@ struct ServerOptions {
   std::string cohort_bin;     // what job coordinators run
   sched::Resources capacity;  // the machine's CPUs, memory and GPUs
   std::vector<int> gpu_ids;   // the GPUs' indices (capacity.gpus of them), handed out to jobs
-  spec::Backend nodes = spec::Backend::kLocal;  // jobs' nodes: this machine's, or Slurm's
+  spec::Backend nodes = spec::Backend::kLocal;  // jobs' nodes: this machine's, Slurm's, Volcano's
+  backends::VolcanoSettings volcano;            // with nodes kVolcano: namespace, advertise
   bool isolate = false;       // run every job's ranks under bubblewrap
   Identities identities;      // the Unix identities accounts' ranks run as (see jobs.h)
   int http_threads = 32;      // workers that run handlers; followers hold none

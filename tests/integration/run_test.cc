@@ -385,6 +385,12 @@ TEST(Run, VolcanoBackendWithoutAClusterSaysWhereItLookedAndRunsNothing) {
     EXPECT_TRUE(contains(r.err, words)) << words << "\n" << r.err;
   }
   EXPECT_EQ(onlyJobDir(root), "") << "nothing ran, not even locally";
+  auto server = CohortProcess({"server", "--data-root", root + "/server", "--listen",
+                               "127.0.0.1:0", "--backend", "volcano"},
+                              nowhere)
+                    .wait();
+  EXPECT_EQ(server.exit_code, 2) << server.err;
+  EXPECT_TRUE(contains(server.err, "--backend volcano: no Kubernetes configuration")) << server.err;
 }
 
 TEST(Help, EverySubcommandHasHelp) {

@@ -570,5 +570,52 @@ TEST_F(Volcano, WrongConfigurationsAndRefusalsAreClearAndLeaveNothing) {
   EXPECT_EQ(phaseOf("refused"), "gone");
 }
 
+TEST_F(Volcano, TheServerFindsARunningJobAgainAfterARestart) {
+  startSim("/tmp");
+  std::string why;
+  const std::vector<std::string> flags = {"--backend", "volcano",       "--namespace",
+                                          namespace_,  "--single-user", "--no-isolate"};
+  std::vector<std::string> first = flags;
+  first.insert(first.end(), {"--listen", clusterEnv("COHORT_KUBE_HOST_ADDR") + ":0"});
+  auto server = startServer(&why, first);
+  ASSERT_TRUE(server) << why;
+  const std::string url = server->url();
+  const std::string token = server->adminToken();
+  const std::string dir = tempDir();
+  std::ofstream(dir + "/job.yaml") << "name: long\ncommand: [/bin/sh, -c, 'for i in 1 2 3 4 5 6 7 "
+                                      "8; do echo tick $i; sleep 1; done']\n"
+                                      "workdir: /tmp\nenvironment: {image: "
+                                   << kImage << "}\nroles: {worker: {nodes: 2}}\n";
+  RunResult submitted = runCohort(
+      {"submit", "--server", url, "--token", token, "--no-upload", "-f", dir + "/job.yaml"});
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.err;
+  const std::string id = std::string(submitted.out.substr(0, submitted.out.find('\n')));
+  ASSERT_TRUE(waitFor(
+      [&] {
+        return contains(readText(server->dataRoot() + "/jobs/" + id + "/console.log"), "tick 2");
+      },
+      60s))
+      << server->log() << sim_->log();
+  const std::string root = server->dataRoot();
+  const std::string port = url.substr(url.rfind(':') + 1);
+  server.reset();  // SIGTERM: the server stops, its jobs go on
+  std::vector<std::string> again = flags;
+  again.insert(again.end(),
+               {"--listen", clusterEnv("COHORT_KUBE_HOST_ADDR") + ":" + port, "--data-root", root});
+  server = startServer(&why, again);
+  ASSERT_TRUE(server) << why;
+  EXPECT_TRUE(contains(server->log(), "still running (Volcano Job " + namespace_ + "/long)"))
+      << server->log();
+  RunResult followed = runCohort({"logs", "-f", id, "--server", url, "--token", token}, 120s);
+  EXPECT_EQ(followed.exit_code, 0) << followed.err;
+  RunResult status = runCohort({"status", id, "--server", url, "--token", token, "--json"});
+  EXPECT_TRUE(contains(status.out, "\"state\": \"succeeded\"") ||
+              contains(status.out, "\"state\":\"succeeded\""))
+      << status.out << server->log();
+  RunResult logs = runCohort({"logs", id, "--server", url, "--token", token});
+  EXPECT_TRUE(contains(logs.out, "tick 8")) << logs.out;
+  EXPECT_TRUE(contains(logs.out, "tick 1")) << "the log copied on where it stopped: " << logs.out;
+}
+
 }  // namespace
 }  // namespace cohort::testing
