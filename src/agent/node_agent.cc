@@ -1108,7 +1108,12 @@ class Agent {
     // the pipe open) or end of output.
     pump(index, std::numeric_limits<int>::max());
     rank.output->finish();
-    const proc::ExitStatus exit = status ? *status : proc::ExitStatus{1, 0};
+    proc::ExitStatus exit = status ? *status : proc::ExitStatus{1, 0};
+    // The sandbox ends with 128 + N for a rank killed by signal N: say it as the signal, as
+    // for a rank that runs without one (a crash, the kernel's out-of-memory killer).
+    if (rank.plan.sandboxed && exit.signal == 0 && exit.code > 128 && exit.code < 128 + 65) {
+      exit = proc::ExitStatus{0, exit.code - 128};
+    }
     // Killed by the kernel for going over its memory limit, rather than by someone's SIGKILL.
     int64_t memory_limit = 0;
     if (exit.signal == SIGKILL && rank.memory_limited && rank.cgroup) {

@@ -132,6 +132,7 @@ void isolate(Builder& b) {
       }
       argv.insert(argv.end(), r.argv.begin(), r.argv.end());
       r.argv = std::move(argv);
+      r.sandboxed = true;
     }
   }
 }

@@ -42,6 +42,9 @@ struct RankPlan {
   int64_t memory_bytes = 0;
   // --pdb: its stdin, stdout and stderr are cohort run's terminal, not a pipe to its log.
   bool terminal = false;
+  // It runs under bubblewrap (isolation.cc), which ends with 128 + N when what it runs was
+  // killed by signal N: the agent reports that as the signal.
+  bool sandboxed = false;
 };
 
 // One input to stage on a node before any rank starts: a copy, or a symbolic link.

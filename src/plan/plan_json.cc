@@ -58,6 +58,7 @@ Json nodeJson(const NodePlan& node, const std::unordered_set<std::string>* skip 
     }
     if (r.preload) ranks.back()["preload"] = true;
     if (r.terminal) ranks.back()["terminal"] = true;
+    if (r.sandboxed) ranks.back()["sandboxed"] = true;
     if (r.cpus > 0 || r.memory_bytes > 0) {
       ranks.back()["limits"] = Json{{"cpus", r.cpus}, {"memory_bytes", r.memory_bytes}};
     }
@@ -163,6 +164,7 @@ Result<NodePlan> nodeFrom(const Json& j) {
       r.gid = jr.value("gid", -1);
       r.preload = jr.value("preload", false);
       r.terminal = jr.value("terminal", false);
+      r.sandboxed = jr.value("sandboxed", false);
       if (jr.contains("limits")) {
         r.cpus = jr.at("limits").value("cpus", 0.0);
         r.memory_bytes = jr.at("limits").value("memory_bytes", int64_t{0});

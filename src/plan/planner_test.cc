@@ -427,6 +427,8 @@ TEST(Planner, ASandboxedJobHasItsOwnTmpAndShmOnEachNode) {
   ASSERT_LT(root, static_cast<long>(argv.size()));
   EXPECT_LT(tmp, root);
   EXPECT_LT(at({"--bind", shm, "/dev/shm"}), root);
+  EXPECT_TRUE(node.ranks[0].sandboxed);
+  EXPECT_FALSE(makePlan(parse(kDdp), context())->nodes[0].ranks[0].sandboxed);
   EXPECT_EQ(at({"--bind-try", "/tmp/data", "/tmp/data"}), static_cast<long>(argv.size()))
       << "the data root is put back in parts only";
   // A workdir in the machine's /tmp is put back, with its neighbours, after the job's own /tmp.
@@ -441,6 +443,7 @@ TEST(Planner, ASandboxedJobHasItsOwnTmpAndShmOnEachNode) {
   auto back = nodeFromJson(nodeToJson(node));
   ASSERT_TRUE(back);
   EXPECT_EQ(back->scratch_dirs, node.scratch_dirs);
+  EXPECT_TRUE(back->ranks[0].sandboxed);
   auto plain = makePlan(parse(kDdp), context());
   EXPECT_TRUE(plain->nodes[1].scratch_dirs.empty());
 }
