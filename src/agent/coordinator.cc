@@ -5,6 +5,7 @@
 #include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -119,7 +120,18 @@ class Coordinator {
     feed(JobBegins{});
     if (!finished_) COHORT_TRY(loop_.run());
     if (!finished_) return fail(Code::kInternal, "the coordinator's loop ended before the job");
-    if (reporter_) reporter_->drain(options_.report_linger);
+    // The job is over; its end waits for the server (away, or restarting) for report_linger,
+    // unless a stop signal says not to wait: the record stays in the job's files.
+    if (reporter_) {
+      reporter_->drain(options_.report_linger, [] {
+        sigset_t stops;
+        sigemptyset(&stops);
+        for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stops, sig);
+        const timespec now{};
+        const int sig = ::sigtimedwait(&stops, nullptr, &now);
+        return sig > 0 ? "stopped waiting for it: " + spec::stopSignalName(sig) : std::string();
+      });
+    }
     return outcome_;
   }
 

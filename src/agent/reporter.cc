@@ -84,19 +84,25 @@ void Reporter::result(std::string json) {
   cv_.notify_all();
 }
 
-bool Reporter::drain(Millis linger) {
+bool Reporter::drain(Millis linger, const std::function<std::string()>& give_up) {
   std::unique_lock lock(mu_);
   auto done = [&] {
     return stop_ || (acked_ == static_cast<int64_t>(events_.size()) &&
                      (result_.empty() || result_acked_));
   };
-  if (cv_.wait_for(lock, linger, done) && !stop_) return true;
+  const auto until = Clock::now() + linger;
+  std::string why;
+  while (!done() && Clock::now() < until && why.empty()) {
+    cv_.wait_until(lock, std::min(until, Clock::now() + Millis(200)), done);
+    if (!done() && give_up) why = give_up();
+  }
+  if (done() && !stop_) return true;
+  if (why.empty()) why = last_error_.empty() ? "it gave up" : last_error_;
   std::fprintf(stderr,
                "cohort: the server at %s has events 1-%lld of %zu%s (%s); the rest stay in the "
                "job's events file\n",
                target_.server.c_str(), static_cast<long long>(acked_), events_.size(),
-               result_.empty() || result_acked_ ? "" : " and not the result",
-               last_error_.empty() ? "it gave up" : last_error_.c_str());
+               result_.empty() || result_acked_ ? "" : " and not the result", why.c_str());
   return false;
 }
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -50,9 +51,10 @@ class Reporter {
   // The job's result (result.json's object): sent after the last event.
   void result(std::string json);
 
-  // Waits until the server has every event and the result, or `linger` passes. Returns false,
-  // having said why on stderr, when it gave up.
-  bool drain(Millis linger);
+  // Waits until the server has every event and the result, or `linger` passes, or `give_up`
+  // (asked every fifth of a second, when given) says to stop waiting: a stop signal. Returns
+  // false, having said why on stderr, when it gave up.
+  bool drain(Millis linger, const std::function<std::string()>& give_up = {});
 
  private:
   void loop();

@@ -1760,6 +1760,27 @@ TEST_F(ServerRecovery, JobThatEndedWhileTheServerWasDownHandsOverItsRecordWhenIt
   EXPECT_EQ(get("/v1/jobs/" + id + "/logs?rank=0", admin_).body, "bye\n");
 }
 
+// A coordinator waiting to hand its job's end to a server that is away goes at a stop signal (an
+// admin's pkill), saying what the server does not have.
+TEST_F(ServerRecovery, ACoordinatorWaitingForTheServerGoesWhenToldTo) {
+  const std::string id = submit(admin_, rankJob("told-to-go", {gate("go"), "exit=0"}));
+  ASSERT_FALSE(id.empty());
+  waitJob(admin_, id, isRunning);
+  pid_t coordinator = 0;
+  ASSERT_TRUE(waitFor([&] { return (coordinator = coordinatorOf(id)) > 0; }, kDeadline, 50ms));
+  stopServer(SIGKILL);
+  openGate("go");
+  ASSERT_TRUE(
+      waitFor([&] { return !readText(data_root_ + "/jobs/" + id + "/result.json").empty(); },
+              kDeadline, 20ms));
+  EXPECT_FALSE(processGone(coordinator)) << "it waits for the server";
+  ::kill(coordinator, SIGTERM);
+  EXPECT_TRUE(waitFor([&] { return processGone(coordinator); }, 10s, 20ms))
+      << "a coordinator told to go waited for the server anyway";
+  EXPECT_TRUE(contains(readText(data_root_ + "/jobs/" + id + "/console.log"),
+                       "stopped waiting for it: SIGTERM"));
+}
+
 TEST_F(ServerRecovery, JobWhoseCoordinatorDiedWithTheServerIsLost) {
   const std::string pids = work_ + "/rank.pids";
   const std::string id = submit(admin_, rankJob("orphan", {"pidfile=" + pids, "sleep=20"}));
