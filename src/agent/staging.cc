@@ -8,7 +8,7 @@
 
 #include "job/layout.h"
 #include "storage/copy.h"
-#include "storage/s3.h"
+#include "storage/place.h"
 #include "storage/transfer.h"
 #include "util/fd.h"
 #include "util/text.h"
@@ -17,11 +17,11 @@ namespace cohort::agent {
 
 namespace {
 
-// Every node fetches an s3:// input itself, with the credentials of its environment.
-Result<storage::CopyStats> fromS3(const std::string& source, const std::string& target) {
-  COHORT_ASSIGN(storage::S3Uri uri, storage::parseS3Uri(source));
-  COHORT_ASSIGN(auto store, storage::openS3(uri));
-  return storage::download(*store, uri.key, target);
+// Where an input comes from or an output goes: a path, or an object store (s3://, or store://
+// kept in S3), which every node reaches itself with the credentials of its environment. A store
+// on disk is a path here: the coordinator resolved it.
+Result<storage::Place> placeOf(const std::string& uri) {
+  return storage::openPlace(uri, /*data_root=*/"");
 }
 
 // A sandboxed job's own /tmp and the rest (NodePlan::scratch_dirs), empty and for the ranks'
@@ -77,8 +77,11 @@ Result<StagingResult> stageInputs(const plan::NodePlan& node) {
       ++result.files;
       continue;
     }
-    auto copied = storage::isS3Uri(in.source) ? fromS3(in.source, in.target)
-                                              : storage::copyTree(in.source, in.target);
+    auto copied = [&]() -> Result<storage::CopyStats> {
+      COHORT_ASSIGN(storage::Place from, placeOf(in.source));
+      if (from.local()) return storage::copyTree(from.path, in.target);
+      return storage::download(*from.store, from.key, in.target);
+    }();
     if (!copied) return withContext(copied.error(), "input '" + in.source + "'");
     result.files += copied->files_copied + copied->files_skipped;
     result.bytes += copied->bytes_copied;
@@ -124,16 +127,15 @@ Result<void> writeJobFile(const std::string& job_dir, const std::string& path,
 
 Result<Copied> copyOutput(const plan::OutputPlan& output) {
   storage::CopyStats copied;
-  if (storage::isS3Uri(output.target)) {
-    COHORT_ASSIGN(storage::S3Uri uri, storage::parseS3Uri(output.target));
-    COHORT_ASSIGN(auto store, storage::openS3(uri));
+  COHORT_ASSIGN(storage::Place to, placeOf(output.target));
+  if (!to.local()) {
     storage::TransferOptions untrusted;
     untrusted.refuse_links = true;
-    COHORT_ASSIGN(copied, storage::upload(output.source, *store, uri.key, untrusted));
+    COHORT_ASSIGN(copied, storage::upload(output.source, *to.store, to.key, untrusted));
   } else {
     storage::CopyOptions untrusted;
     untrusted.refuse_links = true;
-    COHORT_ASSIGN(copied, storage::copyTree(output.source, output.target, untrusted));
+    COHORT_ASSIGN(copied, storage::copyTree(output.source, to.path, untrusted));
   }
   return Copied{copied.files_copied + copied.files_skipped, copied.bytes_copied};
 }

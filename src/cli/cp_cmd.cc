@@ -15,6 +15,7 @@
 #include "cli/client.h"
 #include "cli/server_cp.h"
 #include "storage/copy.h"
+#include "storage/place.h"
 #include "storage/s3.h"
 #include "storage/transfer.h"
 #include "storage/uri.h"
@@ -37,15 +38,20 @@ and --token) and its access rules (the account's own buckets and what is shared 
 copy to or from a server sends every file (nothing is skipped) and keeps no modes or times.
 Or s3://BUCKET/KEY on any S3-compatible service, with the credentials, region and endpoint
 AWS's tools use (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL,
-AWS_PROFILE and ~/.aws/); large files move in parts, several at once, objects appear only
-whole, what is already there (same size and etag) is skipped, and modes and times are not
-kept. The other side of an s3:// copy is local or store://. A directory SRC copies its contents into DST (like
-rsync -a SRC/ DST/), creating DST; a file SRC copies to DST, or into DST when DST is a
-directory or ends in "/". Every file is written under a temporary name, read back and checked
-(size and XXH3-64 checksum), then renamed into place, so DST never holds a partial file under
-its final name. Permission bits and times are kept. Files already identical in DST (same size
-and modification time) are skipped: running the same command again after an interruption or
-a failure finishes the copy. Symbolic links in SRC are followed; a link loop is an error.
+AWS_PROFILE and ~/.aws/; never a flag); large files move in parts, several at once, objects
+appear only whole, what is already there (same size and etag) is skipped, and modes and times
+are not kept. The other side of an s3:// copy is local, store:// or s3:// too: between two
+buckets of one endpoint the service copies each object itself (nothing passes through this
+machine), else each object is streamed through a temporary file in $TMPDIR.
+
+A directory SRC copies its contents into DST (like rsync -a SRC/ DST/), creating DST; a file
+SRC copies to DST, or into DST when DST is a directory or ends in "/". Every file is written
+under a temporary name, read back and checked (size and XXH3-64 checksum; an object against
+its etag), then renamed into place, so DST never holds a partial file under its final name.
+Permission bits and times are kept between local paths. Files already identical in DST (same
+size and modification time; objects: same size and etag) are skipped: running the same
+command again after an interruption or a failure finishes the copy. Symbolic links in SRC are
+followed; a link loop is an error.
 
 Flags:
   --workers N        files copied at once (default 8)
@@ -61,6 +67,7 @@ Examples:
   cohort cp ./mnist server://datasets/mnist     # into the store of the server you logged in to
   cohort cp store://datasets/mnist /tmp/mnist
   AWS_ENDPOINT_URL=http://10.0.0.5:7070 cohort cp ./mnist s3://datasets/mnist
+  cohort cp s3://datasets/mnist s3://archive/2026/mnist   # inside the service
   cohort cp --checksum outputs/ store://runs/exp1/
 
 Exit codes: 0 copied; 1 the copy failed (the message names the file and the cause); 2 bad
@@ -196,39 +203,18 @@ int copyServer(const CpArgs& args) {
   return 0;
 }
 
-// cohort cp with an s3:// side; the other side is a local path or store://.
-int copyS3(CpArgs& args, const std::string& data_root) {
-  const bool up = storage::isS3Uri(args.paths[1]);
-  const std::string& remote = args.paths[up ? 1 : 0];
-  const std::string& other = args.paths[up ? 0 : 1];
-  if (storage::isS3Uri(other) || isServerUri(other)) {
-    return usageError("copy between '" + args.paths[0] + "' and '" + args.paths[1] +
-                      "' is not supported: one side of an s3:// copy is a local path or "
-                      "store://; copy through a local directory");
-  }
-  auto uri = storage::parseS3Uri(remote);
-  if (!uri) return usageError(uri.error().message);
-  auto local = storage::resolve(other, data_root);
-  if (!local) return usageError(local.error().message);
-  auto config = storage::s3ConfigFromEnvironment();
-  if (!config) {
-    std::fprintf(stderr, "cohort: error: cp: %s\n", config.error().message.c_str());
-    return kExitUsage;
-  }
-  auto store = storage::makeS3Store(*config, uri->bucket);
-  if (!store) {
-    std::fprintf(stderr, "cohort: error: cp: %s\n", store.error().message.c_str());
-    return 1;
-  }
-
+// cohort cp with a side in an object store (s3://, or store:// kept in S3): the transfer engine,
+// which does not care which store it is.
+int copyObjects(CpArgs& args, storage::Place& src, storage::Place& dst) {
   storage::TransferOptions options;
   options.workers = args.options.workers;
   const bool live = !args.quiet && ::isatty(STDERR_FILENO);
   if (live) options.progress = printProgress;
   auto stats = copyInterruptibly([&](const std::atomic<bool>* cancel) {
     options.cancel = cancel;
-    return up ? storage::upload(*local, **store, uri->key, options)
-              : storage::download(**store, uri->key, *local, options);
+    if (src.local()) return storage::upload(src.path, *dst.store, dst.key, options);
+    if (dst.local()) return storage::download(*src.store, src.key, dst.path, options);
+    return storage::copyObjects(*src.store, src.key, *dst.store, dst.key, options);
   });
   return finish(stats, args.quiet, live);
 }
@@ -251,19 +237,31 @@ int cmdCp(int argc, char** argv) {
     return usageError("expected SRC and DST, got " + std::to_string(args->paths.size()) +
                       " path(s)");
   }
-  const std::string data_root = dataRoot(args->data_root);
-  if (storage::isS3Uri(args->paths[0]) || storage::isS3Uri(args->paths[1])) {
-    return copyS3(*args, data_root);
-  }
   if (isServerUri(args->paths[0]) || isServerUri(args->paths[1])) {
+    if (storage::isS3Uri(args->paths[0]) || storage::isS3Uri(args->paths[1])) {
+      return usageError("copy between '" + args->paths[0] + "' and '" + args->paths[1] +
+                        "' is not supported: the other side of a server:// copy is a local "
+                        "path; copy through a local directory");
+    }
     return copyServer(*args);
   }
-  std::string resolved[2];
+  const std::string data_root = dataRoot(args->data_root);
+  storage::Place places[2];
   for (int i = 0; i < 2; ++i) {
-    auto path = storage::resolve(args->paths[static_cast<size_t>(i)], data_root);
-    if (!path) return usageError(path.error().message);
-    resolved[i] = *path;
+    auto place = storage::openPlace(args->paths[static_cast<size_t>(i)], data_root);
+    if (!place) {
+      // A URI or configuration a person can fix is a usage error; a missing library is not.
+      if (place.error().code == Code::kInvalidArgument ||
+          place.error().code == Code::kUnauthenticated) {
+        return usageError(place.error().message);
+      }
+      std::fprintf(stderr, "cohort: error: cp: %s\n", place.error().message.c_str());
+      return kExitFailed;
+    }
+    places[i] = std::move(*place);
   }
+  if (!places[0].local() || !places[1].local()) return copyObjects(*args, places[0], places[1]);
+  const std::string resolved[2] = {places[0].path, places[1].path};
 
   const bool live = !args->quiet && ::isatty(STDERR_FILENO);
   if (live) args->options.progress = printProgress;

@@ -1,18 +1,21 @@
 // ObjectStore: a flat namespace of keys holding immutable byte strings (S3's model), the seam
-// between cohort's transfer engine (storage/transfer.h: `cohort cp`, staging) and where objects
-// live. An implementation is an S3-compatible service (storage/s3.h); tests wrap one to inject
-// faults. Keys are '/'-separated paths without a leading '/'. An object appears under its key
-// only once all of its bytes are stored: a failed or interrupted put leaves nothing under the
-// key (the previous object, if any, stays). Implementations are safe to call from several
-// threads at once.
+// between cohort's transfer engine (storage/transfer.h: `cohort cp`, staging, outputs, the
+// server's store) and where objects live. Two implementations: a local directory, one file per
+// object (storage/dir_store.h), and an S3-compatible service (storage/s3.h); tests wrap either
+// to inject faults. Keys are '/'-separated paths without a leading '/'. An object appears under
+// its key only once all of its bytes are stored: a failed or interrupted put leaves nothing
+// under the key (the previous object, if any, stays). Implementations are safe to call from
+// several threads at once.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "util/fd.h"
 #include "util/result.h"
 
 namespace cohort::storage {
@@ -23,11 +26,15 @@ struct ObjectInfo {
   std::string etag;  // the store's content tag, without quotes (S3: MD5, or MD5s-of-parts "-N")
 };
 
+// Called with a count of bytes as each part of a large object is stored or copied (from that
+// part's thread), so that a transfer can show a large file moving. May be empty.
+using PartDone = std::function<void(int64_t)>;
+
 class ObjectStore {
  public:
   virtual ~ObjectStore() = default;
 
-  // For messages: the URI of `key` ("s3://bucket/key").
+  // For messages: the URI of `key` ("s3://bucket/key", "store://bucket/key").
   virtual std::string uri(const std::string& key) const = 0;
 
   // Every object whose key starts with `prefix` (a plain string prefix), in key order.
@@ -52,12 +59,44 @@ class ObjectStore {
 
   // Stores the `size` bytes of `fd` (read with pread from offset 0) under `key`, and returns
   // the new object's etag. The store checks what it receives (S3: a SHA-256 of every request's
-  // body). Stops early with kFailedPrecondition when `cancel` turns true. `sent(bytes)`, when
-  // set, is called as each part of a large object is stored (from that part's thread), so that
-  // a transfer can show a large file moving.
+  // body; a directory: the file read back). Stops early with kFailedPrecondition "interrupted"
+  // when `cancel` turns true.
   virtual Result<std::string> put(const std::string& key, int fd, int64_t size,
-                                  const std::atomic<bool>* cancel,
-                                  const std::function<void(int64_t)>& sent = {}) = 0;
+                                  const std::atomic<bool>* cancel, const PartDone& sent = {}) = 0;
+
+  // Copies `object` of `from` to `key` of this store inside the service, its bytes never
+  // passing through this process (S3: CopyObject, or UploadPartCopy in the parts put would
+  // make, so that the copy has the etag an upload of the same bytes has). Returns the new
+  // object's etag, or nothing when the two stores cannot (another service or other
+  // credentials): the caller then streams the bytes. Errors and `cancel` as put's.
+  virtual Result<std::optional<std::string>> copyIn(ObjectStore& from, const ObjectInfo& object,
+                                                    const std::string& key,
+                                                    const std::atomic<bool>* cancel,
+                                                    const PartDone& copied = {});
+
+  // The object's bytes, to read from offset 0: where the store keeps objects as files, that
+  // file (read-only); else the object fetched into an unlinked temporary file in `tmp_dir` and
+  // checked against its etag where etagOf can. Errors: those of head and getRange, kIo.
+  struct Opened {
+    UniqueFd fd;
+    ObjectInfo info;
+  };
+  virtual Result<Opened> open(const std::string& key, const std::string& tmp_dir);
 };
+
+// ---- the content tag both implementations give an object -------------------------------------
+// S3's etag of an object cohort uploaded: the MD5 of its bytes, or, above kPartSize, the MD5 of
+// its parts' MD5s followed by "-<parts>", with parts of partSize(size) bytes.
+
+// Multipart sizes: parts of 8 MiB, more for objects that would need over 10,000 parts.
+constexpr int64_t kPartSize = int64_t{8} << 20;
+int64_t partSize(int64_t object_size);
+
+// The tag of the `size` bytes of `fd` (pread). Errors: kIo reading it, or it shrank.
+Result<std::string> contentTag(int fd, int64_t size);
+
+// Whether `object`'s etag has the form contentTag gives its size (an MD5, or an MD5 with as
+// many parts as partSize makes): only then can it be recomputed from the bytes.
+bool isContentTag(const ObjectInfo& object);
 
 }  // namespace cohort::storage

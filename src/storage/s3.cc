@@ -1,6 +1,7 @@
 #include "storage/s3.h"
 
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -25,7 +27,6 @@ namespace cohort::storage {
 namespace {
 
 constexpr std::string_view kScheme = "s3://";
-constexpr int kMaxParts = 10000;
 constexpr int kRetries = 3;
 constexpr int kPartThreads = 4;              // parts of one object in flight at once
 constexpr size_t kMaxReplyBytes = 64 << 20;  // an XML answer larger than this is refused
@@ -34,28 +35,11 @@ constexpr int64_t kMaxObjectBytes = int64_t{5} << 40;  // S3's limit on one obje
 
 // ---- encoding and digests --------------------------------------------------------------------
 
-std::string toHex(const unsigned char* bytes, unsigned int n) {
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < n; ++i) {
-    out += hex[bytes[i] >> 4];
-    out += hex[bytes[i] & 15];
-  }
-  return out;
-}
-
 std::string digestHex(const EVP_MD* md, std::string_view data) {
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
   EVP_Digest(data.data(), data.size(), out, &n, md, nullptr);
-  return toHex(out, n);
-}
-
-std::string digestRaw(const EVP_MD* md, std::string_view data) {
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  EVP_Digest(data.data(), data.size(), out, &n, md, nullptr);
-  return std::string(reinterpret_cast<char*>(out), n);
+  return hexEncode(out, n);
 }
 
 Result<void> preadAll(int fd, char* buf, size_t n, int64_t offset, const std::string& what) {
@@ -193,7 +177,8 @@ struct Request {
   std::string query;  // encoded, parameters in sorted order, without '?'
   std::string_view body;
   std::string content_type;
-  int fd = -1;  // GET: the body is written here, at `offset` onwards
+  std::vector<std::string> headers;  // more, "name: value" (signed with the rest)
+  int fd = -1;                       // GET: the body is written here, at `offset` onwards
   int64_t offset = 0;
   int64_t length = -1;  // GET: a byte range of this length at `offset`
   const std::atomic<bool>* cancel = nullptr;
@@ -271,12 +256,36 @@ int onProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   return t->request->cancel && t->request->cancel->load() ? 1 : 0;
 }
 
+// ---- AWS Signature Version 4 ------------------------------------------------------------------
+
+std::string hmac(std::string_view key, std::string_view data) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(data.data()), data.size(), out, &n);
+  return std::string(reinterpret_cast<char*>(out), n);
+}
+
+// "host:port" of "scheme://host:port/path?query".
+std::string authority(std::string_view url) {
+  const size_t start = url.find("://") + 3;
+  return std::string(url.substr(start, url.find_first_of("/?", start) - start));
+}
+
+// Now, as SigV4 writes it: "20130524T000000Z".
+std::string amzDate() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  ::gmtime_r(&now, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y%m%dT%H%M%SZ", &utc);
+  return text;
+}
+
 class S3Store final : public ObjectStore {
  public:
   S3Store(const CurlLib& curl, S3Config config, std::string bucket)
-      : curl_(curl), config_(std::move(config)), bucket_(std::move(bucket)) {
-    sigv4_ = "aws:amz:" + config_.region + ":s3";
-  }
+      : curl_(curl), config_(std::move(config)), bucket_(std::move(bucket)) {}
 
   ~S3Store() override {
     for (CURL* h : idle_) curl_.easy_cleanup(h);
@@ -340,41 +349,13 @@ class S3Store final : public ObjectStore {
     return {};
   }
 
-  Result<std::string> etagOf(int fd, int64_t size) const override {
-    if (size <= kPartSize) {
-      std::string data(static_cast<size_t>(size), '\0');
-      COHORT_TRY(preadAll(fd, data.data(), data.size(), 0, "the file"));
-      return digestHex(EVP_md5(), data);
-    }
-    const int64_t part = partSize(size);
-    std::string digests, buf(static_cast<size_t>(part), '\0');
-    int parts = 0;
-    for (int64_t at = 0; at < size; at += part, ++parts) {
-      size_t n = static_cast<size_t>(std::min(part, size - at));
-      COHORT_TRY(preadAll(fd, buf.data(), n, at, "the file"));
-      digests += digestRaw(EVP_md5(), std::string_view(buf.data(), n));
-    }
-    return digestHex(EVP_md5(), digests) + "-" + std::to_string(parts);
-  }
+  Result<std::string> etagOf(int fd, int64_t size) const override { return contentTag(fd, size); }
 
   // An MD5 ("32 hex"), or an MD5 of part MD5s ("32 hex-N") with as many parts as cohort makes.
-  bool checkable(const ObjectInfo& object) const override {
-    const std::string& etag = object.etag;
-    const size_t dash = etag.find('-');
-    std::string_view md5 = std::string_view(etag).substr(0, dash);
-    if (md5.size() != 32 ||
-        !std::all_of(md5.begin(), md5.end(), [](char c) { return std::isxdigit(c); })) {
-      return false;
-    }
-    const bool multipart = object.size > kPartSize;
-    if (dash == std::string::npos) return !multipart;
-    const int64_t part = partSize(object.size);
-    return multipart && etag.substr(dash + 1) == std::to_string((object.size + part - 1) / part);
-  }
+  bool checkable(const ObjectInfo& object) const override { return isContentTag(object); }
 
   Result<std::string> put(const std::string& key, int fd, int64_t size,
-                          const std::atomic<bool>* cancel,
-                          const std::function<void(int64_t)>& sent) override {
+                          const std::atomic<bool>* cancel, const PartDone& sent) override {
     if (size <= kPartSize) {
       std::string data(static_cast<size_t>(size), '\0');
       COHORT_TRY(preadAll(fd, data.data(), data.size(), 0, "'" + key + "'"));
@@ -389,6 +370,27 @@ class S3Store final : public ObjectStore {
     return putMultipart(key, fd, size, cancel, sent);
   }
 
+  Result<std::optional<std::string>> copyIn(ObjectStore& from, const ObjectInfo& object,
+                                            const std::string& key, const std::atomic<bool>* cancel,
+                                            const PartDone& copied) override {
+    auto* other = dynamic_cast<S3Store*>(&from);
+    if (!other || other->config_.endpoint != config_.endpoint ||
+        other->config_.region != config_.region ||
+        other->config_.access_key != config_.access_key) {
+      return std::optional<std::string>();
+    }
+    COHORT_ASSIGN(std::string etag, copyFrom(*other, object, key, cancel, copied));
+    return std::optional<std::string>(std::move(etag));
+  }
+
+  // One listing of at most one key under `prefix`.
+  Result<void> probe(const std::string& prefix) {
+    Request r;
+    r.query = "list-type=2&max-keys=1&prefix=" + urlEncode(prefix, false);
+    COHORT_TRY(send(r, prefix));
+    return {};
+  }
+
  private:
   // A size the service reports is believed only within S3's own limit (5 TiB an object).
   Result<void> checkSize(const ObjectInfo& info) const {
@@ -399,9 +401,80 @@ class S3Store final : public ObjectStore {
     return {};
   }
 
+  // Sends part `number` (from 1), bytes [at, at + n) of the object, of the multipart upload
+  // `upload_id`, and returns its etag.
+  using SendPart = std::function<Result<std::string>(int number, int64_t at, int64_t n,
+                                                     const std::string& upload_id)>;
+
   Result<std::string> putMultipart(const std::string& key, int fd, int64_t size,
-                                   const std::atomic<bool>* cancel,
-                                   const std::function<void(int64_t)>& sent) {
+                                   const std::atomic<bool>* cancel, const PartDone& sent) {
+    return multipart(
+        key, size, cancel, sent,
+        [&](int number, int64_t at, int64_t n,
+            const std::string& upload_id) -> Result<std::string> {
+          thread_local std::string buf;  // one per part thread, freed when the thread ends
+          buf.resize(static_cast<size_t>(n));
+          COHORT_TRY(preadAll(fd, buf.data(), buf.size(), at, "'" + key + "'"));
+          Request r;
+          r.method = "PUT";
+          r.key = key;
+          r.query = partQuery(number, upload_id);
+          r.body = buf;
+          r.cancel = cancel;
+          COHORT_ASSIGN(Reply reply, send(r, key));
+          return reply.etag;
+        });
+  }
+
+  // S3's copy requests may fail after their 200: the <Error> is then in the body.
+  Result<std::string> copyEtag(const Result<Reply>& reply, const std::string& key) {
+    if (!reply) return tl::unexpected<Error>(reply.error());
+    if (reply->body.find("<Error>") != std::string::npos) {
+      return fail(Code::kIo, uri(key) + ": the copy failed: " + xmlText(reply->body, "Message"));
+    }
+    std::string etag = unquote(xmlText(reply->body, "ETag"));
+    if (etag.empty()) return fail(Code::kIo, uri(key) + ": the service answered no copy's etag");
+    return etag;
+  }
+
+  // The service copies `object` of `from` (another bucket, or this one, at this endpoint with
+  // these credentials) to `key`: one CopyObject, or UploadPartCopy of put's parts.
+  Result<std::string> copyFrom(const S3Store& from, const ObjectInfo& object,
+                               const std::string& key, const std::atomic<bool>* cancel,
+                               const PartDone& copied) {
+    const std::string source =
+        "x-amz-copy-source: /" + from.bucket_ + "/" + urlEncode(object.key, true);
+    if (object.size <= kPartSize) {
+      Request r;
+      r.method = "PUT";
+      r.key = key;
+      r.headers = {source};
+      r.cancel = cancel;
+      return copyEtag(send(r, key), key);
+    }
+    return multipart(key, object.size, cancel, copied,
+                     [&](int number, int64_t at, int64_t n, const std::string& upload_id) {
+                       Request r;
+                       r.method = "PUT";
+                       r.key = key;
+                       r.query = partQuery(number, upload_id);
+                       r.headers = {source, "x-amz-copy-source-range: bytes=" + std::to_string(at) +
+                                                "-" + std::to_string(at + n - 1)};
+                       r.cancel = cancel;
+                       return copyEtag(send(r, key), key);
+                     });
+  }
+
+  static std::string partQuery(int number, const std::string& upload_id) {
+    return "partNumber=" + std::to_string(number) + "&uploadId=" + urlEncode(upload_id, false);
+  }
+
+  // A multipart upload of `size` bytes to `key`, its parts (of partSize(size) bytes) sent by
+  // `send_part`, kPartThreads at once; completed, or aborted when a part fails or `cancel`
+  // turns true, so that nothing appears under the key unless whole.
+  Result<std::string> multipart(const std::string& key, int64_t size,
+                                const std::atomic<bool>* cancel, const PartDone& done,
+                                const SendPart& send_part) {
     Request create;
     create.method = "POST";
     create.key = key;
@@ -418,35 +491,30 @@ class S3Store final : public ObjectStore {
     std::mutex mu;
     std::optional<Error> first_error;
     auto worker = [&] {
-      std::string buf(static_cast<size_t>(part), '\0');
       for (int i; (i = next.fetch_add(1)) < parts;) {
+        if (cancel && cancel->load()) return;
         {
           std::lock_guard lock(mu);
           if (first_error) return;
         }
         const int64_t at = int64_t{i} * part;
-        const size_t n = static_cast<size_t>(std::min(part, size - at));
-        Request r;
-        r.method = "PUT";
-        r.key = key;
-        r.query =
-            "partNumber=" + std::to_string(i + 1) + "&uploadId=" + urlEncode(upload_id, false);
-        r.body = std::string_view(buf.data(), n);
-        r.cancel = cancel;
-        auto read = preadAll(fd, buf.data(), n, at, "'" + key + "'");
-        Result<Reply> reply = read ? send(r, key) : Result<Reply>(tl::unexpected(read.error()));
-        if (reply && sent) sent(static_cast<int64_t>(n));
+        const int64_t n = std::min(part, size - at);
+        auto etag = send_part(i + 1, at, n, upload_id);
+        if (etag && done) done(n);
         std::lock_guard lock(mu);
-        if (!reply) {
-          if (!first_error) first_error = reply.error();
+        if (!etag) {
+          if (!first_error) first_error = etag.error();
           return;
         }
-        etags[static_cast<size_t>(i)] = reply->etag;
+        etags[static_cast<size_t>(i)] = *etag;
       }
     };
     std::vector<std::thread> threads;
     for (int t = 0; t < std::min(parts, kPartThreads); ++t) threads.emplace_back(worker);
     for (auto& t : threads) t.join();
+    if (!first_error && cancel && cancel->load()) {
+      first_error = Error{Code::kFailedPrecondition, "interrupted"};
+    }
 
     if (!first_error) {
       std::string xml = "<CompleteMultipartUpload>";
@@ -461,14 +529,14 @@ class S3Store final : public ObjectStore {
       complete.query = "uploadId=" + urlEncode(upload_id, false);
       complete.body = xml;
       complete.content_type = "application/xml";
-      auto done = send(complete, key);
+      auto done_reply = send(complete, key);
       // S3 may answer 200 with an <Error> in the body.
-      if (done && done->body.find("<Error>") == std::string::npos) {
-        return unquote(xmlText(done->body, "ETag"));
+      if (done_reply && done_reply->body.find("<Error>") == std::string::npos) {
+        return unquote(xmlText(done_reply->body, "ETag"));
       }
-      first_error = done ? Error{Code::kIo, uri(key) + ": completing the upload failed: " +
-                                                xmlText(done->body, "Message")}
-                         : done.error();
+      first_error = done_reply ? Error{Code::kIo, uri(key) + ": completing the upload failed: " +
+                                                      xmlText(done_reply->body, "Message")}
+                               : done_reply.error();
     }
     Request abort;
     abort.method = "DELETE";
@@ -565,10 +633,7 @@ class S3Store final : public ObjectStore {
     curl_.easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
     curl_.easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_.easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 60L);
-    curl_.easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4_.c_str());
     if (!config_.ca_bundle.empty()) curl_.easy_setopt(h, CURLOPT_CAINFO, config_.ca_bundle.c_str());
-    curl_.easy_setopt(h, CURLOPT_USERNAME, config_.access_key.c_str());
-    curl_.easy_setopt(h, CURLOPT_PASSWORD, config_.secret_key.c_str());
     curl_.easy_setopt(h, CURLOPT_WRITEFUNCTION, onBody);
     curl_.easy_setopt(h, CURLOPT_WRITEDATA, &t);
     curl_.easy_setopt(h, CURLOPT_HEADERFUNCTION, onHeader);
@@ -577,15 +642,33 @@ class S3Store final : public ObjectStore {
     curl_.easy_setopt(h, CURLOPT_XFERINFOFUNCTION, onProgress);
     curl_.easy_setopt(h, CURLOPT_XFERINFODATA, &t);
 
-    curl_slist* headers = nullptr;
-    const std::string payload_hash = "x-amz-content-sha256: " + digestHex(EVP_sha256(), r.body);
-    headers = curl_.slist_append(headers, payload_hash.c_str());
+    // Signed here rather than by libcurl's CURLOPT_AWS_SIGV4, which (7.88) orders
+    // x-amz-copy-source-range before x-amz-copy-source and so fails every UploadPartCopy.
+    std::vector<std::pair<std::string, std::string>> signed_headers = {
+        {"host", authority(address)},
+        {"x-amz-content-sha256", digestHex(EVP_sha256(), r.body)},
+        {"x-amz-date", amzDate()}};
     if (!config_.session_token.empty()) {
-      headers =
-          curl_.slist_append(headers, ("x-amz-security-token: " + config_.session_token).c_str());
+      signed_headers.emplace_back("x-amz-security-token", config_.session_token);
     }
+    if (r.length > 0) {
+      signed_headers.emplace_back("range", "bytes=" + std::to_string(r.offset) + "-" +
+                                               std::to_string(r.offset + r.length - 1));
+    }
+    for (const std::string& header : r.headers) {
+      const size_t colon = header.find(':');
+      signed_headers.emplace_back(header.substr(0, colon),
+                                  std::string(trim(std::string_view(header).substr(colon + 1))));
+    }
+    curl_slist* headers = nullptr;
+    for (const auto& [name, value] : signed_headers) {
+      headers = curl_.slist_append(headers, (name + ": " + value).c_str());
+    }
+    const std::string authorization =
+        "Authorization: " + signV4(config_, r.method, address, signed_headers,
+                                   signed_headers[1].second, signed_headers[2].second);
+    headers = curl_.slist_append(headers, authorization.c_str());
     headers = curl_.slist_append(headers, "Expect:");
-    std::string range;
     const std::string_view method = r.method;
     if (method == "HEAD") {
       curl_.easy_setopt(h, CURLOPT_NOBODY, 1L);
@@ -606,11 +689,6 @@ class S3Store final : public ObjectStore {
     } else if (method != "GET") {
       curl_.easy_setopt(h, CURLOPT_CUSTOMREQUEST, r.method);
     }
-    if (r.length > 0) {
-      range = "Range: bytes=" + std::to_string(r.offset) + "-" +
-              std::to_string(r.offset + r.length - 1);
-      headers = curl_.slist_append(headers, range.c_str());
-    }
     curl_.easy_setopt(h, CURLOPT_HTTPHEADER, headers);
     CURLcode code = curl_.easy_perform(h);
     curl_.slist_free_all(headers);
@@ -621,20 +699,49 @@ class S3Store final : public ObjectStore {
   const CurlLib& curl_;
   const S3Config config_;
   const std::string bucket_;
-  std::string sigv4_;
   std::mutex mu_;
   std::vector<CURL*> idle_;  // handles kept with their connections, for the next request
 };
 
 }  // namespace
 
-int64_t partSize(int64_t object_size) {
-  int64_t part = kPartSize;
-  const int64_t mib = int64_t{1} << 20;
-  if ((object_size + part - 1) / part > kMaxParts) {
-    part = ((object_size + kMaxParts - 1) / kMaxParts + mib - 1) / mib * mib;
+std::string signV4(const S3Config& config, std::string_view method, std::string_view url,
+                   const std::vector<std::pair<std::string, std::string>>& headers,
+                   std::string_view payload_hash, std::string_view amz_date) {
+  const size_t path_at = url.find_first_of("/?", url.find("://") + 3);
+  std::string_view rest = path_at == std::string_view::npos ? "" : url.substr(path_at);
+  const size_t question = rest.find('?');
+  std::string path(rest.substr(0, question));
+  if (path.empty()) path = "/";
+  const std::string query(question == std::string_view::npos ? "" : rest.substr(question + 1));
+  std::vector<std::pair<std::string, std::string>> sorted;
+  for (const auto& [name, value] : headers) {
+    std::string lower = name;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    sorted.emplace_back(lower, std::string(trim(value)));
   }
-  return part;
+  std::sort(sorted.begin(), sorted.end());
+  std::string canonical_headers, signed_names;
+  for (const auto& [name, value] : sorted) {
+    canonical_headers += name + ":" + value + "\n";
+    signed_names += (signed_names.empty() ? "" : ";") + name;
+  }
+  const std::string canonical = std::string(method) + "\n" + path + "\n" + query + "\n" +
+                                canonical_headers + "\n" + signed_names + "\n" +
+                                std::string(payload_hash);
+  const std::string day(amz_date.substr(0, 8));
+  const std::string scope = day + "/" + config.region + "/s3/aws4_request";
+  const std::string to_sign = "AWS4-HMAC-SHA256\n" + std::string(amz_date) + "\n" + scope + "\n" +
+                              digestHex(EVP_sha256(), canonical);
+  std::string key = hmac("AWS4" + config.secret_key, day);
+  key = hmac(key, config.region);
+  key = hmac(key, "s3");
+  key = hmac(key, "aws4_request");
+  const std::string signature = hmac(key, to_sign);
+  return "AWS4-HMAC-SHA256 Credential=" + config.access_key + "/" + scope +
+         ", SignedHeaders=" + signed_names + ", Signature=" +
+         hexEncode(reinterpret_cast<const unsigned char*>(signature.data()),
+                   static_cast<unsigned int>(signature.size()));
 }
 
 bool isS3Uri(const std::string& text) { return text.rfind(kScheme, 0) == 0; }
@@ -732,6 +839,11 @@ Result<S3Config> s3ConfigFromEnvironment() {
 Result<std::unique_ptr<ObjectStore>> makeS3Store(S3Config config, std::string bucket) {
   COHORT_ASSIGN(const CurlLib* curl, curlLib());
   return std::make_unique<S3Store>(*curl, std::move(config), std::move(bucket));
+}
+
+Result<void> probeS3(const S3Config& config, const std::string& bucket, const std::string& prefix) {
+  COHORT_ASSIGN(const CurlLib* curl, curlLib());
+  return S3Store(*curl, config, bucket).probe(prefix);
 }
 
 Result<std::unique_ptr<ObjectStore>> openS3(const S3Uri& uri) {

@@ -1,5 +1,5 @@
 // S3: an ObjectStore (storage/object_store.h) on any S3-compatible service, spoken over HTTP(S)
-// with libcurl and AWS Signature Version 4.
+// with libcurl and AWS Signature Version 4 (signV4 below: every request is signed by cohort).
 //
 // Where and who, the way AWS's own tools take them (never from a command line, never logged):
 //  - credentials: AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN), else the
@@ -16,11 +16,16 @@
 // (parts of partSize(size) bytes, aborted on failure, so nothing appears under the key unless
 // complete). Every request body is sent with its SHA-256 in the signed x-amz-content-sha256
 // header, which the service checks. Requests that fail on the way (connection lost, 5xx,
-// throttling) are retried three times with back-off.
+// throttling) are retried three times with back-off. Between two stores at one endpoint with
+// one access key, copyIn copies inside the service (CopyObject; UploadPartCopy in put's parts
+// above kPartSize, so that the copy carries the etag an upload of its bytes would).
 #pragma once
 
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "storage/object_store.h"
 #include "util/result.h"
@@ -57,8 +62,18 @@ Result<std::unique_ptr<ObjectStore>> makeS3Store(S3Config config, std::string bu
 // The store of `uri`'s bucket, configured from the environment (s3ConfigFromEnvironment).
 Result<std::unique_ptr<ObjectStore>> openS3(const S3Uri& uri);
 
-// Multipart sizes: parts of 8 MiB, more for objects that would need over 10,000 parts.
-constexpr int64_t kPartSize = int64_t{8} << 20;
-int64_t partSize(int64_t object_size);
+// AWS Signature Version 4 of one S3 request (pure): the value of its Authorization header. `url`
+// is the request's ("http://host:port/bucket/key?query", its path percent-encoded as sent, its
+// query parameters encoded and in sorted order), `headers` all that are signed (names in any
+// case; "host", "x-amz-date" and "x-amz-content-sha256" among them), `payload_hash` the
+// body's SHA-256 in hex, `amz_date` the time ("20130524T000000Z").
+std::string signV4(const S3Config& config, std::string_view method, std::string_view url,
+                   const std::vector<std::pair<std::string, std::string>>& headers,
+                   std::string_view payload_hash, std::string_view amz_date);
+
+// Whether `bucket` is there and takes the credentials: one listing of at most one key under
+// `prefix`. Errors: those of ObjectStore::list (kNotFound naming a missing bucket,
+// kUnauthenticated for refused credentials, kUnavailable when the service cannot be reached).
+Result<void> probeS3(const S3Config& config, const std::string& bucket, const std::string& prefix);
 
 }  // namespace cohort::storage

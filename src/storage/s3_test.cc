@@ -1,6 +1,6 @@
-// The S3 client's pure parts: URIs, part sizes, which etags can be checked, and where the
-// configuration comes from (environment, ~/.aws). Requests are tested against a real S3 server
-// in tests/integration/s3_test.cc.
+// The S3 client's pure parts: URIs, part sizes, which etags can be checked, request signatures
+// (AWS's published examples), and where the configuration comes from (environment, ~/.aws).
+// Requests are tested against a real S3 server in tests/integration/s3_test.cc.
 #include "storage/s3.h"
 
 #include <gtest/gtest.h>
@@ -47,6 +47,34 @@ TEST(S3Etags, ThoseCohortCanRecomputeAreChecked) {
   EXPECT_FALSE(store->checkable({"k", (20 << 20), md5 + "-4"})) << "other part sizes";
   EXPECT_FALSE(store->checkable({"k", 100, "not-an-md5"}));
   EXPECT_EQ(store->uri("a/b"), "s3://bkt/a/b");
+}
+
+// The examples of AWS's documentation of Signature Version 4 for S3 ("Examples: signature
+// calculations"), with its example credentials.
+TEST(S3Signature, MatchesAwsPublishedExamples) {
+  S3Config aws;
+  aws.access_key = "AKIAIOSFODNN7EXAMPLE";
+  aws.secret_key = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
+  const std::string empty = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+  const std::string date = "20130524T000000Z";
+  EXPECT_EQ(signV4(aws, "GET", "https://examplebucket.s3.amazonaws.com/test.txt",
+                   {{"Host", "examplebucket.s3.amazonaws.com"},
+                    {"Range", "bytes=0-9"},
+                    {"x-amz-content-sha256", empty},
+                    {"x-amz-date", date}},
+                   empty, date),
+            "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/"
+            "aws4_request, SignedHeaders=host;range;x-amz-content-sha256;x-amz-date, "
+            "Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41");
+  // A listing: the query's parameters in order, the path "/".
+  EXPECT_EQ(signV4(aws, "GET", "https://examplebucket.s3.amazonaws.com/?max-keys=2&prefix=J",
+                   {{"host", "examplebucket.s3.amazonaws.com"},
+                    {"x-amz-date", date},
+                    {"x-amz-content-sha256", empty}},
+                   empty, date),
+            "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/"
+            "aws4_request, SignedHeaders=host;x-amz-content-sha256;x-amz-date, "
+            "Signature=34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7");
 }
 
 class S3Environment : public ::testing::Test {

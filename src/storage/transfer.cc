@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "storage/local_files.h"
 #include "util/fd.h"
 #include "util/text.h"
 
@@ -25,16 +26,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr std::string_view kTmpPrefix = ".cohort-tmp-";
 constexpr int kMaxWorkers = 256;
 constexpr int kMaxDepth = 128;
 constexpr int kRangeThreads = 4;  // ranges of one large object fetched at once
 
-// One file to move, and what is at the other side already.
+// One file or object to move, and what is at the other side already.
 struct Item {
   std::string local;  // path
-  std::string key;
-  int64_t size = 0;  // the source's size
+  std::string key;    // copyObjects: the destination's
+  ObjectInfo object;  // copyObjects: the source object
+  int64_t size = 0;   // the source's size
   std::optional<ObjectInfo> remote;
   dev_t dev = 0;  // upload: the file listed (checked again when opened, with refuse_links)
   ino_t ino = 0;
@@ -56,19 +57,6 @@ std::string refusal(const struct stat& st) {
 struct Progress {
   std::atomic<int64_t> files_done{0}, bytes_done{0}, bytes_copied{0}, files_copied{0};
 };
-
-std::string baseName(const std::string& path) {
-  std::string p = path;
-  while (p.size() > 1 && p.back() == '/') p.pop_back();
-  size_t slash = p.rfind('/');
-  return slash == std::string::npos ? p : p.substr(slash + 1);
-}
-
-std::string dirName(const std::string& path) {
-  size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
 
 bool endsWithSlash(const std::string& s) { return !s.empty() && s.back() == '/'; }
 
@@ -263,55 +251,12 @@ Result<bool> uploadOne(ObjectStore& store, Item& item, Progress& progress,
 
 // ---- download --------------------------------------------------------------------------------
 
-std::string randomSuffix() {
-  unsigned char bytes[6];
-  if (::getrandom(bytes, sizeof bytes, 0) != static_cast<ssize_t>(sizeof bytes)) {
-    return std::to_string(::getpid());
-  }
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned char b : bytes) {
-    out += hex[b >> 4];
-    out += hex[b & 15];
-  }
-  return out;
-}
-
-// The directory root/rel (made when missing), each part of rel opened without following a
-// symbolic link: what a download writes below its destination lands there and nowhere else.
-Result<UniqueFd> openBeneath(const std::string& root, const std::string& rel) {
-  UniqueFd dir(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!dir.valid()) return failErrno("open the directory '" + root + "'");
-  std::string at = root;
-  for (const std::string& part : split(rel, '/')) {
-    if (part.empty()) continue;
-    at += "/" + part;
-    if (::mkdirat(dir.get(), part.c_str(), 0755) != 0 && errno != EEXIST) {
-      return failErrno("create the directory '" + at + "'");
-    }
-    UniqueFd next(
-        ::openat(dir.get(), part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!next.valid()) {
-      if (errno == ELOOP || errno == ENOTDIR) {
-        return fail(Code::kInvalidArgument,
-                    "'" + at +
-                        "': a symbolic link or a file where a directory should be; "
-                        "nothing is written through it (remove it and copy again)");
-      }
-      return failErrno("open the directory '" + at + "'");
-    }
-    dir = std::move(next);
-  }
-  return dir;
-}
-
-// Fetches the object into `fd`: one request, or ranges by several threads for a large one, each
-// range given to `arrived` as it is in.
-Result<void> fetch(ObjectStore& store, const Item& item, int fd, const TransferOptions& options,
-                   const std::function<void(int64_t)>& arrived) {
-  const int64_t part = int64_t{8} << 20;
-  const int64_t size = item.size;
-  if (size <= part) return store.getRange(item.key, fd, 0, size);
+// Fetches the `size` bytes of object `key` into `fd`: one request, or ranges by several threads
+// for a large one, each range given to `arrived` as it is in.
+Result<void> fetch(ObjectStore& store, const std::string& key, int64_t size, int fd,
+                   const TransferOptions& options, const std::function<void(int64_t)>& arrived) {
+  const int64_t part = kPartSize;
+  if (size <= part) return store.getRange(key, fd, 0, size);
   const int64_t ranges = (size + part - 1) / part;
   std::atomic<int64_t> next{0};
   std::mutex mu;
@@ -324,7 +269,7 @@ Result<void> fetch(ObjectStore& store, const Item& item, int fd, const TransferO
         if (first_error) return;
       }
       const int64_t at = i * part;
-      auto got = store.getRange(item.key, fd, at, std::min(part, size - at));
+      auto got = store.getRange(key, fd, at, std::min(part, size - at));
       if (!got) {
         std::lock_guard lock(mu);
         if (!first_error) first_error = got.error();
@@ -358,21 +303,22 @@ Result<bool> downloadOne(ObjectStore& store, Item& item, Progress& progress,
   }
   const size_t slash = item.rel.rfind('/');
   const std::string name = slash == std::string::npos ? item.rel : item.rel.substr(slash + 1);
-  COHORT_ASSIGN(
-      UniqueFd dir,
-      openBeneath(item.root, slash == std::string::npos ? "" : item.rel.substr(0, slash)));
-  const std::string tmp = std::string(kTmpPrefix) + name + "-" + randomSuffix();
-  UniqueFd fd(
-      ::openat(dir.get(), tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644));
-  if (!fd.valid())
-    return failErrno("copy " + store.uri(item.key) + ": create a file in '" + dirName(item.local) +
-                     "'");
+  COHORT_ASSIGN(UniqueFd dir,
+                openBeneath(item.root, slash == std::string::npos ? "" : item.rel.substr(0, slash),
+                            /*create=*/true));
+  std::string tmp;
+  auto created = createTemporary(dir.get(), name, tmp);
+  if (!created) {
+    return withContext(created.error(),
+                       "copy " + store.uri(item.key) + " into '" + dirName(item.local) + "'");
+  }
+  UniqueFd fd = std::move(*created);
   std::atomic<int64_t> fetched{0};  // a large file's ranges, counted as they arrive
   auto result = [&]() -> Result<void> {
     if (::ftruncate(fd.get(), item.size) != 0) {
       return failErrno("copy " + store.uri(item.key) + " to '" + item.local + "': write");
     }
-    auto got = fetch(store, item, fd.get(), options, [&](int64_t bytes) {
+    auto got = fetch(store, item.key, item.size, fd.get(), options, [&](int64_t bytes) {
       fetched += bytes;
       progress.bytes_done += bytes;
     });
@@ -403,6 +349,68 @@ Result<bool> downloadOne(ObjectStore& store, Item& item, Progress& progress,
   return false;
 }
 
+// Copies one object between stores: inside the service when the two stores can, else through
+// an unlinked temporary file (checked against the source's etag, then stored and compared).
+Result<bool> copyOne(ObjectStore& from, ObjectStore& to, Item& item, Progress& progress,
+                     const TransferOptions& options) {
+  const ObjectInfo& source = item.object;
+  if (item.remote && item.remote->size == source.size && !source.etag.empty() &&
+      item.remote->etag == source.etag) {
+    return true;
+  }
+  const std::string what = "copy " + from.uri(source.key) + " to " + to.uri(item.key);
+  auto failed = [&](const Error& e) -> tl::unexpected<Error> {
+    if (e.message == "interrupted") return tl::unexpected<Error>(e);
+    return withContext(e, what);
+  };
+  std::atomic<int64_t> counted{0};  // a large object's parts or ranges, counted as they move
+  auto count = [&](int64_t bytes) {
+    counted += bytes;
+    progress.bytes_done += bytes;
+  };
+  auto inside = to.copyIn(from, source, item.key, options.cancel, count);
+  if (!inside) return failed(inside.error());
+  if (*inside) {
+    const std::string& etag = **inside;
+    if (from.checkable(source) && to.checkable(ObjectInfo{item.key, source.size, etag}) &&
+        etag != source.etag) {
+      return fail(Code::kIo, what + ": the copy's etag " + etag + " is not the source's (" +
+                                 source.etag + ")");
+    }
+  } else {
+    auto streamed = [&]() -> Result<std::string> {
+      const char* tmpdir = std::getenv("TMPDIR");
+      COHORT_ASSIGN(UniqueFd file, anonymousFile(tmpdir && *tmpdir ? tmpdir : "/tmp"));
+      const int fd = file.get();
+      if (::ftruncate(fd, source.size) != 0) return failErrno("write a temporary file");
+      COHORT_TRY(fetch(from, source.key, source.size, fd, options, count));
+      std::string fetched;
+      if (from.checkable(source)) {
+        COHORT_ASSIGN(fetched, from.etagOf(fd, source.size));
+        if (fetched != source.etag) {
+          return fail(Code::kIo, "the bytes received do not match the object (etag " + fetched +
+                                     ", expected " + source.etag + ")");
+        }
+      }
+      COHORT_ASSIGN(std::string stored, to.put(item.key, fd, source.size, options.cancel));
+      // The same tag as the source's bytes is the check: else the store's own, recomputed.
+      if (stored != fetched && to.checkable(ObjectInfo{item.key, source.size, stored})) {
+        COHORT_ASSIGN(std::string sent, to.etagOf(fd, source.size));
+        if (sent != stored) {
+          return fail(Code::kIo, "the store holds other bytes than were sent (etag " + stored +
+                                     ", expected " + sent + ")");
+        }
+      }
+      return stored;
+    }();
+    if (!streamed) return failed(streamed.error());
+  }
+  progress.bytes_copied += source.size;
+  progress.bytes_done += source.size - counted.load();
+  progress.files_copied++;
+  return false;
+}
+
 // The relative path an object under `prefix` lands at, or an error when it would not stay
 // below the destination.
 Result<std::string> safeRelative(const ObjectStore& store, const std::string& key,
@@ -412,14 +420,23 @@ Result<std::string> safeRelative(const ObjectStore& store, const std::string& ke
     return fail(Code::kInvalidArgument,
                 store.uri(prefix) + ": a key under it holds a NUL byte and cannot be a file name");
   }
-  for (const std::string& part : split(rel, '/')) {
-    if (part.empty() || part == "." || part == ".." || part.rfind(kTmpPrefix, 0) == 0) {
-      return fail(Code::kInvalidArgument,
-                  store.uri(key) + ": this key has an empty, '.', '..' or '" +
-                      std::string(kTmpPrefix) + "' part and cannot be copied to a directory");
-    }
+  if (!containedPath(rel)) {
+    return fail(Code::kInvalidArgument, store.uri(key) + ": this key has an empty, '.', '..' or '" +
+                                            std::string(kTmpPrefix) +
+                                            "' part and cannot be copied under a prefix");
   }
   return rel;
+}
+
+// What is under `prefix` of `store` already: each item's `remote`, by its key.
+Result<void> findRemote(ObjectStore& store, const std::string& prefix, std::vector<Item>& items) {
+  COHORT_ASSIGN(std::vector<ObjectInfo> there, store.list(prefix));
+  std::map<std::string, ObjectInfo> by_key;
+  for (ObjectInfo& o : there) by_key.emplace(o.key, std::move(o));
+  for (Item& item : items) {
+    if (auto found = by_key.find(item.key); found != by_key.end()) item.remote = found->second;
+  }
+  return {};
 }
 
 // What a download of `key` fetches: the object named so, or everything under "<key>/".
@@ -492,12 +509,7 @@ Result<CopyStats> upload(const std::string& local, ObjectStore& store, const std
   } else {
     return fail(Code::kInvalidArgument, "'" + local + "': not a regular file or a directory");
   }
-  COHORT_ASSIGN(std::vector<ObjectInfo> there, store.list(prefix));
-  std::map<std::string, ObjectInfo> by_key;
-  for (ObjectInfo& o : there) by_key.emplace(o.key, std::move(o));
-  for (Item& item : items) {
-    if (auto found = by_key.find(item.key); found != by_key.end()) item.remote = found->second;
-  }
+  COHORT_TRY(findRemote(store, prefix, items));
   return runAll(items, options, [&](Item& item, Progress& progress) {
     return uploadOne(store, item, progress, options);
   });
@@ -546,6 +558,40 @@ Result<CopyStats> download(ObjectStore& store, const std::string& key, const std
   }
   return runAll(items, options, [&](Item& item, Progress& progress) {
     return downloadOne(store, item, progress, options);
+  });
+}
+
+Result<CopyStats> copyObjects(ObjectStore& from, const std::string& from_key, ObjectStore& to,
+                              const std::string& to_key, const TransferOptions& options) {
+  if (options.workers < 1 || options.workers > kMaxWorkers) {
+    return fail(Code::kInvalidArgument, "workers must be 1 to 256");
+  }
+  COHORT_ASSIGN(Found found, find(from, from_key));
+  const bool into = to_key.empty() || endsWithSlash(to_key);
+  std::vector<Item> items;
+  std::string prefix;  // what is listed at the destination
+  if (found.single) {
+    Item item;
+    item.key = into ? to_key + baseName(from_key) : to_key;
+    item.object = std::move(found.objects.front());
+    item.size = item.object.size;
+    prefix = item.key;
+    items.push_back(std::move(item));
+  } else {
+    prefix = into ? to_key : to_key + "/";
+    for (ObjectInfo& o : found.objects) {
+      if (endsWithSlash(o.key) && o.size == 0) continue;  // a "folder" marker
+      COHORT_ASSIGN(std::string rel, safeRelative(from, o.key, found.prefix));
+      Item item;
+      item.key = prefix + rel;
+      item.size = o.size;
+      item.object = std::move(o);
+      items.push_back(std::move(item));
+    }
+  }
+  COHORT_TRY(findRemote(to, prefix, items));
+  return runAll(items, options, [&](Item& item, Progress& progress) {
+    return copyOne(from, to, item, progress, options);
   });
 }
 

@@ -1,5 +1,6 @@
 // The transfer engine against an in-memory ObjectStore, and faults injected by a wrapper around
-// it (a store that stops taking bytes, one that hands back other bytes, one with hostile keys).
+// it (a store that stops taking bytes, one that hands back other bytes, one with hostile keys),
+// also between two stores. The contract of the real stores: storage/object_store_test.cc.
 // The real S3 client is tested against a real S3 server in tests/integration/s3_test.cc.
 #include "storage/transfer.h"
 
@@ -223,8 +224,7 @@ TEST_F(Transfer, BytesThatDoNotMatchTheEtagNeverReachTheirFinalName) {
     auto down = download(store, "m/model.pt", dir_ + "/model.pt");
     ASSERT_FALSE(down);
     EXPECT_EQ(down.error().code, Code::kIo);
-    EXPECT_NE(down.error().message.find("do not match"), std::string::npos)
-        << down.error().message;
+    EXPECT_NE(down.error().message.find("do not match"), std::string::npos) << down.error().message;
     EXPECT_FALSE(fs::exists(dir_ + "/model.pt"));
   }
   for (auto& e : fs::directory_iterator(dir_)) {
@@ -250,6 +250,47 @@ TEST_F(Transfer, KeysThatWouldLeaveTheDestinationAreRefusedBeforeAnythingIsWritt
   }
 }
 
+TEST_F(Transfer, ACopyBetweenStoresRefusesKeysThatWouldLeaveItsPrefixBeforeCopyingAny) {
+  for (const std::string& key :
+       std::vector<std::string>{"p/../../escape", "p/a//b", "p/./x", "p/.cohort-tmp-y",
+                                std::string("p/nul\0/../../x", 14)}) {
+    MemoryStore from, to;
+    from.objects_["p/fine"] = "ok";
+    from.objects_[key] = "hostile";
+    auto copied = copyObjects(from, "p", to, "q");
+    ASSERT_FALSE(copied) << key;
+    EXPECT_EQ(copied.error().code, Code::kInvalidArgument) << key;
+    EXPECT_TRUE(to.objects_.empty()) << key;
+  }
+}
+
+TEST_F(Transfer, ACopyBetweenStoresIsCheckedAndARerunSkipsWhatIsThere) {
+  FaultyStore from;
+  from.objects_["p/a"] = "alpha";
+  from.objects_["p/sub/b"] = std::string((9 << 20) + 7, 'b');  // fetched in two ranges
+  MemoryStore to;
+  from.corrupt_reads = true;
+  auto bad = copyObjects(from, "p", to, "q/");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("do not match"), std::string::npos) << bad.error().message;
+  EXPECT_TRUE(to.objects_.empty()) << "nothing stored from bytes that do not match";
+  from.corrupt_reads = false;
+  auto copied = copyObjects(from, "p", to, "q/");
+  ASSERT_TRUE(copied) << copied.error().message;
+  EXPECT_EQ(copied->files_copied, 2);
+  EXPECT_EQ(to.objects_.at("q/sub/b"), from.objects_.at("p/sub/b"));
+  const int puts = to.puts_;
+  auto again = copyObjects(from, "p", to, "q/");
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->files_skipped, 2);
+  EXPECT_EQ(to.puts_, puts);
+  // One object: to its key, or into a prefix.
+  ASSERT_TRUE(copyObjects(from, "p/a", to, "one/named"));
+  ASSERT_TRUE(copyObjects(from, "p/a", to, "into/"));
+  EXPECT_EQ(to.objects_.at("one/named"), "alpha");
+  EXPECT_EQ(to.objects_.at("into/a"), "alpha");
+}
+
 TEST_F(Transfer, NothingIsWrittenThroughALinkBelowTheDestination) {
   fs::create_directories(dir_ + "/out");
   fs::create_directories(dir_ + "/elsewhere");
@@ -258,8 +299,7 @@ TEST_F(Transfer, NothingIsWrittenThroughALinkBelowTheDestination) {
   store.objects_["p/sub/x"] = "through the link";
   auto down = download(store, "p", dir_ + "/out");
   ASSERT_FALSE(down);
-  EXPECT_NE(down.error().message.find("symbolic link"), std::string::npos)
-      << down.error().message;
+  EXPECT_NE(down.error().message.find("symbolic link"), std::string::npos) << down.error().message;
   EXPECT_TRUE(fs::is_empty(dir_ + "/elsewhere"));
 }
 

@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "harness.h"
+#include "tests/versitygw.h"
 #include "util/httplib.h"
 
 namespace cohort::testing {
@@ -29,43 +30,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kKey = "cohort-test-key";
-constexpr const char* kSecret = "cohort-test-secret-0123456789";
-
-std::string versitygw() {
-  if (const char* set = std::getenv("COHORT_VERSITYGW"); set && *set) return set;
-  for (const std::string& dir :
-       {fs::path(COHORT_BIN).parent_path().string(), sourceDir() + "/build"}) {
-    std::string gw = dir + "/go-bin/versitygw";
-    if (::access(gw.c_str(), X_OK) == 0) return gw;
-  }
-  return "";
-}
-
-int freePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t n = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-int dial(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
+constexpr const char* kKey = kS3Key;
+constexpr const char* kSecret = kS3Secret;
 
 void writeFile(const std::string& path, const std::string& content) {
   fs::create_directories(fs::path(path).parent_path());
@@ -86,6 +52,18 @@ std::map<std::string, std::string> files(const std::string& dir) {
     if (e.is_regular_file()) out[fs::relative(e.path(), dir).string()] = readText(e.path());
   }
   return out;
+}
+
+// Five files with odd names ('+', spaces, unicode), an empty one and one of three parts.
+void writeOddTree(const std::string& dir, unsigned seed) {
+  writeFile(dir + "/small.txt", "hello s3\n");
+  writeFile(dir + "/empty", "");
+  writeFile(dir + "/odd keys/a+b c.txt", "plus and space\n");
+  writeFile(dir +
+                "/odd keys/\xc3\xbc"
+                "ber caf\xc3\xa9.txt",
+            "unicode\n");
+  writeFile(dir + "/big/weights.bin", randomBytes((20 << 20) + 12345, seed));
 }
 
 // Forwards connections to `upstream`, cutting each after `cut_after` bytes from the client.
@@ -125,7 +103,7 @@ class CuttingProxy {
     for (auto& t : pipes) t.join();
   }
   void pump(int client) {
-    int server = dial(upstream_);
+    int server = dialLoopback(upstream_);
     int64_t sent = 0;
     char buf[65536];
     while (server >= 0 && !stop_) {
@@ -162,36 +140,17 @@ class CuttingProxy {
 class S3 : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string gw = versitygw();
+    const std::string gw =
+        Versitygw::find({fs::path(COHORT_BIN).parent_path().string(), sourceDir() + "/build"});
     if (gw.empty()) return;
     root_ = new std::string(tempDir());
     fs::create_directories(*root_ + "/served/datasets");
-    port_ = freePort();
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::setenv("ROOT_ACCESS_KEY_ID", kKey, 1);
-      ::setenv("ROOT_SECRET_ACCESS_KEY", kSecret, 1);
-      int log = ::open((*root_ + "/versitygw.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(log, 1);
-      ::dup2(log, 2);
-      const std::string listen = "127.0.0.1:" + std::to_string(port_);
-      ::execl(gw.c_str(), gw.c_str(), "--port", listen.c_str(), "posix",
-              (*root_ + "/served").c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    waitFor(
-        [] {
-          int fd = dial(port_);
-          if (fd >= 0) ::close(fd);
-          return fd >= 0;
-        },
-        20s);
+    gw_ = new Versitygw(gw, *root_ + "/served", *root_ + "/versitygw.log");
+    port_ = gw_->port();
   }
   static void TearDownTestSuite() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGTERM);
-      ::waitpid(pid_, nullptr, 0);
-    }
+    delete gw_;
+    gw_ = nullptr;
     if (root_) fs::remove_all(*root_);
     delete root_;
     root_ = nullptr;
@@ -201,9 +160,7 @@ class S3 : public ::testing::Test {
       GTEST_SKIP() << "versitygw not found (scripts/setup installs it into build/go-bin with "
                       "go install; or set COHORT_VERSITYGW): the s3:// tests did not run";
     }
-    int fd = dial(port_);
-    ASSERT_GE(fd, 0) << "versitygw did not start:\n" << readText(*root_ + "/versitygw.log");
-    ::close(fd);
+    ASSERT_TRUE(gw_->up()) << "versitygw did not start:\n" << readText(*root_ + "/versitygw.log");
     work_ = tempDir();
   }
   void TearDown() override {
@@ -233,24 +190,17 @@ class S3 : public ::testing::Test {
 
   std::string work_;
   static std::string* root_;
+  static Versitygw* gw_;
   static int port_;
-  static pid_t pid_;
 };
 
 std::string* S3::root_ = nullptr;
+Versitygw* S3::gw_ = nullptr;
 int S3::port_ = 0;
-pid_t S3::pid_ = -1;
 
 TEST_F(S3, ATreeGoesUpAndComesBackByteForByteWithOddKeysAndAMultipartFile) {
   const std::string src = work_ + "/src";
-  writeFile(src + "/small.txt", "hello s3\n");
-  writeFile(src + "/empty", "");
-  writeFile(src + "/odd keys/a+b c.txt", "plus and space\n");
-  writeFile(src +
-                "/odd keys/\xc3\xbc"
-                "ber caf\xc3\xa9.txt",
-            "unicode\n");
-  writeFile(src + "/big/weights.bin", randomBytes((20 << 20) + 12345, 7));  // 3 parts
+  writeOddTree(src, 7);
   for (int i = 0; i < 30; ++i) {
     writeFile(src + "/shards/s" + std::to_string(i), randomBytes(1000 + i * 37, i));
   }
@@ -454,16 +404,56 @@ TEST_F(S3, AServerRefusesS3DataItWouldReachWithItsOwnCredentials) {
   }
 }
 
-TEST_F(S3, TwoS3SidesOrABadBucketNameAreUsageErrors) {
-  RunResult both = cp({"s3://datasets/a", "s3://datasets/b"});
-  EXPECT_EQ(both.exit_code, 2);
-  EXPECT_TRUE(contains(both.err, "one side of an s3:// copy is a local path")) << both.err;
-  RunResult bad = cp({"s3://Bad_Bucket/x", work_ + "/x"});
-  EXPECT_EQ(bad.exit_code, 2);
-  EXPECT_TRUE(contains(bad.err, "not a valid bucket name")) << bad.err;
+TEST_F(S3, AServerSideOrABadBucketNameAreUsageErrors) {
+  RunResult server = cp({"s3://datasets/a", "server://datasets/b"});
+  EXPECT_EQ(server.exit_code, 2);
+  EXPECT_TRUE(contains(server.err, "the other side of a server:// copy is a local path"))
+      << server.err;
+  for (const char* bad : {"s3://Bad_Bucket/x", "s3://ab/x"}) {
+    RunResult r = cp({bad, work_ + "/x"});
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_TRUE(contains(r.err, "not a valid bucket name")) << r.err;
+    RunResult both = cp({"s3://datasets/x", bad});
+    EXPECT_EQ(both.exit_code, 2) << bad;
+    EXPECT_TRUE(contains(both.err, "not a valid bucket name")) << both.err;
+  }
   RunResult dots = cp({work_, "s3://datasets/a/../b"});
   EXPECT_EQ(dots.exit_code, 2);
   EXPECT_TRUE(contains(dots.err, "'..'")) << dots.err;
+}
+
+// s3:// to s3:// (two buckets of one endpoint: the service copies), then to and from store://.
+TEST_F(S3, BucketToBucketCopiesInsideTheServiceAndARerunSkipsEverything) {
+  fs::create_directories(served("archive"));
+  const std::string src = work_ + "/src";
+  writeOddTree(src, 11);
+  ASSERT_EQ(cp({src, "s3://datasets/tree"}).exit_code, 0);
+
+  RunResult across = cp({"s3://datasets/tree", "s3://archive/2026/tree"});
+  ASSERT_EQ(across.exit_code, 0) << across.err;
+  EXPECT_EQ(files(served("archive/2026/tree")), files(src));
+  const std::vector<std::string> env = {std::string("AWS_ACCESS_KEY_ID=") + kKey,
+                                        std::string("AWS_SECRET_ACCESS_KEY=") + kSecret,
+                                        "AWS_ENDPOINT_URL=" + endpoint(), "HOME=" + work_};
+  RunResult again =
+      CohortProcess({"cp", "s3://datasets/tree", "s3://archive/2026/tree"}, env).wait(60s);
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_TRUE(contains(again.err, "copied 0 files")) << again.err;
+  EXPECT_TRUE(contains(again.err, "5 skipped")) << again.err;
+
+  // One object into a prefix; then through the store on disk and back to S3.
+  ASSERT_EQ(cp({"s3://datasets/tree/small.txt", "s3://archive/one/"}).exit_code, 0);
+  EXPECT_EQ(readText(served("archive/one/small.txt")), "hello s3\n");
+  ASSERT_EQ(cp({"s3://archive/2026/tree", "store://kept/tree"}).exit_code, 0);
+  EXPECT_EQ(files(work_ + "/data/store/kept/tree"), files(src));
+  ASSERT_EQ(cp({"store://kept/tree", "s3://archive/back"}).exit_code, 0);
+  EXPECT_EQ(files(served("archive/back")), files(src));
+  for (const std::string& dir : {served("archive"), work_ + "/data/store"}) {
+    for (auto& e : fs::recursive_directory_iterator(dir)) {
+      EXPECT_EQ(e.path().filename().string().rfind(".cohort-tmp-", 0), std::string::npos)
+          << e.path();
+    }
+  }
 }
 
 }  // namespace
