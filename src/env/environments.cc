@@ -8,23 +8,19 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "env/tools.h"
 #include "proc/spawn.h"
 #include "util/fd.h"
-
-extern char** environ;
 
 namespace cohort::env {
 
 namespace {
 
 using Json = nlohmann::json;
-
-constexpr Millis kStepTimeout{3600000};  // one venv or pip step: an hour at most
 
 // A saved environment's name: what a directory and a job file can carry unquoted.
 bool validName(const std::string& name) {
@@ -41,68 +37,9 @@ const Preset* findPreset(const std::string& name) {
   return nullptr;
 }
 
-std::vector<std::string> environmentNow() {
-  std::vector<std::string> out;
-  for (char** e = environ; *e; ++e) {
-    if (!startsWith(*e, "VIRTUAL_ENV=") && !startsWith(*e, "PYTHONHOME=")) out.emplace_back(*e);
-  }
-  out.push_back("PIP_DISABLE_PIP_VERSION_CHECK=1");
-  out.push_back("PIP_NO_INPUT=1");
-  out.push_back("PYTHONNOUSERSITE=1");
-  return out;
-}
-
-// Runs `argv`, each line it prints (stdout and stderr) going to `progress`. Returns its output's
-// last lines when it fails, for the message.
-Result<std::string> run(const std::vector<std::string>& argv, const Progress& progress) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) < 0) return failErrno("pipe2");
-  UniqueFd read_end(fds[0]), write_end(fds[1]);
-  proc::SpawnRequest req;
-  req.argv = argv;
-  req.env = environmentNow();
-  req.stdout_fd = write_end.get();
-  COHORT_ASSIGN(proc::Child child, proc::spawn(req));
-  write_end.reset();
-  std::deque<std::string> tail;
-  std::string pending;
-  char buf[8192];
-  const auto until = std::chrono::steady_clock::now() + kStepTimeout;
-  for (;;) {
-    ssize_t n = ::read(read_end.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    pending.append(buf, static_cast<size_t>(n));
-    for (size_t nl; (nl = pending.find('\n')) != std::string::npos; pending.erase(0, nl + 1)) {
-      std::string line = pending.substr(0, nl);
-      if (progress) progress(line);
-      tail.push_back(std::move(line));
-      if (tail.size() > 12) tail.pop_front();
-    }
-    if (std::chrono::steady_clock::now() > until) {
-      ::kill(child.pid, SIGKILL);
-      break;
-    }
-  }
-  if (!pending.empty()) tail.push_back(pending);
-  COHORT_ASSIGN(proc::ExitStatus status, proc::reap(child.pidfd.get()));
-  std::string last;
-  for (const std::string& line : tail) last += "\n  " + line;
-  if (status.shellCode() != 0) {
-    // The build failed (kUnavailable: what it needs could not be had), in the tool's words.
-    return fail(Code::kUnavailable, argv[0] + " " + (argv.size() > 1 ? argv[1] : "") + " " +
-                                        status.describe() + ":" + last);
-  }
-  return last;
-}
-
 // What `argv` prints on stdout, trimmed.
 Result<std::string> capture(const std::vector<std::string>& argv) {
-  proc::SpawnRequest req;
-  req.argv = argv;
-  req.env = environmentNow();
-  req.merge_stderr = false;
-  COHORT_ASSIGN(proc::Captured out, proc::runCaptured(req, Millis(120000)));
+  COHORT_ASSIGN(proc::Captured out, runQuietly(argv, Millis(120000)));
   if (out.status.shellCode() != 0) {
     return fail(Code::kFailedPrecondition,
                 join(argv, " ") + ": " + std::string(trim(out.err.empty() ? out.out : out.err)));
@@ -327,7 +264,7 @@ Result<Environment> Store::ensureBuilt(const std::string& name, const Progress& 
     std::vector<std::string> venv = {python, "-m", "venv"};
     if (p.system_site_packages) venv.push_back("--system-site-packages");
     venv.push_back(e.venv);
-    COHORT_TRY(run(venv, progress));
+    COHORT_TRY(runShowing(venv, progress));
     const std::string pip_python = e.venv + "/bin/python";
     if (!p.requirements.empty()) {
       if (progress) progress("installing " + join(p.requirements, " "));
@@ -338,7 +275,7 @@ Result<Environment> Store::ensureBuilt(const std::string& name, const Progress& 
         pip.insert(pip.end(), {"-c", constraints});
       }
       pip.insert(pip.end(), p.requirements.begin(), p.requirements.end());
-      COHORT_TRY(run(pip, progress));
+      COHORT_TRY(runShowing(pip, progress));
     }
     // What it holds: its own packages pinned, the key modules' versions.
     COHORT_ASSIGN(auto own, ownPackages(pip_python));
@@ -403,7 +340,7 @@ Result<Environment> Store::create(const std::string& name, const std::string& fr
     if (root_preset && root_preset->system_site_packages) make.push_back("--system-site-packages");
     make.push_back(venv);
     if (progress) progress("making a virtual environment on " + from);
-    COHORT_TRY(run(make, progress));
+    COHORT_TRY(runShowing(make, progress));
     const std::string python = venv + "/bin/python";
     COHORT_ASSIGN(std::string site,
                   ask(python, "import sysconfig; print(sysconfig.get_paths()['purelib'])"));
@@ -417,7 +354,7 @@ Result<Environment> Store::create(const std::string& name, const std::string& fr
       if (progress) progress("installing " + join(wanted, " "));
       std::vector<std::string> pip = {python, "-m", "pip", "install", "--progress-bar", "off"};
       pip.insert(pip.end(), wanted.begin(), wanted.end());
-      COHORT_TRY(run(pip, progress));
+      COHORT_TRY(runShowing(pip, progress));
     }
     COHORT_ASSIGN(auto own, ownPackages(python));
     const std::string& frozen = own.second;
