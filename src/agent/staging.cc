@@ -63,6 +63,23 @@ Result<StagingResult> stageInputs(const plan::NodePlan& node) {
                       "): keep environments on a file system every node shares (COHORT_ENVS)");
     }
   }
+  // An image's layers were found in podman's storage where the job was submitted; each rank
+  // mounts them, as root (env/image_exec.h).
+  if (node.image) {
+    const std::string where = " on node " + std::to_string(node.node) + " (" + node.host + ")";
+    if (::geteuid() != 0) {
+      return fail(Code::kFailedPrecondition,
+                  "environment: image " + node.image->ref + ": its ranks run as root" + where +
+                      ", and this node's agent runs as uid " + std::to_string(::geteuid()));
+    }
+    for (const std::string& layer : node.image->layers) {
+      if (::access(layer.c_str(), R_OK | X_OK) == 0) continue;
+      return fail(Code::kFailedPrecondition,
+                  "environment: image " + node.image->ref + " is not" + where + ": its layer " +
+                      layer + " is missing: podman pull " + node.image->ref +
+                      " on every node, or keep podman's storage on a file system they share");
+    }
+  }
   COHORT_TRY(makeDirs(node.work_dir));
   COHORT_TRY(makeScratchDirs(node));
   StagingResult result;

@@ -15,7 +15,7 @@ extern char** environ;
 
 namespace cohort::backends {
 
-Result<std::string> checkCommand(const spec::JobSpec& s) {
+Result<std::string> checkCommand(const spec::JobSpec& s, const ProgramFinder& find) {
   auto absolute = [](const std::string& path, const std::string& base) {
     if (!path.empty() && path[0] == '/') return path;
     if (path.empty() || path == ".") return base;
@@ -33,7 +33,8 @@ Result<std::string> checkCommand(const spec::JobSpec& s) {
   for (const auto& [k, v] : s.env) {
     if (k == "PATH") path = v;
   }
-  auto program = proc::findProgram(s.command[0], path, workdir);
+  auto program =
+      find ? find(s.command[0], path, workdir) : proc::findProgram(s.command[0], path, workdir);
   if (!program) return withContext(program.error(), "command");
   std::string base = program->substr(program->rfind('/') + 1);
   if (startsWith(base, "python") && s.command.size() > 1 && s.command[1][0] != '-') {

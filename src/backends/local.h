@@ -3,6 +3,7 @@
 // `cohort run`. Single-threaded: call from the coordinator's thread.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,10 +30,16 @@ class LocalLauncher : public agent::AgentLauncher {
   std::vector<proc::Child> agents_;
 };
 
+// Where a job's program is found: (program, PATH, workdir) -> its path, or kNotFound. The
+// default looks on this machine (proc::findProgram); an image's ranks look in the image.
+using ProgramFinder = std::function<Result<std::string>(
+    const std::string& program, const std::string& path, const std::string& workdir)>;
+
 // Refuses now what would fail when the job starts on this machine: a workdir that is not a
-// directory, a program not found, a Python script missing. Returns the absolute workdir.
-// Errors: kInvalidArgument naming the field (workdir, command).
-Result<std::string> checkCommand(const spec::JobSpec& spec);
+// directory, a program not found (by `find`, on this machine when none is given), a Python
+// script missing. Returns the absolute workdir. Errors: kInvalidArgument naming the field
+// (workdir, command).
+Result<std::string> checkCommand(const spec::JobSpec& spec, const ProgramFinder& find = nullptr);
 
 // The path of the running executable (/proc/self/exe).
 std::string selfExecutable();

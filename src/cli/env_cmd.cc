@@ -7,6 +7,8 @@
 
 #include "cli/args.h"
 #include "env/environments.h"
+#include "env/image_exec.h"
+#include "env/images.h"
 #include "util/text.h"
 
 namespace cohort::cli {
@@ -69,6 +71,43 @@ void show(const env::Environment& e) {
   std::printf("  where:     %s\n", e.dir.c_str());
 }
 
+nlohmann::ordered_json imageJson(const env::ImageInfo& i) {
+  nlohmann::ordered_json env = nlohmann::ordered_json::object();
+  for (const auto& [k, v] : i.env) env[k] = v;
+  return {{"name", i.ref},    {"kind", "image"},      {"id", i.id},
+          {"names", i.names}, {"digests", i.digests}, {"created", i.created},
+          {"bytes", i.size},  {"layers", i.layers},   {"env", env}};
+}
+
+void showImage(const env::ImageInfo& i) {
+  std::printf("%s (image): podman image %s\n", i.ref.c_str(), i.id.substr(0, 12).c_str());
+  if (!i.names.empty()) std::printf("  names:     %s\n", join(i.names, " ").c_str());
+  if (!i.digests.empty()) std::printf("  digests:   %s\n", join(i.digests, " ").c_str());
+  std::printf("  created:   %s\n", i.created.c_str());
+  std::printf("  size:      %s\n", formatSize(static_cast<double>(i.size)).c_str());
+  std::vector<std::string> env;
+  for (const auto& [k, v] : env::imageVariables(i)) env.push_back(k + "=" + v);
+  std::printf("  variables: %s\n", join(env, " ").c_str());
+  std::printf("  layers:    %zu, top %s\n", i.layers.size(), i.layers.front().c_str());
+}
+
+// `cohort env exec ...`: returns only when the command could not be started.
+int execInImage(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 3, argv + argc);
+  if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+    std::fputs(envHelp(), stdout);
+    return 0;
+  }
+  auto parsed = env::parseImageExec(args);
+  if (!parsed) {
+    std::fprintf(stderr, "cohort env exec: %s\n", parsed.error().message.c_str());
+    return kExitUsage;
+  }
+  auto ran = env::execInImage(*parsed);
+  std::fprintf(stderr, "cohort env exec: %s\n", ran.error().message.c_str());
+  return 127;  // the shell's "could not execute"
+}
+
 }  // namespace
 
 const char* envHelp() {
@@ -80,10 +119,18 @@ Usage: cohort env ls [--json]
        cohort env create NAME --from BASE [--pip PKG==VER]... [--requirements FILE]
        cohort env rebuild NAME
        cohort env rm NAME
+       cohort env exec --image REF -- COMMAND [ARG...]
 
 A job runs in an environment with `environment: NAME` in its job file or --environment NAME:
 every rank gets the environment's bin/ first on PATH and VIRTUAL_ENV, so that
 `command: [python3, train.py]` runs with its packages.
+
+A job runs in a container image with `environment: {image: REF}` or --image REF: an image in
+podman's local storage (podman images), or one podman can pull. Each rank runs in the image's
+root file system with the host's network and the job's directories bound in (see
+docs/environments.md). ls lists podman's images too; show, build (podman pull) and rm (podman
+rmi) take an image's reference as well as an environment's name. exec runs COMMAND in an image
+the way a rank runs (the current directory bound in; needs root).
 
 Presets ship with cohort and are built on first use, then kept:
   system       the interpreter on PATH, as it is
@@ -103,7 +150,8 @@ again. A build that fails says so in pip's words and leaves nothing under the na
   --data-root DIR      environments are kept in DIR/envs (default $COHORT_DATA_ROOT or
                        ~/.cohort), or in $COHORT_ENVS when it is set
 
-Exit codes: 0 done; 1 a build failed; 2 bad usage or no such environment.
+Exit codes: 0 done; 1 a build failed; 2 bad usage or no such environment; exec: COMMAND's, or
+127 when it could not start.
 )";
 }
 
@@ -113,6 +161,7 @@ int cmdEnv(int argc, char** argv) {
     return argc < 3 ? kExitUsage : 0;
   }
   const std::string verb = argv[2];
+  if (verb == "exec") return execInImage(argc, argv);
   // The verb's own arguments: argv[1] becomes "env VERB" for the messages.
   auto args = parseArgs("env " + verb, argc - 1, argv + 1,
                         {{"--from", "", true},
@@ -135,11 +184,18 @@ int cmdEnv(int argc, char** argv) {
                  packagesText(*e, 6).c_str());
     return 0;
   };
+  // An image's reference, written with its tag, digest or registry (REF:TAG, HOST/NAME): no
+  // environment's name has ':', '/' or '@'.
+  auto image = [&](const std::string& name) {
+    return name.find_first_of(":/@") != std::string::npos && !store.get(name);
+  };
   if (verb == "ls" && need(0)) {
     std::vector<env::Environment> all = store.list();
+    const std::vector<env::ImageInfo> images = env::localImages();
     if (json) {
       nlohmann::ordered_json out = nlohmann::ordered_json::array();
       for (const env::Environment& e : all) out.push_back(toJson(e));
+      for (const env::ImageInfo& i : images) out.push_back(imageJson(i));
       std::printf("%s\n", out.dump(2).c_str());
       return 0;
     }
@@ -153,9 +209,24 @@ int cmdEnv(int argc, char** argv) {
       std::printf("%-16s %-7s %-8s %-10s %s\n", e.name.c_str(), e.preset ? "preset" : "saved",
                   e.built ? "yes" : "no", size.c_str(), what.c_str());
     }
+    for (const env::ImageInfo& i : images) {
+      std::printf("%-16s %-7s %-8s %-10s podman image %s, created %s\n", i.ref.c_str(), "image",
+                  "yes", formatSize(static_cast<double>(i.size)).c_str(),
+                  i.id.substr(0, 12).c_str(), i.created.c_str());
+    }
     return 0;
   }
   if (verb == "show" && need(1)) {
+    if (image(args->positional[0])) {
+      auto info = env::inspectImage(args->positional[0]);
+      if (!info) return failWith(exitCodeFor(info.error()), info.error().message);
+      if (json) {
+        std::printf("%s\n", imageJson(*info).dump(2).c_str());
+      } else {
+        showImage(*info);
+      }
+      return 0;
+    }
     auto e = store.get(args->positional[0]);
     if (!e) return failWith(exitCodeFor(e.error()), e.error().message);
     if (json) {
@@ -167,6 +238,13 @@ int cmdEnv(int argc, char** argv) {
   }
   if (verb == "build" && !args->positional.empty()) {
     for (const std::string& name : args->positional) {
+      if (image(name)) {
+        auto pulled = env::findOrPullImage(name, progress);
+        if (!pulled) return failWith(exitCodeFor(pulled.error()), pulled.error().message);
+        std::fprintf(stderr, "cohort env: image %s is here (%s)\n", name.c_str(),
+                     pulled->id.substr(0, 12).c_str());
+        continue;
+      }
       if (int code = outcome(store.ensureBuilt(name, progress), "is built")) return code;
     }
     return 0;
@@ -180,7 +258,8 @@ int cmdEnv(int argc, char** argv) {
     return outcome(store.rebuild(args->positional[0], progress), "is built again");
   }
   if (verb == "rm" && need(1)) {
-    if (auto r = store.remove(args->positional[0]); !r) {
+    const std::string& name = args->positional[0];
+    if (auto r = image(name) ? env::removeImage(name) : store.remove(name); !r) {
       return failWith(exitCodeFor(r.error()), r.error().message);
     }
     std::fprintf(stderr, "cohort env: removed %s\n", args->positional[0].c_str());

@@ -8,10 +8,12 @@
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <set>
 
 #include "backends/local.h"
 #include "env/environments.h"
+#include "env/images.h"
 #include "job/id.h"
 #include "job/layout.h"
 #include "storage/s3.h"
@@ -184,8 +186,11 @@ std::string jobFlagsHelp() {
   --environment NAME       run every rank in this environment: a preset (system, pytorch,
                            tensorflow, mindspore; built on first use) or one saved with
                            cohort env create; its python3 comes first on PATH (cohort env ls)
-  --image REF              the container image every pod runs (backend volcano): the job
-                           file's environment: {image: REF}
+  --image REF              run every rank in this container image (environment: {image:
+                           REF}): one in podman's storage, or pulled; locally and on Slurm
+                           each rank runs in the image's root file system with the host's
+                           network and the job's directories (needs root); on volcano, the
+                           pods' image
   --namespace NS           backend volcano: the Kubernetes namespace of the Volcano Job
                            (default: the kubeconfig context's, else "default")
   --env KEY=VALUE          set a variable for every rank (repeatable)
@@ -532,6 +537,43 @@ Result<void> checkS3Input(const spec::JobSpec& s, const spec::Input& in, size_t 
   return {};
 }
 
+// The job's image, as podman has it (pulled when it is not there, unless `dry`: cohort plan
+// then shows the reference alone). Errors: those of env::findOrPullImage; kFailedPrecondition
+// when cohort does not run as root (an image's ranks mount its layers).
+Result<env::ImageInfo> findImage(const spec::JobSpec& s, bool dry) {
+  if (dry) {
+    auto found = env::inspectImage(s.image);
+    if (found || found.error().code == Code::kInvalidArgument) return found;
+    env::ImageInfo later;  // not here (or no podman): the plan names it, the run pulls it
+    later.ref = s.image;
+    return later;
+  }
+  if (::geteuid() != 0) {
+    return fail(Code::kFailedPrecondition,
+                "image " + s.image +
+                    ": an image's ranks run as root here (cohort mounts the image's layers from "
+                    "podman's storage for each rank): run cohort as root, or name a preset or "
+                    "saved environment (cohort env ls)");
+  }
+  return env::findOrPullImage(
+      s.image, [](const std::string& line) { std::fprintf(stderr, "  %s\n", line.c_str()); });
+}
+
+// Where the command is looked for: in the image when there is one (not at all when it is not
+// here yet: cohort plan of an image to pull).
+backends::ProgramFinder programFinder(const std::optional<env::ImageInfo>& image) {
+  if (!image) return nullptr;
+  if (image->layers.empty()) {
+    return [](const std::string& program, const std::string&, const std::string&) {
+      return Result<std::string>(program);
+    };
+  }
+  return [info = *image](const std::string& program, const std::string& path,
+                         const std::string& workdir) {
+    return env::findInImage(info, program, path, workdir);
+  };
+}
+
 Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
   PreparedJob job;
   COHORT_ASSIGN(job.spec, buildSpec(o));
@@ -610,13 +652,32 @@ Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
     job.context.environment = env::rankVariables(*built, path);
     for (const auto& [k, v] : job.context.environment) with_environment.env.emplace_back(k, v);
   }
+  // An image (on volcano it is the pods' and nothing of it is here): in podman's storage, or
+  // pulled now (its progress on stderr). Its variables come with the environment, the job's own
+  // winning, and the command is looked for in it.
+  std::optional<env::ImageInfo> image;
+  if (!s.image.empty() && s.backend != spec::Backend::kVolcano) {
+    auto found = findImage(s, dry);
+    if (!found) {
+      return fail(found.error().code, spec::fieldLabel(s, "environment") + found.error().message);
+    }
+    image = *found;
+    job.context.image = plan::Image{image->ref, image->id, image->layers};
+    for (const auto& kv : env::imageVariables(*image)) {
+      if (std::none_of(s.env.begin(), s.env.end(),
+                       [&](const auto& e) { return e.first == kv.first; })) {
+        job.context.environment.push_back(kv);
+        with_environment.env.push_back(kv);
+      }
+    }
+  }
 
   // The file system: refuse now what would fail at start. A Volcano Job's command runs in its
   // image, not here: nothing of this machine to check.
   auto checked = s.backend == spec::Backend::kVolcano
                      ? Result<std::string>(absoluteIn(s.workdir.empty() ? "." : s.workdir,
                                                       s.base_dir.empty() ? cwd : s.base_dir))
-                     : backends::checkCommand(with_environment);
+                     : backends::checkCommand(with_environment, programFinder(image));
   if (!checked) {
     // Its messages start with the field; say where that field came from.
     std::string msg = checked.error().message;
@@ -626,7 +687,7 @@ Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
     return fail(checked.error().code, msg);
   }
   const std::string workdir = *checked;
-  if (s.debug.enabled && !dry && s.backend == spec::Backend::kLocal) {
+  if (s.debug.enabled && !dry && s.backend == spec::Backend::kLocal && !image) {
     COHORT_TRY(checkDebugger(with_environment, workdir));
   }
   plan::PlanContext& ctx = job.context;

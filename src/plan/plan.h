@@ -62,6 +62,14 @@ struct Preload {
   std::vector<std::string> options;  // the interpreter's own, before the template (debug: -X)
 };
 
+// environment: {image: REF}: the container image every rank runs in (plan/container.cc): each
+// rank's argv becomes `cohort env exec --image REF --layer DIR... -- ARGV` (env/image_exec.h).
+struct Image {
+  std::string ref;  // as the job names it
+  std::string id;   // podman's image id; "" when the image is not here yet (a dry plan)
+  std::vector<std::string> layers;  // its layers' directories in podman's storage, top first
+};
+
 struct NodePlan {
   int node = 0;
   std::string host;
@@ -69,6 +77,7 @@ struct NodePlan {
   std::vector<StagedInput> inputs;
   std::vector<RankPlan> ranks;
   std::optional<Preload> preload;
+  std::optional<Image> image;  // every rank of the node runs in it (staging checks its layers)
   // A sandboxed job's own /tmp, /var/tmp, /run/lock and /dev/shm on this node (isolation.cc):
   // made empty (mode 0700, the ranks' owner) before its ranks start, shared by them, removed
   // with everything in it when the node's agent leaves.
@@ -134,8 +143,10 @@ struct PlanContext {
   bool isolate = false;   // run every process under bubblewrap (see isolation.cc)
   int uid = -1;           // every rank's Unix identity (cohort server gives each account its
   int gid = -1;           // own); -1: the identity cohort runs as
-  // Set for every rank over the job's env: its environment's (VIRTUAL_ENV, PATH).
+  // Set for every rank over the job's env: its environment's (VIRTUAL_ENV, PATH), or its
+  // image's (PATH, the image's own variables, COHORT_IMAGE).
   KeyValues environment;
+  std::optional<Image> image;  // environment: {image: REF}, resolved (env/images.h)
 };
 
 // How many ports makePlan wants leased in PlanContext::ports.

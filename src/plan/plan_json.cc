@@ -76,6 +76,10 @@ Json nodeJson(const NodePlan& node, const std::unordered_set<std::string>* skip 
     out["preload"] = Json{{"python", node.preload->python}, {"modules", node.preload->modules}};
     if (!node.preload->options.empty()) out["preload"]["options"] = node.preload->options;
   }
+  if (node.image) {
+    out["image"] =
+        Json{{"ref", node.image->ref}, {"id", node.image->id}, {"layers", node.image->layers}};
+  }
   if (!node.scratch_dirs.empty()) out["scratch_dirs"] = node.scratch_dirs;
   return out;
 }
@@ -177,6 +181,11 @@ Result<NodePlan> nodeFrom(const Json& j) {
                              p.at("modules").get<std::vector<std::string>>(),
                              p.value("options", std::vector<std::string>{})};
     }
+    if (j.contains("image")) {
+      const auto& i = j.at("image");
+      node.image = Image{i.at("ref").get<std::string>(), i.at("id").get<std::string>(),
+                         i.at("layers").get<std::vector<std::string>>()};
+    }
     return node;
   } catch (const nlohmann::json::exception& e) {
     return fail(Code::kInvalidArgument, std::string("node plan: ") + e.what());
@@ -216,6 +225,14 @@ std::string toText(const Plan& plan) {
              (node.preload->modules.empty() ? std::string("nothing")
                                             : join(node.preload->modules, ", ")) +
              " once, then forks the ranks marked (preloaded)\n";
+    }
+    if (node.image) {
+      out +=
+          "  image: " + node.image->ref +
+          (node.image->id.empty() ? std::string(" (not here yet: pulled when the job starts)")
+                                  : " (" + node.image->id.substr(0, 12) + ", " +
+                                        std::to_string(node.image->layers.size()) + " layer(s))") +
+          "\n";
     }
     for (const RankPlan& r : node.ranks) {
       std::vector<std::string> words;

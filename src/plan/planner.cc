@@ -277,10 +277,19 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
                   "sandbox per rank cannot hold: use launcher: direct in the sandbox, or preload "
                   "without it (cohort run without --isolate, cohort server --no-isolate)");
     }
+    if (ctx.image) {
+      return fail(Code::kInvalidArgument,
+                  "launcher: preload forks every rank of a node from one process on the host, "
+                  "not in the image: use launcher: direct (or torchrun) with an image");
+    }
     COHORT_TRY(wirePreload(b));
   }
   wireDebug(b);  // after preload: it checks the job's own command, not the bootstrap's
-  if (ctx.isolate) isolate(b);
+  if (ctx.image) {
+    COHORT_TRY(runInImage(b));
+  } else if (ctx.isolate) {
+    isolate(b);
+  }
   return plan;
 }
 

@@ -54,6 +54,9 @@ void wireTensorFlow(Builder& b);
 void wireMpi(Builder& b);
 void wireModelArts(Builder& b);
 void isolate(Builder& b);
+// Every process runs in PlanContext::image (container.cc). Errors: kInvalidArgument for what
+// cannot run in an image (--isolate, another user's identity, workdir '/').
+Result<void> runInImage(Builder& b);
 void wireDebug(Builder& b);
 Result<void> wirePreload(Builder& b);
 

@@ -94,6 +94,71 @@ Result<int> parseStopSignal(const std::string& text) {
               "unknown stop signal '" + text.substr(0, 64) + "': use one of" + accepted);
 }
 
+bool validImageReference(const std::string& ref) {
+  if (ref.empty() || ref.size() > 1024) return false;
+  auto lowerAlnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  auto alnum = [&](char c) { return lowerAlnum(c) || (c >= 'A' && c <= 'Z'); };
+  std::string rest = ref;
+  if (const size_t at = rest.find('@'); at != std::string::npos) {
+    // A digest: ALGORITHM:HEX, at least 32 hex digits.
+    const std::string digest = rest.substr(at + 1);
+    rest = rest.substr(0, at);
+    const size_t colon = digest.find(':');
+    if (colon == std::string::npos || colon == 0 || digest.size() - colon - 1 < 32) return false;
+    if (!std::all_of(digest.begin(), digest.begin() + static_cast<long>(colon),
+                     [&](char c) { return lowerAlnum(c) || c == '+' || c == '.' || c == '_'; }) ||
+        !std::all_of(digest.begin() + static_cast<long>(colon) + 1, digest.end(),
+                     [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); })) {
+      return false;
+    }
+  }
+  // A tag follows the last ':' after the last '/' (a ':' before it is the registry's port).
+  const size_t slash = rest.rfind('/');
+  if (const size_t colon = rest.rfind(':');
+      colon != std::string::npos && (slash == std::string::npos || colon > slash)) {
+    const std::string tag = rest.substr(colon + 1);
+    rest = rest.substr(0, colon);
+    if (tag.empty() || tag.size() > 128 || tag[0] == '.' || tag[0] == '-' ||
+        !std::all_of(tag.begin(), tag.end(),
+                     [&](char c) { return alnum(c) || c == '_' || c == '.' || c == '-'; })) {
+      return false;
+    }
+  }
+  std::vector<std::string> parts = split(rest, '/');
+  if (parts.empty()) return false;
+  // The first part names a registry when it has a '.' or a ':', or is localhost.
+  if (parts.size() > 1 &&
+      (parts[0].find_first_of(".:") != std::string::npos || parts[0] == "localhost")) {
+    const std::string host = parts[0].substr(0, parts[0].find(':'));
+    const std::string port = parts[0].find(':') == std::string::npos
+                                 ? std::string("0")
+                                 : parts[0].substr(parts[0].find(':') + 1);
+    if (host.empty() || host.front() == '-' || host.back() == '-' || port.empty() ||
+        !std::all_of(host.begin(), host.end(),
+                     [&](char c) { return alnum(c) || c == '.' || c == '-'; }) ||
+        !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return false;
+    }
+    parts.erase(parts.begin());
+  }
+  for (const std::string& part : parts) {
+    // Lower-case letters and digits, joined by one '.', one or two '_', or any number of '-'.
+    if (part.empty() || !lowerAlnum(part.front()) || !lowerAlnum(part.back())) return false;
+    for (size_t i = 0; i < part.size(); ++i) {
+      const char c = part[i];
+      if (lowerAlnum(c) || c == '-') continue;
+      if (c == '.' && lowerAlnum(part[i + 1])) continue;
+      if (c == '_' &&
+          (lowerAlnum(part[i + 1]) || (part[i + 1] == '_' && lowerAlnum(part[i + 2])))) {
+        if (part[i + 1] == '_') ++i;
+        continue;
+      }
+      return false;
+    }
+  }
+  return true;
+}
+
 Result<Framework> parseFramework(const std::string& text) {
   for (Framework f : {Framework::kPyTorch, Framework::kMindSpore, Framework::kTensorFlow,
                       Framework::kMpi, Framework::kGeneric}) {
@@ -1103,21 +1168,13 @@ Result<void> validateVolcano(const JobSpec& spec) {
                                       [](char c) { return wordCharacter(c) || c == '/'; })) {
     return bad("volcano.device_resource", "'" + clip(device) + "' is not a resource name");
   }
-  if (!spec.image.empty()) {
-    if (spec.image.size() > 1024 || std::any_of(spec.image.begin(), spec.image.end(), [](char c) {
-          return static_cast<unsigned char>(c) <= ' ' || c == 0x7f;
-        })) {
-      return bad("environment.image", "'" + clip(spec.image) +
-                                          "' is not an image reference (no spaces, at most 1024 "
-                                          "characters)");
-    }
-    if (spec.backend != Backend::kVolcano) {
-      return bad("environment.image",
-                 "container images run on the volcano backend only (backend: volcano); with "
-                 "backend " +
-                     std::string(backendName(spec.backend)) +
-                     " name a preset or saved environment (cohort env ls)");
-    }
+  if (!spec.image.empty() && !validImageReference(spec.image)) {
+    return bad(
+        "environment.image",
+        "'" + clip(spec.image) +
+            "' is not an image reference: expected [HOST[:PORT]/]NAME[:TAG][@DIGEST] with "
+            "a lower-case NAME, e.g. docker.io/pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime "
+            "or localhost/train:1");
   }
   return {};
 }

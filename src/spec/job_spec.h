@@ -217,7 +217,7 @@ struct JobSpec {
   // saved one; empty: the launcher's own PATH, as it is.
   std::string environment;
   // environment: {image: REF}: a container image instead (the pods' image on the volcano
-  // backend; the other backends refuse it). Empty unless given.
+  // backend; each rank runs in it locally and on Slurm: plan/container.cc). Empty unless given.
   std::string image;
   MindSporeMode mindspore_mode = MindSporeMode::kDynamicCluster;
   std::string rank_table_version = "1.0";  // or "0.1"
@@ -229,6 +229,11 @@ struct JobSpec {
   Debug debug;
   Origin origin;                 // not part of toJobFile
 };
+
+// Whether `ref` is a container image reference as podman and Docker read one:
+// [HOST[:PORT]/]PATH[:TAG][@ALGORITHM:HEX], PATH's components lower-case letters and digits
+// joined by '.', '_', '__' or dashes; or an image id (hex).
+bool validImageReference(const std::string& ref);
 
 Result<Framework> parseFramework(const std::string& text);
 Result<Launcher> parseLauncher(const std::string& text);
