@@ -584,7 +584,7 @@ TEST_F(Volcano, TheServerFindsARunningJobAgainAfterARestart) {
   const std::string dir = tempDir();
   std::ofstream(dir + "/job.yaml") << "name: long\ncommand: [/bin/sh, -c, 'for i in 1 2 3 4 5 6 7 "
                                       "8; do echo tick $i; sleep 1; done']\n"
-                                      "workdir: /tmp\nenvironment: {image: "
+                                      "workdir: /tmp\nbackend: volcano\nenvironment: {image: "
                                    << kImage << "}\nroles: {worker: {nodes: 2}}\n";
   RunResult submitted = runCohort(
       {"submit", "--server", url, "--token", token, "--no-upload", "-f", dir + "/job.yaml"});
