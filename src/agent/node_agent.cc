@@ -31,6 +31,7 @@
 #include "proc/cgroup.h"
 #include "proc/event_loop.h"
 #include "proc/spawn.h"
+#include "storage/place.h"
 #include "util/fd.h"
 #include "util/net.h"
 #include "util/text.h"
@@ -794,7 +795,8 @@ class Agent {
     for (char** e = environ; *e; ++e) {
       std::string_view entry(*e);
       std::string_view key = entry.substr(0, entry.find('='));
-      if (key == "COHORT_JOB_SECRET") continue;
+      // The job's secret and the server's store (its credentials) are cohort's, not the job's.
+      if (key == "COHORT_JOB_SECRET" || storage::isSiteVariable(key)) continue;
       bool overridden = false;
       for (const auto& kv : overrides) overridden = overridden || kv.first == key;
       if (!overridden) env.emplace_back(entry);

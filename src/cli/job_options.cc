@@ -16,6 +16,7 @@
 #include "env/images.h"
 #include "job/id.h"
 #include "job/layout.h"
+#include "storage/place.h"
 #include "storage/s3.h"
 #include "storage/transfer.h"
 #include "storage/uri.h"
@@ -574,6 +575,36 @@ backends::ProgramFinder programFinder(const std::optional<env::ImageInfo>& image
   };
 }
 
+// A store:// location where the data root's store is in S3 (a server started with --store: its
+// jobs' cohort processes get the site in COHORT_STORE, storage/place.h): every node reads and
+// writes it itself, so it stays a URI. False for a store on disk, whose paths are resolved.
+Result<bool> storeInS3(const std::string& uri, const std::string& data_root) {
+  auto where = storage::parseLocation(uri);
+  if (!where || where->kind != storage::Location::Kind::kStore) return false;
+  COHORT_ASSIGN(storage::StoreSite site, storage::storeSite(data_root));
+  return site.inS3();
+}
+
+// An input from the store kept in S3: copied, and there (unless only planning).
+Result<void> checkStoreInput(const spec::JobSpec& s, const spec::Input& in, size_t i,
+                             const std::string& data_root, bool dry) {
+  const std::string field = "inputs[" + std::to_string(i) + "]";
+  if (in.mode == spec::Input::Mode::kLink) {
+    return fail(Code::kInvalidArgument,
+                spec::fieldLabel(s, field + ".mode") +
+                    "link needs a store on disk; this store is kept in S3, so its inputs are "
+                    "copied (mode: copy)");
+  }
+  if (dry) return {};
+  auto place = storage::openPlace(in.source, data_root);
+  auto there = place ? storage::checkSource(*place->store, place->key) : Result<void>();
+  if (!place || !there) {
+    const Error& e = place ? there.error() : place.error();
+    return fail(e.code, spec::fieldLabel(s, field + ".source") + e.message);
+  }
+  return {};
+}
+
 Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
   PreparedJob job;
   COHORT_ASSIGN(job.spec, buildSpec(o));
@@ -592,6 +623,13 @@ Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
     std::string field = "inputs[" + std::to_string(i) + "].source";
     if (storage::isS3Uri(in.source)) {
       COHORT_TRY(checkS3Input(s, in, i, dry));
+      in.source_path = in.source;
+      continue;
+    }
+    auto in_s3 = storeInS3(in.source, job.data_root);
+    if (!in_s3) return fail(in_s3.error().code, spec::fieldLabel(s, field) + in_s3.error().message);
+    if (*in_s3) {
+      COHORT_TRY(checkStoreInput(s, in, i, job.data_root, dry));
       in.source_path = in.source;
       continue;
     }
@@ -619,6 +657,15 @@ Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
         return fail(config.error().code, spec::fieldLabel(s, field) + config.error().message);
       }
       out.target_path = target;
+      continue;
+    }
+    auto in_s3 = storeInS3(target, job.data_root);
+    if (!in_s3) {
+      const std::string field = "outputs[" + std::to_string(i) + "].target";
+      return fail(in_s3.error().code, spec::fieldLabel(s, field) + in_s3.error().message);
+    }
+    if (*in_s3) {
+      out.target_path = target;  // written by the nodes, into the store kept in S3
       continue;
     }
     auto path = storage::resolve(target, job.data_root, s.base_dir);

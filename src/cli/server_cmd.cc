@@ -14,8 +14,11 @@
 #include "backends/volcano_backend.h"
 #include "cli/args.h"
 #include "server/server.h"
+#include "storage/place.h"
 #include "util/fd.h"
 #include "util/text.h"
+
+extern char** environ;
 
 namespace cohort::cli {
 
@@ -34,6 +37,11 @@ of a data root it creates the account "admin" and prints its token (also saved, 
 Flags:
   --listen HOST:PORT       where the HTTP API listens (default 127.0.0.1:8600; port 0: any)
   --data-root DIR          database, jobs and store (default $COHORT_DATA_ROOT or ~/.cohort)
+  --store s3://BUCKET/PREFIX
+                           keep the accounts' buckets (store://, server://, shares) under
+                           PREFIX of an S3 bucket instead of <data-root>/store; credentials,
+                           region and endpoint from this process's AWS_* variables or ~/.aws/
+                           (as cohort cp takes them, never a flag); checked at start
   --backend NAME           local (default): jobs' nodes are simulated on this machine | slurm:
                            each job is a Slurm batch job, its ranks on the cluster's nodes; the
                            server queues by account and priority, Slurm allocates (docs/slurm.md)
@@ -96,6 +104,23 @@ Result<void> searchableByAll(const std::string& dir) {
   return {};
 }
 
+// The server's AWS_* settings are its store's, never its jobs': no job's process inherits them.
+// The cohort processes of its jobs (coordinators, node agents) get the store in COHORT_STORE*
+// instead, which a node agent keeps from the ranks (storage/place.h). Before any thread starts.
+void handStoreToJobs(const std::optional<storage::StoreSite>& store) {
+  std::vector<std::string> names;
+  for (char** e = environ; *e; ++e) {
+    std::string_view entry(*e);
+    std::string name(entry.substr(0, entry.find('=')));
+    if (startsWith(name, "AWS_") || storage::isSiteVariable(name)) names.push_back(name);
+  }
+  for (const std::string& name : names) ::unsetenv(name.c_str());
+  if (!store) return;
+  for (const auto& [name, value] : storage::siteVariables(*store)) {
+    ::setenv(name.c_str(), value.c_str(), 1);
+  }
+}
+
 // Whether bubblewrap can make a sandbox here (it needs unprivileged user namespaces or root).
 bool bubblewrapWorks() {
   if (::access("/usr/bin/bwrap", X_OK) != 0) return false;
@@ -119,6 +144,7 @@ int cmdServer(int argc, char** argv) {
   auto parsed = parseArgs("server", argc, argv,
                           {{"--listen", "", true},
                            {"--data-root", "", true},
+                           {"--store", "", true},
                            {"--cpus", "", true},
                            {"--memory", "", true},
                            {"--gpus", "", true},
@@ -165,6 +191,16 @@ int cmdServer(int argc, char** argv) {
     } else if (flag == "--data-root") {
       if (value.empty()) return bad("expected a directory");
       options.data_root = value;
+    } else if (flag == "--store") {
+      if (!storage::isS3Uri(value)) {
+        return bad("expected s3://BUCKET/PREFIX (without --store the store is <data-root>/store)");
+      }
+      auto site = storage::s3StoreSite(value);
+      if (!site) {
+        std::fprintf(stderr, "cohort: error: server: --store: %s\n", site.error().message.c_str());
+        return kExitUsage;
+      }
+      options.store = *site;
     } else if (flag == "--cpus") {
       auto cpus = parseCpus(value);
       if (!cpus) return bad("expected a number of CPUs (examples: 4, 0.5)");
@@ -298,6 +334,7 @@ int cmdServer(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
+  handStoreToJobs(options.store);
   auto server = server::Server::create(options);
   if (!server) {
     std::fprintf(stderr, "cohort server: error: %s\n", server.error().message.c_str());
@@ -320,6 +357,10 @@ int cmdServer(int argc, char** argv) {
   } else {
     std::printf("cohort server: data root %s, %s\n", options.data_root.c_str(),
                 sched::describe(options.capacity).c_str());
+  }
+  if (options.store) {
+    std::printf("cohort server: store %s (at %s)\n", options.store->describe().c_str(),
+                options.store->s3.endpoint.empty() ? "AWS" : options.store->s3.endpoint.c_str());
   }
   std::printf("cohort server: jobs run %s\n",
               options.isolate    ? "isolated (bubblewrap: each sees only its own directory)"

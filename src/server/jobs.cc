@@ -292,6 +292,12 @@ Result<void> JobService::checkData(const Caller& caller, const spec::JobSpec& sp
     if (where->kind == storage::Location::Kind::kStore) {
       auto ok = checkStoreAccess(store_, caller, where->bucket, where->key, Access::kRead);
       if (!ok) return withContext(ok.error(), field);
+      if (options_.store_in_s3 && spec.inputs[i].mode == spec::Input::Mode::kLink) {
+        return fail(Code::kInvalidArgument,
+                    "inputs[" + std::to_string(i) +
+                        "].mode: link needs a store on disk; this server keeps its store in S3, "
+                        "so its inputs are copied (mode: copy)");
+      }
       continue;
     }
     const std::string& path = where->path;

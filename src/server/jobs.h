@@ -60,6 +60,7 @@ struct JobServiceOptions {
   Identities identities;
   std::string report_url;     // where coordinators report: this server, "http://host:port"
   int64_t max_upload_bytes = int64_t{1} << 30;  // a copy of an earlier job's code, at most
+  bool store_in_s3 = false;   // the store is in S3: its inputs are copied, never linked
   Millis poll_interval{100};  // how often running jobs' coordinators are looked at
   // Called (from the service's threads, maybe holding its lock: it must not call back into
   // the service) after new events or a new state

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -32,6 +33,7 @@
 #include "server/metrics.h"
 #include "server/tokens.h"
 #include "server/uploads.h"
+#include "storage/place.h"
 #include "storage/uri.h"
 #include "store/job_store.h"
 #include "util/fd.h"
@@ -316,6 +318,7 @@ bool validAccountName(const std::string& name) {
 
 struct Server::Impl {
   ServerOptions options;
+  storage::StoreSite site;  // where the accounts' buckets are: options.store, or on disk
   std::unique_ptr<store::JobStore> store;
   sched::SystemClock clock;
   std::unique_ptr<EventHub> hub;  // before `jobs`, which notifies it
@@ -1195,17 +1198,29 @@ void Server::Impl::storeRoutes() {
           COHORT_ASSIGN(auto where, location(req));
           const auto& [bucket, key] = where;
           COHORT_TRY(checkStoreAccess(*store, c, bucket, key, Access::kRead));
-          const std::string root = options.data_root + "/store/" + bucket;
-          std::string path = key.empty() ? root : root + "/" + key;
-          struct stat st {};
-          if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-            writeJson(res, 200, {{"files", listFiles(path)}});
-            return Result<void>();
+          COHORT_ASSIGN(auto objects, storage::openBucket(site, bucket));
+          const std::string uri = "store://" + bucket + "/" + key;
+          if (!key.empty() && req.param("list") != "1") {
+            auto object = objects->open(key, options.data_root + "/server");
+            if (object) {
+              res.status = 200;
+              res.content_type = "application/octet-stream";
+              res.file_size = static_cast<uint64_t>(object->info.size);
+              res.file = std::make_shared<UniqueFd>(std::move(object->fd));
+              return Result<void>();
+            }
+            if (object.error().code != Code::kNotFound) return tl::unexpected(object.error());
           }
-          if (req.param("list") == "1") {
-            return fail(Code::kNotFound, "store://" + bucket + "/" + key + ": not found");
+          // A directory: the objects under it.
+          const std::string prefix = key.empty() ? "" : key + "/";
+          COHORT_ASSIGN(std::vector<storage::ObjectInfo> listed, objects->list(prefix));
+          if (listed.empty() && !key.empty()) return fail(Code::kNotFound, uri + ": not found");
+          Json files = Json::array();
+          for (const storage::ObjectInfo& o : listed) {
+            files.push_back({{"path", o.key.substr(prefix.size())}, {"size", o.size}});
           }
-          return sendFile(res, root, key, "store://" + bucket + "/" + key);
+          writeJson(res, 200, {{"files", files}});
+          return Result<void>();
         });
   route(
       "PUT", R"(/v1/store/([^/]+)/?(.*))", true,
@@ -1214,24 +1229,11 @@ void Server::Impl::storeRoutes() {
         const auto& [bucket, key] = where;
         if (key.empty()) return fail(Code::kInvalidArgument, "a file upload needs a path");
         COHORT_TRY(checkStoreAccess(*store, c, bucket, key, Access::kWrite));
-        const std::string path = options.data_root + "/store/" + bucket + "/" + key;
-        struct stat st {};
-        if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-          return fail(Code::kFailedPrecondition,
-                      "store://" + bucket + "/" + key + " is a directory");
-        }
-        // A file where a directory of the path should be: say which, not a server error.
-        for (size_t slash = key.find('/'); slash != std::string::npos;
-             slash = key.find('/', slash + 1)) {
-          const std::string parent = key.substr(0, slash);
-          std::string dir = options.data_root + "/store/" + bucket + "/" + parent;
-          if (::lstat(dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
-            return fail(Code::kFailedPrecondition, "store://" + bucket + "/" + parent +
-                                                       " is a file, so nothing can go under it");
-          }
-        }
-        COHORT_TRY(makeDirs(path.substr(0, path.rfind('/'))));
-        COHORT_TRY(writeFileAtomic(path, req.body));
+        COHORT_ASSIGN(auto objects, storage::openBucket(site, bucket));
+        UniqueFd body(::memfd_create("cohort-store-put", MFD_CLOEXEC));
+        if (!body.valid()) return failErrno("memfd_create");
+        COHORT_TRY(writeAll(body.get(), req.body));
+        COHORT_TRY(objects->put(key, body.get(), static_cast<int64_t>(req.body.size()), nullptr));
         writeJson(res, 201, {{"uri", "store://" + bucket + "/" + key}, {"size", req.body.size()}});
         return Result<void>();
       });
@@ -1514,9 +1516,18 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   COHORT_TRY(makeDirs(dir));
   // The database, the tokens and the store are the server's alone, also for ranks that run
   // outside the sandbox (--no-isolate) as their account's user.
-  COHORT_TRY(makeDirs(options.data_root + "/store"));
-  for (const std::string& own : {dir, options.data_root + "/store"}) {
-    if (::chmod(own.c_str(), 0700) != 0) return failErrno("chmod '" + own + "'");
+  if (options.store) {
+    impl->site = *options.store;
+  } else {
+    impl->site.dir = options.data_root + "/store";
+  }
+  if (auto usable = storage::checkSite(impl->site); !usable) {
+    return withContext(usable.error(), "the store " + impl->site.describe());
+  }
+  std::vector<std::string> own = {dir};
+  if (!impl->site.inS3()) own.push_back(impl->site.dir);
+  for (const std::string& path : own) {
+    if (::chmod(path.c_str(), 0700) != 0) return failErrno("chmod '" + path + "'");
   }
   // One server per data root: two would both start and follow the same jobs. The lock is not
   // inherited by coordinators (close-on-exec), so a restarted server can take it while the
@@ -1544,6 +1555,7 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   jopts.isolate = options.isolate;
   jopts.identities = options.identities;
   jopts.max_upload_bytes = options.max_upload_bytes;
+  jopts.store_in_s3 = impl->site.inS3();
   COHORT_ASSIGN(impl->hub, EventHub::create());
   jopts.on_events = [hub = impl->hub.get()](const std::string& id) { hub->notify(id); };
 

@@ -15,12 +15,16 @@
 
 #include "sched/scheduler.h"
 #include "server/jobs.h"
+#include "storage/place.h"
 #include "util/result.h"
 
 namespace cohort::server {
 
 struct ServerOptions {
-  std::string data_root;  // database, jobs and store live here
+  std::string data_root;  // database, jobs and (unless `store` says otherwise) store live here
+  // Where the accounts' buckets are kept: in S3 (cohort server --store s3://B/P), checked when
+  // the server starts; unset: <data_root>/store.
+  std::optional<storage::StoreSite> store;
   std::string host = "127.0.0.1";
   int port = 8600;            // 0: any free port (see Server::port)
   std::string cohort_bin;     // what job coordinators run

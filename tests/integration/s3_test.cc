@@ -456,5 +456,197 @@ TEST_F(S3, BucketToBucketCopiesInsideTheServiceAndARerunSkipsEverything) {
   }
 }
 
+// ---- a server whose store is in S3 ----------------------------------------------------------
+
+// The S3 settings of a server's environment, for `cohort server --store`: the key, `secret`,
+// the endpoint (`port`, or versitygw's), and no ~/.aws files.
+std::vector<std::string> serverS3Env(const std::string& secret, int port) {
+  return {std::string("AWS_ACCESS_KEY_ID=") + kKey, "AWS_SECRET_ACCESS_KEY=" + secret,
+          "AWS_ENDPOINT_URL=http://127.0.0.1:" + std::to_string(port),
+          "AWS_SHARED_CREDENTIALS_FILE=/nonexistent", "AWS_CONFIG_FILE=/nonexistent"};
+}
+
+// Starts a server with `--store store` and `env` in its environment (set in this process for
+// the fork, removed again after).
+std::unique_ptr<ServerProcess> startWithStore(const std::string& store,
+                                              const std::vector<std::string>& env,
+                                              std::string* why) {
+  for (const std::string& kv : env) {
+    ::setenv(kv.substr(0, kv.find('=')).c_str(), kv.substr(kv.find('=') + 1).c_str(), 1);
+  }
+  auto server = startServer(why, {"--store", store});
+  for (const std::string& kv : env) ::unsetenv(kv.substr(0, kv.find('=')).c_str());
+  return server;
+}
+
+struct Api {
+  std::string url;
+  httplib::Result call(const std::string& method, const std::string& path, const std::string& token,
+                       const std::string& body = "") const {
+    httplib::Client c(url);
+    c.set_read_timeout(60, 0);
+    const httplib::Headers auth = {{"Authorization", "Bearer " + token}};
+    if (method == "GET") return c.Get(path, auth);
+    return c.Post(path, auth, body, "application/json");
+  }
+  std::string account(const std::string& admin, const std::string& name) const {
+    auto r = call("POST", "/v1/accounts", admin, nlohmann::json{{"name", name}}.dump());
+    EXPECT_TRUE(r && r->status == 201) << (r ? r->body : "no answer");
+    return r && r->status == 201 ? nlohmann::json::parse(r->body).value("token", "") : "";
+  }
+  // The job's record once it ended.
+  nlohmann::json waitFinal(const std::string& token, const std::string& id) const {
+    nlohmann::json record;
+    waitFor(
+        [&] {
+          auto r = call("GET", "/v1/jobs/" + id, token);
+          if (!r || r->status != 200) return false;
+          record = nlohmann::json::parse(r->body, nullptr, false);
+          const std::string state = record.value("state", "");
+          return state == "succeeded" || state == "failed" || state == "stopped";
+        },
+        120s, 100ms);
+    return record;
+  }
+};
+
+// Every regular file below `dir` holding `text`, relative to it.
+std::vector<std::string> filesHolding(const std::string& dir, const std::string& text) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    if (it->is_regular_file(ec) && !it->is_symlink(ec) && contains(readText(it->path()), text)) {
+      found.push_back(fs::relative(it->path(), dir).string());
+    }
+  }
+  return found;
+}
+
+TEST_F(S3, AServerKeepsItsStoreInS3AndItsJobsUseItWithoutSeeingItsCredentials) {
+  fs::create_directories(served("srv"));
+  std::string why;
+  auto server = startWithStore("s3://srv/cohort", serverS3Env(kSecret, port_), &why);
+  ASSERT_NE(server, nullptr) << why;
+  EXPECT_TRUE(contains(server->log(), "store s3://srv/cohort")) << server->log();
+  const Api api{server->url()};
+  const std::string alice = api.account(server->adminToken(), "alice");
+  const std::string bob = api.account(server->adminToken(), "bob");
+  auto as = [&](const std::string& token) {
+    return std::vector<std::string>{"COHORT_SERVER=" + server->url(), "COHORT_TOKEN=" + token,
+                                    "HOME=" + work_,
+                                    "AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY="};
+  };
+
+  // cohort cp to the server and back: the objects are in S3, not on the server's disk.
+  writeFile(work_ + "/digits/a.txt", "alpha\n");
+  writeFile(work_ + "/digits/sub/b.txt", "beta\n");
+  RunResult up =
+      CohortProcess({"cp", "-q", work_ + "/digits", "server://datasets/digits"}, as(alice))
+          .wait(60s);
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  EXPECT_EQ(readText(served("srv/cohort/datasets/digits/sub/b.txt")), "beta\n");
+  EXPECT_FALSE(fs::exists(server->dataRoot() + "/store/datasets"));
+  RunResult down =
+      CohortProcess({"cp", "-q", "server://datasets/digits", work_ + "/back"}, as(alice)).wait(60s);
+  ASSERT_EQ(down.exit_code, 0) << down.err;
+  EXPECT_EQ(files(work_ + "/back"), files(work_ + "/digits"));
+
+  // A job stages a store:// input on its node and writes its output to store://; its ranks see
+  // neither the server's AWS settings nor the store's.
+  nlohmann::json job = {
+      {"name", "s3store"},
+      {"framework", "generic"},
+      {"workdir", work_},
+      {"command",
+       {"/bin/sh", "-c",
+        "env > $COHORT_OUTPUT_DIR/env.txt; cat $COHORT_WORK_DIR/data/sub/b.txt > "
+        "$COHORT_OUTPUT_DIR/model.txt"}},
+      {"inputs", {{{"source", "store://datasets/digits"}, {"target", "data"}}}},
+      {"outputs", {{{"source", "output/"}, {"target", "store://models/{job}/"}}}}};
+  auto submitted = api.call("POST", "/v1/jobs", alice, nlohmann::json{{"job", job}}.dump());
+  ASSERT_TRUE(submitted && submitted->status == 201) << (submitted ? submitted->body : "");
+  const std::string id = nlohmann::json::parse(submitted->body).value("id", "");
+  nlohmann::json record = api.waitFinal(alice, id);
+  ASSERT_EQ(record.value("state", ""), "succeeded") << record.dump() << "\n" << server->log();
+  EXPECT_EQ(readText(served("srv/cohort/models/" + id + "/model.txt")), "beta\n");
+  const std::string env = readText(served("srv/cohort/models/" + id + "/env.txt"));
+  ASSERT_TRUE(contains(env, "COHORT_JOB_ID=" + id)) << env;
+  for (const std::string& never : {std::string(kSecret), std::string(kKey),
+                                   std::string("COHORT_STORE"), std::string("AWS_")}) {
+    EXPECT_FALSE(contains(env, never)) << never << " in the rank's environment";
+    EXPECT_EQ(filesHolding(server->dataRoot() + "/jobs/" + id, never == "AWS_" ? kSecret : never),
+              std::vector<std::string>{})
+        << never;
+  }
+  EXPECT_FALSE(contains(server->log(), kSecret));
+  RunResult outputs =
+      CohortProcess({"outputs", id, "download", work_ + "/outputs", "-q"}, as(alice)).wait(60s);
+  ASSERT_EQ(outputs.exit_code, 0) << outputs.err;
+  EXPECT_EQ(readText(work_ + "/outputs/model.txt"), "beta\n");
+
+  // Another account: 404 for alice's data, as input or download, until she shares it.
+  auto theirs = api.call("GET", "/v1/store/datasets/digits/a.txt", bob);
+  ASSERT_TRUE(theirs);
+  EXPECT_EQ(theirs->status, 404) << theirs->body;
+  EXPECT_FALSE(contains(theirs->body, "alpha"));
+  EXPECT_EQ(api.call("GET", "/v1/store/models?list=1", bob)->status, 404);
+  nlohmann::json bobs = job;
+  bobs["name"] = "bob-reads";
+  bobs.erase("outputs");
+  auto refused = api.call("POST", "/v1/jobs", bob, nlohmann::json{{"job", bobs}}.dump());
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 404) << refused->body;
+  EXPECT_TRUE(contains(refused->body, "inputs[0]")) << refused->body;
+  auto share = api.call(
+      "POST", "/v1/shares", alice,
+      nlohmann::json{{"prefix", "store://datasets/digits"}, {"with", "bob"}, {"access", "read"}}
+          .dump());
+  ASSERT_TRUE(share && share->status == 201) << (share ? share->body : "");
+  auto shared = api.call("GET", "/v1/store/datasets/digits/a.txt", bob);
+  ASSERT_TRUE(shared);
+  EXPECT_EQ(shared->status, 200) << shared->body;
+  EXPECT_EQ(shared->body, "alpha\n");
+
+  // A link input needs a store on disk.
+  nlohmann::json link = job;
+  link["inputs"][0]["mode"] = "link";
+  auto linked = api.call("POST", "/v1/jobs", alice, nlohmann::json{{"job", link}}.dump());
+  ASSERT_TRUE(linked);
+  EXPECT_EQ(linked->status, 400) << linked->body;
+  EXPECT_TRUE(contains(linked->body, "link needs a store on disk")) << linked->body;
+}
+
+TEST_F(S3, AServerWhoseStoreCannotBeUsedRefusesToStartAndSaysWhy) {
+  fs::create_directories(served("srv"));
+  struct Case {
+    std::string store;
+    std::vector<std::string> env;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"s3://srv/cohort", serverS3Env("not-the-secret-at-all", port_), "refused the credentials"},
+      {"s3://no-such-bucket/cohort", serverS3Env(kSecret, port_),
+       "bucket 'no-such-bucket' does not exist"},
+      {"s3://srv/cohort", serverS3Env(kSecret, freeLoopbackPort()), "cannot reach the S3 service"},
+      {"s3://Bad_Bucket/cohort", serverS3Env(kSecret, port_), "not a valid bucket name"},
+      {"/srv/store", serverS3Env(kSecret, port_), "expected s3://BUCKET/PREFIX"},
+      {"s3://srv/cohort",
+       {"AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY=", "AWS_SHARED_CREDENTIALS_FILE=/nonexistent"},
+       "no S3 credentials"},
+  };
+  for (const Case& c : cases) {
+    const std::string root = work_ + "/root";
+    RunResult r =
+        CohortProcess(
+            {"server", "--listen", "127.0.0.1:0", "--data-root", root, "--store", c.store}, c.env)
+            .wait(60s);
+    EXPECT_NE(r.exit_code, 0) << c.store << ": " << r.out;
+    EXPECT_TRUE(contains(r.err, c.says)) << c.store << ": " << r.err;
+    EXPECT_FALSE(contains(r.out, "listening")) << r.out;
+    EXPECT_FALSE(contains(r.err + r.out, "not-the-secret-at-all"));
+  }
+}
+
 }  // namespace
 }  // namespace cohort::testing
