@@ -190,6 +190,28 @@ time.sleep(300)
   expectNothingOfTheJobLeft(work_);
 }
 
+// An image built on the test image with podman build (a custom image, as a managed service's
+// are made): its layers stack, and what the top layer deletes is gone. --isolation chroot: the
+// build's RUN needs no container runtime (crun refuses this machine's hybrid cgroups).
+TEST_F(Images, AnImageBuiltOnAnotherRunsWithEveryLayer) {
+  const std::string derived = "localhost/cohort-test-derived:" + std::to_string(::getpid());
+  write("Containerfile",
+        "FROM " + image_ + "\nRUN echo custom > /etc/custom-marker && rm /etc/cohort-test-image\n");
+  ASSERT_EQ(
+      std::system(("podman build -q --isolation chroot -t " + derived + " " + work_ + " >/dev/null")
+                      .c_str()),
+      0);
+  write("layers.py",
+        "import os\nprint('custom:', open('/etc/custom-marker').read().strip(),"
+        " 'base marker there:', os.path.exists('/etc/cohort-test-image'))\n");
+  RunResult r = CohortProcess({"run", "--data-root", root_, "--workdir", work_, "--image", derived,
+                               "--", "python3", "layers.py"})
+                    .wait(120s);
+  (void)std::system(("podman rmi " + derived + " >/dev/null 2>&1").c_str());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "[worker/0 node0] custom: custom base marker there: False")) << r.out;
+}
+
 TEST_F(Images, PlanShowsTheImageAndTheCommandARankRuns) {
   RunResult r = runCohort({"plan", "--data-root", root_, "--workdir", work_, "--image", image_,
                            "--", "python3", "-c", "pass"});
