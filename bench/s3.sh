@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # S3 transfers: `cohort cp` next to `aws s3 cp --recursive` (awscli from PyPI) and `rclone copy`
 # against one real S3 server (versitygw, which checks every signature, serving a directory on
-# this machine), up and down, on (a) many small files and (b) a few large ones, in one run.
-# Each upload goes to an empty prefix and each download into an empty directory (so nothing is
-# skipped); times are hyperfine's medians of RUNS runs.
+# this machine), up, down, and from one bucket to another of the same server (s3:// to s3://,
+# which all three hand to the server: CopyObject / UploadPartCopy), on (a) many small files and
+# (b) a few large ones, in one run. Each upload or copy goes to an empty prefix and each
+# download into an empty directory (so nothing is skipped); times are hyperfine's medians of
+# RUNS runs.
 #
 #   bench/s3.sh       (RUNS=5 SMALL_FILES=2000 BIG_FILES=3 BIG_MB=256 by default)
-#   BASELINE=path/to/an/earlier/cohort bench/s3.sh    adds that build's times, "before"
+#   BASELINE=path/to/an/earlier/cohort bench/s3.sh    adds that build's times, "before" (up and
+#                                                     down: an earlier cohort may not copy s3:// to s3://)
+#   COHORT=path/to/cohort bench/s3.sh                 another build than build/cohort
 #
 # Needs: build/cohort and build/go-bin/versitygw (scripts/setup), hyperfine and rclone
 # (apt-get install hyperfine rclone); awscli is installed into build/venv-bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-cohort=$root/build/cohort
+cohort=${COHORT:-$root/build/cohort}
 gw=$root/build/go-bin/versitygw
 RUNS=${RUNS:-5}
 SMALL_FILES=${SMALL_FILES:-2000}
@@ -29,7 +33,7 @@ fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/cohort-s3-bench.XXXXXX")
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-mkdir -p "$work/served/bench"
+mkdir -p "$work/served/bench" "$work/served/copies"
 ROOT_ACCESS_KEY_ID=benchkey ROOT_SECRET_ACCESS_KEY=benchsecret \
   "$gw" --port "127.0.0.1:$port" posix "$work/served" >"$work/gw.log" 2>&1 &
 gw_pid=$!
@@ -68,6 +72,11 @@ for set in small large; do
   [ -z "${BASELINE:-}" ] || run before "$set" down "$BASELINE cp -q s3://bench/seed-$set $work/down" "$clean"
   run "aws s3 cp" "$set" down "$aws s3 cp --recursive --quiet s3://bench/seed-$set $work/down" "$clean"
   run rclone "$set" down "rclone copy --transfers 8 s3:bench/seed-$set $work/down" "$clean"
+  echo "$set: s3 to s3 ..." >&2
+  clean="rm -rf $work/served/copies/$set"
+  run cohort "$set" copy "$cohort cp -q s3://bench/seed-$set s3://copies/$set" "$clean"
+  run "aws s3 cp" "$set" copy "$aws s3 cp --recursive --quiet s3://bench/seed-$set s3://copies/$set" "$clean"
+  run rclone "$set" copy "rclone copy --transfers 8 s3:bench/seed-$set s3:copies/$set" "$clean"
 done
 
 python3 - "$results" "$SMALL_FILES" "$BIG_FILES" "$BIG_MB" <<'PY'
@@ -80,11 +89,12 @@ print("| set | direction | cohort cp | aws s3 cp | rclone copy | cohort / aws | 
       + (" before | cohort / before |" if before else ""))
 print("|---|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if before else ""))
 for s in ("small", "large"):
-    for d in ("up", "down"):
+    for d in ("up", "down", "copy"):
         c, a, r = t[("cohort", s, d)], t[("aws s3 cp", s, d)], t[("rclone", s, d)]
-        line = f"| {size[s]} | {d} | {c:.2f} s | {a:.2f} s | {r:.2f} s | {c/a:.2f}x | {c/r:.2f}x |"
+        name = "s3 to s3" if d == "copy" else d
+        line = f"| {size[s]} | {name} | {c:.2f} s | {a:.2f} s | {r:.2f} s | {c/a:.2f}x | {c/r:.2f}x |"
         if before:
-            b = t[("before", s, d)]
-            line += f" {b:.2f} s | {c/b:.2f}x |"
+            b = t.get(("before", s, d))
+            line += f" {b:.2f} s | {c/b:.2f}x |" if b else " - | - |"
         print(line)
 PY
