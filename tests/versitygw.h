@@ -23,13 +23,13 @@ namespace cohort::testing {
 constexpr const char* kS3Key = "cohort-test-key";
 constexpr const char* kS3Secret = "cohort-test-secret-0123456789";
 
-// A TCP connection to 127.0.0.1:`port`, or -1.
-inline int dialLoopback(int port) {
+// A TCP connection to `host`:`port` (an IPv4 address), or -1.
+inline int dialLoopback(int port, const std::string& host = "127.0.0.1") {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
     ::close(fd);
     return -1;
@@ -62,9 +62,11 @@ class Versitygw {
     return "";
   }
 
-  // Serves `served` (each directory under it a bucket) with kS3Key / kS3Secret, its output in
-  // `log`. up() says whether it listens.
-  Versitygw(const std::string& binary, const std::string& served, const std::string& log) {
+  // Serves `served` (each directory under it a bucket) with kS3Key / kS3Secret on `host` (an
+  // address of this machine), its output in `log`. up() says whether it listens.
+  Versitygw(const std::string& binary, const std::string& served, const std::string& log,
+            const std::string& host = "127.0.0.1")
+      : host_(host) {
     port_ = freeLoopbackPort();
     pid_ = ::fork();
     if (pid_ == 0) {
@@ -73,14 +75,14 @@ class Versitygw {
       int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       ::dup2(out, 1);
       ::dup2(out, 2);
-      const std::string listen = "127.0.0.1:" + std::to_string(port_);
+      const std::string listen = host_ + ":" + std::to_string(port_);
       ::execl(binary.c_str(), binary.c_str(), "--port", listen.c_str(), "posix", served.c_str(),
               static_cast<char*>(nullptr));
       _exit(127);
     }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (std::chrono::steady_clock::now() < deadline) {
-      int fd = dialLoopback(port_);
+      int fd = dialLoopback(port_, host_);
       if (fd >= 0) {
         ::close(fd);
         up_ = true;
@@ -104,9 +106,10 @@ class Versitygw {
 
   bool up() const { return up_; }
   int port() const { return port_; }
-  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string endpoint() const { return "http://" + host_ + ":" + std::to_string(port_); }
 
  private:
+  std::string host_;
   pid_t pid_ = -1;
   int port_ = 0;
   bool up_ = false;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "storage/place.h"
 #include "util/text.h"
 
 namespace cohort::backends {
@@ -272,6 +273,11 @@ Result<Json> volcanoJob(const spec::JobSpec& spec, const plan::Plan& plan) {
         secretVariable("COHORT_REPORT_TOKEN", secret, kVolcanoReportTokenKey, true)}},
       {"ports", {{{"name", "coordinator"}, {"containerPort", kVolcanoCoordinatorPort}}}},
       {"resources", {{"requests", {{"cpu", "500m"}, {"memory", "512Mi"}}}}}};
+  // A server's store in S3, for both the coordinator and the agents: from the Secret, when the
+  // server put it there.
+  for (const std::string& variable : storage::siteVariableNames()) {
+    coordinator["env"].push_back(secretVariable(variable, secret, variable, true));
+  }
   // A stop (the Job deleted, aborted or completed) gives the agents their ranks' grace period,
   // and the coordinator time after that to copy outputs, write the record and report it.
   const int64_t grace_s = (spec.policy.grace_period.count() + 999) / 1000;
@@ -304,6 +310,9 @@ Result<Json> volcanoJob(const spec::JobSpec& spec, const plan::Plan& plan) {
          {{{"name", "COHORT_COORDINATOR"}, {"value", dial}},
           secretVariable("COHORT_JOB_SECRET", secret, kVolcanoSecretKey)}},
         {"resources", podResources(spec, role)}};
+    for (const std::string& variable : storage::siteVariableNames()) {
+      agent["env"].push_back(secretVariable(variable, secret, variable, true));
+    }
     Json t = task(tasks[i], role.nodes, agent, grace_s + kAgentGraceS);
     const bool key = std::find(key_roles.begin(), key_roles.end(), role.name) != key_roles.end();
     if (key && one_key_task) {
@@ -347,12 +356,16 @@ Result<Json> volcanoJob(const spec::JobSpec& spec, const plan::Plan& plan) {
 }
 
 Json volcanoSecret(const Json& job, const std::string& secret,
-                   const std::optional<std::pair<std::string, std::string>>& report) {
+                   const std::optional<std::pair<std::string, std::string>>& report,
+                   const std::vector<std::pair<std::string, std::string>>& store) {
   const std::string name = job["metadata"]["name"].get<std::string>();
   Json data = {{kVolcanoSecretKey, secret}};
   if (report) {
     data[kVolcanoReportUrlKey] = report->first;
     data[kVolcanoReportTokenKey] = report->second;
+  }
+  for (const auto& [variable, value] : store) {
+    if (storage::isSiteVariable(variable)) data[variable] = value;
   }
   return {{"apiVersion", "v1"},
           {"kind", "Secret"},

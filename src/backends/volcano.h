@@ -26,7 +26,9 @@ inline constexpr int kVolcanoCoordinatorPort = 7070;
 // The Volcano task of the coordinator's pod; no role may be named so.
 inline constexpr const char* kVolcanoCoordinatorTask = "coordinator";
 // The keys of the job's Secret (<job>-secret): the secret the agents prove they know, and for a
-// job of `cohort server`, where its coordinator reports and with which credential.
+// job of `cohort server`, where its coordinator reports and with which credential. A server whose
+// store is in S3 adds it too, each of storage::siteVariableNames() a key of its own, which the
+// coordinator's and the agents' pods get as variables of that name (never the ranks).
 inline constexpr const char* kVolcanoSecretKey = "secret";
 inline constexpr const char* kVolcanoReportUrlKey = "report-url";
 inline constexpr const char* kVolcanoReportTokenKey = "report-token";
@@ -52,11 +54,12 @@ Result<nlohmann::json> volcanoJob(const spec::JobSpec& spec, const plan::Plan& p
 // The name of the Secret of the Job named `job`.
 inline std::string volcanoSecretName(const std::string& job) { return job + "-secret"; }
 
-// The Secret the pods of `job` (a volcanoJob) read: the job's `secret`, and with `report` the
-// URL and credential its coordinator reports to the server with. Labelled and annotated as the
-// Job is. Pure.
+// The Secret the pods of `job` (a volcanoJob) read: the job's `secret`, with `report` the URL and
+// credential its coordinator reports to the server with, and the server's store (`store`:
+// storage::siteVariables). Labelled and annotated as the Job is. Pure.
 nlohmann::json volcanoSecret(const nlohmann::json& job, const std::string& secret,
-                             const std::optional<std::pair<std::string, std::string>>& report);
+                             const std::optional<std::pair<std::string, std::string>>& report,
+                             const std::vector<std::pair<std::string, std::string>>& store = {});
 
 // A manifest as YAML for `kubectl create -f -`: block style, keys in the JSON's order, strings
 // that YAML would read as anything else (numbers, booleans, null) double-quoted.

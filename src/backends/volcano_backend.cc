@@ -18,9 +18,12 @@
 #include "job/layout.h"
 #include "plan/plan.h"
 #include "spec/job_spec.h"
+#include "storage/place.h"
 #include "util/fd.h"
 #include "util/net.h"
 #include "util/text.h"
+
+extern char** environ;
 
 namespace cohort::backends {
 
@@ -101,7 +104,15 @@ class VolcanoBackend : public Backend {
     auto say = [&](const std::string& line) {
       std::fprintf(stderr, "cohort server: job %s: %s\n", l.job_id.c_str(), line.c_str());
     };
-    COHORT_ASSIGN(VolcanoJobRef ref, cluster->submit(manifest, secret, report, say));
+    // A store in S3 reaches the pods through the Secret: its nodes stage store:// inputs from it
+    // and copy outputs to it themselves, having no file system of the server's.
+    std::vector<std::pair<std::string, std::string>> store;
+    for (char** e = environ; *e; ++e) {
+      const std::string entry(*e);
+      const std::string name = entry.substr(0, entry.find('='));
+      if (storage::isSiteVariable(name)) store.emplace_back(name, entry.substr(name.size() + 1));
+    }
+    COHORT_ASSIGN(VolcanoJobRef ref, cluster->submit(manifest, secret, report, store, say));
     ref.job_dir = l.job_dir;
     const std::string handle = ref.encode();
     copyLog(handle, ref, layout.consoleLog());

@@ -97,6 +97,7 @@ Result<void> VolcanoCluster::checkVolcano() const {
 Result<VolcanoJobRef> VolcanoCluster::submit(
     const Json& job, const std::string& secret,
     const std::optional<std::pair<std::string, std::string>>& report,
+    const std::vector<std::pair<std::string, std::string>>& store,
     const std::function<void(const std::string&)>& say) {
   const std::string name = job["metadata"]["name"].get<std::string>();
   const std::string what = "Volcano Job '" + name + "' in namespace '" + namespace_ + "'";
@@ -130,7 +131,7 @@ Result<VolcanoJobRef> VolcanoCluster::submit(
     return tl::unexpected<Error>(existing.error());
   }
 
-  const Json secret_object = volcanoSecret(job, secret, report);
+  const Json secret_object = volcanoSecret(job, secret, report, store);
   const std::string secret_name = volcanoSecretName(name);
   const std::string secret_what =
       "create Secret '" + secret_name + "' in namespace '" + namespace_ + "'";

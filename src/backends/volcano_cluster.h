@@ -63,8 +63,10 @@ class VolcanoCluster {
   // any other is kAlreadyExists naming it and what to do. When the Job cannot be created the
   // Secret is deleted again: nothing is left half-made. Errors: those of the API, in a person's
   // words.
+  // `store`: a server's store in S3 for the pods (storage::siteVariables), or none.
   Result<VolcanoJobRef> submit(const nlohmann::json& job, const std::string& secret,
                                const std::optional<std::pair<std::string, std::string>>& report,
+                               const std::vector<std::pair<std::string, std::string>>& store,
                                const std::function<void(const std::string&)>& say);
 
   // The Job's phase now ("" when Volcano has not set one). Errors: kNotFound when the Job is

@@ -251,10 +251,24 @@ TEST(VolcanoJob, TheSecretHoldsWhatThePodsReadAndOnlyThat) {
   Json reported = volcanoSecret(job, "s3cr3t", std::make_pair("http://10.0.0.1:8600", "tok"));
   EXPECT_EQ(reported["stringData"]["report-url"], "http://10.0.0.1:8600");
   EXPECT_EQ(reported["stringData"]["report-token"], "tok");
-  // The manifest names the keys, never their values.
+  // A server's store in S3: its variables, and nothing else its environment holds.
+  Json stored = volcanoSecret(job, "s3cr3t", std::nullopt,
+                              {{"COHORT_STORE", "s3://b/p"},
+                               {"COHORT_STORE_SECRET_ACCESS_KEY", "k"},
+                               {"AWS_SECRET_ACCESS_KEY", "not passed"}});
+  EXPECT_EQ(stored["stringData"], Json::parse(R"({"secret": "s3cr3t", "COHORT_STORE": "s3://b/p",
+                                                  "COHORT_STORE_SECRET_ACCESS_KEY": "k"})"));
+  // The manifest names the keys, never their values; the coordinator and every agent read the
+  // store's, the ranks never see them (the agents keep them back).
   const std::string text = job.dump();
   EXPECT_NE(text.find("\"report-token\""), std::string::npos);
   EXPECT_EQ(text.find("s3cr3t"), std::string::npos);
+  for (const char* task : {"coordinator", "worker"}) {
+    const Json& env = taskNamed(job, task)["template"]["spec"]["containers"][0]["env"];
+    bool store = false;
+    for (const Json& v : env) store = store || v["name"] == "COHORT_STORE_SECRET_ACCESS_KEY";
+    EXPECT_TRUE(store) << task;
+  }
 }
 
 TEST(VolcanoJob, ResourcesSizeEachPodForItsNodesRanks) {

@@ -207,7 +207,7 @@ int runOnVolcano(const JobOptions& options) {
   if (!secret) return refuse(secret.error());
   auto signals = proc::SignalFd::create({SIGINT, SIGTERM, SIGHUP});
   if (!signals) return refuse(signals.error());
-  auto ref = (*cluster)->submit(*manifest, *secret, std::nullopt, say);
+  auto ref = (*cluster)->submit(*manifest, *secret, std::nullopt, {}, say);
   if (!ref) return refuse(ref.error());
   const bool progress = !options.quiet;
   if (progress) {

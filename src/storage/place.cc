@@ -189,6 +189,12 @@ std::vector<std::pair<std::string, std::string>> siteVariables(const StoreSite& 
 
 bool isSiteVariable(std::string_view name) { return startsWith(name, kSiteVariable); }
 
+std::vector<std::string> siteVariableNames() {
+  std::vector<std::string> names = {kSiteVariable};
+  for (const SiteVariable& v : kSiteFields) names.push_back(std::string(kSiteVariable) + v.suffix);
+  return names;
+}
+
 Result<std::unique_ptr<ObjectStore>> openBucket(const StoreSite& site, const std::string& bucket) {
   if (!validBucketName(bucket)) {
     return fail(Code::kInvalidArgument, "store://" + bucket + ": not a valid bucket name");

@@ -54,6 +54,9 @@ Result<void> checkSite(const StoreSite& site);
 std::vector<std::pair<std::string, std::string>> siteVariables(const StoreSite& site);
 // Whether `name` is one of the variables siteVariables sets (what a rank must never see).
 bool isSiteVariable(std::string_view name);
+// Every name siteVariables may set, always in the same order: what a manifest passes through
+// from where it keeps them (a Kubernetes Secret).
+std::vector<std::string> siteVariableNames();
 
 // Bucket `bucket` of the site as an object store: its keys are the bucket's paths, its URIs
 // "store://BUCKET/KEY", and it refuses a key with an empty, "." or ".." part (storage/

@@ -18,6 +18,7 @@
 #include <regex>
 #include <thread>
 
+#include "../versitygw.h"
 #include "backends/kube.h"
 #include "harness.h"
 
@@ -615,6 +616,67 @@ TEST_F(Volcano, TheServerFindsARunningJobAgainAfterARestart) {
   RunResult logs = runCohort({"logs", id, "--server", url, "--token", token});
   EXPECT_TRUE(contains(logs.out, "tick 8")) << logs.out;
   EXPECT_TRUE(contains(logs.out, "tick 1")) << "the log copied on where it stopped: " << logs.out;
+}
+
+}  // namespace
+}  // namespace cohort::testing
+
+namespace cohort::testing {
+namespace {
+
+// A server whose store is in S3 runs Volcano jobs whose inputs and outputs are store://: the pods
+// have no file system of the server's, so every node stages from S3 and writes to it itself,
+// with the store handed to them in the job's Secret; the ranks never see it.
+TEST_F(Volcano, AServersStoreInS3IsWhereItsPodsStageFromAndCopyTo) {
+  const std::string bin = COHORT_BIN;
+  const std::string gw = Versitygw::find({bin.substr(0, bin.rfind('/'))});
+  if (gw.empty()) GTEST_SKIP() << "versitygw is not installed (scripts/setup builds it)";
+  startSim("/tmp");
+  const std::string host = clusterEnv("COHORT_KUBE_HOST_ADDR");
+  const std::string served = tempDir();
+  std::filesystem::create_directories(served + "/srv");
+  Versitygw s3(gw, served, served + ".log", host);  // where the pods reach it
+  ASSERT_TRUE(s3.up()) << readText(served + ".log");
+  const std::vector<std::string> aws = {
+      std::string("AWS_ACCESS_KEY_ID=") + kS3Key, std::string("AWS_SECRET_ACCESS_KEY=") + kS3Secret,
+      "AWS_ENDPOINT_URL=" + s3.endpoint(), "AWS_SHARED_CREDENTIALS_FILE=/nonexistent",
+      "AWS_CONFIG_FILE=/nonexistent"};
+  for (const std::string& kv : aws) {
+    ::setenv(kv.substr(0, kv.find('=')).c_str(), kv.substr(kv.find('=') + 1).c_str(), 1);
+  }
+  std::string why;
+  auto server =
+      startServer(&why, {"--backend", "volcano", "--namespace", namespace_, "--single-user",
+                         "--no-isolate", "--store", "s3://srv/cohort", "--listen", host + ":0"});
+  for (const std::string& kv : aws) ::unsetenv(kv.substr(0, kv.find('=')).c_str());
+  ASSERT_TRUE(server) << why;
+  const std::vector<std::string> as = {"COHORT_SERVER=" + server->url(),
+                                       "COHORT_TOKEN=" + server->adminToken()};
+  const std::string data = tempDir();
+  std::ofstream(data + "/digits.txt") << "one two three\n";
+  RunResult up = CohortProcess({"cp", "-q", data, "server://datasets/words"}, as).wait(60s);
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+
+  const std::string dir = tempDir();
+  std::ofstream(dir + "/job.yaml")
+      << "name: staged\nworkdir: /tmp\nbackend: volcano\nenvironment: {image: " << kImage
+      << "}\nroles: {worker: {nodes: 2}}\n"
+         "command: [/bin/sh, -c, 'wc -w < $COHORT_WORK_DIR/data/digits.txt > "
+         "$COHORT_OUTPUT_DIR/words-$RANK.txt; "
+         "env | grep -c -e COHORT_STORE -e AWS_ > $COHORT_OUTPUT_DIR/seen-$RANK.txt; true']\n"
+         "inputs: [{source: store://datasets/words, target: data}]\n"
+         "outputs: [{source: output/, target: 'store://models/{job}/'}]\n";
+  RunResult submitted =
+      CohortProcess({"submit", "--no-upload", "--wait", "-f", dir + "/job.yaml"}, as).wait(180s);
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.err << server->log() << sim_->log();
+  const std::string id = submitted.out.substr(0, submitted.out.find('\n'));
+  for (const char* rank : {"0", "1"}) {
+    EXPECT_EQ(readText(served + "/srv/cohort/models/" + id + "/words-" + rank + ".txt"), "3\n")
+        << "rank " << rank << " staged the input from S3 and its node copied the output there";
+    EXPECT_EQ(readText(served + "/srv/cohort/models/" + id + "/seen-" + rank + ".txt"), "0\n")
+        << "the store's settings reached rank " << rank;
+  }
+  EXPECT_FALSE(contains(server->log(), kS3Secret));
 }
 
 }  // namespace
