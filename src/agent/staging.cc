@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 
+#include "env/node_copy.h"
 #include "job/layout.h"
 #include "storage/copy.h"
 #include "storage/place.h"
@@ -39,6 +41,28 @@ Result<void> makeScratchDirs(const plan::NodePlan& node) {
   return {};
 }
 
+// The cohort binary this agent runs: what builds a saved environment as the ranks' user.
+std::string selfBinary() {
+  char path[4096];
+  ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
+  return n > 0 ? std::string(path, static_cast<size_t>(n)) : std::string("cohort");
+}
+
+// How a saved environment is built on this node: as the ranks' user, and in a sandbox when they
+// run in one, with the data root (every job of this data root, a server's records) hidden.
+env::Confinement buildConfinement(const plan::NodePlan& node) {
+  env::Confinement how;
+  if (node.ranks.empty()) return how;
+  how.uid = node.ranks.front().uid;
+  how.gid = node.ranks.front().gid;
+  how.sandbox = node.ranks.front().sandboxed;
+  // <data root>/jobs/<id>/work/node<i>
+  std::filesystem::path root = std::filesystem::path(node.work_dir);
+  for (int up = 0; up < 4 && root.has_parent_path(); ++up) root = root.parent_path();
+  if (root.has_parent_path() && root != "/") how.hide.push_back(root.string());
+  return how;
+}
+
 }  // namespace
 
 Result<void> removeScratchDirs(const plan::NodePlan& node) {
@@ -53,14 +77,27 @@ Result<void> removeScratchDirs(const plan::NodePlan& node) {
 Result<StagingResult> stageInputs(const plan::NodePlan& node) {
   auto start = std::chrono::steady_clock::now();
   // The job's environment was built where the job was submitted; a node of a cluster sees it
-  // only through a file system they share. Without it the ranks would find another python3.
+  // there through a file system they share, or has a copy of its own from an earlier job, or
+  // builds one now, at the same path, as the ranks' user (env/node_copy.h).
+  if (!node.environment.empty()) {
+    auto copied = env::copyToNode(
+        node.environment, selfBinary(), buildConfinement(node),
+        [](const std::string& line) { std::fprintf(stderr, "cohort exec: %s\n", line.c_str()); });
+    if (!copied) {
+      return fail(copied.error().code, "environment on node " + std::to_string(node.node) + " (" +
+                                           node.host + "): " + copied.error().message);
+    }
+  }
+  // A virtual environment the job names itself (VIRTUAL_ENV in its env): there, or no rank
+  // starts. Without it the ranks would find another python3.
   for (const plan::RankPlan& rank : node.ranks) {
     for (const auto& [key, venv] : rank.env) {
       if (key != "VIRTUAL_ENV" || ::access((venv + "/bin/python").c_str(), X_OK) == 0) continue;
       return fail(Code::kFailedPrecondition,
                   "environment: " + venv + " is not on node " + std::to_string(node.node) + " (" +
                       node.host +
-                      "): keep environments on a file system every node shares (COHORT_ENVS)");
+                      "): keep it on a file system every node shares (COHORT_ENVS), or name a "
+                      "cohort environment (environment: NAME), which a node builds itself");
     }
   }
   // An image's layers were found in podman's storage where the job was submitted; each rank

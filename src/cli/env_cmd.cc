@@ -117,6 +117,7 @@ Usage: cohort env ls [--json]
        cohort env show NAME [--json]
        cohort env build NAME
        cohort env create NAME --from BASE [--pip PKG==VER]... [--requirements FILE]
+                         [--lock FILE]
        cohort env rebuild NAME
        cohort env rm NAME
        cohort env exec --image REF -- COMMAND [ARG...]
@@ -141,14 +142,18 @@ Presets ship with cohort and are built on first use, then kept:
 create makes a saved environment on BASE (a preset or a saved one): a virtual environment in
 which BASE's packages stay visible (nothing is copied) and the requirements are installed with
 pip; every package it installed is pinned in its lock file, and rebuild installs exactly those
-again. A build that fails says so in pip's words and leaves nothing under the name.
+again. A build that fails says so in pip's words and leaves nothing under the name. On a
+cluster's node that does not see an environment at its path, the node builds a copy of its own
+there from the lock file before any rank starts, once (docs/environments.md).
 
   --from BASE          the environment to build on
   --pip PKG==VER       a requirement (repeatable)
   --requirements FILE  a requirements.txt
+  --lock FILE          install exactly the pins of this lock file (another machine's lock.txt)
   --json               machine-readable output (ls, show)
   --data-root DIR      environments are kept in DIR/envs (default $COHORT_DATA_ROOT or
-                       ~/.cohort), or in $COHORT_ENVS when it is set
+                       ~/.cohort), or in $COHORT_ENVS (DIR[:DIR...]: made in the first, looked
+                       up in each, presets in the last) when it is set
 
 Exit codes: 0 done; 1 a build failed; 2 bad usage or no such environment; exec: COMMAND's, or
 127 when it could not start.
@@ -167,6 +172,7 @@ int cmdEnv(int argc, char** argv) {
                         {{"--from", "", true},
                          {"--pip", "", true},
                          {"--requirements", "", true},
+                         {"--lock", "", true},
                          {"--json", "", false},
                          {"--data-root", "", true},
                          {"--help", "-h", false}});
@@ -175,7 +181,7 @@ int cmdEnv(int argc, char** argv) {
     std::fputs(envHelp(), stdout);
     return 0;
   }
-  env::Store store(env::storeDir(dataRoot(args->get("--data-root"))));
+  env::Store store(env::storeDirs(dataRoot(args->get("--data-root"))));
   const bool json = args->has("--json");
   auto need = [&](size_t n) { return args->positional.size() == n; };
   auto outcome = [&](const Result<env::Environment>& e, const char* done) {
@@ -250,8 +256,9 @@ int cmdEnv(int argc, char** argv) {
     return 0;
   }
   if (verb == "create" && need(1)) {
-    return outcome(store.create(args->positional[0], args->get("--from"), args->all("--pip"),
-                                args->get("--requirements"), progress),
+    return outcome(store.create({args->positional[0], args->get("--from"), args->all("--pip"),
+                                 args->get("--requirements"), args->get("--lock")},
+                                progress),
                    "is saved");
   }
   if (verb == "rebuild" && need(1)) {

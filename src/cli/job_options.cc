@@ -681,7 +681,7 @@ Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
   // on every rank's PATH, and the command is looked for there.
   spec::JobSpec with_environment = s;
   if (!s.environment.empty()) {
-    env::Store store(env::storeDir(job.data_root));
+    env::Store store(env::storeDirs(job.data_root));
     auto found = store.get(s.environment);
     if (!found) return fail(found.error().code, spec::fieldLabel(s, "environment") + found.error().message);
     if (!found->built && !dry) {
@@ -698,6 +698,14 @@ Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
     }
     job.context.environment = env::rankVariables(*built, path);
     for (const auto& [k, v] : job.context.environment) with_environment.env.emplace_back(k, v);
+    // What a node that does not see it needs to build its own copy (env/node_copy.h).
+    if (built->built) {
+      auto layers = store.layers(s.environment);
+      if (!layers)
+        return fail(layers.error().code,
+                    spec::fieldLabel(s, "environment") + layers.error().message);
+      job.context.environment_layers = std::move(*layers);
+    }
   }
   // An image (on volcano it is the pods' and nothing of it is here): in podman's storage, or
   // pulled now (its progress on stderr). Its variables come with the environment, the job's own

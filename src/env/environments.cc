@@ -1,6 +1,7 @@
 #include "env/environments.h"
 
 #include <fcntl.h>
+#include <openssl/evp.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,8 +10,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "env/tools.h"
 #include "proc/spawn.h"
@@ -22,6 +23,10 @@ namespace {
 
 using Json = nlohmann::json;
 
+constexpr size_t kMaxDefinitionBytes = 1 << 20;  // env.json
+constexpr size_t kMaxLockBytes = 1 << 20;        // lock.txt
+constexpr size_t kMaxRequirementBytes = 256;
+
 // A saved environment's name: what a directory and a job file can carry unquoted.
 bool validName(const std::string& name) {
   if (name.empty() || name.size() > 64 || name[0] == '.' || name[0] == '-') return false;
@@ -30,11 +35,11 @@ bool validName(const std::string& name) {
   });
 }
 
-const Preset* findPreset(const std::string& name) {
-  for (const Preset& p : presets()) {
-    if (p.name == name) return &p;
-  }
-  return nullptr;
+std::string sha256Hex(const std::string& text) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_Digest(text.data(), text.size(), digest, &length, EVP_sha256(), nullptr);
+  return hexEncode(digest, length);
 }
 
 // What `argv` prints on stdout, trimmed.
@@ -62,7 +67,7 @@ Result<std::pair<std::string, std::string>> ownPackages(const std::string& pytho
 }
 
 Result<Json> readDefinition(const std::string& dir) {
-  COHORT_ASSIGN(std::string text, readFile(dir + "/env.json"));
+  COHORT_ASSIGN(std::string text, readBuiltFile(dir + "/env.json", kMaxDefinitionBytes));
   Json j = Json::parse(text, nullptr, false);
   if (!j.is_object()) {
     return fail(Code::kFailedPrecondition, dir + "/env.json is not an environment's definition");
@@ -80,14 +85,24 @@ std::vector<std::string> strings(const Json& j) {
   return out;
 }
 
-// Held while `name` is built or removed, so that two jobs starting at once build it once.
+std::string text(const Json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// Held while `name` is built or removed, so that two jobs starting at once build it once. The
+// lock file is opened read-only: a build confined to its environment's directory can take a
+// lock file made for it beforehand.
 class BuildLock {
  public:
   static Result<BuildLock> take(const std::string& root, const std::string& name) {
-    COHORT_TRY(makeDirs(root));
-    BuildLock lock;
     const std::string path = root + "/." + name + ".lock";
-    lock.fd_.reset(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
+    BuildLock lock;
+    lock.fd_.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (!lock.fd_.valid()) {
+      COHORT_TRY(makeDirs(root));
+      lock.fd_.reset(::open(path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
+    }
     if (!lock.fd_.valid()) return failErrno("open '" + path + "'");
     while (::flock(lock.fd_.get(), LOCK_EX) < 0) {
       if (errno != EINTR) return failErrno("lock '" + path + "'");
@@ -99,17 +114,38 @@ class BuildLock {
   UniqueFd fd_;
 };
 
+// Removes what is in `dir` (links removed, never followed), keeping `dir` itself.
+Result<void> emptyDir(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    std::filesystem::remove_all(entry.path(), ec);
+    if (ec) return fail(Code::kIo, "remove '" + entry.path().string() + "': " + ec.message());
+  }
+  return {};
+}
+
 // Builds environment `name` in `dir` with `steps`, from an empty directory: whatever a build
-// that failed or was killed left there goes first, and what this one leaves when it fails too.
+// that failed or was killed left there goes first, and what this one leaves when it fails too
+// (and the directory, where it may: a confined build's is the one place it may write).
 Result<void> buildInto(const std::string& dir, const std::string& name,
                        const std::function<Result<void>()>& steps) {
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
   Result<void> built = makeDirs(dir);
+  if (built) built = emptyDir(dir);
   if (built) built = steps();
   if (built) return {};
-  std::filesystem::remove_all(dir, ec);
+  (void)emptyDir(dir);
+  (void)::rmdir(dir.c_str());
   return fail(built.error().code, "environment " + name + ": " + built.error().message);
+}
+
+// The name of the requirement `line` ("Termcolor==3.3.0" -> "termcolor"), as pip compares them.
+std::string packageName(const std::string& line) {
+  std::string name;
+  for (char c : line) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') break;
+    name.push_back(c == '_' || c == '.' ? '-' : static_cast<char>(std::tolower(c)));
+  }
+  return name;
 }
 
 }  // namespace
@@ -182,51 +218,93 @@ const std::vector<Preset>& presets() {
   return kPresets;
 }
 
-std::string storeDir(const std::string& data_root) {
-  const char* dir = std::getenv("COHORT_ENVS");
-  if (!dir || !*dir) return data_root + "/envs";
-  if (dir[0] == '/') return dir;
+const Preset* findPreset(const std::string& name) {
+  for (const Preset& p : presets()) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> storeDirs(const std::string& data_root) {
+  const char* list = std::getenv("COHORT_ENVS");
+  std::vector<std::string> dirs;
   char cwd[4096];
-  return std::string(::getcwd(cwd, sizeof cwd) ? cwd : "/") + "/" + dir;
+  const std::string here = ::getcwd(cwd, sizeof cwd) ? cwd : "/";
+  for (const std::string& dir : split(list ? list : "", ':')) {
+    if (dir.empty()) continue;
+    dirs.push_back(dir[0] == '/' ? dir : here + "/" + dir);
+  }
+  if (dirs.empty()) dirs.push_back(data_root + "/envs");
+  return dirs;
 }
 
 Result<Environment> Store::get(const std::string& name) const {
   Environment e;
   e.name = name;
-  if (const Preset* p = findPreset(name)) {
+  const Preset* preset = findPreset(name);
+  if (preset) {
     e.preset = true;
-    e.requirements = p->requirements;
-    e.summary = p->summary;
+    e.requirements = preset->requirements;
+    e.summary = preset->summary;
+    e.hash = presetHash(*preset);
     if (name == "system") {
       e.built = true;
       return e;
     }
+    e.store = dirs_.back();
   } else if (!validName(name)) {
     return fail(Code::kInvalidArgument, "'" + name.substr(0, 64) +
                                             "' is not an environment name (letters, digits, '-', "
                                             "'_' and '.', at most 64)");
+  } else {
+    e.store = dirs_.front();
+    for (const std::string& dir : dirs_) {
+      if (::access((dir + "/" + name + "/env.json").c_str(), F_OK) == 0) {
+        e.store = dir;
+        break;
+      }
+    }
   }
-  e.dir = root_ + "/" + name;
+  e.dir = e.store + "/" + name;
   e.venv = e.dir + "/venv";
   auto def = readDefinition(e.dir);
   if (def) {
     e.built = true;
-    e.from = def->value("from", "");
+    e.from = text(*def, "from");
     if (!e.preset) e.requirements = strings(def->value("requirements", Json::array()));
-    e.python = def->value("python", "");
-    e.python_version = def->value("python_version", "");
+    e.python = e.venv + "/bin/python";
+    e.python_version = text(*def, "python_version");
     const Json packages = def->value("packages", Json::object());
     for (auto it = packages.begin(); packages.is_object() && it != packages.end(); ++it) {
       if (it.value().is_string()) e.packages[it.key()] = it.value().get<std::string>();
     }
-    if (!e.preset) e.summary = "on " + e.from;
+    if (!e.preset) {
+      e.summary = "on " + e.from;
+      e.hash = text(*def, "hash");  // "" for one built before environments had hashes
+    }
     return e;
   }
   if (e.preset) return e;
   std::vector<std::string> names;
-  for (const Environment& known : list()) names.push_back(known.name);
+  for (const Preset& p : presets()) names.push_back(p.name);
+  for (const std::string& saved : savedNames()) names.push_back(saved);
   return fail(Code::kNotFound, "no environment '" + name + "' (there are: " + join(names, ", ") +
                                    "; cohort env create makes one)");
+}
+
+std::vector<std::string> Store::savedNames() const {
+  std::vector<std::string> saved;
+  for (const std::string& dir : dirs_) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (findPreset(name) || !validName(name)) continue;
+      if (::access((entry.path() / "env.json").c_str(), F_OK) == 0) saved.push_back(name);
+    }
+  }
+  std::sort(saved.begin(), saved.end());
+  saved.erase(std::unique(saved.begin(), saved.end()), saved.end());
+  return saved;
 }
 
 std::vector<Environment> Store::list() const {
@@ -234,15 +312,7 @@ std::vector<Environment> Store::list() const {
   for (const Preset& p : presets()) {
     if (auto e = get(p.name)) out.push_back(*e);
   }
-  std::error_code ec;
-  std::vector<std::string> saved;
-  for (const auto& entry : std::filesystem::directory_iterator(root_, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (findPreset(name) || !validName(name)) continue;
-    if (::access((entry.path() / "env.json").c_str(), F_OK) == 0) saved.push_back(name);
-  }
-  std::sort(saved.begin(), saved.end());
-  for (const std::string& name : saved) {
+  for (const std::string& name : savedNames()) {
     if (auto e = get(name)) out.push_back(*e);
   }
   return out;
@@ -252,7 +322,7 @@ Result<Environment> Store::ensureBuilt(const std::string& name, const Progress& 
   COHORT_ASSIGN(Environment e, get(name));
   if (e.built) return e;
   if (!e.preset) return e;  // a saved one without env.json is reported by get()
-  COHORT_ASSIGN(BuildLock lock, BuildLock::take(root_, name));
+  COHORT_ASSIGN(BuildLock lock, BuildLock::take(e.store, name));
   COHORT_ASSIGN(e, get(name));  // built meanwhile by another job
   if (e.built) return e;
   const Preset& p = *findPreset(name);
@@ -296,28 +366,32 @@ Result<Environment> Store::ensureBuilt(const std::string& name, const Progress& 
                 {"python", pip_python},
                 {"python_version", version},
                 {"packages", packages},
-                {"site_packages", site}};
+                {"site_packages", site},
+                {"hash", presetHash(p)}};
     return writeFileAtomic(e.dir + "/env.json", def.dump(2) + "\n", true);  // last: now built
   }));
   return get(name);
 }
 
-Result<Environment> Store::create(const std::string& name, const std::string& from,
-                                  const std::vector<std::string>& requirements,
-                                  const std::string& requirements_file, const Progress& progress) {
-  if (findPreset(name) || !validName(name)) {
-    return fail(Code::kInvalidArgument,
-                "'" + name.substr(0, 64) + "' cannot name a saved environment" +
-                    (findPreset(name) ? ": it is a preset" : " (letters, digits, '-', '_', '.')"));
-  }
+Result<Environment> Store::create(const CreateRequest& request, const Progress& progress) {
+  const std::string& name = request.name;
+  const std::string& from = request.from;
+  COHORT_TRY(checkSavedName(name));
   if (from.empty()) return fail(Code::kInvalidArgument, "--from: name the environment to build on");
-  std::vector<std::string> wanted = requirements;
-  if (!requirements_file.empty()) {
-    COHORT_ASSIGN(std::string text, readFile(requirements_file));
+  std::vector<std::string> wanted = request.requirements;
+  if (!request.requirements_file.empty()) {
+    COHORT_ASSIGN(std::string text, readFile(request.requirements_file));
     for (std::string line : split(text, '\n')) {
       line = std::string(trim(line.substr(0, line.find('#'))));
       if (!line.empty()) wanted.push_back(line);
     }
+  }
+  std::vector<std::string> pins;
+  if (!request.lock_file.empty()) {
+    COHORT_ASSIGN(std::string text, readFile(request.lock_file));
+    auto parsed = parseLock(text);
+    if (!parsed) return withContext(parsed.error(), "--lock " + request.lock_file);
+    pins = *parsed;
   }
   COHORT_ASSIGN(Environment base, ensureBuilt(from, progress));
   if (base.venv.empty()) {
@@ -325,18 +399,18 @@ Result<Environment> Store::create(const std::string& name, const std::string& fr
                 "--from system: build on a preset with a virtual "
                 "environment (pytorch, tensorflow, mindspore) or a saved one");
   }
-  COHORT_ASSIGN(BuildLock lock, BuildLock::take(root_, name));
-  if (::access((root_ + "/" + name + "/env.json").c_str(), F_OK) == 0) {
+  COHORT_ASSIGN(BuildLock lock, BuildLock::take(root(), name));
+  if (::access((root() + "/" + name + "/env.json").c_str(), F_OK) == 0) {
     return fail(Code::kAlreadyExists,
                 "environment " + name + " exists (cohort env rm " + name + " first)");
   }
-  const std::string dir = root_ + "/" + name, venv = dir + "/venv";
+  const std::string dir = root() + "/" + name, venv = dir + "/venv";
   COHORT_TRY(buildInto(dir, name, [&]() -> Result<void> {
     COHORT_ASSIGN(Json base_def, readDefinition(base.dir));
     // The base's interpreter, through its venv's own link: the new one sees what the base sees.
     COHORT_ASSIGN(std::string real, ask(base.python, "import sys; print(sys._base_executable)"));
     std::vector<std::string> make = {real, "-m", "venv"};
-    const Preset* root_preset = findPreset(base.preset ? base.name : base_def.value("root", ""));
+    const Preset* root_preset = findPreset(base.preset ? base.name : text(base_def, "root"));
     if (root_preset && root_preset->system_site_packages) make.push_back("--system-site-packages");
     make.push_back(venv);
     if (progress) progress("making a virtual environment on " + from);
@@ -345,15 +419,18 @@ Result<Environment> Store::create(const std::string& name, const std::string& fr
     COHORT_ASSIGN(std::string site,
                   ask(python, "import sysconfig; print(sysconfig.get_paths()['purelib'])"));
     // The base's packages, visible behind this one's own (a .pth line joins sys.path).
-    std::string layers = base_def.value("site_packages", "") + "\n";
+    std::vector<std::string> all_layers = {text(base_def, "site_packages")};
     for (const std::string& below : strings(base_def.value("layers", Json::array()))) {
-      layers += below + "\n";
+      all_layers.push_back(below);
     }
-    COHORT_TRY(writeFileAtomic(site + "/_cohort_base.pth", layers, false));
-    if (!wanted.empty()) {
-      if (progress) progress("installing " + join(wanted, " "));
+    COHORT_TRY(writeFileAtomic(site + "/_cohort_base.pth", join(all_layers, "\n") + "\n", false));
+    const std::vector<std::string>& install = pins.empty() ? wanted : pins;
+    if (!install.empty()) {
+      if (progress) {
+        progress("installing " + join(install, " ") + (pins.empty() ? "" : " (the lock file)"));
+      }
       std::vector<std::string> pip = {python, "-m", "pip", "install", "--progress-bar", "off"};
-      pip.insert(pip.end(), wanted.begin(), wanted.end());
+      pip.insert(pip.end(), install.begin(), install.end());
       COHORT_TRY(runShowing(pip, progress));
     }
     COHORT_ASSIGN(auto own, ownPackages(python));
@@ -365,9 +442,11 @@ Result<Environment> Store::create(const std::string& name, const std::string& fr
       auto eq = line.find("==");
       if (eq != std::string::npos) packages[line.substr(0, eq)] = line.substr(eq + 2);
     }
-    std::vector<std::string> all_layers = {base_def.value("site_packages", "")};
-    for (const std::string& below : strings(base_def.value("layers", Json::array()))) {
-      all_layers.push_back(below);
+    // Its hash: of the lock file it was built from, or of what it resolved to.
+    std::vector<std::string> locked = pins;
+    if (locked.empty()) {
+      auto resolved = parseLock(frozen);
+      if (resolved) locked = *resolved;
     }
     COHORT_TRY(writeFileAtomic(dir + "/lock.txt", frozen + "\n", true));
     Json def = {{"name", name},
@@ -378,7 +457,8 @@ Result<Environment> Store::create(const std::string& name, const std::string& fr
                 {"python_version", version},
                 {"packages", packages},
                 {"site_packages", site},
-                {"layers", all_layers}};
+                {"layers", all_layers},
+                {"hash", savedHash(base.hash, wanted, locked)}};
     return writeFileAtomic(dir + "/env.json", def.dump(2) + "\n", true);  // last: now built
   }));
   return get(name);
@@ -390,16 +470,15 @@ Result<Environment> Store::rebuild(const std::string& name, const Progress& prog
     COHORT_TRY(remove(name));
     return ensureBuilt(name, progress);
   }
-  COHORT_ASSIGN(std::string lock, readFile(e.dir + "/lock.txt"));
-  const std::string saved = root_ + "/." + name + ".lock.txt";
+  COHORT_ASSIGN(std::string lock, readBuiltFile(e.dir + "/lock.txt", kMaxLockBytes));
+  const std::string saved = e.store + "/." + name + ".lock.txt";
   COHORT_TRY(writeFileAtomic(saved, lock, false));
-  std::vector<std::string> pinned;
-  for (std::string line : split(lock, '\n')) {
-    line = std::string(trim(line));
-    if (!line.empty()) pinned.push_back(line);
-  }
   COHORT_TRY(remove(name));
-  auto made = create(name, e.from, pinned, "", progress);
+  Store here({e.store});
+  for (const std::string& dir : dirs_) {
+    if (dir != e.store) here.dirs_.push_back(dir);
+  }
+  auto made = here.create({name, e.from, e.requirements, "", saved}, progress);
   ::unlink(saved.c_str());
   return made;
 }
@@ -414,7 +493,7 @@ Result<void> Store::remove(const std::string& name) {
                   "environment " + other.name + " is built on " + name + ": remove it first");
     }
   }
-  COHORT_ASSIGN(BuildLock lock, BuildLock::take(root_, name));
+  COHORT_ASSIGN(BuildLock lock, BuildLock::take(e.store, name));
   // env.json first: from then on the environment is not built, whatever is left.
   if (::unlink((e.dir + "/env.json").c_str()) < 0 && errno != ENOENT) {
     return failErrno("remove '" + e.dir + "/env.json'");
@@ -423,6 +502,29 @@ Result<void> Store::remove(const std::string& name) {
   std::filesystem::remove_all(e.dir, ec);
   if (ec) return fail(Code::kIo, "remove '" + e.dir + "': " + ec.message());
   return {};
+}
+
+Result<std::vector<plan::EnvironmentLayer>> Store::layers(const std::string& name) const {
+  std::vector<plan::EnvironmentLayer> out;
+  std::string at = name;
+  for (int depth = 0; !at.empty(); ++depth) {
+    COHORT_ASSIGN(Environment e, get(at));
+    if (e.name == "system") break;
+    if (!e.built) {
+      return fail(Code::kFailedPrecondition, "environment " + e.name + " is not built");
+    }
+    if (depth > 64) {
+      return fail(Code::kFailedPrecondition, "environment " + name + ": more than 64 layers");
+    }
+    plan::EnvironmentLayer layer{e.name, e.store, e.hash, e.preset, e.from, {}, ""};
+    if (!e.preset) {
+      layer.requirements = e.requirements;
+      COHORT_ASSIGN(layer.lock, readBuiltFile(e.dir + "/lock.txt", kMaxLockBytes));
+    }
+    out.insert(out.begin(), std::move(layer));
+    at = e.from;
+  }
+  return out;
 }
 
 std::vector<std::pair<std::string, std::string>> rankVariables(const Environment& e,
@@ -443,6 +545,100 @@ int64_t diskUsage(const std::string& dir) {
     }
   }
   return total;
+}
+
+Result<void> checkSavedName(const std::string& name) {
+  if (findPreset(name) || !validName(name)) {
+    return fail(Code::kInvalidArgument,
+                "'" + name.substr(0, 64) + "' cannot name a saved environment" +
+                    (findPreset(name) ? ": it is a preset"
+                                      : " (1-64 letters, digits, '-', '_' and '.', not starting "
+                                        "with '.' or '-')"));
+  }
+  return {};
+}
+
+Result<void> checkRequirement(const std::string& requirement) {
+  // NAME [EXTRAS] [SPECIFIER, ...] [; MARKER]: PEP 508 by name, without its URL form.
+  static const std::regex kRequirement(
+      R"(\s*[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?\s*)"
+      R"((\[\s*[A-Za-z0-9][A-Za-z0-9._-]*(\s*,\s*[A-Za-z0-9][A-Za-z0-9._-]*)*\s*\])?\s*)"
+      R"(((===|==|!=|<=|>=|~=|<|>)\s*[A-Za-z0-9.*+!_-]+\s*)"
+      R"((,\s*(===|==|!=|<=|>=|~=|<|>)\s*[A-Za-z0-9.*+!_-]+\s*)*)?)"
+      R"((;[A-Za-z0-9_.'" <>=!~()]*)?)");
+  if (requirement.size() <= kMaxRequirementBytes && std::regex_match(requirement, kRequirement)) {
+    return {};
+  }
+  std::string shown = requirement.substr(0, 64) + (requirement.size() > 64 ? "..." : "");
+  return fail(Code::kInvalidArgument,
+              "'" + shown +
+                  "' is not a requirement of a package by name: give NAME[EXTRAS][SPECIFIERS]"
+                  "[; MARKER] (e.g. termcolor==3.3.0), at most " +
+                  std::to_string(kMaxRequirementBytes) +
+                  " bytes; URLs, paths and pip options are not taken");
+}
+
+Result<std::vector<std::string>> parseLock(const std::string& text) {
+  static const std::regex kPin(R"([A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?==[A-Za-z0-9.+!_-]+)");
+  std::vector<std::string> pins;
+  int number = 0;
+  for (const std::string& raw : split(text, '\n')) {
+    ++number;
+    const std::string line(trim(raw));
+    if (line.empty() || line[0] == '#') continue;
+    if (line.size() > kMaxRequirementBytes || !std::regex_match(line, kPin)) {
+      return fail(Code::kInvalidArgument,
+                  "line " + std::to_string(number) + ": '" + line.substr(0, 64) +
+                      "' is not a pin (PKG==VERSION, as pip freeze writes it; a package "
+                      "installed from a URL or a path cannot be built elsewhere)");
+    }
+    pins.push_back(line);
+  }
+  return pins;
+}
+
+std::string presetHash(const Preset& p) {
+  return sha256Hex("cohort preset 1\n" + p.name + "\n" + p.python + "\n" +
+                   (p.system_site_packages ? "system-site-packages\n" : "\n") +
+                   join(p.requirements, " ") + "\n" + join(p.constraints, " ") + "\n");
+}
+
+std::string savedHash(const std::string& base_hash, const std::vector<std::string>& requirements,
+                      const std::vector<std::string>& pins) {
+  // Pins in pip's order of names, so that two freezes of one set hash alike.
+  std::vector<std::string> sorted = pins;
+  std::sort(sorted.begin(), sorted.end(), [](const std::string& a, const std::string& b) {
+    return packageName(a) < packageName(b);
+  });
+  return sha256Hex("cohort environment 1\nbase " + base_hash + "\nrequirements " +
+                   join(requirements, " ") + "\nlock\n" + join(sorted, "\n") + "\n");
+}
+
+Result<std::string> readBuiltFile(const std::string& path, size_t max) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  if (!fd.valid()) {
+    if (errno == ENOENT) return failErrno("read '" + path + "'");
+    return fail(Code::kInvalidArgument, "'" + path + "' is not a regular file");
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
+    return fail(Code::kInvalidArgument, "'" + path + "' is not a regular file with one name");
+  }
+  if (static_cast<size_t>(st.st_size) > max) {
+    return fail(Code::kInvalidArgument,
+                "'" + path + "' is over " + formatSize(static_cast<double>(max)));
+  }
+  std::string out(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < out.size()) {
+    ssize_t n = ::pread(fd.get(), out.data() + got, out.size() - got, static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return failErrno("read '" + path + "'");
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  out.resize(got);
+  return out;
 }
 
 }  // namespace cohort::env

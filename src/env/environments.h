@@ -9,12 +9,26 @@
 // base (the base's packages stay visible through a .pth file; nothing is copied) with the
 // requirements installed, every package it installed pinned in its lock file.
 //
-// On disk, under storeDir(): NAME/venv (the virtual environment), NAME/lock.txt
-// (`pip freeze` of what NAME itself installed) and NAME/env.json (its definition and what was
+// Where: a list of directories (storeDirs(): $COHORT_ENVS, DIR[:DIR...], else DATA_ROOT/envs).
+// Saved environments are made in the first; a name is looked up in each in turn; presets are
+// built in the last. So `COHORT_ENVS=~/envs:/shared/envs` keeps one's own environments apart
+// from a team's, and a server's account finds its own, then the admins', then the presets.
+//
+// On disk, in its directory: NAME/venv (the virtual environment), NAME/lock.txt (`pip freeze` of
+// what NAME itself installed) and NAME/env.json (its definition, its content hash and what was
 // found when it was built), written last: an environment is built exactly when its env.json is
 // there, so a build that failed or was killed leaves nothing usable under the name and is
-// started again from scratch. Builds of one name are serialised with a lock file (flock), so
-// that two jobs starting at once build it once. Not thread-safe: one Store per thread.
+// started again from scratch. A build writes only inside NAME/ (which it empties first; it never
+// makes or removes NAME/ itself when it is there), so it can run where nothing else is writable
+// (env/confined_build.h). Builds of one name are serialised with a lock file (.NAME.lock beside
+// it, flock), so that two jobs starting at once build it once.
+//
+// Each environment has a content hash: a preset's, of its definition; a saved one's, of its
+// base's hash, its requirements and its lock file. A node that must build an environment where
+// the planner saw it (agent/staging.h) builds it from the lock file and checks the hash.
+//
+// What a build wrote (env.json, lock.txt) is read without following links: on a server, the
+// account whose environment it is wrote it. Not thread-safe: one Store per thread.
 #pragma once
 
 #include <functional>
@@ -22,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "plan/plan.h"
 #include "util/result.h"
 #include "util/text.h"
 
@@ -41,10 +56,11 @@ struct Preset {
 
 // system, pytorch, tensorflow, mindspore.
 const std::vector<Preset>& presets();
+const Preset* findPreset(const std::string& name);
 
-// Where environments are kept: $COHORT_ENVS when it is set (a directory the nodes of a cluster
-// share, or one that several data roots use), else DATA_ROOT/envs.
-std::string storeDir(const std::string& data_root);
+// Where environments are kept: the directories of $COHORT_ENVS (separated by ':'; relative ones
+// from the current directory) when it is set, else DATA_ROOT/envs.
+std::vector<std::string> storeDirs(const std::string& data_root);
 
 struct Environment {
   std::string name;
@@ -52,37 +68,49 @@ struct Environment {
   bool built = false;
   std::string from;                             // the environment a saved one is layered on
   std::vector<std::string> requirements;        // what it asked pip for (a preset's pins)
+  std::string store;                            // the directory it is kept in
   std::string dir;                              // its directory; "" for system
   std::string venv;                             // its virtual environment; "" for system
   std::string python;                           // its interpreter, absolute, once built
   std::string python_version;                   // once built
   std::map<std::string, std::string> packages;  // key packages and their versions, once built
+  std::string hash;                             // its content hash (a saved one: once built)
   std::string summary;
 };
 
 // One line of a build's progress (pip's own lines among them), for the terminal or a job log.
 using Progress = std::function<void(const std::string& line)>;
 
+// What `cohort env create` makes.
+struct CreateRequest {
+  std::string name;
+  std::string from;                       // the environment it is built on
+  std::vector<std::string> requirements;  // pip requirement specifiers, "PKG==VER"
+  std::string requirements_file;          // a requirements.txt, added to them
+  // A lock file (PKG==VER lines) to install instead of resolving the requirements, so that the
+  // build has exactly those versions (another machine's build, a rebuild); "" for none.
+  std::string lock_file;
+};
+
 class Store {
  public:
-  // `root`: storeDir()'s answer.
-  explicit Store(std::string root) : root_(std::move(root)) {}
+  // `dirs`: storeDirs()'s answer (at least one).
+  explicit Store(std::vector<std::string> dirs) : dirs_(std::move(dirs)) {}
 
   // A preset or a saved environment, built or not. Errors: kNotFound, listing the names there
   // are; kInvalidArgument for a name that cannot be one.
   Result<Environment> get(const std::string& name) const;
-  // Every preset, then every saved environment, by name.
+  // Every preset, then every saved environment by name (one of a directory earlier in the list
+  // hides one of the same name in a later one).
   std::vector<Environment> list() const;
 
   // `name`, built now unless it is. Errors: as get(), or kUnavailable with pip's or Python's
   // own words when the build fails (nothing is left under the name then).
   Result<Environment> ensureBuilt(const std::string& name, const Progress& progress);
-  // A saved environment `name` on `from` (built first when it is not) with `requirements`
-  // (pip requirement specifiers, "PKG==VER") and those of `requirements_file` installed.
-  // Errors: kAlreadyExists; kInvalidArgument for a bad name or a missing file; as ensureBuilt.
-  Result<Environment> create(const std::string& name, const std::string& from,
-                             const std::vector<std::string>& requirements,
-                             const std::string& requirements_file, const Progress& progress);
+  // A saved environment, made in the first directory, on its base (built first when it is a
+  // preset that is not). Errors: kAlreadyExists; kInvalidArgument for a bad name, a missing
+  // file or a lock file with a line that is not PKG==VER; as ensureBuilt.
+  Result<Environment> create(const CreateRequest& request, const Progress& progress);
   // Builds a saved environment again from its lock file: the same versions. Errors: as
   // ensureBuilt; kNotFound for a preset or a name without a lock file.
   Result<Environment> rebuild(const std::string& name, const Progress& progress);
@@ -90,10 +118,18 @@ class Store {
   // kNotFound; kFailedPrecondition when a saved environment is layered on it.
   Result<void> remove(const std::string& name);
 
-  const std::string& root() const { return root_; }
+  // What a node needs to find or build `name` where it is (a built one), bottom layer first:
+  // its preset, ..., itself. Nothing for system. Errors: as get(); kFailedPrecondition when it
+  // or a layer below it is not built, or its lock file cannot be read.
+  Result<std::vector<plan::EnvironmentLayer>> layers(const std::string& name) const;
+
+  const std::string& root() const { return dirs_.front(); }
+  const std::vector<std::string>& dirs() const { return dirs_; }
 
  private:
-  std::string root_;
+  std::vector<std::string> savedNames() const;  // with an env.json, in any directory, by name
+
+  std::vector<std::string> dirs_;
 };
 
 // What a rank running in `e` gets on top of its environment: VIRTUAL_ENV, and PATH with the
@@ -103,5 +139,29 @@ std::vector<std::pair<std::string, std::string>> rankVariables(const Environment
 
 // Bytes used under `dir` (not following links); 0 when it is not there.
 int64_t diskUsage(const std::string& dir);
+
+// Whether `name` can name a saved environment: 1-64 letters, digits, '-', '_', '.', not
+// starting with '.' or '-', and not a preset's. Errors: kInvalidArgument saying why.
+Result<void> checkSavedName(const std::string& name);
+
+// A requirement of a package by name, as pip takes it: NAME[EXTRAS][SPECIFIERS][; MARKER]
+// ("termcolor==3.3.0", "requests[socks]>=2,<3"). Refused (kInvalidArgument, saying what is
+// accepted): URLs, paths, pip's options (-e, -r, --index-url), and more than 256 bytes.
+Result<void> checkRequirement(const std::string& requirement);
+
+// A lock file's pins (`pip freeze`: PKG==VER lines; blank lines and comments are dropped), one
+// per element, trimmed. Errors: kInvalidArgument naming the line that is not a pin (a package
+// installed from a URL or a path: "PKG @ file:///...", "-e ...").
+Result<std::vector<std::string>> parseLock(const std::string& text);
+
+// The content hashes (64 hex digits).
+std::string presetHash(const Preset& preset);
+std::string savedHash(const std::string& base_hash, const std::vector<std::string>& requirements,
+                      const std::vector<std::string>& pins);
+
+// The first `max` bytes of the regular file at `path`, opened without following a link (a file
+// a build wrote). Errors: kNotFound when it is not there, kInvalidArgument when it is not a
+// regular file with one name, or is bigger than `max`.
+Result<std::string> readBuiltFile(const std::string& path, size_t max);
 
 }  // namespace cohort::env

@@ -1,9 +1,9 @@
 // --isolate: every process of the job runs under bubblewrap, in namespaces of its own:
 // - a mount namespace where cohort's data root (every job's directory, the store, the server's
 //   database and tokens) is hidden behind an empty tmpfs, and only this job's work/ and output/
-//   (read-write), its files/ and logs/ (read-only), and the store paths its inputs link to
-//   (read-only) are put back, and the rest of it is read-only; the job's record (plan, events,
-//   result) is not there at all;
+//   (read-write), its files/ and logs/ (read-only), the store paths its inputs link to and its
+//   environment's directories (read-only) are put back, and the rest of it is read-only; the
+//   job's record (plan, events, result) is not there at all;
 // - a PID namespace with its own /proc: no other process of the machine can be seen, signalled
 //   or traced, and when the sandbox's first process dies (it dies with the agent), the kernel
 //   kills everything in it, setsid descendants included;
@@ -108,6 +108,13 @@ void isolate(Builder& b) {
           node_args.push_back(arg);
         }
       }
+    }
+    // The job's environment, kept under the data root (a server's presets and its accounts'
+    // environments), read-only: each layer's directory and no other environment.
+    for (const EnvironmentLayer& layer : node.environment) {
+      const std::string dir = layer.store + "/" + layer.name;
+      if (!startsWith(dir, root + "/")) continue;
+      for (const std::string& arg : {std::string("--ro-bind"), dir, dir}) node_args.push_back(arg);
     }
     // What is left of the data root is the empty tmpfs with the mount points: read-only, so that
     // a write to the job's record fails instead of landing in the tmpfs.

@@ -70,6 +70,20 @@ struct Image {
   std::vector<std::string> layers;  // its layers' directories in podman's storage, top first
 };
 
+// One layer of the environment a job runs in (env/environments.h): the environment itself, the
+// one it is built on, and so on down to its preset. A node that does not see a layer at its path
+// (no file system shared with the machine that planned the job) builds it there from this, before
+// any rank starts (agent/staging.h, env/staging.h).
+struct EnvironmentLayer {
+  std::string name;
+  std::string store;  // the directory it is kept in, the same path on every node: store/name
+  std::string hash;   // its content hash: what a node's copy must have been built from
+  bool preset = false;
+  std::string from;                       // a saved one: the layer below
+  std::vector<std::string> requirements;  // a saved one: what it asked pip for
+  std::string lock;                       // a saved one: its lock file, what is installed
+};
+
 struct NodePlan {
   int node = 0;
   std::string host;
@@ -78,6 +92,9 @@ struct NodePlan {
   std::vector<RankPlan> ranks;
   std::optional<Preload> preload;
   std::optional<Image> image;  // every rank of the node runs in it (staging checks its layers)
+  // The ranks' environment, bottom layer first (empty: none, or the system's): staging finds
+  // each layer at its path, or builds it there.
+  std::vector<EnvironmentLayer> environment;
   // A sandboxed job's own /tmp, /var/tmp, /run/lock and /dev/shm on this node (isolation.cc):
   // made empty (mode 0700, the ranks' owner) before its ranks start, shared by them, removed
   // with everything in it when the node's agent leaves.
@@ -147,6 +164,8 @@ struct PlanContext {
   // image's (PATH, the image's own variables, COHORT_IMAGE).
   KeyValues environment;
   std::optional<Image> image;  // environment: {image: REF}, resolved (env/images.h)
+  // environment: NAME, resolved: its layers, bottom first, for every node (NodePlan::environment).
+  std::vector<EnvironmentLayer> environment_layers;
 };
 
 // How many ports makePlan wants leased in PlanContext::ports.

@@ -81,6 +81,19 @@ Json nodeJson(const NodePlan& node, const std::unordered_set<std::string>* skip 
         Json{{"ref", node.image->ref}, {"id", node.image->id}, {"layers", node.image->layers}};
   }
   if (!node.scratch_dirs.empty()) out["scratch_dirs"] = node.scratch_dirs;
+  if (!node.environment.empty()) {
+    Json layers = Json::array();
+    for (const EnvironmentLayer& l : node.environment) {
+      layers.push_back(Json{{"name", l.name},
+                            {"store", l.store},
+                            {"hash", l.hash},
+                            {"preset", l.preset},
+                            {"from", l.from},
+                            {"requirements", l.requirements},
+                            {"lock", l.lock}});
+    }
+    out["environment"] = layers;
+  }
   return out;
 }
 
@@ -186,6 +199,15 @@ Result<NodePlan> nodeFrom(const Json& j) {
       node.image = Image{i.at("ref").get<std::string>(), i.at("id").get<std::string>(),
                          i.at("layers").get<std::vector<std::string>>()};
     }
+    if (j.contains("environment")) {
+      for (const Json& l : j.at("environment")) {
+        node.environment.push_back(EnvironmentLayer{
+            l.at("name").get<std::string>(), l.at("store").get<std::string>(),
+            l.at("hash").get<std::string>(), l.at("preset").get<bool>(),
+            l.at("from").get<std::string>(), l.at("requirements").get<std::vector<std::string>>(),
+            l.at("lock").get<std::string>()});
+      }
+    }
     return node;
   } catch (const nlohmann::json::exception& e) {
     return fail(Code::kInvalidArgument, std::string("node plan: ") + e.what());
@@ -233,6 +255,12 @@ std::string toText(const Plan& plan) {
                                   : " (" + node.image->id.substr(0, 12) + ", " +
                                         std::to_string(node.image->layers.size()) + " layer(s))") +
           "\n";
+    }
+    if (!node.environment.empty()) {
+      const EnvironmentLayer& top = node.environment.back();
+      out += "  environment: " + top.name + " (" + top.store + "/" + top.name + ", content " +
+             top.hash.substr(0, 12) + (top.from.empty() ? "" : ", on " + top.from) +
+             "): staged on the node when it is not there\n";
     }
     for (const RankPlan& r : node.ranks) {
       std::vector<std::string> words;

@@ -263,6 +263,7 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
     case spec::Framework::kGeneric: break;
   }
   for (NodePlan& node : plan.nodes) {
+    node.environment = ctx.environment_layers;
     for (RankPlan& r : node.ranks) {
       r.uid = ctx.uid;
       r.gid = ctx.gid;

@@ -113,9 +113,10 @@ TEST_F(RealEnvironments, APackageThatDoesNotExistFailsInPipsWordsAndLeavesNothin
   EXPECT_TRUE(contains(none.err, "no environment 'nope'")) << none.err;
 }
 
-// A cluster's node that does not see the job's environment (one not on a shared file system)
-// fails the job before any rank starts, naming the node and the path, rather than letting its
-// ranks find another python3. Here the environment named is one that is nowhere.
+// A cluster's node that does not see a virtual environment the job names only through its
+// variables (VIRTUAL_ENV, not `environment: NAME`, whose definition a node builds its own copy
+// from: env/node_copy.h) fails the job before any rank starts, naming the node and the path,
+// rather than letting its ranks find another python3. Here the one named is nowhere.
 TEST(Environments, ANodeThatCannotSeeTheEnvironmentFailsTheJobBeforeAnyRankStarts) {
   const std::string root = tempDir(), pids = root + "/pids";
   RunResult r =
@@ -125,6 +126,7 @@ TEST(Environments, ANodeThatCannotSeeTheEnvironmentFailsTheJobBeforeAnyRankStart
   EXPECT_NE(r.exit_code, 0) << r.err;
   EXPECT_TRUE(contains(r.err, "environment: " + root + "/nowhere/venv is not on node")) << r.err;
   EXPECT_TRUE(contains(r.err, "COHORT_ENVS")) << r.err;
+  EXPECT_TRUE(contains(r.err, "or name a cohort environment (environment: NAME)")) << r.err;
   EXPECT_TRUE(readPids(pids).empty()) << "no rank started";
 }
 
