@@ -24,6 +24,8 @@ struct JobLaunch {
   int uid = -1, gid = -1; // the account's identity for the ranks; -1: the server's
   std::vector<int> gpus;  // the job's own GPUs (CUDA_VISIBLE_DEVICES of its coordinator)
   bool report = false;    // its coordinator reports to the server (job::Layout's report.url)
+  std::string environments;  // where its coordinator looks environments up (COHORT_ENVS); "":
+                             // the server's own
 };
 
 // What a backend finds behind a handle.

@@ -128,6 +128,11 @@ class LocalBackend : public Backend {
     std::vector<std::string> ids;
     for (int gpu : l.gpus) ids.push_back(std::to_string(gpu));
     env_strings.push_back("CUDA_VISIBLE_DEVICES=" + join(ids, ","));
+    if (!l.environments.empty()) {
+      std::erase_if(env_strings,
+                    [](const std::string& e) { return startsWith(e, "COHORT_ENVS="); });
+      env_strings.push_back("COHORT_ENVS=" + l.environments);
+    }
     std::vector<char*> envp;
     for (std::string& e : env_strings) envp.push_back(e.data());
     envp.push_back(nullptr);

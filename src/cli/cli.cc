@@ -53,7 +53,8 @@ Usage:
   cohort run [flags] [-f job.yaml] [-- command...]   run a job here, nodes simulated locally
   cohort plan [flags] [-f job.yaml] [-- command...]  show what each rank would get; start nothing
   cohort cp [flags] SRC DST                          copy files to, from or within the store
-  cohort env ls | show | build | create | rm         the environments jobs run in (presets, saved)
+  cohort env ls | show | build | create | rm | push  the environments jobs run in (presets, saved;
+                                                     push: to a server, which builds it)
   cohort stacks JOB                                  every rank's Python stack of a running job, now
   cohort debug JOB [--vscode]                        the ranks waiting for a debugger, where to attach
   cohort top JOB                                     a running job's ranks: CPU, memory, metrics

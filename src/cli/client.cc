@@ -311,6 +311,8 @@ Result<Json> ApiClient::call(const std::string& method, const std::string& path,
       res = c.client.Get(target, c.headers);
     } else if (method == "POST") {
       res = c.client.Post(target, c.headers, text, "application/json");
+    } else if (method == "PUT") {
+      res = c.client.Put(target, c.headers, text, "application/json");
     } else if (method == "DELETE") {
       res = body.is_null() ? c.client.Delete(target, c.headers)
                            : c.client.Delete(target, c.headers, text, "application/json");

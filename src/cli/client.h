@@ -94,7 +94,7 @@ class ApiClient {
 
   const std::string& server() const { return settings_.server; }
 
-  // Sends `method` ("GET", "POST", "DELETE") to `path` (already encoded, e.g.
+  // Sends `method` ("GET", "POST", "PUT", "DELETE") to `path` (already encoded, e.g.
   // "/v1/jobs/x/stop"), with `body` as JSON when it is not null. Returns the decoded JSON answer
   // (null for an empty one, such as 204).
   Result<nlohmann::json> call(const std::string& method, const std::string& path,

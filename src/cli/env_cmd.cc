@@ -1,11 +1,14 @@
 #include "cli/env_cmd.h"
 
+#include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/client.h"
 #include "env/environments.h"
 #include "env/image_exec.h"
 #include "env/images.h"
@@ -108,6 +111,162 @@ int execInImage(int argc, char** argv) {
   return 127;  // the shell's "could not execute"
 }
 
+// ---------------------------------------------------------------------------------------------
+// The server's environments: cohort env push NAME, and ls, show and rm --on-server.
+
+using Json = nlohmann::json;
+
+std::string str(const Json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// "termcolor 3.3.0, numpy 1.26.4" from the API's "packages".
+std::string packagesOf(const Json& e) {
+  env::Environment shown;
+  auto it = e.find("packages");
+  if (it != e.end() && it->is_object()) {
+    for (const auto& [name, version] : it->items()) {
+      if (version.is_string()) shown.packages[name] = version.get<std::string>();
+    }
+  }
+  return packagesText(shown, 6);
+}
+
+std::string environmentPath(const std::string& name) {
+  return "/v1/environments/" + urlEncode(name);
+}
+
+void showRemote(const Json& e) {
+  const std::string owner = e["owner"].is_string() ? e["owner"].get<std::string>() : "";
+  std::printf("%s (%s%s): %s\n", str(e, "name").c_str(), str(e, "kind").c_str(),
+              e.value("shared", false) ? (owner.empty() ? "" : ", an admin's: every account's")
+                                       : (", " + owner + "'s").c_str(),
+              str(e, "summary").c_str());
+  std::printf("  state:     %s\n", str(e, "state").c_str());
+  if (!str(e, "base").empty()) std::printf("  base:      %s\n", str(e, "base").c_str());
+  std::vector<std::string> asked;
+  for (const Json& r : e.value("requirements", Json::array())) {
+    if (r.is_string()) asked.push_back(r.get<std::string>());
+  }
+  if (!asked.empty()) std::printf("  asked for: %s\n", join(asked, " ").c_str());
+  if (!str(e, "python_version").empty()) {
+    std::printf("  python:    %s\n", str(e, "python_version").c_str());
+    std::printf("  packages:  %s\n", packagesOf(e).c_str());
+  }
+  if (!str(e, "hash").empty()) std::printf("  content:   %s\n", str(e, "hash").c_str());
+  if (!str(e, "reason").empty()) std::printf("  why:       %s\n", str(e, "reason").c_str());
+  const Json log = e.value("log", Json::array());
+  if (!log.empty()) {
+    std::printf("  build log (last lines):\n");
+    for (const Json& line : log) {
+      if (line.is_string()) std::printf("    %s\n", line.get<std::string>().c_str());
+    }
+  }
+}
+
+// Follows the build of `name` on the server, its lines on stderr, until it is over; returns
+// the environment as the server then has it.
+Result<Json> followBuild(ApiClient& api, const std::string& name) {
+  int64_t offset = 0;
+  std::string pending;
+  for (int tries = 0;; ++tries) {
+    auto status = api.stream(
+        environmentPath(name) + "/log", {{"follow", "1"}, {"offset", std::to_string(offset)}},
+        [&](const char* data, size_t size) {
+          offset += static_cast<int64_t>(size);
+          pending.append(data, size);
+          for (size_t nl; (nl = pending.find('\n')) != std::string::npos;
+               pending.erase(0, nl + 1)) {
+            std::fprintf(stderr, "  %s\n", pending.substr(0, nl).c_str());
+          }
+          return true;
+        },
+        true);
+    COHORT_ASSIGN(Json e, api.call("GET", environmentPath(name)));
+    if (str(e, "state") != "building") return e;
+    // The stream broke (the server restarted, the network): take it up where it was.
+    if (!status && tries >= 100) return tl::unexpected<Error>(status.error());
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+}
+
+Result<int> push(const Args& args, env::Store& store) {
+  const std::string& name = args.positional[0];
+  const std::string as = args.get("--as", name);
+  COHORT_ASSIGN(env::Environment e, store.get(name));
+  if (e.preset) {
+    return fail(Code::kInvalidArgument,
+                name +
+                    " is a preset: every server has its own. Push a saved environment made "
+                    "on it (cohort env create NAME --from " +
+                    name + " --pip PKG==VER)");
+  }
+  COHORT_ASSIGN(std::string lock, env::readBuiltFile(e.dir + "/lock.txt", 1 << 20));
+  COHORT_ASSIGN(ServerSettings settings,
+                resolveServerSettings(args.get("--server"), args.get("--token")));
+  ApiClient api(settings);
+  Json body = {{"base", e.from}, {"requirements", e.requirements}, {"lock", lock}};
+  COHORT_TRY(api.call("PUT", environmentPath(as), body));
+  std::fprintf(stderr, "cohort env: %s sent to %s (on %s, %s); the server builds it:\n", as.c_str(),
+               api.server().c_str(), e.from.c_str(), packagesText(e, 6).c_str());
+  COHORT_ASSIGN(Json done, followBuild(api, as));
+  if (str(done, "state") != "built") {
+    std::fprintf(stderr, "cohort env: %s failed to build on the server: %s\n", as.c_str(),
+                 str(done, "reason").c_str());
+    return kExitFailed;
+  }
+  std::fprintf(stderr,
+               "cohort env: %s is built on the server (%s); its jobs run in it with "
+               "environment: %s\n",
+               as.c_str(), packagesOf(done).c_str(), as.c_str());
+  return 0;
+}
+
+Result<int> onServer(const std::string& verb, const Args& args, env::Store& store) {
+  if (verb == "push" && args.positional.size() == 1) return push(args, store);
+  COHORT_ASSIGN(ServerSettings settings,
+                resolveServerSettings(args.get("--server"), args.get("--token")));
+  ApiClient api(settings);
+  const bool json = args.has("--json");
+  if (verb == "ls" && args.positional.empty()) {
+    COHORT_ASSIGN(Json answer, api.call("GET", "/v1/environments"));
+    const Json list = answer.value("environments", Json::array());
+    if (json) {
+      std::printf("%s\n", list.dump(2).c_str());
+      return 0;
+    }
+    std::printf("%-16s %-7s %-10s %-10s %s\n", "NAME", "KIND", "STATE", "OWNER", "WHAT");
+    for (const Json& e : list) {
+      std::string owner = e["owner"].is_string() ? e["owner"].get<std::string>() : "-";
+      if (e.value("shared", false) && owner != "-") owner += " (all)";
+      std::string what = str(e, "summary");
+      if (!str(e, "python_version").empty()) what += ": " + packagesOf(e);
+      std::printf("%-16s %-7s %-10s %-10s %s\n", str(e, "name").c_str(), str(e, "kind").c_str(),
+                  str(e, "state").c_str(), owner.c_str(), what.c_str());
+    }
+    return 0;
+  }
+  if (verb == "show" && args.positional.size() == 1) {
+    COHORT_ASSIGN(Json e, api.call("GET", environmentPath(args.positional[0])));
+    if (json) {
+      std::printf("%s\n", e.dump(2).c_str());
+    } else {
+      showRemote(e);
+    }
+    return 0;
+  }
+  if (verb == "rm" && args.positional.size() == 1) {
+    COHORT_TRY(api.call("DELETE", environmentPath(args.positional[0])));
+    std::fprintf(stderr, "cohort env: removed %s from %s\n", args.positional[0].c_str(),
+                 api.server().c_str());
+    return 0;
+  }
+  return fail(Code::kInvalidArgument, "'" + verb + "' with " +
+                                          std::to_string(args.positional.size()) +
+                                          " name(s) on a server: see cohort env --help");
+}
+
 }  // namespace
 
 const char* envHelp() {
@@ -121,6 +280,11 @@ Usage: cohort env ls [--json]
        cohort env rebuild NAME
        cohort env rm NAME
        cohort env exec --image REF -- COMMAND [ARG...]
+On a cohort server (the one cohort login saved, or --server URL):
+       cohort env push NAME [--as NAME]
+       cohort env ls --on-server [--json]
+       cohort env show NAME --on-server [--json]
+       cohort env rm NAME --on-server
 
 A job runs in an environment with `environment: NAME` in its job file or --environment NAME:
 every rank gets the environment's bin/ first on PATH and VIRTUAL_ENV, so that
@@ -146,17 +310,27 @@ again. A build that fails says so in pip's words and leaves nothing under the na
 cluster's node that does not see an environment at its path, the node builds a copy of its own
 there from the lock file before any rank starts, once (docs/environments.md).
 
+push sends a saved environment's definition (its base, requirements and lock file; not its
+files) to the server, which builds it as your account's user, and follows the build until it is
+built or failed; your jobs there then name it like a preset. An admin's pushed environments are
+every account's. ls/show/rm --on-server list, show and remove what the server has for you.
+
   --from BASE          the environment to build on
   --pip PKG==VER       a requirement (repeatable)
   --requirements FILE  a requirements.txt
   --lock FILE          install exactly the pins of this lock file (another machine's lock.txt)
+  --as NAME            push under another name
+  --on-server          ls, show, rm: the server's environments, not this machine's
+  --server URL         the server (default $COHORT_SERVER, else the one cohort login saved);
+  --token TOKEN        and the token to send (default $COHORT_TOKEN, else the saved one)
   --json               machine-readable output (ls, show)
   --data-root DIR      environments are kept in DIR/envs (default $COHORT_DATA_ROOT or
                        ~/.cohort), or in $COHORT_ENVS (DIR[:DIR...]: made in the first, looked
                        up in each, presets in the last) when it is set
 
-Exit codes: 0 done; 1 a build failed; 2 bad usage or no such environment; exec: COMMAND's, or
-127 when it could not start.
+Exit codes: 0 done; 1 a build failed (also push's build on the server), or the server could not
+be reached; 2 bad usage, no such environment, or a request the server refused; exec: COMMAND's,
+or 127 when it could not start.
 )";
 }
 
@@ -173,6 +347,10 @@ int cmdEnv(int argc, char** argv) {
                          {"--pip", "", true},
                          {"--requirements", "", true},
                          {"--lock", "", true},
+                         {"--as", "", true},
+                         {"--on-server", "", false},
+                         {"--server", "", true},
+                         {"--token", "", true},
                          {"--json", "", false},
                          {"--data-root", "", true},
                          {"--help", "-h", false}});
@@ -182,6 +360,15 @@ int cmdEnv(int argc, char** argv) {
     return 0;
   }
   env::Store store(env::storeDirs(dataRoot(args->get("--data-root"))));
+  if (verb == "push" || args->has("--on-server") || args->has("--server") || args->has("--token")) {
+    if (verb == "push" && args->positional.size() != 1) {
+      return failWith(kExitUsage, "push takes one name: cohort env push NAME [--as NAME]");
+    }
+    auto code = onServer(verb, *args, store);
+    if (!code) return failWith(exitCodeFor(code.error()), code.error().message);
+    return *code;
+  }
+  if (args->has("--as")) return failWith(kExitUsage, "--as: only with push");
   const bool json = args->has("--json");
   auto need = [&](size_t n) { return args->positional.size() == n; };
   auto outcome = [&](const Result<env::Environment>& e, const char* done) {

@@ -335,9 +335,13 @@ Result<void> JobService::checkData(const Caller& caller, const spec::JobSpec& sp
 }
 
 Result<std::pair<int, int>> JobService::identityOf(const std::string& account_name) {
-  const Identities& ids = options_.identities;
+  return accountIdentity(store_, options_.identities, account_name);
+}
+
+Result<std::pair<int, int>> accountIdentity(store::JobStore& store, const Identities& ids,
+                                            const std::string& account_name) {
   if (ids.first < 0) return std::pair<int, int>{-1, -1};
-  COHORT_ASSIGN(store::Account account, store_.account(account_name));
+  COHORT_ASSIGN(store::Account account, store.account(account_name));
   if (account.number < 1 || account.number > ids.count) {
     return fail(Code::kFailedPrecondition,
                 "account '" + account_name + "' is number " + std::to_string(account.number) +
@@ -420,6 +424,20 @@ Result<std::string> JobService::copyOfCode(const Caller& caller, const std::stri
   return pendingUpload(options_.data_root, caller.account, copy.id);
 }
 
+Result<std::string> JobService::environmentOf(const Caller& caller, const spec::JobSpec& spec) {
+  if (!spec.image.empty()) {
+    return fail(Code::kInvalidArgument,
+                "environment.image: a server's jobs do not run in container images yet: an "
+                "image's ranks mount its layers as root, which neither the sandbox nor an "
+                "account's own identity allows (docs/environments.md): name a preset or an "
+                "environment of yours (cohort env ls --on-server; cohort env push NAME)");
+  }
+  if (spec.environment.empty() || !options_.environments) return std::string();
+  auto path = options_.environments(caller, spec.environment);
+  if (!path) return withContext(path.error(), "environment");
+  return path;
+}
+
 Result<store::Job> JobService::submit(const Caller& caller, const std::string& job_file,
                                       int priority, const std::string& code) {
   COHORT_ASSIGN(spec::JobSpec spec, spec::parseJobFile(job_file, "job"));
@@ -429,6 +447,7 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
   // A Volcano Job runs in its image: its workdir and command are the image's, not this machine's.
   const bool in_image = options_.nodes == spec::Backend::kVolcano;
   if (in_image) COHORT_TRY(backends::checkVolcanoJob(spec, !code.empty()));
+  if (!in_image) COHORT_TRY(environmentOf(caller, spec));
   std::string upload_dir;
   CopyNoJobTook copy;
   if (!code.empty()) {
@@ -727,6 +746,7 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
     return tl::unexpected<Error>(e);
   };
   bool has_code = false;  // the job's directory exists already, holding only its code/
+  std::string environments;  // where its coordinator looks environments up
   {
     auto spec = spec::parseJobFile(job.spec_json, "job");
     if (!spec) return failed(spec.error());
@@ -735,6 +755,11 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
     if (!account) return failed(account.error());
     if (auto data = checkData({account->name, account->admin}, *spec, job.id); !data) {
       return failed(data.error());
+    }
+    if (options_.nodes != spec::Backend::kVolcano) {
+      auto envs = environmentOf({account->name, account->admin}, *spec);
+      if (!envs) return failed(envs.error());
+      environments = *envs;
     }
   }
   auto id = identityOf(job.account);
@@ -772,6 +797,7 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
   launch.gid = id->second;
   launch.gpus = freeGpus(job.gpus);
   launch.report = true;
+  launch.environments = environments;
   auto handle = backend_->submit(launch);
   if (!handle) return failed(handle.error());
   gpus_held_[job.id] = launch.gpus;

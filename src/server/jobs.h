@@ -49,6 +49,12 @@ struct Identities {
   bool single_user = false;
 };
 
+// The uid and gid that run `account`'s ranks and build its environments; {-1, -1}: the
+// server's own. Errors: kFailedPrecondition when the account's number is past `ids`' range;
+// those of the store.
+Result<std::pair<int, int>> accountIdentity(store::JobStore& store, const Identities& ids,
+                                            const std::string& account);
+
 struct JobServiceOptions {
   std::string data_root;      // jobs go to <data_root>/jobs/<id>
   std::string cohort_bin;     // the binary coordinators run
@@ -61,6 +67,9 @@ struct JobServiceOptions {
   std::string report_url;     // where coordinators report: this server, "http://host:port"
   int64_t max_upload_bytes = int64_t{1} << 30;  // a copy of an earlier job's code, at most
   bool store_in_s3 = false;   // the store is in S3: its inputs are copied, never linked
+  // Where a job of `caller` finds environment `name` (its coordinator's COHORT_ENVS), checked
+  // that the caller may use it now (server/environments.h); unset: the server's own store.
+  std::function<Result<std::string>(const Caller& caller, const std::string& name)> environments;
   Millis poll_interval{100};  // how often running jobs' coordinators are looked at
   // Called (from the service's threads, maybe holding its lock: it must not call back into
   // the service) after new events or a new state
@@ -134,6 +143,9 @@ class JobService {
   // `uploaded`: the workdir is the job's own snapshot, which the server makes readable.
   Result<void> checkIdentity(const Caller& caller, const spec::JobSpec& spec, bool uploaded);
   Result<std::string> copyOfCode(const Caller& caller, const std::string& job_id);
+  // The job's environment: one the caller may use now (its COHORT_ENVS: "" for none), not an
+  // image. Errors name the field.
+  Result<std::string> environmentOf(const Caller& caller, const spec::JobSpec& spec);
   Result<void> reconcile();
   void loop();
   void schedulePass();

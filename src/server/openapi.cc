@@ -276,6 +276,97 @@ Json accountPaths() {
   };
 }
 
+Json environmentPaths() {
+  const Json name = pathParameter("name", "the environment's name");
+  Json log = operation("The output of the environment's build (the server's words and pip's)",
+                       "getEnvironmentLog", 200,
+                       "the log text; chunked, and streamed until the build is over with follow=1",
+                       content("text/plain", kText), {400, 401, 404, 500});
+  log["parameters"] = {
+      parameter("query", "offset", "bytes to skip", {{"type", "integer"}, {"minimum", 0}}),
+      parameter("query", "follow",
+                "1: stream new lines as they are written (no polling) until the build is over",
+                {{"type", "string"}, {"enum", {"0", "1", "true", "false"}}})};
+  return {
+      {"/v1/environments",
+       {{"get", operation("The environments the caller's jobs may name: the presets, the "
+                          "admins' (every account's), the caller's own",
+                          "listEnvironments", 200, "the environments", json("EnvironmentList"),
+                          {401, 500})}}},
+      {"/v1/environments/{name}",
+       {{"parameters", {name}},
+        {"get", operation("An environment, with its lock file and its build's last lines",
+                          "getEnvironment", 200, "the environment", json("Environment"),
+                          {400, 401, 404, 500})},
+        {"put", withBody(operation("Create or replace one of the caller's environments (an "
+                                   "admin's: every account's) from its definition; it is built "
+                                   "after the answer, as the account's user",
+                                   "pushEnvironment", 202, "the environment, building",
+                                   json("Environment"), {400, 401, 404, 409, 413, 500}),
+                         json("EnvironmentRequest"))},
+        {"delete",
+         operation("Remove one of the caller's environments (an admin: one of the server's); "
+                   "refused while a queued or running job names it, or another is built on it",
+                   "deleteEnvironment", 204, "removed", nullptr, {400, 401, 403, 404, 409, 500})}}},
+      {"/v1/environments/{name}/log", {{"parameters", {name}}, {"get", log}}},
+  };
+}
+
+const char* const kEnvironmentSchemas = R"json(
+{
+  "Environment": {
+    "type": "object",
+    "properties": {
+      "name": {"type": "string"},
+      "kind": {"type": "string", "enum": ["preset", "saved"]},
+      "owner": {"type": "string", "nullable": true, "description": "the account that pushed it"},
+      "shared": {"type": "boolean", "description": "every account's jobs may name it"},
+      "state": {"type": "string", "enum": ["building", "built", "failed", "not_built"]},
+      "base": {"type": "string", "nullable": true},
+      "requirements": {"type": "array", "items": {"type": "string"}},
+      "hash": {"type": "string", "nullable": true, "description": "its content hash"},
+      "python_version": {"type": "string"},
+      "packages": {"type": "object", "additionalProperties": {"type": "string"}},
+      "summary": {"type": "string"},
+      "reason": {"type": "string", "description": "why its build failed"},
+      "created": {"type": "string", "format": "date-time", "nullable": true},
+      "updated": {"type": "string", "format": "date-time", "nullable": true},
+      "lock": {"type": "string", "description": "its lock file (GET of one environment)"},
+      "log": {
+        "type": "array",
+        "items": {"type": "string"},
+        "description": "its build's last lines (GET of one environment)"
+      }
+    },
+    "required": ["name", "kind", "owner", "shared", "state", "base", "requirements", "hash",
+                 "python_version", "packages", "summary", "reason", "created", "updated"],
+    "additionalProperties": false
+  },
+  "EnvironmentList": {
+    "type": "object",
+    "properties": {
+      "environments": {"type": "array", "items": {"$ref": "#/components/schemas/Environment"}}
+    },
+    "required": ["environments"],
+    "additionalProperties": false
+  },
+  "EnvironmentRequest": {
+    "type": "object",
+    "properties": {
+      "base": {"type": "string", "description": "a preset or an environment the caller may use"},
+      "requirements": {
+        "type": "array",
+        "items": {"type": "string"},
+        "description": "NAME[EXTRAS][SPECIFIERS][; MARKER], at most 256; no URLs or paths"
+      },
+      "lock": {"type": "string", "description": "PKG==VER lines to install exactly"}
+    },
+    "required": ["base"],
+    "additionalProperties": false
+  }
+}
+)json";
+
 // The response and message schemas, as JSON.
 const char* const kSchemas = R"json(
 {
@@ -855,7 +946,11 @@ Json document() {
                           "getJobMetrics", 200, "Prometheus text format 0.0.4",
                           content("text/plain", kText), {401, 403, 500})}}},
   };
-  for (const Json& part : {jobPaths(), storePaths(), accountPaths()}) paths.update(part);
+  for (const Json& part : {jobPaths(), storePaths(), accountPaths(), environmentPaths()}) {
+    paths.update(part);
+  }
+  Json schemas = Json::parse(kSchemas);
+  schemas.update(Json::parse(kEnvironmentSchemas));
 
   Json responses = Json::object();
   for (const ErrorAnswer& e : kErrors) {
@@ -880,7 +975,7 @@ Json document() {
             {"description",
              "a token from cohort server's first start, POST /v1/accounts or "
              "POST /v1/tokens"}}}}},
-        {"schemas", Json::parse(kSchemas)},
+        {"schemas", std::move(schemas)},
         {"responses", std::move(responses)}}},
   };
 }

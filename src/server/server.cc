@@ -22,11 +22,13 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "env/environments.h"
 #include "job/debug.h"
 #include "job/jsonl.h"
 #include "job/layout.h"
 #include "server/access.h"
 #include "server/console.h"
+#include "server/environments.h"
 #include "server/event_hub.h"
 #include "server/http.h"
 #include "server/jobs.h"
@@ -184,6 +186,20 @@ std::optional<std::string> readJobFile(const std::string& path, size_t max,
   return text;
 }
 
+// A log's query (a job's, a build's): `offset`, the bytes to skip (0 when absent), and
+// `follow`, whether to stream what is appended.
+Result<int64_t> offsetParameter(const Request& req) {
+  if (!req.hasParam("offset")) return int64_t{0};
+  auto n = parseInt64(req.param("offset"));
+  if (!n || *n < 0) return fail(Code::kInvalidArgument, "offset: expected bytes >= 0");
+  return *n;
+}
+
+bool followParameter(const Request& req) {
+  const std::string follow = req.param("follow");
+  return follow == "1" || follow == "true";
+}
+
 Result<Json> jsonBody(const Request& req, const std::set<std::string>& known) {
   if (req.body.size() > kMaxJsonBody) {
     return fail(Code::kTooLarge, "the request body is over 4 MiB");
@@ -322,6 +338,7 @@ struct Server::Impl {
   std::unique_ptr<store::JobStore> store;
   sched::SystemClock clock;
   std::unique_ptr<EventHub> hub;  // before `jobs`, which notifies it
+  std::unique_ptr<EnvironmentService> environments;  // before `jobs`, which asks it
   std::unique_ptr<JobService> jobs;
   HttpMetrics metrics;
   int port = 0;
@@ -442,6 +459,7 @@ struct Server::Impl {
     // Metrics name the route by its pattern, with the captures shown as {id} and {path}.
     std::string name = pattern;
     for (auto [from, to] : {std::pair<std::string, std::string>{"(\\d+)", "{id}"},
+                            {"([\\s\\S]+?)", "{name}"},
                             {"([^/]+)/?(.*)", "{bucket}/{path}"},
                             {"([^/]+)", "{id}"},
                             {"(.+)", "{path}"}}) {
@@ -573,6 +591,7 @@ struct Server::Impl {
   void jobRoutes();
   void storeRoutes();
   void accountRoutes();
+  void environmentRoutes();
 };
 
 namespace {
@@ -675,16 +694,7 @@ class LogStream : public http::StreamSource {
         fd_ = std::move(*fd);
       }
     }
-    if (fd_.valid()) {
-      out.resize(1 << 16);
-      ssize_t n = ::pread(fd_.get(), out.data(), out.size(), pos_);
-      if (n > 0) {
-        out.resize(static_cast<size_t>(n));
-        pos_ += n;
-        return State::kMore;
-      }
-      out.clear();
-    }
+    if (fd_.valid() && readNextChunk(fd_.get(), pos_, out)) return State::kMore;
     if (!following_ || ended_) return State::kEnd;
     auto job = server_.store->job(job_id_);
     // One more read after the job ended catches its last lines.
@@ -1111,14 +1121,8 @@ void Server::Impl::jobRoutes() {
           COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[1]));
           const std::string rank = req.param("rank");
           COHORT_ASSIGN(std::string path, logPath(job, rank));  // checks the rank now
-          int64_t start = 0;
-          if (req.hasParam("offset")) {
-            auto n = parseInt64(req.param("offset"));
-            if (!n || *n < 0) return fail(Code::kInvalidArgument, "offset: expected bytes >= 0");
-            start = *n;
-          }
-          const std::string follow = req.param("follow");
-          const bool following = follow == "1" || follow == "true";
+          COHORT_ASSIGN(int64_t start, offsetParameter(req));
+          const bool following = followParameter(req);
           UniqueFd fd;
           if (!path.empty()) {
             auto opened = LogStream::openLog(path);
@@ -1402,6 +1406,53 @@ void Server::Impl::accountRoutes() {
         });
 }
 
+// An environment's name is "{name}" in the routes' names (a lazy capture). It captures any
+// path, a slash or ".." included, so that the service refuses a name that cannot be one (400,
+// naming it) instead of "no such endpoint"; the log's route comes first.
+void Server::Impl::environmentRoutes() {
+  route("GET", R"(/v1/environments/([\s\S]+?)/log)", true,
+        [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
+          COHORT_ASSIGN(EnvironmentService::Log log, environments->log(c, req.matches[1]));
+          COHORT_ASSIGN(int64_t start, offsetParameter(req));
+          res.status = 200;
+          res.content_type = "text/plain; charset=utf-8";
+          res.setHeader("Cache-Control", "no-cache");
+          res.setHeader("X-Content-Type-Options", "nosniff");
+          res.stream = buildLogStream(*environments, *hub, log, start, followParameter(req),
+                                      [this] { return stopping.load(); });
+          return Result<void>();
+        });
+  route("GET", "/v1/environments", true,
+        [this](const Request&, Response& res, const Caller& c) -> Result<void> {
+          COHORT_ASSIGN(Json list, environments->list(c));
+          writeJson(res, 200, list);
+          return Result<void>();
+        });
+  route("GET", R"(/v1/environments/([\s\S]+?))", true,
+        [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
+          COHORT_ASSIGN(Json e, environments->show(c, req.matches[1]));
+          writeJson(res, 200, e);
+          return Result<void>();
+        });
+  route("PUT", R"(/v1/environments/([\s\S]+?))", true,
+        [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
+          COHORT_ASSIGN(Json body, jsonBody(req, {"base", "requirements", "lock"}));
+          EnvironmentDefinition d;
+          COHORT_ASSIGN(d.base, field<std::string>(body, "base", ""));
+          COHORT_ASSIGN(d.requirements, field<std::vector<std::string>>(body, "requirements", {}));
+          COHORT_ASSIGN(d.lock, field<std::string>(body, "lock", ""));
+          COHORT_ASSIGN(Json e, environments->push(c, req.matches[1], d));
+          writeJson(res, 202, e);
+          return Result<void>();
+        });
+  route("DELETE", R"(/v1/environments/([\s\S]+?))", true,
+        [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
+          COHORT_TRY(environments->remove(c, req.matches[1]));
+          res.status = 204;
+          return Result<void>();
+        });
+}
+
 void Server::Impl::routes() {
   route("GET", "/v1/openapi.json", false,
         [](const Request&, Response& res, const Caller&) -> Result<void> {
@@ -1503,6 +1554,7 @@ void Server::Impl::routes() {
   jobRoutes();
   storeRoutes();
   accountRoutes();
+  environmentRoutes();
 }
 
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -1558,6 +1610,17 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   jopts.store_in_s3 = impl->site.inS3();
   COHORT_ASSIGN(impl->hub, EventHub::create());
   jopts.on_events = [hub = impl->hub.get()](const std::string& id) { hub->notify(id); };
+  EnvironmentServiceOptions eopts;
+  eopts.data_root = options.data_root;
+  eopts.site = env::storeDirs(options.data_root);
+  eopts.cohort_bin = options.cohort_bin;
+  eopts.sandbox = options.isolate;
+  eopts.identities = options.identities;
+  eopts.on_change = jopts.on_events;
+  COHORT_ASSIGN(impl->environments, EnvironmentService::create(*impl->store, eopts));
+  jopts.environments = [envs = impl->environments.get()](const Caller& c, const std::string& n) {
+    return envs->searchPath(c, n);
+  };
 
   Impl* self = impl.get();
   // Every follower holds a connection (a descriptor), not a thread: allow many.

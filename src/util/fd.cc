@@ -57,6 +57,15 @@ void raiseFileLimit() {
   }
 }
 
+bool readNextChunk(int fd, int64_t& offset, std::string& out) {
+  out.resize(1 << 16);
+  ssize_t n = ::pread(fd, out.data(), out.size(), offset);
+  out.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  if (n <= 0) return false;
+  offset += n;
+  return true;
+}
+
 Result<std::string> readFile(const std::string& path) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return failErrno("open '" + path + "'");

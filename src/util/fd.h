@@ -37,6 +37,11 @@ Result<void> writeAll(int fd, std::string_view data);
 
 Result<std::string> readFile(const std::string& path);
 
+// What a follower of a growing file reads next: up to 64 KiB of `fd` at `offset` into `out`
+// (replacing it), `offset` moved past them. Returns whether any were read (false at the end,
+// and on an error).
+bool readNextChunk(int fd, int64_t& offset, std::string& out);
+
 // Raises this process's soft limit on open descriptors to its hard limit: a coordinator holds
 // one connection and a log per node and rank, an agent a pipe and a pidfd per rank, the server
 // one connection per follower; 1,024 (a common default) is not enough for big jobs.

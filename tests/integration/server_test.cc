@@ -438,9 +438,10 @@ TEST_F(ApiDocument, IsServedWithoutATokenAndEveryOperationIsRouted) {
       // Placeholders: ids and names that exist nowhere, so every call is harmless.
       std::string concrete = path;
       for (const auto& [from, to] :
-           {std::pair<std::string, std::string>{"{id}", path.find("/v1/jobs/") == 0 ? "no-such-job"
-                                                                                    : "999999"},
+           {std::pair<std::string, std::string>{
+                "{id}", path.find("/v1/jobs/") == 0 ? "no-such-job" : "999999"},
             {"{bucket}", "api-probe"},
+            {"{name}", "no-such-environment"},
             {"{path}", "probe.txt"}}) {
         for (size_t at; (at = concrete.find(from)) != std::string::npos;) {
           concrete.replace(at, from.size(), to);
@@ -1958,6 +1959,294 @@ TEST_F(ServerUploads, AnUploadOverTheServersLimitIsRefusedSayingWhichLimit) {
   Answer fits = call("POST", "/v1/uploads", admin_,
                      tarEntry("small.py", '0', "print(1)\n") + tarEnd(), "application/x-tar");
   EXPECT_EQ(fits.status, 201) << fits;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Environments on the server, per account (docs/environments.md, "On a server"). The builds here
+// are on the pytorch preset (Debian's python3-torch: nothing is downloaded); those that install
+// from PyPI are RealServerEnvironments (label "frameworks").
+
+class ServerEnvironments : public ServerFixture {
+ protected:
+  Answer put(const std::string& path, const std::string& token, const Json& body) {
+    return call("PUT", path, token, body.dump());
+  }
+
+  // Waits until the build of `name` is over; returns the environment as `token` then sees it.
+  Json waitBuild(const std::string& token, const std::string& name) {
+    Json e;
+    bool over = waitFor(
+        [&] {
+          Answer a = get("/v1/environments/" + name, token);
+          e = a.json;
+          return a.status == 200 && e.value("state", "") != "building";
+        },
+        240s, 100ms);
+    EXPECT_TRUE(over) << "the build of " << name << " did not end: " << e.dump();
+    return e;
+  }
+
+  // `cohort ARGS` as a client of this server with `token`.
+  RunResult client(const std::vector<std::string>& args, const std::string& token) {
+    return CohortProcess(args, {"COHORT_SERVER=http://127.0.0.1:" + std::to_string(port_),
+                                "COHORT_TOKEN=" + token, "PIP_RETRIES=1", "PIP_TIMEOUT=20"})
+        .wait(300s);
+  }
+
+  // A job whose rank prints the interpreter it runs and the environment it is in.
+  Json envJob(const std::string& name, const std::string& environment,
+              const std::string& imports = "") const {
+    return {{"name", name},
+            {"framework", "generic"},
+            {"workdir", work_},
+            {"environment", environment},
+            {"command",
+             {"python3", "-c",
+              "import os, sys" + imports +
+                  "; print('ran', sys.executable, "
+                  "os.environ['VIRTUAL_ENV'])"}}};
+  }
+
+  std::string jobLog(const std::string& token, const std::string& id) {
+    return get("/v1/jobs/" + id + "/logs", token).body;
+  }
+
+  static std::vector<std::string> names(const Answer& list) {
+    std::vector<std::string> out;
+    for (const Json& e : list.json.value("environments", Json::array())) {
+      out.push_back(e.value("name", ""));
+    }
+    return out;
+  }
+};
+
+TEST_F(ServerEnvironments, NamesThatCannotBeOnesAreRefusedWith400NamingTheName) {
+  const std::string alice = createAccount("alice");
+  const Json body = {{"base", "pytorch"}};
+  for (const std::string& name : std::vector<std::string>{
+           "../x", "..%2Fx", "%2E%2E", "a/b", "%2Fetc%2Fpasswd", ".hidden", "-x",
+           std::string(300, 'a'), "%C3%A9t%C3%A9", "%FF%FE", "x%20y", "x%0Ay"}) {
+    const std::string path = "/v1/environments/" + name;
+    for (const Answer& a : {get(path, alice), put(path, alice, body), call("DELETE", path, alice),
+                            get(path + "/log", alice)}) {
+      EXPECT_EQ(a.status, 400) << path << ": " << a;
+      EXPECT_EQ(a.code(), "invalid_argument") << path << ": " << a;
+      EXPECT_TRUE(contains(a.message(), "name: '")) << path << ": " << a;
+    }
+  }
+  // A preset is a name nobody pushes or removes.
+  Answer preset = put("/v1/environments/pytorch", alice, body);
+  EXPECT_EQ(preset.status, 400) << preset;
+  EXPECT_TRUE(contains(preset.message(), "'pytorch' is a preset")) << preset;
+  EXPECT_EQ(call("DELETE", "/v1/environments/pytorch", alice).status, 409);
+  // Nothing was recorded, and nothing landed anywhere.
+  Answer list = get("/v1/environments", alice);
+  ASSERT_EQ(list.status, 200) << list;
+  EXPECT_EQ(names(list),
+            (std::vector<std::string>{"system", "pytorch", "tensorflow", "mindspore"}));
+  EXPECT_FALSE(std::filesystem::exists(data_root_ + "/x"));
+  EXPECT_FALSE(std::filesystem::exists(data_root_ + "/account-envs/x"));
+}
+
+TEST_F(ServerEnvironments, BadDefinitionsAreRefusedNamingTheField) {
+  const std::string alice = createAccount("alice");
+  const std::string path = "/v1/environments/mine";
+  Answer url =
+      put(path, alice,
+          {{"base", "pytorch"}, {"requirements", {"termcolor", "pkg @ file:///etc/passwd"}}});
+  EXPECT_EQ(url.status, 400) << url;
+  EXPECT_TRUE(contains(url.message(),
+                       "requirements[1]: 'pkg @ file:///etc/passwd' is not a requirement of a "
+                       "package by name"))
+      << url;
+  for (const std::string bad :
+       {"--index-url=http://x", "-r /etc/shadow", "./pkg", "git+https://x/y"}) {
+    Answer a = put(path, alice, {{"base", "pytorch"}, {"requirements", {bad}}});
+    EXPECT_EQ(a.status, 400) << bad << ": " << a;
+    EXPECT_TRUE(contains(a.message(), "requirements[0]: ")) << a;
+  }
+  Answer lock =
+      put(path, alice, {{"base", "pytorch"}, {"lock", "six==1.17.0\n-e git+https://x/y\n"}});
+  EXPECT_EQ(lock.status, 400) << lock;
+  EXPECT_TRUE(contains(lock.message(), "lock: line 2: '-e git+https://x/y' is not a pin")) << lock;
+  Answer no_base = put(path, alice, Json::object());
+  EXPECT_EQ(no_base.status, 400) << no_base;
+  EXPECT_TRUE(contains(no_base.message(), "base: ")) << no_base;
+  Answer unknown = put(path, alice, {{"base", "nope"}});
+  EXPECT_EQ(unknown.status, 404) << unknown;
+  EXPECT_TRUE(contains(unknown.message(), "base: no environment 'nope' on the server")) << unknown;
+  Answer extra = put(path, alice, {{"base", "pytorch"}, {"index", "http://x"}});
+  EXPECT_EQ(extra.status, 400) << extra;
+  EXPECT_TRUE(contains(extra.message(), "index")) << extra;
+  Answer wrong = put(path, alice, {{"base", "pytorch"}, {"requirements", "termcolor"}});
+  EXPECT_EQ(wrong.status, 400) << wrong;
+  EXPECT_EQ(get(path, alice).status, 404) << "nothing was recorded";
+}
+
+TEST_F(ServerEnvironments, AnImageJobIsRefusedAtSubmissionSayingWhy) {
+  const std::string alice = createAccount("alice");
+  Json job = rankJob("in-image", {"exit=0"});
+  job["environment"] = {{"image", "localhost/train:1"}};
+  Answer a = post("/v1/jobs", alice, {{"job", job}});
+  EXPECT_EQ(a.status, 400) << a;
+  EXPECT_TRUE(contains(a.message(),
+                       "environment.image: a server's jobs do not run in container images yet"))
+      << a;
+  EXPECT_TRUE(get("/v1/jobs", alice).json["jobs"].empty()) << "no job was made";
+}
+
+// An account's environment is its own: another account cannot see, use or remove it (404, as
+// for a name nobody has), and a job of its own runs in it. An admin's is every account's.
+TEST_F(ServerEnvironments, AnAccountsEnvironmentIsItsOwnAndAnAdminsIsEveryones) {
+  const std::string alice = createAccount("alice"), bob = createAccount("bob");
+  Answer pushed = put("/v1/environments/mine", alice, {{"base", "pytorch"}});
+  ASSERT_EQ(pushed.status, 202) << pushed;
+  EXPECT_EQ(pushed.json.value("state", ""), "building");
+  EXPECT_EQ(pushed.json.value("owner", ""), "alice");
+  const Json doc = document();
+  EXPECT_TRUE(matches(doc, "PUT", "/v1/environments/{name}", 202, pushed));
+  Json built = waitBuild(alice, "mine");
+  EXPECT_TRUE(
+      matches(doc, "GET", "/v1/environments/{name}", 200, get("/v1/environments/mine", alice)));
+  EXPECT_TRUE(matches(doc, "GET", "/v1/environments", 200, get("/v1/environments", alice)));
+  EXPECT_TRUE(
+      matches(doc, "GET", "/v1/environments/{name}", 404, get("/v1/environments/mine", bob)));
+  ASSERT_EQ(built.value("state", ""), "built") << built.dump(2);
+  EXPECT_EQ(built.value("shared", true), false);
+  EXPECT_EQ(built["hash"].get<std::string>().size(), 64u);
+  Answer log = get("/v1/environments/mine/log", alice);
+  ASSERT_EQ(log.status, 200) << log;
+  EXPECT_TRUE(contains(log.body, "building mine on pytorch as uid ")) << log.body;
+  EXPECT_TRUE(contains(log.body, "built mine")) << log.body;
+
+  // Bob: not there, on every route, and nothing says whose it is.
+  for (const Answer& a : {get("/v1/environments/mine", bob), get("/v1/environments/mine/log", bob),
+                          call("DELETE", "/v1/environments/mine", bob),
+                          post("/v1/jobs", bob, {{"job", envJob("bobs", "mine")}})}) {
+    EXPECT_EQ(a.status, 404) << a;
+    EXPECT_TRUE(contains(a.message(), "no environment 'mine'")) << a;
+    EXPECT_FALSE(contains(a.message(), "alice")) << a;
+  }
+  Answer bobs = get("/v1/environments", bob);
+  const std::vector<std::string> bob_sees = names(bobs);
+  EXPECT_EQ(std::count(bob_sees.begin(), bob_sees.end(), "mine"), 0) << bobs;
+  EXPECT_EQ(get("/v1/environments/mine", alice).status, 200) << "bob's DELETE did nothing";
+
+  // Alice's job runs in it.
+  const std::string venv = data_root_ + "/account-envs/alice/mine/venv";
+  const std::string id = submit(alice, envJob("in-mine", "mine"));
+  Json record = waitJob(alice, id, isFinal);
+  EXPECT_EQ(record.value("state", ""), "succeeded") << jobLog(alice, id);
+  EXPECT_TRUE(contains(jobLog(alice, id), "ran " + venv + "/bin/python3 " + venv))
+      << jobLog(alice, id);
+
+  // Not removed nor replaced while a job of hers runs in it.
+  Json waiting = rankJob("waits", {gate("go"), "exit=0"});
+  waiting["environment"] = "mine";
+  const std::string running = submit(alice, waiting);
+  waitJob(alice, running, isRunning);
+  for (const Answer& a : {call("DELETE", "/v1/environments/mine", alice),
+                          put("/v1/environments/mine", alice, {{"base", "pytorch"}})}) {
+    EXPECT_EQ(a.status, 409) << a;
+    EXPECT_TRUE(contains(a.message(), "job " + running + " (running) runs in it")) << a;
+  }
+  openGate("go");
+  EXPECT_EQ(waitFinal(alice, running).value("state", ""), "succeeded");
+  Answer removed = call("DELETE", "/v1/environments/mine", alice);
+  EXPECT_EQ(removed.status, 204) << removed;
+  EXPECT_FALSE(std::filesystem::exists(data_root_ + "/account-envs/alice/mine"));
+  EXPECT_EQ(get("/v1/environments/mine", alice).status, 404);
+
+  // The admin's: every account's jobs run in it; only an admin removes it.
+  ASSERT_EQ(put("/v1/environments/team", admin_, {{"base", "pytorch"}}).status, 202);
+  Json team = waitBuild(bob, "team");
+  ASSERT_EQ(team.value("state", ""), "built") << team.dump(2);
+  EXPECT_EQ(team.value("shared", false), true);
+  const std::string bobs_job = submit(bob, envJob("in-team", "team"));
+  EXPECT_EQ(waitFinal(bob, bobs_job).value("state", ""), "succeeded") << jobLog(bob, bobs_job);
+  const std::string team_venv = data_root_ + "/envs/team/venv";
+  EXPECT_TRUE(contains(jobLog(bob, bobs_job), "ran " + team_venv + "/bin/python3 " + team_venv))
+      << jobLog(bob, bobs_job);
+  Answer not_bobs = call("DELETE", "/v1/environments/team", bob);
+  EXPECT_EQ(not_bobs.status, 403) << not_bobs;
+  EXPECT_EQ(call("DELETE", "/v1/environments/team", admin_).status, 204);
+}
+
+// With pip and PyPI: `cohort env push` of an environment made here.
+class RealServerEnvironments : public ServerEnvironments {};
+
+TEST_F(RealServerEnvironments, PushStreamsTheBuildAndTheAccountsJobRunsInIt) {
+  const std::string alice = createAccount("alice");
+  const std::string here = dir_ + "/client";  // the client's own data root
+  RunResult made = runCohort({"env", "create", "extra", "--data-root", here, "--from", "pytorch",
+                              "--pip", "termcolor==3.3.0"},
+                             300s);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+
+  RunResult pushed = client({"env", "push", "extra", "--data-root", here}, alice);
+  ASSERT_EQ(pushed.exit_code, 0) << pushed.err;
+  EXPECT_TRUE(contains(pushed.err, "cohort env: extra sent to")) << pushed.err;
+  EXPECT_TRUE(contains(pushed.err, "  installing termcolor==3.3.0")) << pushed.err;
+  EXPECT_TRUE(contains(pushed.err, "Successfully installed termcolor-3.3.0")) << pushed.err;
+  EXPECT_TRUE(contains(pushed.err, "cohort env: extra is built on the server (termcolor 3.3.0)"))
+      << pushed.err;
+
+  RunResult ls = client({"env", "ls", "--on-server"}, alice);
+  ASSERT_EQ(ls.exit_code, 0) << ls.err;
+  EXPECT_TRUE(std::regex_search(ls.out, std::regex("\nextra +saved +built +alice +on pytorch")))
+      << ls.out;
+  RunResult show = client({"env", "show", "extra", "--on-server", "--json"}, alice);
+  ASSERT_EQ(show.exit_code, 0) << show.err;
+  Json shown = Json::parse(show.out, nullptr, false);
+  EXPECT_EQ(shown["packages"].value("termcolor", ""), "3.3.0") << show.out;
+  EXPECT_EQ(shown.value("lock", ""), readText(here + "/envs/extra/lock.txt")) << "the same pins";
+
+  const std::string venv = data_root_ + "/account-envs/alice/extra/venv";
+  const std::string id = submit(alice, envJob("in-extra", "extra", ", termcolor, torch"));
+  EXPECT_EQ(waitJob(alice, id, isFinal).value("state", ""), "succeeded") << jobLog(alice, id);
+  EXPECT_TRUE(contains(jobLog(alice, id), "ran " + venv + "/bin/python3 " + venv))
+      << jobLog(alice, id);
+
+  // Under another name; rm on the server.
+  RunResult as = client({"env", "push", "extra", "--as", "extra-v2", "--data-root", here}, alice);
+  EXPECT_EQ(as.exit_code, 0) << as.err;
+  EXPECT_EQ(get("/v1/environments/extra-v2", alice).json.value("state", ""), "built");
+  RunResult rm = client({"env", "rm", "extra-v2", "--on-server"}, alice);
+  EXPECT_EQ(rm.exit_code, 0) << rm.err;
+  EXPECT_EQ(get("/v1/environments/extra-v2", alice).status, 404);
+  RunResult gone = client({"env", "show", "extra-v2", "--on-server"}, alice);
+  EXPECT_EQ(gone.exit_code, 2) << gone.err;
+  EXPECT_TRUE(contains(gone.err, "no environment 'extra-v2' on the server")) << gone.err;
+}
+
+TEST_F(RealServerEnvironments, APackageThatDoesNotExistFailsThePushInPipsWords) {
+  const std::string alice = createAccount("alice");
+  // Another machine's environment, as its build left it: its definition and its lock file.
+  const std::string here = dir_ + "/client", env = here + "/envs/broken";
+  std::filesystem::create_directories(env + "/venv/bin");
+  std::ofstream(env + "/lock.txt") << "cohort-no-such-package-anywhere==9.9.9\n";
+  std::ofstream(env + "/env.json")
+      << Json{{"name", "broken"},
+              {"from", "pytorch"},
+              {"requirements", {"cohort-no-such-package-anywhere==9.9.9"}}}
+             .dump();
+  RunResult pushed = client({"env", "push", "broken", "--data-root", here}, alice);
+  EXPECT_EQ(pushed.exit_code, 1) << pushed.err;
+  EXPECT_TRUE(contains(pushed.err,
+                       "No matching distribution found for "
+                       "cohort-no-such-package-anywhere==9.9.9"))
+      << pushed.err;
+  EXPECT_TRUE(contains(pushed.err, "cohort env: broken failed to build on the server"))
+      << pushed.err;
+  Json failed = get("/v1/environments/broken", alice).json;
+  EXPECT_EQ(failed.value("state", ""), "failed") << failed.dump(2);
+  EXPECT_TRUE(contains(failed.value("reason", ""), "cohort-no-such-package-anywhere"))
+      << failed.dump(2);
+  EXPECT_FALSE(std::filesystem::exists(data_root_ + "/account-envs/alice/broken/venv"));
+  // A job cannot name it until it is pushed again and built.
+  Answer job = post("/v1/jobs", alice, {{"job", envJob("in-broken", "broken")}});
+  EXPECT_EQ(job.status, 409) << job;
+  EXPECT_TRUE(contains(job.message(), "environment 'broken' failed to build")) << job;
 }
 
 }  // namespace
