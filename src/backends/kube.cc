@@ -9,6 +9,7 @@
 #include "storage/curl_lib.h"
 #include "util/fd.h"
 #include "util/json_limits.h"
+#include "util/text.h"
 
 #ifndef COHORT_VERSION
 #define COHORT_VERSION "0.1.0"
@@ -159,38 +160,6 @@ bool namesAnObject(const Response& response) {
 }
 
 }  // namespace
-
-Result<std::string> base64Decode(std::string_view text) {
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-  };
-  std::string out;
-  uint32_t bits = 0;
-  int have = 0;
-  bool padding = false;
-  for (char c : text) {
-    if (c == '\n' || c == '\r' || c == ' ' || c == '\t') continue;
-    if (c == '=') {
-      padding = true;
-      continue;
-    }
-    const int v = value(c);
-    if (v < 0 || padding) return fail(Code::kInvalidArgument, "not base64");
-    bits = (bits << 6) | static_cast<uint32_t>(v);
-    have += 6;
-    if (have >= 8) {
-      have -= 8;
-      out += static_cast<char>((bits >> have) & 0xff);
-    }
-  }
-  if (have >= 6) return fail(Code::kInvalidArgument, "not base64 (truncated)");
-  return out;
-}
 
 Result<Json> parseObject(std::string_view text, const std::string& what) {
   if (auto deep = checkJsonDepth(text, kMaxObjectDepth); !deep) {

@@ -135,7 +135,4 @@ Error apiError(const Config& config, const std::string& what, const Response& re
 // Errors: kIo naming `what`.
 Result<nlohmann::json> parseObject(std::string_view text, const std::string& what);
 
-// Standard base64 (with or without padding). Errors: kInvalidArgument.
-Result<std::string> base64Decode(std::string_view text);
-
 }  // namespace cohort::backends::kube

@@ -211,14 +211,6 @@ TEST(InCluster, OutsideAPodItIsNotFound) {
   EXPECT_EQ(config.error().code, Code::kNotFound);
 }
 
-TEST(Base64, DecodesWithAndWithoutPadding) {
-  EXPECT_EQ(*base64Decode("aGVsbG8="), "hello");
-  EXPECT_EQ(*base64Decode("aGVsbG8"), "hello");
-  EXPECT_EQ(*base64Decode("aGVs\nbG8h"), "hello!");
-  EXPECT_FALSE(base64Decode("a"));
-  EXPECT_FALSE(base64Decode("a=b"));
-}
-
 TEST(ApiError, SaysWhoWasRefusedAndWhy) {
   Config config;
   config.server = "https://k:6443";

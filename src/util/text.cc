@@ -325,4 +325,36 @@ std::string urlEncode(std::string_view text, bool keep_slash) {
   return out;
 }
 
+Result<std::string> base64Decode(std::string_view text) {
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  std::string out;
+  uint32_t bits = 0;
+  int have = 0;
+  bool padding = false;
+  for (char c : text) {
+    if (c == '\n' || c == '\r' || c == ' ' || c == '\t') continue;
+    if (c == '=') {
+      padding = true;
+      continue;
+    }
+    const int v = value(c);
+    if (v < 0 || padding) return fail(Code::kInvalidArgument, "not base64");
+    bits = (bits << 6) | static_cast<uint32_t>(v);
+    have += 6;
+    if (have >= 8) {
+      have -= 8;
+      out += static_cast<char>((bits >> have) & 0xff);
+    }
+  }
+  if (have >= 6) return fail(Code::kInvalidArgument, "not base64 (truncated)");
+  return out;
+}
+
 }  // namespace cohort

@@ -72,4 +72,8 @@ std::string shellQuote(std::string_view word);
 int64_t nowUnixNanos();
 std::string isoTime(int64_t unix_nanos);
 
+// Standard base64 (with or without padding; line breaks and spaces skipped). Errors:
+// kInvalidArgument.
+Result<std::string> base64Decode(std::string_view text);
+
 }  // namespace cohort

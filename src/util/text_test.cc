@@ -108,5 +108,13 @@ TEST(IsoTime, FormatsUtcWithMillis) {
   EXPECT_EQ(isoTime(1700000000123000000LL), "2023-11-14T22:13:20.123Z");
 }
 
+TEST(Base64, DecodesWithAndWithoutPadding) {
+  EXPECT_EQ(*base64Decode("aGVsbG8="), "hello");
+  EXPECT_EQ(*base64Decode("aGVsbG8"), "hello");
+  EXPECT_EQ(*base64Decode("aGVs\nbG8h"), "hello!");
+  EXPECT_FALSE(base64Decode("a"));
+  EXPECT_FALSE(base64Decode("a=b"));
+}
+
 }  // namespace
 }  // namespace cohort
