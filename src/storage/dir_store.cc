@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "storage/crc64.h"
 #include "storage/local_files.h"
 #include "util/text.h"
 
@@ -87,8 +88,10 @@ class DirStore final : public ObjectStore {
     return std::move(opened.info);
   }
 
-  Result<void> getRange(const std::string& key, int fd, int64_t offset, int64_t length) override {
+  Result<Fetched> getRange(const std::string& key, int fd, int64_t offset,
+                           int64_t length) override {
     COHORT_ASSIGN(Opened opened, openObject(key));
+    Fetched fetched;
     std::string buffer(static_cast<size_t>(std::min<int64_t>(length, kChunk)), '\0');
     for (int64_t done = 0; done < length;) {
       const size_t want = static_cast<size_t>(std::min<int64_t>(length - done, kChunk));
@@ -106,9 +109,10 @@ class DirStore final : public ObjectStore {
         if (w < 0) return failErrno(uri(key) + ": write");
         put += w;
       }
+      fetched.crc = crc64nvme(fetched.crc, buffer.data(), static_cast<size_t>(n));
       done += n;
     }
-    return {};
+    return fetched;
   }
 
   Result<std::string> etagOf(int fd, int64_t size) const override { return contentTag(fd, size); }

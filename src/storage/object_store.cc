@@ -8,6 +8,7 @@
 #include <cctype>
 #include <memory>
 
+#include "storage/crc64.h"
 #include "storage/local_files.h"
 #include "util/text.h"
 
@@ -95,15 +96,28 @@ Result<ObjectStore::Opened> ObjectStore::open(const std::string& key, const std:
   Opened opened;
   COHORT_ASSIGN(opened.info, head(key));
   COHORT_ASSIGN(opened.fd, anonymousFile(tmp_dir));
-  COHORT_TRY(getRange(key, opened.fd.get(), 0, opened.info.size));
-  if (checkable(opened.info)) {
-    COHORT_ASSIGN(std::string tag, etagOf(opened.fd.get(), opened.info.size));
-    if (tag != opened.info.etag) {
-      return fail(Code::kIo, uri(key) + ": the bytes received do not match the object (etag " +
-                                 tag + ", expected " + opened.info.etag + ")");
-    }
-  }
+  COHORT_ASSIGN(Fetched fetched, getRange(key, opened.fd.get(), 0, opened.info.size));
+  COHORT_TRY(checkFetched(*this, opened.info, opened.fd.get(), fetched));
   return opened;
+}
+
+Result<void> checkFetched(const ObjectStore& store, const ObjectInfo& object, int fd,
+                          const Fetched& fetched) {
+  const std::string mismatch =
+      store.uri(object.key) + ": the bytes received do not match the object";
+  if (auto crc = fetched.object_crc ? fetched.object_crc : object.crc64) {
+    if (fetched.crc != *crc) {
+      return fail(Code::kIo, mismatch + " (CRC-64/NVME " + crc64Hex(fetched.crc) + ", expected " +
+                                 crc64Hex(*crc) + ")");
+    }
+    return {};
+  }
+  if (!store.checkable(object)) return {};
+  COHORT_ASSIGN(std::string tag, store.etagOf(fd, object.size));
+  if (tag != object.etag) {
+    return fail(Code::kIo, mismatch + " (etag " + tag + ", expected " + object.etag + ")");
+  }
+  return {};
 }
 
 }  // namespace cohort::storage

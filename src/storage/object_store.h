@@ -24,6 +24,16 @@ struct ObjectInfo {
   std::string key;
   int64_t size = 0;
   std::string etag;  // the store's content tag, without quotes (S3: MD5, or MD5s-of-parts "-N")
+  // The store's CRC-64/NVME of the whole object (storage/crc64.h), where it keeps one and gave
+  // it (S3's head, from services that keep it: AWS since 2025, versitygw); listings give none.
+  std::optional<uint64_t> crc64;
+};
+
+// What getRange wrote: the CRC-64/NVME of those bytes, and the whole object's where the store
+// sent it along (S3, for a range that is the whole object).
+struct Fetched {
+  uint64_t crc = 0;
+  std::optional<uint64_t> object_crc;
 };
 
 // Called with a count of bytes as each part of a large object is stored or copied (from that
@@ -47,7 +57,8 @@ class ObjectStore {
   // Writes bytes [offset, offset + length) of the object under `key` to `fd` at the same
   // offsets (pwrite), so that ranges of one object may be fetched in parallel. Errors: kNotFound,
   // kIo naming the object when fewer bytes arrive, and those of list.
-  virtual Result<void> getRange(const std::string& key, int fd, int64_t offset, int64_t length) = 0;
+  virtual Result<Fetched> getRange(const std::string& key, int fd, int64_t offset,
+                                   int64_t length) = 0;
 
   // The etag this store gives an object holding the `size` bytes of `fd` (read with pread):
   // what a transfer compares a local file with, to skip what is there already and to check
@@ -58,9 +69,11 @@ class ObjectStore {
   virtual bool checkable(const ObjectInfo& object) const = 0;
 
   // Stores the `size` bytes of `fd` (read with pread from offset 0) under `key`, and returns
-  // the new object's etag. The store checks what it receives (S3: a SHA-256 of every request's
-  // body; a directory: the file read back). Stops early with kFailedPrecondition "interrupted"
-  // when `cancel` turns true.
+  // the new object's etag once the store is known to hold exactly those bytes (S3: a SHA-256
+  // of every request's body, then the service's CRC-64/NVME of the object against that of the
+  // bytes sent, or where it keeps none, the etag against the file's MD5s; a directory: the
+  // file read back). Errors: kIo "holds other bytes than were sent". Stops early with
+  // kFailedPrecondition "interrupted" when `cancel` turns true.
   virtual Result<std::string> put(const std::string& key, int fd, int64_t size,
                                   const std::atomic<bool>* cancel, const PartDone& sent = {}) = 0;
 
@@ -76,7 +89,7 @@ class ObjectStore {
 
   // The object's bytes, to read from offset 0: where the store keeps objects as files, that
   // file (read-only); else the object fetched into an unlinked temporary file in `tmp_dir` and
-  // checked against its etag where etagOf can. Errors: those of head and getRange, kIo.
+  // checked (checkFetched). Errors: those of head and getRange, kIo.
   struct Opened {
     UniqueFd fd;
     ObjectInfo info;
@@ -94,6 +107,13 @@ int64_t partSize(int64_t object_size);
 
 // The tag of the `size` bytes of `fd` (pread). Errors: kIo reading it, or it shrank.
 Result<std::string> contentTag(int fd, int64_t size);
+
+// Checks the `object.size` bytes fetched into `fd`, with CRC-64/NVME `fetched.crc`, against
+// `object`: against the object's own CRC-64/NVME where the store gave one (`fetched.object_crc`,
+// else `object.crc64`), else against its etag where `store` can recompute it (reading the file
+// again), else not at all. Errors: kIo "the bytes received do not match the object".
+Result<void> checkFetched(const ObjectStore& store, const ObjectInfo& object, int fd,
+                          const Fetched& fetched);
 
 // Whether `object`'s etag has the form contentTag gives its size (an MD5, or an MD5 with as
 // many parts as partSize makes): only then can it be recomputed from the bytes.

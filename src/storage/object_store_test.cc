@@ -315,7 +315,7 @@ class Interrupting final : public ObjectStore {
   std::string uri(const std::string& key) const override { return inner_.uri(key); }
   Result<std::vector<ObjectInfo>> list(const std::string& p) override { return inner_.list(p); }
   Result<ObjectInfo> head(const std::string& key) override { return inner_.head(key); }
-  Result<void> getRange(const std::string& key, int fd, int64_t at, int64_t n) override {
+  Result<Fetched> getRange(const std::string& key, int fd, int64_t at, int64_t n) override {
     return inner_.getRange(key, fd, at, n);
   }
   Result<std::string> etagOf(int fd, int64_t size) const override {

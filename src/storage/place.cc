@@ -49,11 +49,12 @@ class BucketInS3 final : public ObjectStore {
     return found;
   }
 
-  Result<void> getRange(const std::string& key, int fd, int64_t offset, int64_t length) override {
+  Result<Fetched> getRange(const std::string& key, int fd, int64_t offset,
+                           int64_t length) override {
     if (!containedPath(key)) return badKey(key);
     auto got = s3_->getRange(prefix_ + key, fd, offset, length);
     if (!got) return renamed(got.error());
-    return {};
+    return got;
   }
 
   Result<std::string> etagOf(int fd, int64_t size) const override { return s3_->etagOf(fd, size); }

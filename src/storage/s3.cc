@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "storage/crc64.h"
 #include "storage/curl_lib.h"
 #include "storage/uri.h"
 #include "util/text.h"
@@ -32,6 +33,9 @@ constexpr int kPartThreads = 4;              // parts of one object in flight at
 constexpr size_t kMaxReplyBytes = 64 << 20;  // an XML answer larger than this is refused
 constexpr int64_t kMaxListed = 10'000'000;
 constexpr int64_t kMaxObjectBytes = int64_t{5} << 40;  // S3's limit on one object
+// Asks a HEAD or GET for the object's checksums: its CRC-64/NVME, which services that keep one
+// (AWS since 2025, versitygw) give as x-amz-checksum-crc64nvme, for any object however uploaded.
+constexpr const char* kChecksumMode = "x-amz-checksum-mode: ENABLED";
 
 // ---- encoding and digests --------------------------------------------------------------------
 
@@ -189,33 +193,74 @@ struct Reply {
   std::string body;
   std::string etag;
   int64_t content_length = -1;
-  int64_t written = 0;  // GET into fd
+  int64_t written = 0;       // GET into fd
+  uint64_t written_crc = 0;  // their CRC-64/NVME
   std::string write_error;
+  std::optional<uint64_t> crc64;  // x-amz-checksum-crc64nvme: the whole object's
+  bool partial = false;           // a Content-Range that is not the whole object
 };
+
+// "bytes A-B/TOTAL": whether it is less than the whole object.
+bool partialRange(std::string_view value) {
+  const size_t dash = value.find('-'), slash = value.find('/');
+  if (value.rfind("bytes 0-", 0) != 0 || slash == std::string_view::npos || dash > slash) {
+    return true;
+  }
+  const std::string last(value.substr(dash + 1, slash - dash - 1));
+  const std::string total(value.substr(slash + 1));
+  return std::atoll(last.c_str()) + 1 != std::atoll(total.c_str());
+}
+
+// The 8 big-endian bytes of a base64 x-amz-checksum-crc64nvme; none for anything else (a
+// composite "....-N" checksum, say).
+std::optional<uint64_t> parseCrc64(const std::string& text) {
+  auto bytes = base64Decode(text);
+  if (!bytes || bytes->size() != 8) return std::nullopt;
+  uint64_t crc = 0;
+  for (unsigned char c : *bytes) crc = crc << 8 | c;
+  return crc;
+}
 
 struct Transfer {
   const Request* request;
   Reply* reply;
   size_t sent = 0;
+  std::string unwritten;  // GET into fd: what arrived since the last write
 };
+
+// libcurl hands a body over 16 KiB at a time (CURL_MAX_WRITE_SIZE): written to the file a
+// MiB at a time instead, a sixty-fourth of the system calls.
+constexpr size_t kWriteBytes = size_t{1} << 20;
+
+// Writes what `t` holds to the request's fd, after what is written. False on an error, in
+// the reply's write_error.
+bool writeOut(Transfer& t) {
+  Reply& reply = *t.reply;
+  const std::string& data = t.unwritten;
+  for (size_t done = 0; done < data.size();) {
+    ssize_t w = ::pwrite(t.request->fd, data.data() + done, data.size() - done,
+                         t.request->offset + reply.written + static_cast<int64_t>(done));
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) {
+      reply.write_error = std::strerror(errno);
+      return false;
+    }
+    done += static_cast<size_t>(w);
+  }
+  reply.written += static_cast<int64_t>(data.size());
+  t.unwritten.clear();
+  return true;
+}
 
 size_t onBody(char* data, size_t size, size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
   size_t bytes = size * n;
   Reply& reply = *t->reply;
   if (t->request->fd >= 0 && reply.status / 100 == 2) {
-    size_t done = 0;
-    while (done < bytes) {
-      ssize_t w = ::pwrite(t->request->fd, data + done, bytes - done,
-                           t->request->offset + reply.written + static_cast<int64_t>(done));
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) {
-        reply.write_error = std::strerror(errno);
-        return 0;
-      }
-      done += static_cast<size_t>(w);
-    }
-    reply.written += static_cast<int64_t>(bytes);
+    if (t->unwritten.capacity() < kWriteBytes) t->unwritten.reserve(kWriteBytes);
+    t->unwritten.append(data, bytes);
+    reply.written_crc = crc64nvme(reply.written_crc, data, bytes);
+    if (t->unwritten.size() >= kWriteBytes && !writeOut(*t)) return 0;
     return bytes;
   }
   if (reply.body.size() + bytes > kMaxReplyBytes) return 0;
@@ -239,6 +284,8 @@ size_t onHeader(char* data, size_t size, size_t n, void* user) {
   std::string value(trim(line.substr(colon + 1)));
   if (name == "etag") t->reply->etag = unquote(value);
   if (name == "content-length") t->reply->content_length = std::atoll(value.c_str());
+  if (name == "content-range") t->reply->partial = partialRange(value);
+  if (name == "x-amz-checksum-crc64nvme") t->reply->crc64 = parseCrc64(value);
   return size * n;
 }
 
@@ -328,25 +375,30 @@ class S3Store final : public ObjectStore {
     Request r;
     r.method = "HEAD";
     r.key = key;
+    r.headers = {kChecksumMode};
     COHORT_ASSIGN(Reply reply, send(r, key));
-    ObjectInfo info{key, reply.content_length, reply.etag};
+    ObjectInfo info{key, reply.content_length, reply.etag, reply.crc64};
     COHORT_TRY(checkSize(info));
     return info;
   }
 
-  Result<void> getRange(const std::string& key, int fd, int64_t offset, int64_t length) override {
-    if (length == 0) return {};
+  Result<Fetched> getRange(const std::string& key, int fd, int64_t offset,
+                           int64_t length) override {
+    if (length == 0) return Fetched{};
     Request r;
     r.key = key;
     r.fd = fd;
     r.offset = offset;
     r.length = length;
+    r.headers = {kChecksumMode};
     COHORT_ASSIGN(Reply reply, send(r, key));
     if (reply.written != length) {
       return fail(Code::kIo, uri(key) + ": got " + std::to_string(reply.written) + " of " +
                                  std::to_string(length) + " bytes");
     }
-    return {};
+    Fetched fetched{reply.written_crc, std::nullopt};
+    if (offset == 0 && !reply.partial) fetched.object_crc = reply.crc64;
+    return fetched;
   }
 
   Result<std::string> etagOf(int fd, int64_t size) const override { return contentTag(fd, size); }
@@ -356,6 +408,7 @@ class S3Store final : public ObjectStore {
 
   Result<std::string> put(const std::string& key, int fd, int64_t size,
                           const std::atomic<bool>* cancel, const PartDone& sent) override {
+    Stored stored;
     if (size <= kPartSize) {
       std::string data(static_cast<size_t>(size), '\0');
       COHORT_TRY(preadAll(fd, data.data(), data.size(), 0, "'" + key + "'"));
@@ -365,9 +418,11 @@ class S3Store final : public ObjectStore {
       r.body = data;
       r.cancel = cancel;
       COHORT_ASSIGN(Reply reply, send(r, key));
-      return reply.etag;
+      stored = {reply.etag, reply.crc64, crc64nvme(0, data.data(), data.size())};
+    } else {
+      COHORT_ASSIGN(stored, putMultipart(key, fd, size, cancel, sent));
     }
-    return putMultipart(key, fd, size, cancel, sent);
+    return checkStored(key, fd, size, stored);
   }
 
   Result<std::optional<std::string>> copyIn(ObjectStore& from, const ObjectInfo& object,
@@ -401,29 +456,66 @@ class S3Store final : public ObjectStore {
     return {};
   }
 
+  // What the service said it stored, and the CRC-64/NVME of the bytes sent.
+  struct Stored {
+    std::string etag;
+    std::optional<uint64_t> crc64;  // the service's, of the whole object, where it keeps one
+    uint64_t sent_crc = 0;
+  };
+
+  // put's last step: the object the service holds must be the `size` bytes of `fd` that were
+  // sent. Its CRC-64/NVME where it gave one (no second read of the file), else its etag
+  // against the file's MD5s where the etag has that form.
+  Result<std::string> checkStored(const std::string& key, int fd, int64_t size,
+                                  const Stored& stored) const {
+    const std::string differs = uri(key) + ": the store holds other bytes than were sent";
+    if (stored.crc64) {
+      if (*stored.crc64 != stored.sent_crc) {
+        return fail(Code::kIo, differs + " (CRC-64/NVME " + crc64Hex(*stored.crc64) +
+                                   ", expected " + crc64Hex(stored.sent_crc) + ")");
+      }
+      return stored.etag;
+    }
+    if (!checkable(ObjectInfo{key, size, stored.etag, std::nullopt})) return stored.etag;
+    COHORT_ASSIGN(std::string tag, contentTag(fd, size));
+    if (tag != stored.etag) {
+      return fail(Code::kIo, differs + " (etag " + stored.etag + ", expected " + tag + ")");
+    }
+    return stored.etag;
+  }
+
   // Sends part `number` (from 1), bytes [at, at + n) of the object, of the multipart upload
   // `upload_id`, and returns its etag.
   using SendPart = std::function<Result<std::string>(int number, int64_t at, int64_t n,
                                                      const std::string& upload_id)>;
 
-  Result<std::string> putMultipart(const std::string& key, int fd, int64_t size,
-                                   const std::atomic<bool>* cancel, const PartDone& sent) {
-    return multipart(
-        key, size, cancel, sent,
-        [&](int number, int64_t at, int64_t n,
-            const std::string& upload_id) -> Result<std::string> {
-          thread_local std::string buf;  // one per part thread, freed when the thread ends
-          buf.resize(static_cast<size_t>(n));
-          COHORT_TRY(preadAll(fd, buf.data(), buf.size(), at, "'" + key + "'"));
-          Request r;
-          r.method = "PUT";
-          r.key = key;
-          r.query = partQuery(number, upload_id);
-          r.body = buf;
-          r.cancel = cancel;
-          COHORT_ASSIGN(Reply reply, send(r, key));
-          return reply.etag;
-        });
+  Result<Stored> putMultipart(const std::string& key, int fd, int64_t size,
+                              const std::atomic<bool>* cancel, const PartDone& sent) {
+    const int64_t part = partSize(size);
+    std::vector<uint64_t> crcs(static_cast<size_t>((size + part - 1) / part));
+    COHORT_ASSIGN(
+        Stored stored,
+        multipart(key, size, cancel, sent,
+                  [&](int number, int64_t at, int64_t n,
+                      const std::string& upload_id) -> Result<std::string> {
+                    thread_local std::string buf;  // one per part thread, freed when it ends
+                    buf.resize(static_cast<size_t>(n));
+                    COHORT_TRY(preadAll(fd, buf.data(), buf.size(), at, "'" + key + "'"));
+                    crcs[static_cast<size_t>(number - 1)] = crc64nvme(0, buf.data(), buf.size());
+                    Request r;
+                    r.method = "PUT";
+                    r.key = key;
+                    r.query = partQuery(number, upload_id);
+                    r.body = buf;
+                    r.cancel = cancel;
+                    COHORT_ASSIGN(Reply reply, send(r, key));
+                    return reply.etag;
+                  }));
+    for (size_t i = 0; i < crcs.size(); ++i) {
+      const int64_t n = std::min(part, size - static_cast<int64_t>(i) * part);
+      stored.sent_crc = crc64nvmeCombine(stored.sent_crc, crcs[i], n);
+    }
+    return stored;
   }
 
   // S3's copy requests may fail after their 200: the <Error> is then in the body.
@@ -452,17 +544,20 @@ class S3Store final : public ObjectStore {
       r.cancel = cancel;
       return copyEtag(send(r, key), key);
     }
-    return multipart(key, object.size, cancel, copied,
-                     [&](int number, int64_t at, int64_t n, const std::string& upload_id) {
-                       Request r;
-                       r.method = "PUT";
-                       r.key = key;
-                       r.query = partQuery(number, upload_id);
-                       r.headers = {source, "x-amz-copy-source-range: bytes=" + std::to_string(at) +
-                                                "-" + std::to_string(at + n - 1)};
-                       r.cancel = cancel;
-                       return copyEtag(send(r, key), key);
-                     });
+    COHORT_ASSIGN(Stored stored,
+                  multipart(key, object.size, cancel, copied,
+                            [&](int number, int64_t at, int64_t n, const std::string& upload_id) {
+                              Request r;
+                              r.method = "PUT";
+                              r.key = key;
+                              r.query = partQuery(number, upload_id);
+                              r.headers = {source,
+                                           "x-amz-copy-source-range: bytes=" + std::to_string(at) +
+                                               "-" + std::to_string(at + n - 1)};
+                              r.cancel = cancel;
+                              return copyEtag(send(r, key), key);
+                            }));
+    return stored.etag;
   }
 
   static std::string partQuery(int number, const std::string& upload_id) {
@@ -472,9 +567,8 @@ class S3Store final : public ObjectStore {
   // A multipart upload of `size` bytes to `key`, its parts (of partSize(size) bytes) sent by
   // `send_part`, kPartThreads at once; completed, or aborted when a part fails or `cancel`
   // turns true, so that nothing appears under the key unless whole.
-  Result<std::string> multipart(const std::string& key, int64_t size,
-                                const std::atomic<bool>* cancel, const PartDone& done,
-                                const SendPart& send_part) {
+  Result<Stored> multipart(const std::string& key, int64_t size, const std::atomic<bool>* cancel,
+                           const PartDone& done, const SendPart& send_part) {
     Request create;
     create.method = "POST";
     create.key = key;
@@ -532,7 +626,8 @@ class S3Store final : public ObjectStore {
       auto done_reply = send(complete, key);
       // S3 may answer 200 with an <Error> in the body.
       if (done_reply && done_reply->body.find("<Error>") == std::string::npos) {
-        return unquote(xmlText(done_reply->body, "ETag"));
+        return Stored{unquote(xmlText(done_reply->body, "ETag")),
+                      parseCrc64(xmlText(done_reply->body, "ChecksumCRC64NVME"))};
       }
       first_error = done_reply ? Error{Code::kIo, uri(key) + ": completing the upload failed: " +
                                                       xmlText(done_reply->body, "Message")}
@@ -634,6 +729,7 @@ class S3Store final : public ObjectStore {
     curl_.easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_.easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 60L);
     if (!config_.ca_bundle.empty()) curl_.easy_setopt(h, CURLOPT_CAINFO, config_.ca_bundle.c_str());
+    if (r.fd >= 0) curl_.easy_setopt(h, CURLOPT_BUFFERSIZE, 512L << 10);
     curl_.easy_setopt(h, CURLOPT_WRITEFUNCTION, onBody);
     curl_.easy_setopt(h, CURLOPT_WRITEDATA, &t);
     curl_.easy_setopt(h, CURLOPT_HEADERFUNCTION, onHeader);
@@ -691,6 +787,7 @@ class S3Store final : public ObjectStore {
     }
     curl_.easy_setopt(h, CURLOPT_HTTPHEADER, headers);
     CURLcode code = curl_.easy_perform(h);
+    if (!t.unwritten.empty()) writeOut(t);
     curl_.slist_free_all(headers);
     release(h);
     return code;

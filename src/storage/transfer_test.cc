@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +18,8 @@
 #include <mutex>
 #include <random>
 #include <thread>
+
+#include "storage/crc64.h"
 
 namespace cohort::storage {
 namespace {
@@ -29,9 +32,11 @@ std::string readAll(int fd, int64_t size) {
   return data;
 }
 
-// Objects in memory; the etag is the XXH3-64 of the bytes.
+// Objects in memory; the etag is the XXH3-64 of the bytes. With `keeps_crc`, the store also
+// gives each object's CRC-64/NVME, as S3 services do.
 class MemoryStore : public ObjectStore {
  public:
+  bool keeps_crc = false;
   std::string uri(const std::string& key) const override { return "mem://b/" + key; }
   Result<std::vector<ObjectInfo>> list(const std::string& prefix) override {
     std::lock_guard lock(mu_);
@@ -46,20 +51,28 @@ class MemoryStore : public ObjectStore {
     std::lock_guard lock(mu_);
     auto found = objects_.find(key);
     if (found == objects_.end()) return fail(Code::kNotFound, uri(key) + ": no such object");
-    return ObjectInfo{key, static_cast<int64_t>(found->second.size()), tag(found->second)};
+    return ObjectInfo{key, static_cast<int64_t>(found->second.size()), tag(found->second),
+                      crcOf(found->second)};
   }
-  Result<void> getRange(const std::string& key, int fd, int64_t offset, int64_t length) override {
+  Result<Fetched> getRange(const std::string& key, int fd, int64_t offset,
+                           int64_t length) override {
     std::string data;
+    std::optional<uint64_t> whole;
     {
       std::lock_guard lock(mu_);
-      data = objects_.at(key).substr(static_cast<size_t>(offset), static_cast<size_t>(length));
+      const std::string& object = objects_.at(key);
+      data = object.substr(static_cast<size_t>(offset), static_cast<size_t>(length));
+      if (offset == 0 && data.size() == object.size()) whole = crcOf(object);
     }
     if (::pwrite(fd, data.data(), data.size(), offset) != static_cast<ssize_t>(data.size())) {
       return fail(Code::kIo, "pwrite");
     }
-    return {};
+    return Fetched{crc64nvme(0, data.data(), data.size()), whole};
   }
-  Result<std::string> etagOf(int fd, int64_t size) const override { return tag(readAll(fd, size)); }
+  Result<std::string> etagOf(int fd, int64_t size) const override {
+    ++files_hashed_;
+    return tag(readAll(fd, size));
+  }
   bool checkable(const ObjectInfo&) const override { return true; }
   Result<std::string> put(const std::string& key, int fd, int64_t size, const std::atomic<bool>*,
                           const std::function<void(int64_t)>& = {}) override {
@@ -73,12 +86,18 @@ class MemoryStore : public ObjectStore {
   static std::string tag(const std::string& data) {
     return std::to_string(XXH3_64bits(data.data(), data.size()));
   }
+  std::optional<uint64_t> crcOf(const std::string& data) const {
+    if (!keeps_crc) return std::nullopt;
+    return crc64nvme(0, data.data(), data.size());
+  }
   std::map<std::string, std::string> objects_;
   int puts_ = 0;
+  mutable std::atomic<int> files_hashed_{0};  // files read again for their etag
   std::mutex mu_;
 };
 
-// Faults, around a store: puts that fail (as on a cut connection), reads that flip a byte.
+// Faults, around a store: puts that fail (as on a cut connection), reads that flip a byte on
+// the way (the CRC of the range is of what arrived, as a real store's is).
 class FaultyStore : public MemoryStore {
  public:
   bool fail_puts = false;
@@ -89,15 +108,21 @@ class FaultyStore : public MemoryStore {
     if (fail_puts) return fail(Code::kUnavailable, uri(key) + ": connection reset by peer");
     return MemoryStore::put(key, fd, size, cancel, sent);
   }
-  Result<void> getRange(const std::string& key, int fd, int64_t offset, int64_t length) override {
-    COHORT_TRY(MemoryStore::getRange(key, fd, offset, length));
+  Result<Fetched> getRange(const std::string& key, int fd, int64_t offset,
+                           int64_t length) override {
+    COHORT_ASSIGN(Fetched fetched, MemoryStore::getRange(key, fd, offset, length));
     if (corrupt_reads && length > 0) {
       char c = 0;
       if (::pread(fd, &c, 1, offset) != 1) return fail(Code::kIo, "pread");
       c ^= 1;
       if (::pwrite(fd, &c, 1, offset) != 1) return fail(Code::kIo, "pwrite");
+      std::string arrived(static_cast<size_t>(length), '\0');
+      if (::pread(fd, arrived.data(), arrived.size(), offset) != length) {
+        return fail(Code::kIo, "pread");
+      }
+      fetched.crc = crc64nvme(0, arrived.data(), arrived.size());
     }
-    return {};
+    return fetched;
   }
 };
 
@@ -162,7 +187,8 @@ TEST_F(Transfer, ATreeRoundTripsAndASecondUploadSkipsEverything) {
 class SlowStore : public MemoryStore {
  public:
   static constexpr int64_t kPart = int64_t{8} << 20;
-  Result<void> getRange(const std::string& key, int fd, int64_t offset, int64_t length) override {
+  Result<Fetched> getRange(const std::string& key, int fd, int64_t offset,
+                           int64_t length) override {
     std::this_thread::sleep_for(std::chrono::milliseconds(150));
     return MemoryStore::getRange(key, fd, offset, length);
   }
@@ -212,20 +238,30 @@ TEST_F(Transfer, AFailedPutNamesTheFileAndStoresNothing) {
   EXPECT_TRUE(store.objects_.empty());
 }
 
-// A small object and one of several parts, whose ranges are hashed as they arrive.
-TEST_F(Transfer, BytesThatDoNotMatchTheEtagNeverReachTheirFinalName) {
-  for (const size_t size : {size_t{100000}, (size_t{20} << 20) + 7}) {
-    SCOPED_TRACE(size);
-    FaultyStore store;
-    write("src/model.pt", std::string(size, 'm'));
-    ASSERT_TRUE(upload(dir_ + "/src/model.pt", store, "m/model.pt"));
-    ASSERT_TRUE(download(store, "m/model.pt", dir_ + "/good.pt")) << "untouched, it passes";
-    store.corrupt_reads = true;
-    auto down = download(store, "m/model.pt", dir_ + "/model.pt");
-    ASSERT_FALSE(down);
-    EXPECT_EQ(down.error().code, Code::kIo);
-    EXPECT_NE(down.error().message.find("do not match"), std::string::npos) << down.error().message;
-    EXPECT_FALSE(fs::exists(dir_ + "/model.pt"));
+// A small object and one of several parts, checked against the store's CRC-64/NVME where it
+// keeps one (the CRCs of the ranges as they arrived, combined: the file is not read again),
+// else against the etag.
+TEST_F(Transfer, BytesThatDoNotMatchTheObjectNeverReachTheirFinalName) {
+  for (const bool keeps_crc : {false, true}) {
+    for (const size_t size : {size_t{100000}, (size_t{20} << 20) + 7}) {
+      SCOPED_TRACE(std::to_string(size) + (keeps_crc ? " with CRCs" : " with etags only"));
+      FaultyStore store;
+      store.keeps_crc = keeps_crc;
+      write("src/model.pt", std::string(size, 'm'));
+      ASSERT_TRUE(upload(dir_ + "/src/model.pt", store, "m/model.pt"));
+      store.files_hashed_ = 0;
+      ASSERT_TRUE(download(store, "m/model.pt", dir_ + "/good.pt")) << "untouched, it passes";
+      EXPECT_EQ(store.files_hashed_, keeps_crc ? 0 : 1);
+      store.corrupt_reads = true;
+      auto down = download(store, "m/model.pt", dir_ + "/model.pt");
+      ASSERT_FALSE(down);
+      EXPECT_EQ(down.error().code, Code::kIo);
+      EXPECT_NE(down.error().message.find("do not match"), std::string::npos)
+          << down.error().message;
+      EXPECT_NE(down.error().message.find(keeps_crc ? "CRC-64/NVME" : "etag"), std::string::npos)
+          << down.error().message;
+      EXPECT_FALSE(fs::exists(dir_ + "/model.pt"));
+    }
   }
   for (auto& e : fs::directory_iterator(dir_)) {
     EXPECT_EQ(e.path().filename().string().rfind(".cohort-tmp-", 0), std::string::npos);

@@ -296,21 +296,29 @@ TEST_F(S3, AConnectionCutMidUploadLeavesNoObjectAndARerunFinishes) {
   EXPECT_EQ(readText(served("datasets/cut/big.bin")), readText(big));
 }
 
+// versitygw keeps a CRC-64/NVME of every object (as AWS does): a download is checked against
+// it, for a small object (one GET) and for a large one (ranges, their CRCs combined).
 TEST_F(S3, AnObjectChangedOnTheServerIsRefusedOnTheWayDown) {
-  writeFile(work_ + "/f.bin", randomBytes(100000, 5));
-  ASSERT_EQ(cp({work_ + "/f.bin", "s3://datasets/rot/f.bin"}).exit_code, 0);
-  // Bit rot behind the server's back: same size, other bytes, the old etag.
-  {
-    std::fstream f(served("datasets/rot/f.bin"), std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(500);
-    f.put('\x5a');
-  }
-  RunResult r = cp({"s3://datasets/rot/f.bin", work_ + "/got.bin"});
-  EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_TRUE(contains(r.err, "do not match")) << r.err;
-  EXPECT_FALSE(fs::exists(work_ + "/got.bin"));
-  for (auto& e : fs::directory_iterator(work_)) {
-    EXPECT_EQ(e.path().filename().string().rfind(".cohort-tmp-", 0), std::string::npos);
+  for (const size_t size : {size_t{100000}, (size_t{20} << 20) + 7}) {
+    SCOPED_TRACE(size);
+    writeFile(work_ + "/f.bin", randomBytes(size, 5));
+    ASSERT_EQ(cp({work_ + "/f.bin", "s3://datasets/rot/f.bin"}).exit_code, 0);
+    ASSERT_EQ(cp({"s3://datasets/rot/f.bin", work_ + "/good.bin"}).exit_code, 0);
+    EXPECT_EQ(readText(work_ + "/good.bin"), readText(work_ + "/f.bin"));
+    // Bit rot behind the server's back: same size, other bytes, the old etag and CRC.
+    {
+      std::fstream f(served("datasets/rot/f.bin"), std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(static_cast<std::streamoff>(size - 500));
+      f.put('\x5a');
+    }
+    RunResult r = cp({"s3://datasets/rot/f.bin", work_ + "/got.bin"});
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_TRUE(contains(r.err, "do not match")) << r.err;
+    EXPECT_TRUE(contains(r.err, "CRC-64/NVME")) << r.err;
+    EXPECT_FALSE(fs::exists(work_ + "/got.bin"));
+    for (auto& e : fs::directory_iterator(work_)) {
+      EXPECT_EQ(e.path().filename().string().rfind(".cohort-tmp-", 0), std::string::npos);
+    }
   }
 }
 
