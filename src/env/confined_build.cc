@@ -69,7 +69,12 @@ std::vector<std::string> sandboxArgv(const Confinement& how, const std::vector<s
                                    "/dev",    "--proc",    "/proc",   "--tmpfs", "/tmp",
                                    "--tmpfs", "/var/tmp",  "--tmpfs", "/run"};
   for (const std::string& dir : how.hide) argv.insert(argv.end(), {"--tmpfs", dir});
-  // The stores (read-only) and the build's own directory, put back where they were hidden.
+  // The program the build runs (cohort itself, wherever it was installed: under /tmp for a
+  // build tree there), the stores (read-only) and the build's own directory, put back where
+  // they were hidden.
+  if (!command.empty() && command.front().rfind('/', 0) == 0) {
+    argv.insert(argv.end(), {"--ro-bind", command.front(), command.front()});
+  }
   for (const std::string& store : stores) {
     argv.insert(argv.end(), {"--ro-bind-try", store, store});
   }

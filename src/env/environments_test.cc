@@ -238,8 +238,9 @@ TEST(NodeCopies, ALayerBuiltOnTheNodeIsBuiltOnceAndFoundByTheNextJob) {
 
 TEST(ConfinedBuilds, OnlyTheEnvironmentsDirectoryIsWritableAndTheDataRootIsHidden) {
   Confinement how{2000001, 2000001, true, {"/srv/cohort"}};
-  auto argv = sandboxArgv(how, {"/srv/cohort/account-envs/alice", "/srv/cohort/envs"},
-                          "/srv/cohort/account-envs/alice/extra", {"cohort", "env", "create"});
+  auto argv =
+      sandboxArgv(how, {"/srv/cohort/account-envs/alice", "/srv/cohort/envs"},
+                  "/srv/cohort/account-envs/alice/extra", {"/tmp/b/cohort", "env", "create"});
   auto at = [&](const std::vector<std::string>& seq) {
     return std::search(argv.begin(), argv.end(), seq.begin(), seq.end()) - argv.begin();
   };
@@ -251,6 +252,8 @@ TEST(ConfinedBuilds, OnlyTheEnvironmentsDirectoryIsWritableAndTheDataRootIsHidde
             at({"--bind", "/srv/cohort/account-envs/alice/extra",
                 "/srv/cohort/account-envs/alice/extra"}));
   EXPECT_LT(at({"--tmpfs", "/tmp"}), static_cast<long>(argv.size()));
+  EXPECT_LT(at({"--tmpfs", "/tmp"}), at({"--ro-bind", "/tmp/b/cohort", "/tmp/b/cohort"}))
+      << "cohort itself stays visible where /tmp is hidden";
   EXPECT_LT(at({"--unshare-pid"}), static_cast<long>(argv.size()));
   EXPECT_EQ(std::count(argv.begin(), argv.end(), "--bind"), 1) << "one writable place";
   EXPECT_EQ(argv[argv.size() - 4], "--");
