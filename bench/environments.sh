@@ -7,7 +7,8 @@
 #   build   `cohort env create` of a custom environment on the built pytorch preset with
 #           REQS, against `python3 -m venv --system-site-packages` + `pip install REQS` into a
 #           fresh venv, alternated ROUNDS times (pip's cache warm for both: the first round of
-#           each is a warm-up and is not counted).
+#           each is a warm-up and is not counted). With BASELINE=path/to/an/earlier/cohort, that
+#           build's `env create` too, in the same rounds.
 #   image   the same 4-rank job in a container image (--image IMAGE, its own python3) against
 #           the host's /usr/bin/python3 named directly; then where an image's time goes: asking
 #           podman for the image once per job (podman image inspect), one rank's
@@ -16,12 +17,14 @@
 #           the tests' image (tests/images/build: a few minutes the first time, then cached).
 # Prints medians and ratios. PARTS="launch build image" chooses what runs.
 # Run: bench/environments.sh   (env: RUNS=20 ROUNDS=4 REQS="termcolor==3.3.0 tabulate==0.9.0"
-#                               COHORT=build/cohort PARTS="launch build image" IMAGE=REF)
+#                               COHORT=build/cohort PARTS="launch build image" IMAGE=REF
+#                               BASELINE=)
 # Needs hyperfine and python3-torch for /usr/bin/python3; the build part needs a package index;
 # the image part needs root and podman (and runc for the podman run comparison).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 COHORT=$(realpath "${COHORT:-build/cohort}")
+if [ -n "${BASELINE:-}" ]; then BASELINE=$(realpath "$BASELINE"); fi
 RUNS=${RUNS:-20}; ROUNDS=${ROUNDS:-4}; REQS=${REQS:-"termcolor==3.3.0 tabulate==0.9.0"}
 PARTS=${PARTS:-"launch build image"}
 part() { [[ " $PARTS " == *" $1 "* ]]; }
@@ -58,7 +61,14 @@ for ((round = 0; round <= ROUNDS; round++)); do
   /usr/bin/python3 -m venv --system-site-packages "$TMP/fresh" &&
     PIP_DISABLE_PIP_VERSION_CHECK=1 "$TMP/fresh/bin/pip" install -q $REQS >/dev/null
   t2=$(date +%s%N)
-  [ "$round" -gt 0 ] && echo "$(((t1 - t0) / 1000000)) $(((t2 - t1) / 1000000))" >> "$TMP/build.txt"
+  before=""
+  if [ -n "${BASELINE:-}" ]; then
+    "$BASELINE" env rm custom >/dev/null 2>&1 || true
+    t3=$(date +%s%N)
+    "$BASELINE" env create custom --from pytorch "${pips[@]}" >/dev/null 2>&1
+    before=" $((($(date +%s%N) - t3) / 1000000))"
+  fi
+  [ "$round" -gt 0 ] && echo "$(((t1 - t0) / 1000000)) $(((t2 - t1) / 1000000))$before" >> "$TMP/build.txt"
 done
 fi
 
@@ -109,6 +119,9 @@ if os.path.exists(f"{tmp}/build.txt"):
     print(f"\n| build on the pytorch preset: {reqs} | rounds | median | ratio |")
     print("|---|---:|---:|---:|")
     print(f"| cohort env create | {len(rows)} | {c / 1e3:.2f} s | {c / p:.2f}x |")
+    if all(len(r) == 3 for r in rows):
+        b = statistics.median(r[2] for r in rows)
+        print(f"| BASELINE's cohort env create | {len(rows)} | {b / 1e3:.2f} s | {b / p:.2f}x |")
     print(f"| python3 -m venv + pip install | {len(rows)} | {p / 1e3:.2f} s | 1.00x |")
 img, parts, podman = medians("image"), medians("parts"), medians("podman")
 if img:

@@ -408,8 +408,17 @@ Result<Environment> Store::create(const CreateRequest& request, const Progress& 
   COHORT_TRY(buildInto(dir, name, [&]() -> Result<void> {
     COHORT_ASSIGN(Json base_def, readDefinition(base.dir));
     // The base's interpreter, through its venv's own link: the new one sees what the base sees.
-    COHORT_ASSIGN(std::string real, ask(base.python, "import sys; print(sys._base_executable)"));
+    // That includes pip, when the base has it: then the new venv needs no pip of its own, whose
+    // installation (ensurepip) would take longer than most builds' own packages.
+    COHORT_ASSIGN(std::string answer,
+                  ask(base.python,
+                      "import sys, importlib.util; print(sys._base_executable); "
+                      "print(importlib.util.find_spec('pip') is not None)"));
+    const std::vector<std::string> lines = split(answer, '\n');
+    const std::string real(trim(lines.front()));
+    const bool base_has_pip = lines.size() == 2 && trim(lines[1]) == "True";
     std::vector<std::string> make = {real, "-m", "venv"};
+    if (base_has_pip) make.push_back("--without-pip");
     const Preset* root_preset = findPreset(base.preset ? base.name : text(base_def, "root"));
     if (root_preset && root_preset->system_site_packages) make.push_back("--system-site-packages");
     make.push_back(venv);
@@ -424,6 +433,15 @@ Result<Environment> Store::create(const CreateRequest& request, const Progress& 
       all_layers.push_back(below);
     }
     COHORT_TRY(writeFileAtomic(site + "/_cohort_base.pth", join(all_layers, "\n") + "\n", false));
+    if (base_has_pip) {
+      // `pip` in this venv is the layers' pip, run by this venv's interpreter: it installs here.
+      const std::string launcher = "#!" + python +
+                                   "\nimport sys\nfrom pip._internal.cli.main import main\n"
+                                   "sys.exit(main())\n";
+      for (const char* name : {"pip", "pip3"}) {
+        COHORT_TRY(writeFileAtomic(venv + "/bin/" + name, launcher, false, 0755));
+      }
+    }
     const std::vector<std::string>& install = pins.empty() ? wanted : pins;
     if (!install.empty()) {
       if (progress) {

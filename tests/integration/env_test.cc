@@ -63,18 +63,22 @@ TEST_F(RealEnvironments, ASavedEnvironmentRunsAJobIsRebuiltTheSameAndRemoved) {
   EXPECT_EQ(shown["from"], "pytorch");
   EXPECT_EQ(shown["packages"]["termcolor"], "3.3.0");
 
-  // Two ranks import the package and the base's torch, with the environment's python3.
+  // Two ranks import the package and the base's torch, with the environment's python3; its
+  // `pip` is the base's pip, looking at this environment.
   std::string job = tempDir();
   std::ofstream(job + "/job.yaml")
       << "name: in-env\nframework: generic\nenvironment: extra\nworkdir: .\n"
-         "command: [python3, -c, \"import os, sys, termcolor, torch; "
-         "print('ran', sys.executable, os.environ['VIRTUAL_ENV'])\"]\n"
+         "command: [python3, -c, \"import os, subprocess, sys, termcolor, torch; "
+         "print('ran', sys.executable, os.environ['VIRTUAL_ENV']); "
+         "shown = subprocess.run(['pip', 'show', 'termcolor'], capture_output=True, text=True); "
+         "print('pip shows', shown.stdout.split('Location: ')[1].split()[0])\"]\n"
          "roles: {worker: {nodes: 2}}\n";
   RunResult run = cohort({"run", "-f", job + "/job.yaml"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const std::string venv = *root_ + "/envs/extra/venv";
   EXPECT_TRUE(contains(run.out, "[worker/1 node1] ran " + venv + "/bin/python3 " + venv))
       << run.out;
+  EXPECT_TRUE(contains(run.out, "[worker/0 node0] pip shows " + venv + "/lib/python3")) << run.out;
 
   // The lock file builds the same versions.
   RunResult again = cohort({"env", "rebuild", "extra"});
