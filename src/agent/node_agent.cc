@@ -871,12 +871,16 @@ class Agent {
       // An earlier attempt's status is not this one's.
       rank.debug_file = planEnv(rank.plan, "COHORT_DEBUG_FILE");
       if (!rank.debug_file.empty()) ::unlink(rank.debug_file.c_str());
-      std::string error;
-      if (auto r = spawnRank(i); !r) error = r.error().message;
-      if (!error.empty()) {
-        // The rank never ran: report it as exit code 127, the shell's "could not execute".
-        report(rank, proc::ExitStatus{127, 0}, nowUnixNanos(), error);
-      }
+      if (auto r = spawnRank(i); !r) neverRan(rank, r.error().message);
+    }
+    // The ranks exec'd while the next ones started; now each is watched, or reported if it
+    // failed before its exec.
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      Rank& rank = ranks_[i];
+      if (rank.running || rank.child.pid <= 0) continue;
+      auto r = proc::finish(rank.child);
+      if (r) r = watch(i, std::move(rank.child));
+      if (!r) neverRan(rank, rank.plan.name + ": " + r.error().message);
     }
     (void)channel_.send({{"type", "started"},
                          {"attempt", attempt_},
@@ -887,6 +891,13 @@ class Agent {
     } else {
       progress_.arm(kFirstProgress);  // a short job's ranks are sampled too
     }
+  }
+
+  // A rank that could not be started: reported as exit code 127, the shell's "could not
+  // execute".
+  void neverRan(Rank& rank, const std::string& error) {
+    rank.child = {};
+    report(rank, proc::ExitStatus{127, 0}, nowUnixNanos(), error);
   }
 
   // Every few seconds while ranks run: when each last wrote output, and what it uses.
@@ -951,18 +962,20 @@ class Agent {
     req.gid = p.gid;
     COHORT_ASSIGN(const proc::Cgroup* cgroup, rankCgroup(rank));
     req.cgroup_fd = cgroup ? cgroup->fd() : -1;
-    auto child = proc::spawn(req);
-    if (!child && child.error().code == Code::kFailedPrecondition && cgroup_ && !cgroup_joined_) {
+    const bool may_retry = cgroup_ && !cgroup_joined_;
+    auto child = may_retry ? proc::start(req) : proc::start(std::move(req));
+    if (!child && child.error().code == Code::kFailedPrecondition && may_retry) {
       // The cgroup could be made but not joined (a delegation that stops short): do without.
       withoutCgroup(child.error().message);
       req.cgroup_fd = -1;
-      child = proc::spawn(req);
+      child = proc::start(std::move(req));
     }
     if (child && cgroup_) cgroup_joined_ = true;
     if (!child) {
       return withContext(child.error(), p.name);
     }
-    return watch(index, std::move(*child));
+    rank.child = std::move(*child);  // startAttempt watches it once it has exec'd
+    return {};
   }
 
   // --pdb: the rank's stdin, stdout and stderr are the agent's (cohort run's terminal), and its

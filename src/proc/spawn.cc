@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <memory>
 
 #include "util/text.h"
 
@@ -49,6 +50,24 @@ constexpr long kSysSetresgid = SYS_setresgid;
 constexpr long kSysSetresuid = SYS_setresuid;
 #endif
 
+// A system call that leaves errno alone. A child started by start() runs beside its parent in
+// the parent's memory, thread-local errno included, so it must not write errno.
+long sys(long n, long a = 0, long b = 0, long c = 0, long d = 0) {
+#if defined(__x86_64__)
+  long ret;
+  register long r10 asm("r10") = d;
+  asm volatile("syscall"
+               : "=a"(ret)
+               : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10)
+               : "rcx", "r11", "memory");
+  return ret;
+#else
+  // Elsewhere children share the parent's memory only while it waits (vfork).
+  long ret = ::syscall(n, a, b, c, d);
+  return ret < 0 ? -errno : ret;
+#endif
+}
+
 // What a child needs between fork and exec, all of it made before the fork.
 struct ChildSetup {
   const SpawnRequest* req = nullptr;
@@ -59,46 +78,76 @@ struct ChildSetup {
   int err_fd = -1;        // where a failure before exec is told: {stage, errno}
   int stdin_fd = -1;
   pid_t parent = -1;
-  sigset_t empty;
 };
 
 // The child's side, from fork to exec. It shares the parent's memory (vfork, or clone3 with
-// CLONE_VM): async-signal-safe calls only, on data prepared before, writing nothing but locals.
+// CLONE_VM), maybe while the parent runs on: raw system calls only, on data prepared before,
+// writing nothing but locals on its own stack.
 [[noreturn]] void runChild(const ChildSetup& c) {
   const SpawnRequest& req = *c.req;
-  auto die = [&](int stage) {
-    int code[2] = {stage, errno};
-    ssize_t n = ::write(c.err_fd, code, sizeof code);
-    (void)n;
-    _exit(127);
+  auto die = [&](int stage, long err) {
+    int code[2] = {stage, static_cast<int>(-err)};
+    sys(SYS_write, c.err_fd, reinterpret_cast<long>(code), sizeof code);
+    sys(SYS_exit_group, 127);
+    __builtin_unreachable();
   };
+  // dup2 as dup3 does it (arm64 has no dup2); dup2 of a descriptor onto itself changes nothing.
+  auto dup2 = [](int from, int to) { return from == to ? 0 : sys(SYS_dup3, from, to, 0); };
   const bool change_identity = req.uid >= 0 || req.gid >= 0;
   const long uid = req.uid, gid = req.gid;
-  if (req.new_process_group && ::setpgid(0, 0) < 0) die(kStageSetpgid);
-  if (c.cgroup_procs >= 0 && ::write(c.cgroup_procs, "0", 1) != 1) die(kStageCgroup);
+  long r;
+  if (req.new_process_group && (r = sys(SYS_setpgid, 0, 0)) < 0) die(kStageSetpgid, r);
+  if (c.cgroup_procs >= 0 &&
+      (r = sys(SYS_write, c.cgroup_procs, reinterpret_cast<long>("0"), 1)) != 1) {
+    die(kStageCgroup, r < 0 ? r : -EIO);
+  }
   // Raw system calls: glibc's wrappers would make every thread of the parent change identity
   // too, by signalling them, which a child that shares the parent's memory must never do.
-  if (change_identity && ::syscall(kSysSetgroups, 0, nullptr) < 0) die(kStageSetgroups);
-  if (gid >= 0 && ::syscall(kSysSetresgid, gid, gid, gid) < 0) die(kStageSetresgid);
-  if (uid >= 0 && ::syscall(kSysSetresuid, uid, uid, uid) < 0) die(kStageSetresuid);
+  if (change_identity && (r = sys(kSysSetgroups, 0, 0)) < 0) die(kStageSetgroups, r);
+  if (gid >= 0 && (r = sys(kSysSetresgid, gid, gid, gid)) < 0) die(kStageSetresgid, r);
+  if (uid >= 0 && (r = sys(kSysSetresuid, uid, uid, uid)) < 0) die(kStageSetresuid, r);
   // After the identity: changing it clears the death signal.
-  if (req.death_signal && ::prctl(PR_SET_PDEATHSIG, req.death_signal) < 0) die(kStagePrctl);
-  if (::getppid() != c.parent) _exit(127);
-  for (int s = 1; s < NSIG; ++s) ::signal(s, SIG_DFL);
-  ::sigprocmask(SIG_SETMASK, &c.empty, nullptr);
-  if (!req.cwd.empty() && ::chdir(req.cwd.c_str()) < 0) die(kStageChdir);
-  if (c.stdin_fd >= 0 && ::dup2(c.stdin_fd, 0) < 0) die(kStageDup2);
-  if (req.stdout_fd >= 0) {
-    if (::dup2(req.stdout_fd, 1) < 0) die(kStageDup2);
-    if (req.merge_stderr && req.stderr_fd < 0 && ::dup2(req.stdout_fd, 2) < 0) die(kStageDup2);
+  if (req.death_signal && (r = sys(SYS_prctl, PR_SET_PDEATHSIG, req.death_signal)) < 0) {
+    die(kStagePrctl, r);
   }
-  if (req.stderr_fd >= 0 && ::dup2(req.stderr_fd, 2) < 0) die(kStageDup2);
-  if (req.fd3 == 3 && ::fcntl(3, F_SETFD, 0) < 0) die(kStageDup2);
-  if (req.fd3 >= 0 && req.fd3 != 3 && ::dup2(req.fd3, 3) < 0) die(kStageDup2);
-  ::execve(c.program, c.argv, c.envp);
-  die(kStageExec);
+  if (sys(SYS_getppid) != c.parent) sys(SYS_exit_group, 127);
+  // Every handler back to the default (SIGKILL and SIGSTOP refuse, harmlessly), nothing blocked:
+  // the kernel's sigaction and a mask of 64 bits.
+  struct {
+    unsigned long handler = 0, flags = 0, restorer = 0, mask = 0;
+  } dfl;
+  for (int s = 1; s <= 64; ++s) sys(SYS_rt_sigaction, s, reinterpret_cast<long>(&dfl), 0, 8);
+  const unsigned long none = 0;
+  sys(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&none), 0, 8);
+  if (!req.cwd.empty() && (r = sys(SYS_chdir, reinterpret_cast<long>(req.cwd.c_str()))) < 0) {
+    die(kStageChdir, r);
+  }
+  if (c.stdin_fd >= 0 && (r = dup2(c.stdin_fd, 0)) < 0) die(kStageDup2, r);
+  if (req.stdout_fd >= 0) {
+    if ((r = dup2(req.stdout_fd, 1)) < 0) die(kStageDup2, r);
+    if (req.merge_stderr && req.stderr_fd < 0 && (r = dup2(req.stdout_fd, 2)) < 0) {
+      die(kStageDup2, r);
+    }
+  }
+  if (req.stderr_fd >= 0 && (r = dup2(req.stderr_fd, 2)) < 0) die(kStageDup2, r);
+  if (req.fd3 == 3 && (r = sys(SYS_fcntl, 3, F_SETFD, 0)) < 0) die(kStageDup2, r);
+  if (req.fd3 >= 0 && req.fd3 != 3 && (r = dup2(req.fd3, 3)) < 0) die(kStageDup2, r);
+  r = sys(SYS_execve, reinterpret_cast<long>(c.program), reinterpret_cast<long>(c.argv),
+          reinterpret_cast<long>(c.envp));
+  die(kStageExec, r);
   __builtin_unreachable();
 }
+
+// vfork: the child shares our memory until it execs while we wait, so no page tables are
+// copied (this is most of the cost of starting a process). A function of its own, so that no
+// caller's variable lives across the vfork.
+[[gnu::noinline]] pid_t vforkChild(const ChildSetup& setup) {
+  pid_t pid = ::vfork();
+  if (pid == 0) runChild(setup);
+  return pid;
+}
+
+constexpr size_t kStack = 256 * 1024;
 
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
 // ASan cannot follow a child onto a stack it did not make: its builds take the vfork way.
@@ -135,32 +184,93 @@ cohort_clone3_run:
   .text
 )");
 
-// The child, placed in the cgroup by the kernel as it is made.
-int childInCgroup(void* setup) { runChild(*static_cast<const ChildSetup*>(setup)); }
+int childOnItsStack(void* setup) { runChild(*static_cast<const ChildSetup*>(setup)); }
 
-// Starts the child straight in the cgroup `cgroup_fd` (clone3, CLONE_INTO_CGROUP, Linux 5.7),
-// sharing our memory until it execs, as vfork does. Returns its pid, or -1 where the kernel
-// cannot (the caller then forks, and the child joins the cgroup itself).
-pid_t spawnIntoCgroup(const ChildSetup& setup, int cgroup_fd) {
-  constexpr size_t kStack = 256 * 1024;
-  void* stack = ::mmap(nullptr, kStack, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-  if (stack == MAP_FAILED) return -1;
+// Starts the child on `stack` (kStack bytes) with clone3, sharing our memory until it execs,
+// and straight in the cgroup `cgroup_fd` when that is >= 0 (CLONE_INTO_CGROUP, Linux 5.7).
+// The child runs beside us: `setup`, what it points to and the stack must outlive its exec.
+// Returns its pid, or -1 where the kernel cannot (the caller then vforks, and the child joins
+// the cgroup itself).
+pid_t cloneOnStack(const ChildSetup& setup, void* stack, int cgroup_fd) {
   clone_args args{};
-  args.flags = CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP;
+  args.flags = CLONE_VM | (cgroup_fd >= 0 ? CLONE_INTO_CGROUP : 0);
   args.exit_signal = SIGCHLD;
   args.stack = reinterpret_cast<uint64_t>(stack);
   args.stack_size = kStack;
-  args.cgroup = static_cast<uint64_t>(cgroup_fd);
-  long pid = cohort_clone3_run(&args, sizeof args, childInCgroup, const_cast<ChildSetup*>(&setup));
-  ::munmap(stack, kStack);  // the child has exec'd or exited: CLONE_VFORK waited for that
+  args.cgroup = cgroup_fd >= 0 ? static_cast<uint64_t>(cgroup_fd) : 0;
+  long pid =
+      cohort_clone3_run(&args, sizeof args, childOnItsStack, const_cast<ChildSetup*>(&setup));
   return pid > 0 ? static_cast<pid_t>(pid) : -1;
 }
+constexpr bool kCanCloneOnStack = true;
 #else
-pid_t spawnIntoCgroup(const ChildSetup&, int) { return -1; }
+pid_t cloneOnStack(const ChildSetup&, void*, int) { return -1; }
+constexpr bool kCanCloneOnStack = false;
 #endif
 
+// The error spawn() returns for a child that told `code` before exec.
+tl::unexpected<Error> childError(const SpawnRequest& req, const int code[2]) {
+  const std::string program_name = "'" + req.argv[0] + "'";
+  const std::string reason = std::strerror(code[1]);
+  switch (code[0]) {
+    case kStageChdir:
+      return failErrno("chdir '" + req.cwd + "'", code[1]);
+    case kStageCgroup:
+      return fail(Code::kFailedPrecondition, "join the cgroup for " + program_name + ": " + reason);
+    case kStageSetgroups:
+      return fail(Code::kPermissionDenied,
+                  "clear the supplementary groups for " + program_name + ": " + reason);
+    case kStageSetresgid:
+      return fail(Code::kPermissionDenied,
+                  "set gid " + std::to_string(req.gid) + " for " + program_name + ": " + reason);
+    case kStageSetresuid:
+      return fail(Code::kPermissionDenied,
+                  "set uid " + std::to_string(req.uid) + " for " + program_name + ": " + reason);
+    case kStagePrctl:
+      return failErrno("prctl " + program_name, code[1]);
+    case kStageSetpgid:
+      return failErrno("setpgid " + program_name, code[1]);
+    case kStageDup2:
+      return failErrno("dup2 " + program_name, code[1]);
+    default:
+      return failErrno("exec " + program_name, code[1]);
+  }
+}
+
 }  // namespace
+
+// What a child started by start() reads until its exec, and where it tells a failure.
+struct PendingExec {
+  SpawnRequest req;
+  std::string program;
+  std::vector<char*> argv, envp;
+  UniqueFd dev_null, cgroup_procs;
+  UniqueFd err_read;  // end of file once the child has exec'd (or died); {stage, errno} if not
+  ChildSetup setup;
+  void* stack = nullptr;
+
+  ~PendingExec() {
+    if (stack) ::munmap(stack, kStack);
+  }
+};
+
+namespace {
+
+// Whether the child of `p` has exec'd or died, so that its memory can go; never waits.
+bool execOver(const PendingExec& p) {
+  pollfd fd = {p.err_read.get(), POLLIN, 0};
+  return ::poll(&fd, 1, 0) == 1 && (fd.revents & POLLHUP) && !(fd.revents & POLLIN);
+}
+
+}  // namespace
+
+Child::Child() = default;
+Child::Child(Child&&) noexcept = default;
+Child& Child::operator=(Child&&) noexcept = default;
+Child::~Child() {
+  // A child that may still run on our memory keeps it: leaked rather than freed under it.
+  if (pending && !execOver(*pending)) (void)pending.release();
+}
 
 int openPidfd(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 
@@ -195,101 +305,101 @@ Result<std::string> findProgram(const std::string& program, const std::string& p
   return fail(Code::kNotFound, "'" + program + "' not found on PATH");
 }
 
-Result<Child> spawn(const SpawnRequest& req) {
-  if (req.argv.empty()) return fail(Code::kInvalidArgument, "spawn: empty argv");
+Result<Child> start(SpawnRequest request) {
+  if (request.argv.empty()) return fail(Code::kInvalidArgument, "spawn: empty argv");
   std::string path_var = "/usr/local/bin:/usr/bin:/bin";
-  for (const auto& kv : req.env) {
+  for (const auto& kv : request.env) {
     if (startsWith(kv, "PATH=")) path_var = kv.substr(5);
   }
   char cwd_buf[4096];
-  std::string cwd = req.cwd.empty() ? (::getcwd(cwd_buf, sizeof cwd_buf) ? cwd_buf : ".") : req.cwd;
-  COHORT_ASSIGN(std::string program, findProgram(req.argv[0], path_var, cwd));
-
-  std::vector<char*> argv;
-  for (const auto& a : req.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::vector<char*> envp;
-  for (const auto& e : req.env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
+  std::string cwd =
+      request.cwd.empty() ? (::getcwd(cwd_buf, sizeof cwd_buf) ? cwd_buf : ".") : request.cwd;
+  auto p = std::make_unique<PendingExec>();
+  COHORT_ASSIGN(p->program, findProgram(request.argv[0], path_var, cwd));
+  p->req = std::move(request);
+  const SpawnRequest& req = p->req;
+  for (const auto& a : req.argv) p->argv.push_back(const_cast<char*>(a.c_str()));
+  p->argv.push_back(nullptr);
+  for (const auto& e : req.env) p->envp.push_back(const_cast<char*>(e.c_str()));
+  p->envp.push_back(nullptr);
 
   int err_pipe[2];
   if (::pipe2(err_pipe, O_CLOEXEC) < 0) return failErrno("pipe2");
-  UniqueFd err_read(err_pipe[0]);
+  p->err_read.reset(err_pipe[0]);
   UniqueFd err_write(err_pipe[1]);
-  UniqueFd dev_null;
-  if (req.stdin_fd < 0) dev_null.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (req.stdin_fd < 0) p->dev_null.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
 
-  ChildSetup setup;
+  ChildSetup& setup = p->setup;
   setup.req = &req;
-  setup.program = program.c_str();
-  setup.argv = argv.data();
-  setup.envp = envp.data();
+  setup.program = p->program.c_str();
+  setup.argv = p->argv.data();
+  setup.envp = p->envp.data();
   setup.err_fd = err_write.get();
-  setup.stdin_fd = req.stdin_fd >= 0 ? req.stdin_fd : dev_null.get();
+  setup.stdin_fd = req.stdin_fd >= 0 ? req.stdin_fd : p->dev_null.get();
   setup.parent = ::getpid();
-  sigemptyset(&setup.empty);
-  // Straight into the cgroup where the kernel can (clone3's CLONE_INTO_CGROUP): joining it
-  // between fork and exec instead takes the cgroup tree's write lock for every rank.
-  pid_t pid = req.cgroup_fd >= 0 ? spawnIntoCgroup(setup, req.cgroup_fd) : -1;
-  UniqueFd cgroup_procs;
-  if (pid < 0 && req.cgroup_fd >= 0) {
-    // Else the child joins it itself, writing to this.
-    cgroup_procs.reset(::openat(req.cgroup_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC));
-    if (!cgroup_procs.valid()) {
-      return fail(Code::kFailedPrecondition, "open the cgroup's 'cgroup.procs' for '" +
-                                                 req.argv[0] + "': " + std::strerror(errno));
-    }
-    setup.cgroup_procs = cgroup_procs.get();
+  // On a stack of its own, so that we need not wait for its exec, and straight into the cgroup
+  // (clone3's CLONE_INTO_CGROUP): joining it between fork and exec instead takes the cgroup
+  // tree's write lock for every rank.
+  pid_t pid = -1;
+  if (kCanCloneOnStack) {
+    p->stack = ::mmap(nullptr, kStack, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (p->stack == MAP_FAILED) p->stack = nullptr;
+    if (p->stack) pid = cloneOnStack(setup, p->stack, req.cgroup_fd);
   }
-  if (pid < 0) {
-    // vfork: the child shares our memory until it execs, so no page tables are copied (this is
-    // most of the cost of starting a rank). The child below only calls async-signal-safe
-    // functions on data prepared before, and writes nothing but its own locals.
-    pid = ::vfork();
+  const bool waited = pid < 0;
+  if (waited) {
+    if (req.cgroup_fd >= 0) {
+      // The child joins the cgroup itself, writing to this.
+      p->cgroup_procs.reset(::openat(req.cgroup_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC));
+      if (!p->cgroup_procs.valid()) {
+        return fail(Code::kFailedPrecondition, "open the cgroup's 'cgroup.procs' for '" +
+                                                   req.argv[0] + "': " + std::strerror(errno));
+      }
+      setup.cgroup_procs = p->cgroup_procs.get();
+    }
+    pid = vforkChild(setup);
     if (pid < 0) return failErrno("fork for '" + req.argv[0] + "'");
-    if (pid == 0) runChild(setup);
   }
   err_write.reset();
   Child child;
   child.pid = pid;
   child.pidfd.reset(openPidfd(pid));
+  child.pending = std::move(p);
+  if (waited) COHORT_TRY(finish(child));
+  return child;
+}
+
+Result<void> finish(Child& child) {
+  if (!child.pending) return {};
+  PendingExec& p = *child.pending;
   int code[2] = {0, 0};
   ssize_t n;
   do {
-    n = ::read(err_read.get(), code, sizeof code);
+    n = ::read(p.err_read.get(), code, sizeof code);
   } while (n < 0 && errno == EINTR);
   if (n == sizeof code) {
-    // The child failed before exec; reap it now.
+    // The child failed before exec and is leaving: reap it, then its stack can go.
     siginfo_t info{};
-    ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED);
-    const std::string program_name = "'" + req.argv[0] + "'";
-    const std::string reason = std::strerror(code[1]);
-    switch (code[0]) {
-      case kStageChdir:
-        return failErrno("chdir '" + req.cwd + "'", code[1]);
-      case kStageCgroup:
-        return fail(Code::kFailedPrecondition, "join the cgroup for " + program_name + ": " +
-                                                   reason);
-      case kStageSetgroups:
-        return fail(Code::kPermissionDenied,
-                    "clear the supplementary groups for " + program_name + ": " + reason);
-      case kStageSetresgid:
-        return fail(Code::kPermissionDenied,
-                    "set gid " + std::to_string(req.gid) + " for " + program_name + ": " + reason);
-      case kStageSetresuid:
-        return fail(Code::kPermissionDenied,
-                    "set uid " + std::to_string(req.uid) + " for " + program_name + ": " + reason);
-      case kStagePrctl:
-        return failErrno("prctl " + program_name, code[1]);
-      case kStageSetpgid:
-        return failErrno("setpgid " + program_name, code[1]);
-      case kStageDup2:
-        return failErrno("dup2 " + program_name, code[1]);
-      default:
-        return failErrno("exec " + program_name, code[1]);
-    }
+    ::waitid(P_PID, static_cast<id_t>(child.pid), &info, WEXITED);
+    auto error = childError(p.req, code);
+    child.pidfd.reset();
+    child.pending.reset();
+    return error;
   }
+  if (n != 0) {
+    // Whether it exec'd is unknown: its memory is kept for good.
+    (void)child.pending.release();
+    return failErrno("read the exec status of '" + p.req.argv[0] + "'");
+  }
+  child.pending.reset();  // it has exec'd, or died: our memory is ours again
   if (!child.pidfd.valid()) return failErrno("pidfd_open");
+  return {};
+}
+
+Result<Child> spawn(const SpawnRequest& req) {
+  COHORT_ASSIGN(Child child, start(req));
+  COHORT_TRY(finish(child));
   return child;
 }
 

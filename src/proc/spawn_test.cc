@@ -1,15 +1,17 @@
 #include "proc/spawn.h"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 namespace cohort::proc {
 namespace {
@@ -81,6 +83,59 @@ bool processGone(pid_t pid) {
   std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
   auto close = text.rfind(')');
   return !stat || close == std::string::npos || text.size() < close + 3 || text[close + 2] == 'Z';
+}
+
+// Many children started before any is finished: each runs its own argv, environment and
+// directory (what they read of our memory stays theirs until they exec).
+TEST(Start, ChildrenStartedTogetherEachRunWhatTheyWereGiven) {
+  constexpr int kChildren = 48;
+  std::vector<Child> children;
+  std::vector<UniqueFd> outputs;
+  for (int i = 0; i < kChildren; ++i) {
+    int fds[2];
+    ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+    outputs.emplace_back(fds[0]);
+    UniqueFd write_end(fds[1]);
+    SpawnRequest req;
+    req.argv = {"/bin/sh", "-c", "echo $N $0 $(pwd); exit $N", "arg" + std::to_string(i)};
+    req.env = {"PATH=/usr/bin:/bin", "N=" + std::to_string(i)};
+    req.cwd = i % 2 ? "/" : "/tmp";
+    req.stdout_fd = write_end.get();
+    auto child = start(std::move(req));
+    ASSERT_TRUE(child) << child.error().message;
+    children.push_back(std::move(*child));
+  }
+  for (int i = 0; i < kChildren; ++i) {
+    ASSERT_TRUE(finish(children[i]));
+    EXPECT_FALSE(children[i].pending);
+    EXPECT_EQ(readAll(outputs[i].get()),
+              std::to_string(i) + " arg" + std::to_string(i) + " " + (i % 2 ? "/" : "/tmp") + "\n");
+    EXPECT_EQ(reap(children[i].pidfd.get())->code, i);
+  }
+}
+
+// A child that fails after start() has returned: finish() has spawn()'s error and reaps it.
+// (Where start() waits for the exec, ASan builds, start() has the error itself.)
+TEST(Start, AnExecThatFailsLaterIsFinishsError) {
+  std::string dir = ::testing::TempDir() + "/start-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/not-a-program") << "\x7f"
+                                        << "garbage";
+  std::filesystem::permissions(dir + "/not-a-program", std::filesystem::perms::owner_all);
+  SpawnRequest req;
+  req.argv = {dir + "/not-a-program"};
+  auto child = start(req);
+  Result<void> finished = child ? finish(*child) : Result<void>(tl::unexpected(child.error()));
+  ASSERT_FALSE(finished);
+  EXPECT_EQ(finished.error().message, "exec '" + dir + "/not-a-program': Exec format error");
+  if (child) {
+    EXPECT_FALSE(child->pidfd.valid());
+    EXPECT_FALSE(child->pending);
+    siginfo_t info{};
+    EXPECT_LT(::waitid(P_PID, static_cast<id_t>(child->pid), &info, WEXITED | WNOHANG), 0);
+    EXPECT_EQ(errno, ECHILD);  // reaped already
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Spawn, ChildRunsUnderTheRequestedIdentityWithNoSupplementaryGroups) {
