@@ -620,17 +620,23 @@ class Agent {
 
   void startStaging() {
     if (node_.preload) startTemplate();  // its imports overlap the staging and the start barrier
-    runChore(
-        [this] {
-          // A job directory of its own has nothing yet: make what the ranks expect in it.
-          auto prepared = own_dir_ ? prepareOwnJobDir(job_dir_, node_) : Result<void>{};
-          if (!prepared) {
-            staging_result_ = tl::unexpected<Error>(prepared.error());
-          } else {
-            staging_result_ = stageInputs(node_);
-          }
-        },
-        [this] { onStaged(); });
+    auto work = [this] {
+      // A job directory of its own has nothing yet: make what the ranks expect in it.
+      auto prepared = own_dir_ ? prepareOwnJobDir(job_dir_, node_) : Result<void>{};
+      if (!prepared) {
+        staging_result_ = tl::unexpected<Error>(prepared.error());
+      } else {
+        staging_result_ = stageInputs(node_);
+      }
+    };
+    if (node_.inputs.empty() && node_.environment.empty()) {
+      // Nothing to copy or build, only directories to make: a thread for that, and waking the
+      // loop from it, would take longer than the work.
+      work();
+      onStaged();
+      return;
+    }
+    runChore(std::move(work), [this] { onStaged(); });
   }
 
   void onStaged() {
