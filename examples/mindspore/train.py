@@ -3,10 +3,9 @@
 Every process runs this same script. The launcher sets, for all of them,
 MS_SCHED_HOST, MS_SCHED_PORT, MS_WORKER_NUM and MS_ROLE (MS_SCHED for the one
 scheduler, MS_WORKER for each worker), and MS_NODE_ID=<0..N-1> for the workers.
-The scheduler never returns from init(): cohort stops it once every worker has exited 0.
+The scheduler never returns from init(): it exits by itself when the workers are done.
 """
 import os
-import sys
 
 os.environ.setdefault("GLOG_v", "3")  # MindSpore's C++ log: errors only (it is read at import)
 
@@ -48,11 +47,3 @@ if not np.allclose(weights.asnumpy(), mean.asnumpy(), rtol=0, atol=1e-6):
     raise SystemExit(f"rank {rank}: replicas diverged")
 if rank == 0:
     print("mindspore data-parallel ok", flush=True)
-
-# MindSpore 2.10 tears its cluster client down at exit (FinalizeCluster), and that races with the
-# client's own event thread: about one run in twenty on a busy machine, a worker that finished
-# cleanly dies there with SIGSEGV. Everything is printed and saved by now, so leave without it.
-# The scheduler is not a key role: cohort stops it once every worker has exited 0.
-sys.stdout.flush()
-sys.stderr.flush()
-os._exit(0)
