@@ -3,8 +3,6 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <poll.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -16,6 +14,7 @@
 #include <thread>
 
 #include "util/json_limits.h"
+#include "util/sha256.h"
 
 namespace cohort::agent {
 
@@ -187,11 +186,8 @@ Result<std::string> makeSecret() { return randomHex(16); }
 std::string handshakeProof(const std::string& secret, const char* side, const std::string& nonce,
                            int node) {
   const std::string data = std::string(side) + ":" + nonce + ":" + std::to_string(node);
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
-       reinterpret_cast<const unsigned char*>(data.data()), data.size(), mac, &length);
-  return hexEncode(mac, length);
+  const Sha256Digest mac = hmacSha256(secret, data);
+  return hexEncode(mac.data(), mac.size());
 }
 
 bool secretsEqual(const std::string& a, const std::string& b) {
