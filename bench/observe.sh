@@ -3,7 +3,8 @@
 # rank sleeping) for SECONDS seconds, and whether the coordinator keeps up when each of the 64
 # ranks logs RATE training metrics per second (cohort.log lines) for SECONDS seconds: every
 # record must reach metrics.jsonl. CPU is utime+stime from /proc/PID/stat of the agents
-# (`cohort exec`) and of the coordinator (`cohort run`), over the measured interval.
+# (the coordinator's children, "cohort node N") and of the coordinator (`cohort run`), over the
+# measured interval.
 # Run: bench/observe.sh   (env: SECONDS_=20 RATE=100 COHORT=build/cohort)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,8 +21,7 @@ ticks() {  # pid... -> their utime+stime in clock ticks
   done
   echo "$sum"
 }
-agents_of() { pgrep -f "$COHORT exec --coordinator" | while read -r p; do
-  [ "$(awk '{print $4}' /proc/$p/stat)" = "$1" ] && echo "$p"; done; true; }
+agents_of() { pgrep -P "$1" || true; }
 
 # 1. Sampling: 64 sleeping ranks.
 ln -s /bin/sleep "$TMP/sleep"

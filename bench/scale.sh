@@ -2,7 +2,7 @@
 # Scale: 1024 sleeping ranks (4 simulated nodes x 256) launched and stopped with Ctrl-C (SIGINT).
 # Per round it measures: time from starting cohort until all 1024 `sleep 600` run (process count
 # polled every 10 ms), cohort's own resident memory once they run (VmRSS from /proc/<pid>/status of
-# the coordinator and of each `cohort exec` node agent; the ranks are not counted), time from
+# the coordinator and of each node agent; the ranks are not counted), time from
 # SIGINT to cohort's exit, its exit code, and how many of its sleeps are left after it exits.
 # Run: bench/scale.sh   (env: REPS=3 NODES=4 PER_NODE=256 COHORT=build/cohort)
 set -euo pipefail
@@ -39,7 +39,7 @@ for ((round = 1; round <= REPS; round++)); do
 
   coord=$(rss_kib "$cpid"); pss=$(pss_kib "$cpid"); agents=0; agent_max=0; agent_sum=0
   for pid in $(pgrep -P "$cpid"); do
-    [ "$(cat /proc/"$pid"/comm)" = cohort ] || { echo "unexpected child: $(tr '\0' ' ' < /proc/"$pid"/cmdline)" >&2; continue; }
+    case "$(cat /proc/"$pid"/comm)" in "cohort node "*|cohort) ;; *) echo "unexpected child: $(tr '\0' ' ' < /proc/"$pid"/cmdline)" >&2; continue ;; esac
     kib=$(rss_kib "$pid"); agents=$((agents + 1)); agent_sum=$((agent_sum + kib)); pss=$((pss + $(pss_kib "$pid")))
     if [ "$kib" -gt "$agent_max" ]; then agent_max=$kib; fi
   done
@@ -57,5 +57,5 @@ for ((round = 1; round <= REPS; round++)); do
   rm -rf "$TMP/dr"
 done
 echo
-echo "RSS: VmRSS (/proc/<pid>/status) of the coordinator and its $NODES \`cohort exec\` agents while the $TOTAL ranks run;"
+echo "RSS: VmRSS (/proc/<pid>/status) of the coordinator and its $NODES agents while the $TOTAL ranks run;"
 echo "PSS: the same processes' Pss (/proc/<pid>/smaps_rollup), which splits pages they share (the binary, libraries). MiB = 1024 KiB."

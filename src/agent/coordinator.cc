@@ -216,6 +216,8 @@ class Coordinator {
   void act(const LaunchAgents&) {
     auto launched = launcher_.launch(static_cast<int>(plan_.nodes.size()),
                                      Dial{options_.listen_addr, port_, secret_});
+    // Only now: the local launcher forks its agents from a process with no other thread.
+    if (reporter_) reporter_->start();
     if (!launched) {
       feed(AgentLaunchFailed{-1, launched.error().message});
       return;

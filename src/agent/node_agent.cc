@@ -1372,4 +1372,14 @@ Result<int> runNodeAgent(const AgentOptions& options) {
   return agent.run();
 }
 
+int agentMain(const AgentOptions& options) {
+  auto result = runNodeAgent(options);
+  if (!result) {
+    std::fprintf(stderr, "cohort exec: node %d: %s\n", options.node,
+                 result.error().message.c_str());
+    return 1;
+  }
+  return *result;
+}
+
 }  // namespace cohort::agent

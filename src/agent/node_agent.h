@@ -35,4 +35,8 @@ struct AgentOptions {
 // coordinator cannot be reached, kIo for setup failures.
 Result<int> runNodeAgent(const AgentOptions& options);
 
+// runNodeAgent() as a process's whole work: says on stderr why the agent could not run
+// ("cohort exec: node 3: ..."), and returns the process's exit code.
+int agentMain(const AgentOptions& options);
+
 }  // namespace cohort::agent

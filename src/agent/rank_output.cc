@@ -26,12 +26,12 @@ Console::Console(int fd, size_t max_pending)
   if (::fstat(fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) {
     atomic_limit_ = PIPE_BUF;
   }
-  thread_ = std::thread([this] { loop(); });
 }
 
 Console::~Console() {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!thread_.joinable()) return;  // nothing was ever written, or dropped
     stop_ = true;
     takeDropNotice();  // lines dropped at the very end are reported too
   }
@@ -42,6 +42,7 @@ Console::~Console() {
 void Console::write(std::string text) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
     if (pending_.size() + text.size() > max_pending_) {
       dropped_lines_ += static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
       return;

@@ -3,7 +3,8 @@
 // "[role/rank nodeN] ", to the merged console stream, and the last few KiB are kept for the
 // root-cause report (RankOutput). The console is written by its own thread through a bounded
 // queue, so a slow terminal never blocks a rank (lines that do not fit are counted and reported
-// as dropped; the log files always have everything).
+// as dropped; the log files always have everything). The thread starts with the first write: a
+// process that has written nothing yet has no other thread (the coordinator forks its agents).
 // RankOutput and LogFile are used by one thread only; Console is thread-safe.
 #pragma once
 

@@ -47,11 +47,14 @@ Result<ReportTarget> reportTarget(const job::Layout& layout, const std::string& 
   return target;
 }
 
-Reporter::Reporter(ReportTarget target) : target_(std::move(target)) {
-  thread_ = std::thread([this] { loop(); });
+Reporter::Reporter(ReportTarget target) : target_(std::move(target)) {}
+
+void Reporter::start() {
+  if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
 }
 
 Reporter::~Reporter() {
+  if (!thread_.joinable()) return;
   {
     std::lock_guard lock(mu_);
     stop_ = true;
@@ -85,6 +88,7 @@ void Reporter::result(std::string json) {
 }
 
 bool Reporter::drain(Millis linger, const std::function<std::string()>& give_up) {
+  start();
   std::unique_lock lock(mu_);
   auto done = [&] {
     return stop_ || (acked_ == static_cast<int64_t>(events_.size()) &&

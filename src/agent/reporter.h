@@ -36,12 +36,18 @@ struct ReportTarget {
 // Errors: kIo naming the file.
 Result<ReportTarget> reportTarget(const job::Layout& layout, const std::string& job_id);
 
+// Sends from a thread of its own, which start() starts: what comes before waits for it. The
+// coordinator starts it once its agents are launched, so that it forks them from a process that
+// has no other thread.
 class Reporter {
  public:
   explicit Reporter(ReportTarget target);
   ~Reporter();  // stops the thread; what was not acknowledged stays in the events file
   Reporter(const Reporter&) = delete;
   Reporter& operator=(const Reporter&) = delete;
+
+  // Starts sending; once is enough, more do nothing.
+  void start();
 
   // The next event, as the events file has it (one JSON object). Its number is the count of
   // events so far.
@@ -51,7 +57,8 @@ class Reporter {
   // The job's result (result.json's object): sent after the last event.
   void result(std::string json);
 
-  // Waits until the server has every event and the result, or `linger` passes, or `give_up`
+  // Starts sending when it has not, then waits until the server has every event and the
+  // result, or `linger` passes, or `give_up`
   // (asked every fifth of a second, when given) says to stop waiting: a stop signal. Returns
   // false, having said why on stderr, when it gave up.
   bool drain(Millis linger, const std::function<std::string()>& give_up = {});

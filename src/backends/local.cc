@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "agent/node_agent.h"
 #include "util/text.h"
 
 extern char** environ;
@@ -94,6 +96,27 @@ std::vector<std::string> localAscendAddresses() {
 }
 
 Result<void> LocalLauncher::launch(int nodes, const agent::Dial& dial) {
+  // An agent is a copy of this process that runs the agent: that saves each agent the start of
+  // the cohort binary (its dynamic loading is most of a launch's fixed cost). Only a process
+  // with one thread can be copied; otherwise each is `cohort exec`.
+  if (proc::threadCount() == 1) {
+    agent::AgentOptions options;
+    options.coordinator_addr = dial.addr;
+    options.coordinator_port = dial.port;
+    options.secret = dial.secret;
+    for (int node = 0; node < nodes; ++node) {
+      options.node = node;
+      auto child = proc::forkCall(SIGTERM, terminal_ ? STDIN_FILENO : -1, [&options] {
+        // What `ps -e`, top and pgrep show, as `cohort exec` would have.
+        const std::string name = "cohort node " + std::to_string(options.node);
+        ::prctl(PR_SET_NAME, name.c_str());
+        return agent::agentMain(options);
+      });
+      if (!child) return withContext(child.error(), "node " + std::to_string(node));
+      agents_.push_back(std::move(*child));
+    }
+    return {};
+  }
   proc::SpawnRequest req;
   for (char** e = environ; *e; ++e) {
     if (!startsWith(*e, "COHORT_JOB_SECRET=")) req.env.emplace_back(*e);

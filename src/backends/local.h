@@ -1,6 +1,7 @@
-// The local backend: every simulated node's agent is a `cohort exec` process forked on this
-// machine, in its own process group, told to stop (SIGTERM) if the coordinator dies. Used by
-// `cohort run`. Single-threaded: call from the coordinator's thread.
+// The local backend: every simulated node's agent is a process forked on this machine, a copy
+// of the coordinator named "cohort node N" that runs the agent (`cohort exec` where the
+// coordinator has other threads), in its own process group, told to stop (SIGTERM) if the
+// coordinator dies. Used by `cohort run`. Single-threaded: call from the coordinator's thread.
 #pragma once
 
 #include <functional>

@@ -382,13 +382,7 @@ int cmdExec(int argc, char** argv) {
     return kExitUsage;
   }
   options.secret = secret;
-  auto result = agent::runNodeAgent(options);
-  if (!result) {
-    std::fprintf(stderr, "cohort exec: node %d: %s\n", options.node,
-                 result.error().message.c_str());
-    return 1;
-  }
-  return *result;
+  return agent::agentMain(options);
 }
 
 bool wantsHelp(int argc, char** argv) {

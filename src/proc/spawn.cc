@@ -13,6 +13,8 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -395,6 +397,54 @@ Result<void> finish(Child& child) {
   child.pending.reset();  // it has exec'd, or died: our memory is ours again
   if (!child.pidfd.valid()) return failErrno("pidfd_open");
   return {};
+}
+
+Result<Child> forkCall(int death_signal, int stdin_fd, const std::function<int()>& body) {
+  if (const int threads = threadCount(); threads != 1) {
+    return fail(Code::kFailedPrecondition,
+                "cannot fork a copy of a process with " + std::to_string(threads) + " threads");
+  }
+  std::fflush(nullptr);  // or the copy would write what we buffered once more
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) return failErrno("fork");
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    if (::prctl(PR_SET_PDEATHSIG, death_signal) < 0 || ::getppid() != parent) ::_exit(127);
+    struct sigaction dfl{};
+    dfl.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < NSIG; ++sig) ::sigaction(sig, &dfl, nullptr);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    const int in = stdin_fd >= 0 ? stdin_fd : ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (in < 0 || (in != 0 && ::dup2(in, 0) < 0)) ::_exit(127);
+    ::close_range(3, ~0U, 0);
+    const int code = body();
+    std::fflush(nullptr);
+    ::_exit(code);
+  }
+  Child child;
+  child.pid = pid;
+  child.pidfd.reset(openPidfd(pid));
+  if (!child.pidfd.valid()) {
+    const int err = errno;
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    return failErrno("pidfd_open", err);
+  }
+  return child;
+}
+
+int threadCount() {
+  auto stat = readFile("/proc/self/stat");
+  if (!stat) return 0;
+  const size_t paren = stat->rfind(')');
+  if (paren == std::string::npos) return 0;
+  // After the name: state, then fields 4 to 19; num_threads is field 20.
+  const std::vector<std::string> fields = split(stat->substr(paren + 2), ' ');
+  if (fields.size() < 18) return 0;
+  return std::atoi(fields[17].c_str());
 }
 
 Result<Child> spawn(const SpawnRequest& req) {

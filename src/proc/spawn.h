@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -70,6 +71,19 @@ Result<Child> start(SpawnRequest request);
 // started that way) and frees what it read. Errors: those of spawn() for a child that failed
 // before its exec; that child is reaped and its pidfd closed.
 Result<void> finish(Child& child);
+
+// Runs `body` in a copy of this process (fork without exec), which exits with what `body`
+// returns, stdio flushed. The copy is set up as spawn() sets up a program: a process group of
+// its own, `death_signal` when this thread dies, every signal handler back to the default and
+// nothing blocked, stdin from `stdin_fd` (-1: /dev/null), stdout and stderr ours, and none of
+// our other descriptors. It saves the program's start (its dynamic loading, milliseconds), but
+// only a process with one thread may do it: the copy has no other thread, and would keep the
+// locks they held. Errors: kFailedPrecondition when this process has another thread; kIo when
+// the fork fails.
+Result<Child> forkCall(int death_signal, int stdin_fd, const std::function<int()>& body);
+
+// How many threads this process has (/proc/self/stat); 0 when it cannot tell.
+int threadCount();
 
 // How a process ended.
 struct ExitStatus {

@@ -3,9 +3,12 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -194,6 +197,48 @@ TEST(Spawn, ChildThatChangedIdentityStillDiesWithItsParent) {
   bool gone = processGone(pid);
   if (!gone) ::kill(pid, SIGKILL);
   EXPECT_TRUE(gone) << "the child outlived its parent: no death signal after setresuid";
+}
+
+// A copy of this process runs the body as a started program would run: its own process group,
+// stdin from /dev/null, nothing blocked, none of our other descriptors.
+TEST(ForkCall, TheCopyRunsTheBodyAsAStartedProgramWould) {
+  if (threadCount() != 1) GTEST_SKIP() << "this test process has other threads";
+  int ours = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(ours, 0);
+  sigset_t term;
+  sigemptyset(&term);
+  sigaddset(&term, SIGTERM);
+  ASSERT_EQ(::sigprocmask(SIG_BLOCK, &term, nullptr), 0);
+  auto child = forkCall(SIGKILL, -1, [ours] {
+    struct stat in{};
+    sigset_t blocked;
+    ::sigprocmask(SIG_SETMASK, nullptr, &blocked);
+    int wrong = 0;
+    if (::getpgid(0) != ::getpid()) wrong |= 1;
+    if (::fstat(0, &in) != 0 || !S_ISCHR(in.st_mode)) wrong |= 2;
+    if (::fcntl(ours, F_GETFD) != -1) wrong |= 4;
+    if (sigismember(&blocked, SIGTERM)) wrong |= 8;
+    return 40 + wrong;
+  });
+  ASSERT_EQ(::sigprocmask(SIG_UNBLOCK, &term, nullptr), 0);
+  ::close(ours);
+  ASSERT_TRUE(child) << child.error().message;
+  auto status = reap(child->pidfd.get());
+  ASSERT_TRUE(status);
+  EXPECT_EQ(status->code, 40) << "1: its process group, 2: stdin, 4: our descriptor, 8: the mask";
+}
+
+TEST(ForkCall, AProcessWithAnotherThreadIsNotCopied) {
+  std::atomic<bool> stop = false;
+  std::thread other([&] {
+    while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  auto child = forkCall(SIGKILL, -1, [] { return 0; });
+  stop = true;
+  other.join();
+  ASSERT_FALSE(child);
+  EXPECT_EQ(child.error().code, Code::kFailedPrecondition);
+  EXPECT_NE(child.error().message.find("2 threads"), std::string::npos) << child.error().message;
 }
 
 TEST(FindProgram, RelativePathsResolveFromWorkdir) {

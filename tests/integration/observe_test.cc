@@ -262,7 +262,7 @@ TEST_F(Observe, AnAgentSignalledFromOutsideGivesEveryNodesRanksTheNotice) {
   const std::string out = root_ + "/jobs/" + id + "/output";
   ASSERT_TRUE(ranksReady(out, 2));
   const std::string agent = shellOutput("pgrep -P " + std::to_string(job.pid()) +
-                                        " -f -- '--node 1( |$)' | head -1 | tr -d '\\n'");
+                                        " -x 'cohort node 1' | head -1 | tr -d '\\n'");
   ASSERT_FALSE(agent.empty());
   ::kill(std::atoi(agent.c_str()), SIGTERM);
   auto r = job.wait(30s);

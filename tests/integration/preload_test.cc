@@ -67,15 +67,16 @@ TEST_F(Preload, EachRankIsAForkedScriptWithItsOwnIdentity) {
         "import os, sys\n"
         "print('who', os.environ['COHORT_RANK'], sys.argv, __name__, 'stamp' in sys.modules,\n"
         "      os.getpgid(0) == os.getpid(), os.getsid(0) == os.getpid(),\n"
-        "      open('/proc/%d/cmdline' % os.getppid()).read().split('\\0')[1], sys.path[0] == os.getcwd(),\n"
+        "      open('/proc/%d/comm' % os.getppid()).read().startswith('cohort node'),\n"
+        "      sys.path[0] == os.getcwd(),\n"
         "      flush=True)\n");
   auto r = run(job("who.py"));
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   for (int rank = 0; rank < 4; ++rank) {
     // Its own argv, run as __main__, the module already there, its own process group and
-    // session, the agent (`cohort exec`) as its parent, the script's directory first on the path.
+    // session, the agent ("cohort node N") as its parent, the script's directory first on the path.
     EXPECT_TRUE(contains(r.out, "who " + std::to_string(rank) +
-                                    " ['who.py', 'one', 'two'] __main__ True True True exec True"))
+                                    " ['who.py', 'one', 'two'] __main__ True True True True True"))
         << r.out;
   }
   EXPECT_EQ(imports(), 2) << "one import per node, not per rank";
@@ -264,7 +265,8 @@ TEST_F(Preload, KillDashNineOfCohortAndItsAgentsLeavesNoRankAndNoTemplate) {
   std::istringstream children(readText("/proc/" + std::to_string(cohort.pid()) + "/task/" +
                                        std::to_string(cohort.pid()) + "/children"));
   for (pid_t pid; children >> pid;) {
-    if (contains(readText("/proc/" + std::to_string(pid) + "/cmdline"), "exec")) agents.push_back(pid);
+    if (contains(readText("/proc/" + std::to_string(pid) + "/comm"), "cohort node"))
+      agents.push_back(pid);
   }
   ASSERT_EQ(agents.size(), 2u);
   // Nobody cleans up: cohort is stopped, then everything of cohort's own is killed.
