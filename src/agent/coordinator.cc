@@ -223,12 +223,10 @@ class Coordinator {
       return;
     }
     launch_poll_.arm(Millis(1000));
-    // While the agents start (milliseconds of this loop's idle time), what the start waits for:
-    // each node's plan message, and the log files. A plan that is placed once the agents are
-    // there (place()) is not final yet.
+    // While the agents start, what they wait for next: each node's plan message. A plan that is
+    // placed once the agents are there (place()) is not final yet.
     if (!options_.place) {
       for (size_t n = 0; n < plan_.nodes.size(); ++n) plan_lines_.push_back(planLine(n));
-      openLogs();
     }
   }
 
@@ -265,8 +263,9 @@ class Coordinator {
   }
 
   void act(const SendStart& a) {
-    openLogs();
     broadcast({{"type", "start"}, {"attempt", a.attempt}});
+    // While the agents start their ranks: this loop reads no output before the logs are open.
+    openLogs();
     // The attempt's startup, node by node (result.json's "startup"): spawned, first output,
     // first metric, in seconds since the start was sent; the staging came before.
     attempt_start_ = std::chrono::steady_clock::now();
@@ -450,7 +449,11 @@ class Coordinator {
     feed(HangDiagnosed{report.laggards, report.text + "(also in " + file + ")\n"});
   }
 
-  void act(const ReapAgents&) {
+  void act(const ReapAgents&) { reapAgents(); }
+
+  void reapAgents() {
+    if (reaped_) return;
+    reaped_ = true;
     loop_.quit();
     // An agent that never dialled in (the job was stopped while they started) would wait for a
     // coordinator that no longer listens: it goes now, not at the reap's deadline.
@@ -481,7 +484,8 @@ class Coordinator {
     if (reporter_) reporter_->result(resultJson(a.outcome));
     outcome_ = a.outcome;
     finished_ = true;
-    loop_.quit();
+    // The agents have closed their channels: they were leaving while the result was written.
+    reapAgents();
   }
 
   // ---- I/O ----
@@ -539,8 +543,8 @@ class Coordinator {
     return record.dump(2, ' ', false, Message::error_handler_t::replace) + "\n";
   }
 
-  // Every rank's log file, made before its ranks start (also for a rank that never writes), and
-  // its lines on the merged console stream, "[worker/3 node1] ...".
+  // Every rank's log file, made as its ranks start (also for a rank that never writes), and its
+  // lines on the merged console stream, "[worker/3 node1] ...".
   void openLogs() {
     logs_.resize(plan_.nodes.size());
     echo_.resize(plan_.nodes.size());
@@ -950,6 +954,7 @@ class Coordinator {
   std::vector<RankStack> stacks_;
   int port_ = 0;
   bool finished_ = false;
+  bool reaped_ = false;  // the agents' processes are gone
   JobOutcome outcome_;
 };
 

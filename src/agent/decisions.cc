@@ -241,7 +241,10 @@ void JobDecisions::agentsGone(Actions& out) {
   if (reaped_) return;
   reaped_ = true;
   out.push_back(DisarmTimer{TimerKind::kExit});
-  out.push_back(ReapAgents{});
+  // Once every agent has closed its channel, what is left of them is their processes' exit: the
+  // result and the final state need not wait for it (Finish reaps them). Unless outputs are
+  // copied from what their nodes wrote, or an agent out of time is still there to be killed.
+  if (connected_ > 0 || !outputsToCopy().empty()) out.push_back(ReapAgents{});
   nextOutput(out);
 }
 

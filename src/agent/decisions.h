@@ -176,10 +176,12 @@ struct Say {
   bool always = false;  // a failure of the coordinator itself: said even without progress
 };
 struct CollectStacks {};  // ask every agent for its ranks' stacks; answer HangDiagnosed
-struct ReapAgents {};  // every agent is gone or out of time: wait for them, kill what is left
+// Every agent is gone or out of time: wait for them, kill what is left. Finish does it too.
+struct ReapAgents {};
 struct CopyOutput { size_t index; };  // plan.outputs[index]; answer OutputCopied or ...Failed
 struct WriteResult { JobOutcome outcome; };  // result.json
-struct Finish { JobOutcome outcome; };  // the job is over; nothing after this is carried out
+// The job is over: what is left of the agents is reaped; nothing after this is carried out.
+struct Finish { JobOutcome outcome; };
 
 using JobAction = std::variant<LaunchAgents, SendPlan, SendStage, SendStart, SendStop, SendExit,
                                ArmTimer, DisarmTimer, WriteEvent, Say, CollectStacks, ReapAgents,

@@ -251,7 +251,7 @@ TEST(JobDecisions, KeyRoleSuccessStopsOtherRoles) {
   auto idle = job.stopRest({0});
   EXPECT_FALSE(has<SendExit>(idle)) << "the agents were told to go with the stop";
   auto end = job.agentsExit();
-  EXPECT_TRUE(has<ReapAgents>(end));
+  EXPECT_TRUE(has<Finish>(end));
   EXPECT_EQ(states(end), std::vector<std::string>{"succeeded"});
   ASSERT_TRUE(job.outcome());
   EXPECT_EQ(job.outcome()->state, JobState::kSucceeded);
@@ -482,7 +482,7 @@ TEST(JobDecisions, ANodeToldByTheFinalStopGoesOnItsOwnWhileOthersStillStop) {
   EXPECT_FALSE(has<SendExit>(last));
   job.feed(AgentLost{0});
   auto end = job.feed(AgentLost{1});
-  EXPECT_TRUE(has<ReapAgents>(end));
+  EXPECT_TRUE(has<Finish>(end));
   ASSERT_TRUE(job.outcome());
   EXPECT_EQ(job.outcome()->reason, "worker/2 on node 2 exited with code 1");
   EXPECT_EQ(job.outcome()->exit_code, 1);
@@ -846,7 +846,8 @@ TEST(JobDecisions, AgentThatCannotBeStartedFailsTheJob) {
   Job job(makePlan(2, 1));
   job.feed(JobBegins{});
   auto a = job.feed(AgentLaunchFailed{1, "fork: Resource temporarily unavailable"});
-  EXPECT_TRUE(has<ReapAgents>(a)) << "no agent is connected: nothing to wait for";
+  EXPECT_TRUE(has<Finish>(a)) << "no agent is connected: nothing to wait for";
+  EXPECT_FALSE(has<ReapAgents>(a)) << "Finish reaps them";
   ASSERT_TRUE(job.outcome());
   EXPECT_EQ(job.outcome()->exit_code, 1);
   EXPECT_EQ(job.outcome()->reason,
@@ -867,7 +868,7 @@ TEST(JobDecisions, TimeInAClustersQueueIsNotTimeToConnect) {
       << "the whole connect timeout, from the allocation on";
   // A stop while queued ends the job at once: nothing runs yet.
   auto stop = job.feed(StopSignal{SIGINT});
-  EXPECT_TRUE(has<ReapAgents>(stop));
+  EXPECT_TRUE(has<Finish>(stop));
   ASSERT_TRUE(job.outcome());
   EXPECT_EQ(job.outcome()->state, JobState::kStopped);
 }
