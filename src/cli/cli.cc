@@ -139,8 +139,8 @@ Output:
 }
 
 const char* kExecHelp =
-    R"(cohort exec: the node agent (started by cohort run, by srun on a cluster, or by a
-Volcano Job's pods)
+    R"(cohort exec: the node agent (started by srun on a cluster, by a Volcano Job's pods, or
+by cohort run, whose agents are most often copies of itself named "cohort node N")
 
 Usage: cohort exec --coordinator ADDR:PORT [--node N] [--interface NAME | --cidr NET]
 
