@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <memory>
 
 #include "util/text.h"
@@ -420,7 +421,15 @@ Result<Child> forkCall(int death_signal, int stdin_fd, const std::function<int()
     const int in = stdin_fd >= 0 ? stdin_fd : ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (in < 0 || (in != 0 && ::dup2(in, 0) < 0)) ::_exit(127);
     ::close_range(3, ~0U, 0);
-    const int code = body();
+    // Nothing may unwind out of the body: above it are the caller's frames, which are ours.
+    int code = 70;
+    try {
+      code = body();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "cohort: %s\n", e.what());
+    } catch (...) {
+      std::fprintf(stderr, "cohort: an unknown exception\n");
+    }
     std::fflush(nullptr);
     ::_exit(code);
   }

@@ -73,7 +73,8 @@ Result<Child> start(SpawnRequest request);
 Result<void> finish(Child& child);
 
 // Runs `body` in a copy of this process (fork without exec), which exits with what `body`
-// returns, stdio flushed. The copy is set up as spawn() sets up a program: a process group of
+// returns, stdio flushed (70, the exception said on stderr, when it throws: it never unwinds
+// into the caller's frames). The copy is set up as spawn() sets up a program: a process group of
 // its own, `death_signal` when this thread dies, every signal handler back to the default and
 // nothing blocked, stdin from `stdin_fd` (-1: /dev/null), stdout and stderr ours, and none of
 // our other descriptors. It saves the program's start (its dynamic loading, milliseconds), but

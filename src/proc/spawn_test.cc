@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -226,6 +227,15 @@ TEST(ForkCall, TheCopyRunsTheBodyAsAStartedProgramWould) {
   auto status = reap(child->pidfd.get());
   ASSERT_TRUE(status);
   EXPECT_EQ(status->code, 40) << "1: its process group, 2: stdin, 4: our descriptor, 8: the mask";
+}
+
+TEST(ForkCall, AnExceptionEndsTheCopyAndNeverReachesTheCallersFrames) {
+  if (threadCount() != 1) GTEST_SKIP() << "this test process has other threads";
+  auto child = forkCall(SIGKILL, -1, []() -> int { throw std::runtime_error("no such thing"); });
+  ASSERT_TRUE(child) << child.error().message;
+  auto status = reap(child->pidfd.get());
+  ASSERT_TRUE(status);
+  EXPECT_EQ(status->code, 70);
 }
 
 TEST(ForkCall, AProcessWithAnotherThreadIsNotCopied) {
