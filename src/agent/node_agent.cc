@@ -66,9 +66,8 @@ std::string findPySpy() {
 
 // The state letter of /proc/PID/stat (R, S, D, T, t, Z...); "?" when it cannot be read.
 std::string processState(pid_t pid) {
-  const std::string stat = readFile("/proc/" + std::to_string(pid) + "/stat").value_or("");
-  const size_t paren = stat.rfind(')');
-  return paren != std::string::npos && paren + 2 < stat.size() ? stat.substr(paren + 2, 1) : "?";
+  const std::vector<std::string> fields = proc::statFields(pid);
+  return fields.empty() || fields[0].empty() ? "?" : fields[0].substr(0, 1);
 }
 
 // What a rank's py-spy dump said: the stack, or why there is none.
@@ -94,27 +93,23 @@ Message dumpStack(const std::string& py_spy, pid_t pid,
 // Calls `fn(pid, fields)` for every process in /proc, or only for those in the cgroup at
 // `cgroup` when one is given and readable (what a node's ranks can be: a machine may run many
 // agents, and reading every process's stat for each of them grows as their square), with the
-// fields of its stat line after "(comm)": fields[0] is the state, [1] the ppid, [2] the process
-// group, ... (proc(5), from 3).
+// fields of its stat line (proc::statFields).
 template <class Fn>
 void forEachProcess(Fn fn, const std::string& cgroup = {}) {
-  auto visit = [&](const std::string& pid) {
-    auto stat = readFile("/proc/" + pid + "/stat");
-    if (!stat) return;
-    size_t close = stat->rfind(')');  // comm may contain spaces and parentheses
-    if (close == std::string::npos || close + 2 >= stat->size()) return;
-    fn(static_cast<pid_t>(std::atoi(pid.c_str())), split(stat->substr(close + 2), ' '));
+  auto visit = [&](pid_t pid) {
+    const std::vector<std::string> fields = proc::statFields(pid);
+    if (!fields.empty()) fn(pid, fields);
   };
   if (!cgroup.empty() && ::access((cgroup + "/cgroup.procs").c_str(), R_OK) == 0) {
     // The node's cgroup and those of its ranks below it.
-    for (pid_t pid : proc::cgroupProcesses(cgroup)) visit(std::to_string(pid));
+    for (pid_t pid : proc::cgroupProcesses(cgroup)) visit(pid);
     return;
   }
   DIR* dir = ::opendir("/proc");
   if (!dir) return;
   while (dirent* entry = ::readdir(dir)) {
     if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
-    visit(entry->d_name);
+    visit(static_cast<pid_t>(std::atoi(entry->d_name)));
   }
   ::closedir(dir);
 }

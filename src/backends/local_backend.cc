@@ -4,12 +4,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 
 #include "backends/backend.h"
 #include "job/layout.h"
+#include "proc/spawn.h"
 #include "util/fd.h"
 #include "util/text.h"
 
@@ -28,11 +30,8 @@ struct ProcStat {
 };
 
 std::optional<ProcStat> procStat(int64_t pid) {
-  auto text = readFile("/proc/" + std::to_string(pid) + "/stat");
-  if (!text) return std::nullopt;
-  auto paren = text->rfind(')');
-  if (paren == std::string::npos) return std::nullopt;
-  std::vector<std::string> fields = split(text->substr(paren + 2), ' ');
+  if (pid <= 0 || pid > std::numeric_limits<pid_t>::max()) return std::nullopt;
+  const std::vector<std::string> fields = proc::statFields(static_cast<pid_t>(pid));
   if (fields.size() < 20) return std::nullopt;
   ProcStat st;
   st.state = fields[0].empty() ? '?' : fields[0][0];

@@ -445,15 +445,17 @@ Result<Child> forkCall(int death_signal, int stdin_fd, const std::function<int()
   return child;
 }
 
-int threadCount() {
-  auto stat = readFile("/proc/self/stat");
-  if (!stat) return 0;
+std::vector<std::string> statFields(pid_t pid) {
+  auto stat = readFile("/proc/" + (pid ? std::to_string(pid) : std::string("self")) + "/stat");
+  if (!stat) return {};
   const size_t paren = stat->rfind(')');
-  if (paren == std::string::npos) return 0;
-  // After the name: state, then fields 4 to 19; num_threads is field 20.
-  const std::vector<std::string> fields = split(stat->substr(paren + 2), ' ');
-  if (fields.size() < 18) return 0;
-  return std::atoi(fields[17].c_str());
+  if (paren == std::string::npos || paren + 2 >= stat->size()) return {};
+  return split(stat->substr(paren + 2), ' ');
+}
+
+int threadCount() {
+  const std::vector<std::string> fields = statFields(0);
+  return fields.size() > 17 ? std::atoi(fields[17].c_str()) : 0;  // num_threads, field 20
 }
 
 Result<Child> spawn(const SpawnRequest& req) {

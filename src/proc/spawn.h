@@ -83,6 +83,11 @@ Result<void> finish(Child& child);
 // the fork fails.
 Result<Child> forkCall(int death_signal, int stdin_fd, const std::function<int()>& body);
 
+// The fields of /proc/<pid>/stat after "(comm) " (comm may hold spaces and parentheses):
+// [0] the state, [1] the ppid, [2] the process group, ... (proc(5), from field 3). Empty when
+// it cannot be read; pid 0 is this process.
+std::vector<std::string> statFields(pid_t pid);
+
 // How many threads this process has (/proc/self/stat); 0 when it cannot tell.
 int threadCount();
 
