@@ -99,35 +99,31 @@ Result<void> LocalLauncher::launch(int nodes, const agent::Dial& dial) {
   // An agent is a copy of this process that runs the agent: that saves each agent the start of
   // the cohort binary (its dynamic loading is most of a launch's fixed cost). Only a process
   // with one thread can be copied; otherwise each is `cohort exec`.
-  if (proc::threadCount() == 1) {
-    agent::AgentOptions options;
-    options.coordinator_addr = dial.addr;
-    options.coordinator_port = dial.port;
-    options.secret = dial.secret;
-    for (int node = 0; node < nodes; ++node) {
-      options.node = node;
-      auto child = proc::forkCall(SIGTERM, terminal_ ? STDIN_FILENO : -1, [&options] {
-        // What `ps -e`, top and pgrep show, as `cohort exec` would have.
-        const std::string name = "cohort node " + std::to_string(options.node);
-        ::prctl(PR_SET_NAME, name.c_str());
-        return agent::agentMain(options);
-      });
-      if (!child) return withContext(child.error(), "node " + std::to_string(node));
-      agents_.push_back(std::move(*child));
-    }
-    return {};
-  }
+  const bool copy = proc::threadCount() == 1;
   proc::SpawnRequest req;
-  for (char** e = environ; *e; ++e) {
-    if (!startsWith(*e, "COHORT_JOB_SECRET=")) req.env.emplace_back(*e);
-  }
-  req.env.push_back("COHORT_JOB_SECRET=" + dial.secret);  // not in argv, where `ps` shows it
   req.death_signal = SIGTERM;  // the agent stops its ranks, then exits
   if (terminal_) req.stdin_fd = STDIN_FILENO;
+  if (!copy) {
+    for (char** e = environ; *e; ++e) {
+      if (!startsWith(*e, "COHORT_JOB_SECRET=")) req.env.emplace_back(*e);
+    }
+    req.env.push_back("COHORT_JOB_SECRET=" + dial.secret);  // not in argv, where `ps` shows it
+  }
+  agent::AgentOptions options;
+  options.coordinator_addr = dial.addr;
+  options.coordinator_port = dial.port;
+  options.secret = dial.secret;
+  auto run_agent = [&options] {
+    // What `ps -e` and top show (pgrep -P <coordinator> -x finds it: a rank may take any name).
+    ::prctl(PR_SET_NAME, ("cohort node " + std::to_string(options.node)).c_str());
+    return agent::agentMain(options);
+  };
   for (int node = 0; node < nodes; ++node) {
+    options.node = node;
     req.argv = {exe_, "exec", "--coordinator", dial.addr + ":" + std::to_string(dial.port),
                 "--node", std::to_string(node)};
-    auto child = proc::spawn(req);
+    auto child =
+        copy ? proc::forkCall(req.death_signal, req.stdin_fd, run_agent) : proc::spawn(req);
     if (!child) return withContext(child.error(), "node " + std::to_string(node));
     agents_.push_back(std::move(*child));
   }
