@@ -218,6 +218,14 @@ class Coordinator {
                                      Dial{options_.listen_addr, port_, secret_});
     // Only now: the local launcher forks its agents from a process with no other thread.
     if (reporter_) reporter_->start();
+    // While the agents start (their hellos wait for the loop), and before any rank can.
+    if (options_.write_plan) {
+      if (auto written = options_.write_plan(); !written) {
+        const std::string& message = written.error().message;
+        feed(RecordWriteFailed{RecordFile::kPlan, message.substr(0, message.find(": ")),
+                               causeOf(written.error())});
+      }
+    }
     if (!launched) {
       feed(AgentLaunchFailed{-1, launched.error().message});
       return;

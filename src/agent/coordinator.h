@@ -70,6 +70,11 @@ struct CoordinatorOptions {
   // over). Given when something else has handed it to the agents already (a Kubernetes Secret).
   std::string secret;
   Placement place;  // null: the plan's hosts are final (simulated nodes)
+  // Writes the files of the plan (plan.json, the files its ranks read): called as soon as the
+  // agents are launched, so that it overlaps their start, and always before any rank starts.
+  // An error fails the job before it runs; its message begins with the file's name
+  // ("rank_table.json: ..."). Null: they are written already.
+  std::function<Result<void>()> write_plan;
   Millis connect_timeout{60000};  // for every agent to dial in
   bool progress = true;           // print lifecycle lines on stderr
   // Where the job's record goes as well as its files: the server that runs the job (reporter.h).

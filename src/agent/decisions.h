@@ -58,7 +58,7 @@ struct JobOutcome {
 };
 
 // The files of the job's record the coordinator writes.
-enum class RecordFile { kEvents, kResult };
+enum class RecordFile { kEvents, kResult, kPlan };  // kPlan: plan.json, the ranks' files
 
 // ---- Events: what happened -------------------------------------------------------------------
 

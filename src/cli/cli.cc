@@ -265,7 +265,6 @@ int cmdRun(int argc, char** argv) {
       !made) {
     return reportError(made.error());
   }
-  if (auto w = writePlan(*plan); !w) return reportError(w.error());
   if (options->job_id.empty()) {
     // The job file, to run it again (cohort rerun): a server's job has the one it submitted.
     spec::JobSpec portable = job->spec;
@@ -309,6 +308,7 @@ int cmdRun(int argc, char** argv) {
     if (!target) return reportError(target.error());
     copts.report = std::move(*target);
   }
+  copts.write_plan = [&plan] { return writePlan(*plan); };
   auto outcome = agent::runCoordinator(*plan, *launcher, copts);
   if (!outcome) return reportError(outcome.error());
   printOutcome(*plan, *outcome, progress);

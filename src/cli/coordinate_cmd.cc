@@ -113,7 +113,6 @@ int cmdCoordinate(int argc, char** argv) {
   auto plan = plan::makePlan(job->spec, job->context);
   if (!plan) return fail(plan.error());
   if (auto made = makeJobDirs(plan->job_dir, false, -1, -1); !made) return fail(made.error());
-  if (auto w = writePlan(*plan); !w) return fail(w.error());
   const job::Layout layout(plan->job_dir);
   if (auto w = writeFileAtomic(layout.specFile(), job_text, false); !w) return fail(w.error());
 
@@ -122,6 +121,7 @@ int cmdCoordinate(int argc, char** argv) {
   copts.listen_port = *port;
   copts.secret = secret;
   copts.place = placeOnHosts(*job);
+  copts.write_plan = [&plan] { return writePlan(*plan); };
   copts.connect_timeout = kAgentsWithin;
   const char* report_url = env("COHORT_REPORT_URL");
   const char* report_token = env("COHORT_REPORT_TOKEN");

@@ -53,11 +53,14 @@ Result<void> leasePorts(PreparedJob& job, std::vector<plan::PortLease>& leases) 
 }
 
 Result<void> writePlan(const plan::Plan& plan) {
-  COHORT_TRY(writeFileAtomic(job::Layout(plan.job_dir).planFile(), plan::toJson(plan), false));
-  for (const plan::GeneratedFile& f : plan.files) {
-    COHORT_TRY(makeDirs(f.path.substr(0, f.path.rfind('/'))));
-    COHORT_TRY(writeFileAtomic(f.path, f.content, false));
-  }
+  auto write = [](const std::string& path, std::string_view content) -> Result<void> {
+    auto written = makeDirs(path.substr(0, path.rfind('/')));
+    if (written) written = writeFileAtomic(path, content, false);
+    if (!written) return withContext(written.error(), path.substr(path.rfind('/') + 1));
+    return {};
+  };
+  COHORT_TRY(write(job::Layout(plan.job_dir).planFile(), plan::toJson(plan)));
+  for (const plan::GeneratedFile& f : plan.files) COHORT_TRY(write(f.path, f.content));
   return {};
 }
 

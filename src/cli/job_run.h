@@ -28,7 +28,8 @@ Result<void> makeJobDirs(const std::string& job_dir, bool made_by_server, int ui
 Result<void> leasePorts(PreparedJob& job, std::vector<plan::PortLease>& leases);
 
 // The plan and the files made from it into the job directory; they can be made again: no fsync
-// on the way to the start. Errors: kIo naming the file.
+// on the way to the start. Errors: kIo, the message beginning with the file's name
+// ("plan.json: ..."), as CoordinatorOptions::write_plan says.
 Result<void> writePlan(const plan::Plan& plan);
 
 // For agents that run on other hosts: the plan made again from `job` once every agent has said

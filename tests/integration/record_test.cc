@@ -71,5 +71,24 @@ TEST(DataRootFull, JobWhoseRecordCannotBeWrittenFailsAndNamesTheFile) {
   }
 }
 
+// The plan's files are written while the agents start: when they cannot be, no rank starts,
+// and the job fails naming the file, with its record saying so.
+TEST(DataRootFull, JobWhosePlanCannotBeWrittenStartsNoRank) {
+  TinyDisk disk("64k");
+  if (!disk.mounted()) GTEST_SKIP() << disk.why();
+  // 64 ranks make a plan.json of about 200 KB; the rest of the job's record fits.
+  auto r = runCohort({"run", "--data-root", disk.path(), "--nodes", "2", "--nproc-per-node", "32",
+                      "--", testRank()});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "could not write the job's record 'plan.json': No space left on "
+                       "device"))
+      << r.err;
+  std::string job = onlyJobDir(disk.path());
+  ASSERT_FALSE(job.empty());
+  EXPECT_EQ(readJson(job + "/result.json")["state"], "failed");
+  EXPECT_FALSE(contains(readText(job + "/events.jsonl"), "rank_exit")) << "a rank ran";
+}
+
 }  // namespace
 }  // namespace cohort::testing
