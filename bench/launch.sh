@@ -70,6 +70,9 @@ rng = random.Random(15)
 results = {}
 for n in ns:
     cmds = launchers(n)
+    missing = sorted({argv[0] for argv in cmds.values() if not shutil.which(argv[0])})
+    if missing:
+        sys.exit(f"bench/launch.sh: not found: {', '.join(missing)} (see the comment at the top)")
     times = {name: [] for name in cmds}
     for r in range(warmup + runs):
         print(f"== launch N={n}: round {r + 1}/{warmup + runs}" + (" (warm-up)" if r < warmup else ""),
