@@ -778,9 +778,11 @@ class Agent {
         // The coordinator is there, so it was not our parent going away: a cluster preempts or
         // cancels the job (Slurm signals its tasks), the machine shuts down. The ranks get
         // their notice and grace period, and the coordinator stops every other node's too. A
-        // second signal kills at once.
+        // second signal kills at once; the first does not cut short a stop the coordinator
+        // began (a cluster that deletes the job signals every pod, coordinator's included).
         if (!stopping_) (void)channel_.send({{"type", "signalled"}, {"signal", sig}});
-        exitWhenDone(stopping_ ? Millis(0) : outside_grace_);
+        exitWhenDone(signalled_ ? Millis(0) : outside_grace_);
+        signalled_ = true;
       }
     }
   }
@@ -1323,6 +1325,7 @@ class Agent {
   pid_t terminal_owner_ = -1;   // --pdb: the terminal's foreground group before the rank took it
   std::string nonce_;           // ours, for the coordinator's proof
   bool authenticated_ = false;  // the coordinator proved it knows the secret
+  bool signalled_ = false;      // a stop signal came from outside while the coordinator was there
 };
 
 }  // namespace

@@ -276,6 +276,36 @@ TEST_F(Observe, AnAgentSignalledFromOutsideGivesEveryNodesRanksTheNotice) {
   EXPECT_EQ(readJson(root_ + "/jobs/" + id + "/result.json")["state"], "stopped");
 }
 
+// A cluster that deletes a job signals every pod at once: the coordinator, which stops the job
+// with its grace period, and each agent, whose stop may reach it after the coordinator's. The
+// agent's first signal must not cut that grace short; only a second one kills at once.
+TEST_F(Observe, AnAgentSignalledWhileTheJobStopsKeepsTheGracePeriod) {
+  CohortProcess job({"run", "-q", "--data-root", root_, "--grace-period", "20s", "--", "/bin/sh",
+                     "-c",
+                     "trap 'sleep 1; echo got TERM; exit 0' TERM; echo ready; sleep 300 & wait"});
+  const std::string id = jobId();
+  ASSERT_FALSE(id.empty());
+  const std::string dir = root_ + "/jobs/" + id;
+  ASSERT_TRUE(
+      waitFor([&] { return contains(readText(dir + "/logs/worker-0.log"), "ready"); }, 30s));
+  const std::string agent = shellOutput("pgrep -P " + std::to_string(job.pid()) +
+                                        " -x 'cohort node 0' | head -1 | tr -d '\\n'");
+  ASSERT_FALSE(agent.empty());
+  ::kill(job.pid(), SIGTERM);
+  // The coordinator's stop is on its way to the agent; the rank's handler takes a second.
+  ASSERT_TRUE(waitFor([&] { return stoppingReason(dir) != "(no stopping event)"; }, 10s));
+  std::this_thread::sleep_for(200ms);
+  ::kill(std::atoi(agent.c_str()), SIGTERM);
+  auto r = job.wait(30s);
+  EXPECT_EQ(r.exit_code, 143) << r.err;
+  EXPECT_TRUE(contains(readText(dir + "/logs/worker-0.log"), "got TERM"))
+      << readText(dir + "/logs/worker-0.log");
+  auto exits = rankExitsOf(dir);
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_EQ(exits[0].value("code", -1), 0) << exits[0].dump();
+  EXPECT_EQ(exits[0].value("signal", -1), 0) << exits[0].dump() << ": killed, not given its grace";
+}
+
 // Hostile: a rank that ignores the stop signal gets SIGKILL when the grace period is over.
 TEST_F(Observe, ARankThatIgnoresTheStopSignalIsKilledAfterTheGracePeriod) {
   write("deaf.py",
