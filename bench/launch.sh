@@ -85,7 +85,7 @@ for n in ns:
                 times[name].append(ms)
     results[n] = times
 
-med = lambda xs: statistics.median(xs)
+med = statistics.median
 def paired(times, a, b):
     ratios = sorted(x / y for x, y in zip(times[a], times[b]))
     q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3

@@ -224,6 +224,7 @@ class Coordinator {
         const std::string& message = written.error().message;
         feed(RecordWriteFailed{RecordFile::kPlan, message.substr(0, message.find(": ")),
                                causeOf(written.error())});
+        if (finished_) return;  // no agent was there yet to stop: nothing is left to prepare
       }
     }
     if (!launched) {
