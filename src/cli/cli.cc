@@ -314,7 +314,7 @@ int cmdRun(int argc, char** argv) {
   printOutcome(*plan, *outcome, progress);
   // The job is over and its record written. What is left is freeing this process's memory piece
   // by piece (the plan, the spec, the libraries' tables at exit): the kernel takes it all back
-  // at once. That was 0.7 ms of a failing 64-rank job's teardown (docs/benchmarks.md).
+  // at once. That was 0.3 ms of a failing 64-rank job's teardown (docs/benchmarks.md).
   std::fflush(nullptr);
   ::_exit(outcome->exit_code);
 }
