@@ -458,9 +458,9 @@ class Coordinator {
     feed(HangDiagnosed{report.laggards, report.text + "(also in " + file + ")\n"});
   }
 
-  void act(const ReapAgents&) { reapAgents(); }
+  void act(const ReapAgents&) { reapAgents(Millis(5000)); }
 
-  void reapAgents() {
+  void reapAgents(Millis deadline) {
     if (reaped_) return;
     reaped_ = true;
     loop_.quit();
@@ -469,7 +469,7 @@ class Coordinator {
     for (size_t n = 0; n < agents_.size(); ++n) {
       if (!agents_[n].dialled) launcher_.abandon(static_cast<int>(n));
     }
-    launcher_.reap(Millis(5000));
+    launcher_.reap(deadline);
   }
 
   // After the ranks: the job's results go where the job file says, verified.
@@ -489,12 +489,14 @@ class Coordinator {
   }
 
   void act(const Finish& a) {
-    // The server gets the outcome as it is final: after every write that could still fail.
-    if (reporter_) reporter_->result(resultJson(a.outcome));
     outcome_ = a.outcome;
     finished_ = true;
-    // The agents have closed their channels: they were leaving while the result was written.
-    reapAgents();
+    // The agents were leaving while the result was written (their nodes idle, nothing to copy),
+    // or are gone already.
+    reapAgents(kExitDeadline + Millis(5000));
+    // The server gets the outcome as it is final, after every write that could still fail, and
+    // once nothing of the job is left.
+    if (reporter_) reporter_->result(resultJson(a.outcome));
   }
 
   // ---- I/O ----

@@ -19,8 +19,6 @@ const char* jobStateName(JobState state) {
 
 namespace {
 
-constexpr Millis kExitDeadline{10000};  // for agents told to exit to go
-
 std::string signalName(int sig) { return spec::stopSignalName(sig); }
 
 double secondsBetween(TimePoint from, TimePoint to) {
@@ -162,10 +160,7 @@ bool JobDecisions::restarts(Ending ending) const {
 // When no connected agent runs anything of the attempt, the attempt is over: restart the whole
 // gang if the budget allows, or finish.
 void JobDecisions::maybeAttemptOver(Actions& out) {
-  if (finishing_ || ending_ == Ending::kNone) return;
-  for (const Node& node : nodes_) {
-    if (node.connected && !node.idle) return;
-  }
+  if (finishing_ || ending_ == Ending::kNone || !allIdle()) return;
   if (restarts(ending_)) {
     ++attempt_;
     say(out, "attempt " + std::to_string(attempt_) + " failed (" + why_ + "); restarting (" +
@@ -176,11 +171,11 @@ void JobDecisions::maybeAttemptOver(Actions& out) {
     startAttempt(out);
     return;
   }
-  finish(ending_, why_, out);
+  finish(ending_, why_, out, /*after_ranks=*/true);
 }
 
 // Nothing of the job runs any more (or nothing ever will): the agents are told to exit.
-void JobDecisions::finish(Ending ending, const std::string& why, Actions& out) {
+void JobDecisions::finish(Ending ending, const std::string& why, Actions& out, bool after_ranks) {
   ending_ = ending;
   why_ = why;
   finishing_ = true;
@@ -206,8 +201,22 @@ void JobDecisions::finish(Ending ending, const std::string& why, Actions& out) {
     node.leaving = true;
     if (!node.copying) out.push_back(SendExit{static_cast<int>(n), code});
   }
-  if (copying_ == 0) out.push_back(ArmTimer{TimerKind::kExit, kExitDeadline});
-  if (connected_ == 0) agentsGone(out);
+  if (connected_ == 0) {
+    agentsGone(out);
+  } else if (after_ranks && to_copy.empty()) {
+    // Every node is idle: the attempt's ranks, and all they left behind, are gone. With nothing
+    // to copy, nothing the agents do as they leave changes the outcome: the record is written
+    // while they go, not after, and Finish waits for them.
+    reaped_ = true;
+    complete(out);
+  } else if (copying_ == 0) {
+    out.push_back(ArmTimer{TimerKind::kExit, kExitDeadline});
+  }
+}
+
+bool JobDecisions::allIdle() const {
+  return std::all_of(nodes_.begin(), nodes_.end(),
+                     [](const Node& n) { return !n.connected || n.idle; });
 }
 
 // A node's copies are in (or it was lost before they were): the agents that are left have the

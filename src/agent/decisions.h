@@ -178,9 +178,12 @@ struct Say {
 struct CollectStacks {};  // ask every agent for its ranks' stacks; answer HangDiagnosed
 // Every agent is gone or out of time: wait for them, kill what is left. Finish does it too.
 struct ReapAgents {};
+// How long agents told to exit have to go (ArmTimer kExit; Finish, when it comes first).
+inline constexpr Millis kExitDeadline{10000};
 struct CopyOutput { size_t index; };  // plan.outputs[index]; answer OutputCopied or ...Failed
 struct WriteResult { JobOutcome outcome; };  // result.json
-// The job is over: what is left of the agents is reaped; nothing after this is carried out.
+// The job is over: the agents are reaped (those still leaving have kExitDeadline), then the
+// server hears the outcome; nothing after this is carried out.
 struct Finish { JobOutcome outcome; };
 
 using JobAction = std::variant<LaunchAgents, SendPlan, SendStage, SendStart, SendStop, SendExit,
@@ -265,8 +268,10 @@ class JobDecisions {
   void armHangTimer(Actions& out);
   void beginStop(Ending ending, const std::string& why, Actions& out);
   void maybeAttemptOver(Actions& out);
+  bool allIdle() const;                // no node runs anything: every connected one is idle
   bool restarts(Ending ending) const;  // the attempt that `ending` ends is followed by another
-  void finish(Ending ending, const std::string& why, Actions& out);
+  // `after_ranks`: every node went idle at the end of an attempt (maybeAttemptOver).
+  void finish(Ending ending, const std::string& why, Actions& out, bool after_ranks = false);
   void agentsGone(Actions& out);
   // `missing`: the error for an output the node gave no result for.
   void nodeCopied(int node, const std::vector<OutputResult>& results, const std::string& missing,

@@ -248,9 +248,8 @@ TEST(JobDecisions, KeyRoleSuccessStopsOtherRoles) {
   EXPECT_EQ(all<SendStop>(last)[0].grace_ms, 30000);
   EXPECT_EQ(all<SendStop>(last)[0].exit_code, std::optional<int>(0)) << "the stop ends the job";
   EXPECT_TRUE(said(last).empty()) << "success is not a failure to announce";
-  auto idle = job.stopRest({0});
-  EXPECT_FALSE(has<SendExit>(idle)) << "the agents were told to go with the stop";
-  auto end = job.agentsExit();
+  auto end = job.stopRest({0});
+  EXPECT_FALSE(has<SendExit>(end)) << "the agents were told to go with the stop";
   EXPECT_TRUE(has<Finish>(end));
   EXPECT_EQ(states(end), std::vector<std::string>{"succeeded"});
   ASSERT_TRUE(job.outcome());
@@ -478,11 +477,9 @@ TEST(JobDecisions, ANodeToldByTheFinalStopGoesOnItsOwnWhileOthersStillStop) {
   job.feed(NodeIdle{0, 0});
   EXPECT_FALSE(job.outcome());
   job.exit(1, 0, SIGTERM, true);
-  auto last = job.feed(NodeIdle{1, 0});
-  EXPECT_FALSE(has<SendExit>(last));
-  job.feed(AgentLost{0});
-  auto end = job.feed(AgentLost{1});
-  EXPECT_TRUE(has<Finish>(end));
+  auto end = job.feed(NodeIdle{1, 0});
+  EXPECT_FALSE(has<SendExit>(end));
+  EXPECT_TRUE(has<Finish>(end)) << "the agents that are left go by themselves; Finish waits";
   ASSERT_TRUE(job.outcome());
   EXPECT_EQ(job.outcome()->reason, "worker/2 on node 2 exited with code 1");
   EXPECT_EQ(job.outcome()->exit_code, 1);
@@ -599,8 +596,7 @@ TEST(JobDecisions, LostAgentFailsWithoutRestart) {
   job.exit(0, 0, SIGTERM, true);
   auto b = job.feed(NodeIdle{0, 0});
   EXPECT_FALSE(has<SendStart>(b));
-  EXPECT_TRUE(has<ArmTimer>(b)) << "the exit deadline";
-  job.feed(AgentLost{0});
+  EXPECT_TRUE(has<Finish>(b));
   ASSERT_TRUE(job.outcome());
   EXPECT_EQ(job.outcome()->state, JobState::kFailed);
   EXPECT_EQ(job.outcome()->exit_code, 1);
@@ -884,8 +880,27 @@ TEST(JobDecisions, ABatchJobThatEndsBeforeItsAgentsDialledInFailsTheJob) {
             "could not start the agents: Slurm job 7 ended (FAILED) before every agent dialled in");
 }
 
-TEST(JobDecisions, AgentsThatDoNotExitInTimeAreReaped) {
+// Once every node is idle and nothing is to be copied, the outcome is final: the record is
+// written while the agents leave, and Finish (which reaps them) comes with it.
+TEST(JobDecisions, WithNothingToCopyTheRecordIsWrittenWhileTheAgentsLeave) {
   Job job(makePlan(2, 1));
+  job.runAll();
+  job.exit(0, 0);
+  job.exit(1, 0);
+  auto a = job.stopRest({});
+  EXPECT_FALSE(has<ArmTimer>(a)) << "no exit deadline: Finish gives the agents theirs";
+  ASSERT_EQ(all<WriteResult>(a).size(), 1u);
+  EXPECT_EQ(all<WriteResult>(a)[0].outcome.state, JobState::kSucceeded);
+  EXPECT_EQ(states(a), std::vector<std::string>{"succeeded"});
+  ASSERT_TRUE(has<Finish>(a));
+  EXPECT_TRUE(job.agentsExit().empty()) << "their going changes nothing";
+}
+
+// Agents that must copy outputs have an exit deadline; those still there at its end are reaped.
+TEST(JobDecisions, AgentsThatDoNotExitInTimeAreReaped) {
+  plan::Plan plan = makePlan(2, 1);
+  plan.outputs = {{"/job/output", "/store/m", false}};
+  Job job(plan);
   job.runAll();
   job.exit(0, 0);
   job.exit(1, 0);
@@ -896,6 +911,9 @@ TEST(JobDecisions, AgentsThatDoNotExitInTimeAreReaped) {
   EXPECT_FALSE(job.outcome());
   auto b = job.feed(ExitDeadlineOver{}, 10s);
   EXPECT_TRUE(has<ReapAgents>(b));
+  EXPECT_TRUE(has<CopyOutput>(b)) << "once the agents are gone";
+  EXPECT_FALSE(job.outcome());
+  job.feed(OutputCopied{0, 1, 1});
   ASSERT_TRUE(job.outcome());
   EXPECT_EQ(job.outcome()->state, JobState::kSucceeded);
 }
@@ -1025,8 +1043,7 @@ TEST(JobDecisions, RecordWriteFailureNeverReportsSuccess) {
   Job job(makePlan(1, 1));
   job.runAll();
   job.exit(0, 0);
-  job.stopRest({});
-  auto end = job.agentsExit();
+  auto end = job.stopRest({});
   ASSERT_EQ(all<WriteResult>(end).size(), 1u);
   ASSERT_EQ(job.outcome()->state, JobState::kSucceeded);
   // The shell could not write result.json: the answer is taken back.
