@@ -181,6 +181,18 @@ Result<UniqueFd> connectTcp(const std::string& addr, int port, Millis timeout) {
   }
 }
 
+Result<std::pair<UniqueFd, UniqueFd>> socketPair() {
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, fds) < 0) {
+    return failErrno("socketpair");
+  }
+  std::pair<UniqueFd, UniqueFd> ends{UniqueFd(fds[0]), UniqueFd(fds[1])};
+  // As for TCP: ranks' output streams through here.
+  int buffer = 4 << 20;
+  ::setsockopt(fds[1], SOL_SOCKET, SO_SNDBUF, &buffer, sizeof buffer);
+  return ends;
+}
+
 Result<std::string> makeSecret() { return randomHex(16); }
 
 std::string handshakeProof(const std::string& secret, const char* side, const std::string& nonce,

@@ -90,6 +90,10 @@ Result<std::pair<UniqueFd, int>> listenTcp(const std::string& addr, int port = 0
 // starting). Errors: kUnavailable.
 Result<UniqueFd> connectTcp(const std::string& addr, int port, Millis timeout);
 
+// A connected pair of local sockets, for a channel to a copy of this process (forkCall): no
+// listener and no TCP between them. Both ends are non-blocking and close on exec.
+Result<std::pair<UniqueFd, UniqueFd>> socketPair();
+
 // A random 32-character hex secret (or nonce) from the kernel's generator.
 Result<std::string> makeSecret();
 

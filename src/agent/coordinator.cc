@@ -214,8 +214,9 @@ class Coordinator {
   }
 
   void act(const LaunchAgents&) {
-    auto launched = launcher_.launch(static_cast<int>(plan_.nodes.size()),
-                                     Dial{options_.listen_addr, port_, secret_});
+    auto launched = launcher_.launch(
+        static_cast<int>(plan_.nodes.size()),
+        Dial{options_.listen_addr, port_, secret_, [this](UniqueFd fd) { admit(std::move(fd)); }});
     // Only now: the local launcher forks its agents from a process with no other thread.
     if (reporter_) reporter_->start();
     // While the agents start (their hellos wait for the loop), and before any rank can.
@@ -731,12 +732,17 @@ class Coordinator {
       if (fd < 0) return;
       int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      // Anyone on the machine (or the network) can connect: until it proves it knows the
-      // secret, a connection is nobody's.
-      auto pending = std::make_shared<Pending>();
-      pending->channel = std::make_unique<Channel>(UniqueFd(fd), 64 * 1024);
-      (void)loop_.add(fd, EPOLLIN, [this, pending](uint32_t) { onPending(pending); });
+      admit(UniqueFd(fd));
     }
+  }
+
+  // Anyone on the machine (or the network) can connect: until it proves it knows the secret, a
+  // connection is nobody's.
+  void admit(UniqueFd fd) {
+    auto pending = std::make_shared<Pending>();
+    const int raw = fd.get();
+    pending->channel = std::make_unique<Channel>(std::move(fd), 64 * 1024);
+    (void)loop_.add(raw, EPOLLIN, [this, pending](uint32_t) { onPending(pending); });
   }
 
   void onPending(const std::shared_ptr<Pending>& p) {

@@ -19,6 +19,7 @@
 #include "agent/reporter.h"
 #include "agent/root_cause.h"
 #include "plan/plan.h"
+#include "util/fd.h"
 #include "util/net.h"
 #include "util/result.h"
 #include "util/text.h"
@@ -30,6 +31,9 @@ struct Dial {
   std::string addr;
   int port = 0;
   std::string secret;
+  // Hands the coordinator its end of a connection made without dialling (socketPair(), to an
+  // agent the launcher forked): it is taken as one that dialled in, and must prove the secret.
+  std::function<void(UniqueFd)> adopt;
 };
 
 // What a launcher knows of its agents until every one has dialled in.

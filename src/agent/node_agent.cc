@@ -1359,8 +1359,11 @@ Result<int> runNodeAgent(const AgentOptions& options) {
   }
   if (!no_cgroup.empty()) sayNoCgroup(options.node, no_cgroup);
   cgroups.why = no_cgroup;
-  COHORT_ASSIGN(UniqueFd sock, connectTcp(options.coordinator_addr, options.coordinator_port,
-                                          Millis(30000)));
+  UniqueFd sock(options.coordinator_fd);
+  if (!sock.valid()) {
+    COHORT_ASSIGN(sock,
+                  connectTcp(options.coordinator_addr, options.coordinator_port, Millis(30000)));
+  }
   COHORT_ASSIGN(auto loop, proc::EventLoop::create());
   COHORT_ASSIGN(proc::Timer grace, proc::Timer::create());
   COHORT_ASSIGN(proc::Timer progress, proc::Timer::create());

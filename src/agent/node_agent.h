@@ -26,6 +26,9 @@ struct AgentOptions {
   int coordinator_port = 0;
   int node = 0;
   std::string secret;
+  // A socket already connected to the coordinator, used instead of dialling (an agent forked by
+  // the coordinator's process); -1: dial.
+  int coordinator_fd = -1;
   // How this node's address is chosen (spec::Network); it is sent with hello.
   std::string interface, cidr;
 };

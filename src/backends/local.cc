@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "agent/channel.h"
 #include "agent/node_agent.h"
 #include "util/text.h"
 
@@ -118,12 +119,27 @@ Result<void> LocalLauncher::launch(int nodes, const agent::Dial& dial) {
     ::prctl(PR_SET_NAME, ("cohort node " + std::to_string(options.node)).c_str());
     return agent::agentMain(options);
   };
-  for (int node = 0; node < nodes; ++node) {
+  auto start = [&](int node) -> Result<proc::Child> {
     options.node = node;
-    req.argv = {exe_, "exec", "--coordinator", dial.addr + ":" + std::to_string(dial.port),
-                "--node", std::to_string(node)};
-    auto child =
-        copy ? proc::forkCall(req.death_signal, req.stdin_fd, run_agent) : proc::spawn(req);
+    if (!copy || !dial.adopt) {
+      req.argv = {exe_,
+                  "exec",
+                  "--coordinator",
+                  dial.addr + ":" + std::to_string(dial.port),
+                  "--node",
+                  std::to_string(node)};
+      return copy ? proc::forkCall(req.death_signal, req.stdin_fd, run_agent) : proc::spawn(req);
+    }
+    // A copy and its coordinator talk over a socket pair: no dialling, and no TCP to cross.
+    COHORT_ASSIGN(auto ends, agent::socketPair());
+    options.coordinator_fd = ends.second.get();
+    COHORT_ASSIGN(proc::Child child,
+                  proc::forkCall(req.death_signal, req.stdin_fd, run_agent, ends.second.get()));
+    dial.adopt(std::move(ends.first));
+    return child;
+  };
+  for (int node = 0; node < nodes; ++node) {
+    auto child = start(node);
     if (!child) return withContext(child.error(), "node " + std::to_string(node));
     agents_.push_back(std::move(*child));
   }

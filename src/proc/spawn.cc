@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -400,7 +401,8 @@ Result<void> finish(Child& child) {
   return {};
 }
 
-Result<Child> forkCall(int death_signal, int stdin_fd, const std::function<int()>& body) {
+Result<Child> forkCall(int death_signal, int stdin_fd, const std::function<int()>& body,
+                       int keep_fd) {
   if (const int threads = threadCount(); threads != 1) {
     return fail(Code::kFailedPrecondition,
                 "cannot fork a copy of a process with " + std::to_string(threads) + " threads");
@@ -420,7 +422,8 @@ Result<Child> forkCall(int death_signal, int stdin_fd, const std::function<int()
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     const int in = stdin_fd >= 0 ? stdin_fd : ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (in < 0 || (in != 0 && ::dup2(in, 0) < 0)) ::_exit(127);
-    ::close_range(3, ~0U, 0);
+    if (keep_fd > 3) ::close_range(3, static_cast<unsigned>(keep_fd) - 1, 0);
+    ::close_range(std::max(keep_fd + 1, 3), ~0U, 0);
     // Nothing may unwind out of the body: above it are the caller's frames, which are ours.
     int code = 70;
     try {

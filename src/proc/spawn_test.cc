@@ -229,6 +229,29 @@ TEST(ForkCall, TheCopyRunsTheBodyAsAStartedProgramWould) {
   EXPECT_EQ(status->code, 40) << "1: its process group, 2: stdin, 4: our descriptor, 8: the mask";
 }
 
+TEST(ForkCall, KeepsTheOneDescriptorItIsToldToKeep) {
+  if (threadCount() != 1) GTEST_SKIP() << "this test process has other threads";
+  const int below = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const int kept = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const int above = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  ASSERT_TRUE(below > 2 && below < kept && kept < above);
+  auto child = forkCall(
+      SIGKILL, -1,
+      [&] {
+        return (::fcntl(kept, F_GETFD) == -1) | (::fcntl(below, F_GETFD) != -1) << 1 |
+               (::fcntl(above, F_GETFD) != -1) << 2;
+      },
+      kept);
+  ::close(below);
+  ::close(kept);
+  ::close(above);
+  ASSERT_TRUE(child) << child.error().message;
+  auto status = reap(child->pidfd.get());
+  ASSERT_TRUE(status);
+  EXPECT_EQ(status->code, 0)
+      << "1: the kept one closed, 2: one below it open, 4: one above it open";
+}
+
 TEST(ForkCall, AnExceptionEndsTheCopyAndNeverReachesTheCallersFrames) {
   if (threadCount() != 1) GTEST_SKIP() << "this test process has other threads";
   auto child = forkCall(SIGKILL, -1, []() -> int { throw std::runtime_error("no such thing"); });
