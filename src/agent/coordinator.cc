@@ -83,6 +83,9 @@ class Coordinator {
     events_.reset(::open(layout_.eventsFile().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
                          0644));
     if (!events_.valid()) return failErrno("open '" + layout_.eventsFile() + "'");
+    // Made now, written at the end: the outcome is not held up by making a file.
+    COHORT_ASSIGN(PreparedFile result_file, PreparedFile::create(layout_.resultFile()));
+    result_file_ = std::move(result_file);
     // Agents that find this word through their own path to the job directory share it.
     COHORT_ASSIGN(mark_, randomHex(16));
     COHORT_TRY(writeFileAtomic(layout_.markFile(), mark_ + "\n", /*durable=*/false));
@@ -483,7 +486,12 @@ class Coordinator {
   }
 
   void act(const WriteResult& a) {
-    if (auto written = writeFileAtomic(layout_.resultFile(), resultJson(a.outcome)); !written) {
+    // A record that failed after a success is written again, as a failure: by then as any file.
+    const std::string json = resultJson(a.outcome);
+    auto written =
+        result_file_ ? result_file_->commit(json) : writeFileAtomic(layout_.resultFile(), json);
+    result_file_.reset();
+    if (!written) {
       feed(RecordWriteFailed{RecordFile::kResult, baseName(layout_.resultFile()),
                              causeOf(written.error())});
     }
@@ -944,6 +952,7 @@ class Coordinator {
   std::vector<Agent> agents_;
   UniqueFd listener_;
   UniqueFd events_;
+  std::optional<PreparedFile> result_file_;  // result.json until it is first written
   std::unique_ptr<Reporter> reporter_;  // null when no server follows the job
   std::vector<std::vector<std::optional<LogFile>>> logs_;  // [node][index in the node's plan]
   Console console_{STDOUT_FILENO};  // the merged stream of every rank's lines

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <utility>
 
 namespace cohort {
 
@@ -99,25 +100,56 @@ Result<void> makeDirs(const std::string& path) {
 
 Result<void> writeFileAtomic(const std::string& path, std::string_view content, bool durable,
                              mode_t mode) {
+  COHORT_ASSIGN(PreparedFile file, PreparedFile::create(path, mode));
+  return file.commit(content, durable);
+}
+
+Result<PreparedFile> PreparedFile::create(const std::string& path, mode_t mode) {
+  PreparedFile file;
   // One temporary name per thread: two threads may write the same file at once.
   std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(::gettid());
   ::unlink(tmp.c_str());  // left by a crash of an earlier process with this pid
-  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode));
-  if (!fd.valid()) return failErrno("create '" + tmp + "'");
-  if (auto r = writeAll(fd.get(), content); !r) {
-    ::unlink(tmp.c_str());
-    return withContext(r.error(), "'" + tmp + "'");
+  file.fd_.reset(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode));
+  if (!file.fd_.valid()) return failErrno("create '" + tmp + "'");
+  file.path_ = path;
+  file.tmp_ = std::move(tmp);
+  return file;
+}
+
+PreparedFile& PreparedFile::operator=(PreparedFile&& other) noexcept {
+  if (this != &other) {
+    discard();
+    path_ = std::move(other.path_);
+    tmp_ = std::exchange(other.tmp_, {});
+    fd_ = std::move(other.fd_);
   }
-  if ((durable && ::fsync(fd.get()) < 0) || ::close(fd.release()) < 0) {
+  return *this;
+}
+
+void PreparedFile::discard() {
+  fd_.reset();
+  if (!tmp_.empty()) ::unlink(tmp_.c_str());
+  tmp_.clear();
+}
+
+Result<void> PreparedFile::commit(std::string_view content, bool durable) {
+  if (tmp_.empty()) return fail(Code::kFailedPrecondition, "'" + path_ + "' is written already");
+  if (auto r = writeAll(fd_.get(), content); !r) {
+    auto error = withContext(r.error(), "'" + tmp_ + "'");
+    discard();
+    return error;
+  }
+  if ((durable && ::fsync(fd_.get()) < 0) || ::close(fd_.release()) < 0) {
     int err = errno;
-    ::unlink(tmp.c_str());
-    return failErrno("write '" + path + "'", err);
+    discard();
+    return failErrno("write '" + path_ + "'", err);
   }
-  if (::rename(tmp.c_str(), path.c_str()) < 0) {
+  if (::rename(tmp_.c_str(), path_.c_str()) < 0) {
     int err = errno;
-    ::unlink(tmp.c_str());
-    return failErrno("rename to '" + path + "'", err);
+    discard();
+    return failErrno("rename to '" + path_ + "'", err);
   }
+  tmp_.clear();
   return {};
 }
 

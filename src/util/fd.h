@@ -6,6 +6,7 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "util/result.h"
 
@@ -56,5 +57,31 @@ Result<void> makeDirs(const std::string& path);
 // 0600 for secrets, which are thus never readable by others, not even for a moment.
 Result<void> writeFileAtomic(const std::string& path, std::string_view content,
                              bool durable = true, mode_t mode = 0644);
+
+// writeFileAtomic() in two steps, for a file written once at the end of something: its
+// temporary file is made now, so that the write later is not held up by the making (on ext4
+// with many files just deleted, creating one can take a millisecond). Destroyed before
+// commit(), the temporary file is removed.
+class PreparedFile {
+ public:
+  // Errors: kIo when the temporary file cannot be made.
+  static Result<PreparedFile> create(const std::string& path, mode_t mode = 0644);
+  PreparedFile(PreparedFile&& other) noexcept
+      : path_(std::move(other.path_)),
+        tmp_(std::exchange(other.tmp_, {})),
+        fd_(std::move(other.fd_)) {}
+  PreparedFile& operator=(PreparedFile&&) noexcept;
+  ~PreparedFile() { discard(); }
+
+  // Writes `content` and renames the file into place; once only. Errors: kIo (the temporary
+  // file is removed), kFailedPrecondition when already committed.
+  Result<void> commit(std::string_view content, bool durable = true);
+
+ private:
+  PreparedFile() = default;
+  void discard();
+  std::string path_, tmp_;
+  UniqueFd fd_;
+};
 
 }  // namespace cohort

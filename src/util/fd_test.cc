@@ -1,0 +1,67 @@
+#include "util/fd.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+namespace cohort {
+namespace {
+
+namespace fs = std::filesystem;
+
+class PreparedFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/cohort-fd-test.XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  size_t entries() const {
+    return static_cast<size_t>(
+        std::distance(fs::directory_iterator(dir_), fs::directory_iterator{}));
+  }
+  std::string dir_;
+};
+
+TEST_F(PreparedFileTest, IsNotThereUntilCommittedThenWhole) {
+  const std::string path = dir_ + "/result.json";
+  auto file = PreparedFile::create(path);
+  ASSERT_TRUE(file) << file.error().message;
+  EXPECT_FALSE(fs::exists(path));
+  ASSERT_TRUE(file->commit("{\"state\": \"succeeded\"}\n"));
+  EXPECT_EQ(*readFile(path), "{\"state\": \"succeeded\"}\n");
+  EXPECT_EQ(entries(), 1u) << "no temporary file is left";
+  auto again = file->commit("{}");
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, Code::kFailedPrecondition);
+  EXPECT_EQ(*readFile(path), "{\"state\": \"succeeded\"}\n");
+}
+
+TEST_F(PreparedFileTest, OneNeverCommittedLeavesNothing) {
+  {
+    auto file = PreparedFile::create(dir_ + "/result.json");
+    ASSERT_TRUE(file);
+    PreparedFile moved = std::move(*file);  // the moved-from one removes nothing
+    EXPECT_EQ(entries(), 1u);
+  }
+  EXPECT_EQ(entries(), 0u);
+}
+
+TEST_F(PreparedFileTest, ARenameThatFailsLeavesNoTemporaryFile) {
+  const std::string path = dir_ + "/result.json";
+  fs::create_directory(path);  // a directory where the file should go
+  fs::create_directory(path + "/x");
+  auto file = PreparedFile::create(path);
+  ASSERT_TRUE(file);
+  auto written = file->commit("{}");
+  ASSERT_FALSE(written);
+  EXPECT_NE(written.error().message.find("rename to '" + path + "'"), std::string::npos)
+      << written.error().message;
+  EXPECT_EQ(entries(), 1u) << "only the directory";
+}
+
+}  // namespace
+}  // namespace cohort
