@@ -83,7 +83,8 @@ class Coordinator {
     events_.reset(::open(layout_.eventsFile().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
                          0644));
     if (!events_.valid()) return failErrno("open '" + layout_.eventsFile() + "'");
-    // Made now, written at the end: the outcome is not held up by making a file.
+    // Made now, unnamed, written and named at the end: the outcome is not held up by making a
+    // file, and nothing a rank writes into the job directory meanwhile can take its place.
     COHORT_ASSIGN(PreparedFile result_file, PreparedFile::create(layout_.resultFile()));
     result_file_ = std::move(result_file);
     // Agents that find this word through their own path to the job directory share it.
@@ -502,7 +503,7 @@ class Coordinator {
     finished_ = true;
     // The agents were leaving while the result was written (their nodes idle, nothing to copy),
     // or are gone already.
-    reapAgents(kExitDeadline + Millis(5000));
+    reapAgents(kExitDeadline);
     // The server gets the outcome as it is final, after every write that could still fail, and
     // once nothing of the job is left.
     if (reporter_) reporter_->result(resultJson(a.outcome));

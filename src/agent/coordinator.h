@@ -33,6 +33,7 @@ struct Dial {
   std::string secret;
   // Hands the coordinator its end of a connection made without dialling (socketPair(), to an
   // agent the launcher forked): it is taken as one that dialled in, and must prove the secret.
+  // Null: every agent dials.
   std::function<void(UniqueFd)> adopt;
 };
 

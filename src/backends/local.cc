@@ -99,8 +99,9 @@ std::vector<std::string> localAscendAddresses() {
 Result<void> LocalLauncher::launch(int nodes, const agent::Dial& dial) {
   // An agent is a copy of this process that runs the agent: that saves each agent the start of
   // the cohort binary (its dynamic loading is most of a launch's fixed cost). Only a process
-  // with one thread can be copied; otherwise each is `cohort exec`.
-  const bool copy = proc::threadCount() == 1;
+  // with one thread can be copied, and a copy talks to its coordinator over a socket pair that
+  // the coordinator adopts; otherwise each is `cohort exec`, which dials.
+  const bool copy = proc::threadCount() == 1 && dial.adopt;
   proc::SpawnRequest req;
   req.death_signal = SIGTERM;  // the agent stops its ranks, then exits
   if (terminal_) req.stdin_fd = STDIN_FILENO;
@@ -121,16 +122,16 @@ Result<void> LocalLauncher::launch(int nodes, const agent::Dial& dial) {
   };
   auto start = [&](int node) -> Result<proc::Child> {
     options.node = node;
-    if (!copy || !dial.adopt) {
+    if (!copy) {
       req.argv = {exe_,
                   "exec",
                   "--coordinator",
                   dial.addr + ":" + std::to_string(dial.port),
                   "--node",
                   std::to_string(node)};
-      return copy ? proc::forkCall(req.death_signal, req.stdin_fd, run_agent) : proc::spawn(req);
+      return proc::spawn(req);
     }
-    // A copy and its coordinator talk over a socket pair: no dialling, and no TCP to cross.
+    // No dialling, and no TCP to cross.
     COHORT_ASSIGN(auto ends, agent::socketPair());
     options.coordinator_fd = ends.second.get();
     COHORT_ASSIGN(proc::Child child,

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <utility>
 
@@ -100,56 +101,55 @@ Result<void> makeDirs(const std::string& path) {
 
 Result<void> writeFileAtomic(const std::string& path, std::string_view content, bool durable,
                              mode_t mode) {
-  COHORT_ASSIGN(PreparedFile file, PreparedFile::create(path, mode));
-  return file.commit(content, durable);
+  return PreparedFile(path, mode).commit(content, durable);
 }
 
 Result<PreparedFile> PreparedFile::create(const std::string& path, mode_t mode) {
-  PreparedFile file;
-  // One temporary name per thread: two threads may write the same file at once.
-  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(::gettid());
-  ::unlink(tmp.c_str());  // left by a crash of an earlier process with this pid
-  file.fd_.reset(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode));
-  if (!file.fd_.valid()) return failErrno("create '" + tmp + "'");
-  file.path_ = path;
-  file.tmp_ = std::move(tmp);
+  PreparedFile file(path, mode);
+  const size_t slash = path.rfind('/');
+  const std::string dir =
+      slash == std::string::npos ? "." : path.substr(0, std::max<size_t>(slash, 1));
+  file.fd_.reset(::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, mode));
+  // EOPNOTSUPP: a filesystem without unnamed files; the file is then made by commit().
+  if (!file.fd_.valid() && errno != EOPNOTSUPP && errno != EISDIR) {
+    return failErrno("make a file in '" + dir + "'");
+  }
   return file;
 }
 
-PreparedFile& PreparedFile::operator=(PreparedFile&& other) noexcept {
-  if (this != &other) {
-    discard();
-    path_ = std::move(other.path_);
-    tmp_ = std::exchange(other.tmp_, {});
-    fd_ = std::move(other.fd_);
-  }
-  return *this;
-}
-
-void PreparedFile::discard() {
-  fd_.reset();
-  if (!tmp_.empty()) ::unlink(tmp_.c_str());
-  tmp_.clear();
-}
-
 Result<void> PreparedFile::commit(std::string_view content, bool durable) {
-  if (tmp_.empty()) return fail(Code::kFailedPrecondition, "'" + path_ + "' is written already");
-  if (auto r = writeAll(fd_.get(), content); !r) {
-    auto error = withContext(r.error(), "'" + tmp_ + "'");
-    discard();
-    return error;
+  if (committed_) return fail(Code::kFailedPrecondition, "'" + path_ + "' is written already");
+  committed_ = true;
+  // One temporary name per thread: two threads may write the same file at once.
+  const std::string tmp =
+      path_ + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(::gettid());
+  ::unlink(tmp.c_str());  // left by a crash of an earlier process with this pid
+  UniqueFd fd = std::move(fd_);
+  bool named = !fd.valid();
+  if (named) {
+    fd.reset(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode_));
+    if (!fd.valid()) return failErrno("create '" + tmp + "'");
   }
-  if ((durable && ::fsync(fd_.get()) < 0) || ::close(fd_.release()) < 0) {
-    int err = errno;
-    discard();
-    return failErrno("write '" + path_ + "'", err);
+  // Whatever fails, no file is left under the temporary name.
+  auto failed = [&](const std::string& what, int err) -> Result<void> {
+    if (named) ::unlink(tmp.c_str());
+    return failErrno(what, err);
+  };
+  if (auto r = writeAll(fd.get(), content); !r) {
+    if (named) ::unlink(tmp.c_str());
+    return withContext(r.error(), "'" + path_ + "'");
   }
-  if (::rename(tmp_.c_str(), path_.c_str()) < 0) {
-    int err = errno;
-    discard();
-    return failErrno("rename to '" + path_ + "'", err);
+  if (durable && ::fsync(fd.get()) < 0) return failed("write '" + path_ + "'", errno);
+  if (!named) {
+    // The name comes last: from here on the file is whole.
+    const std::string self = "/proc/self/fd/" + std::to_string(fd.get());
+    if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, tmp.c_str(), AT_SYMLINK_FOLLOW) < 0) {
+      return failErrno("name '" + tmp + "'");
+    }
+    named = true;
   }
-  tmp_.clear();
+  if (::close(fd.release()) < 0) return failed("write '" + path_ + "'", errno);
+  if (::rename(tmp.c_str(), path_.c_str()) < 0) return failed("rename to '" + path_ + "'", errno);
   return {};
 }
 

@@ -58,30 +58,28 @@ Result<void> makeDirs(const std::string& path);
 Result<void> writeFileAtomic(const std::string& path, std::string_view content,
                              bool durable = true, mode_t mode = 0644);
 
-// writeFileAtomic() in two steps, for a file written once at the end of something: its
-// temporary file is made now, so that the write later is not held up by the making (on ext4
-// with many files just deleted, creating one can take a millisecond). Destroyed before
-// commit(), the temporary file is removed.
+// writeFileAtomic() in two steps, for a file written once at the end of something. The file is
+// made now, without a name (O_TMPFILE), and named only by commit(): the write is not held up by
+// making a file (on ext4 with many files just deleted that can take a millisecond), and no other
+// process can put a file of its own where ours will be named. Where the filesystem has no
+// unnamed files, commit() makes it as writeFileAtomic() does. One never committed leaves nothing.
 class PreparedFile {
  public:
-  // Errors: kIo when the temporary file cannot be made.
+  // Nothing made yet: commit() makes the file.
+  explicit PreparedFile(std::string path, mode_t mode = 0644)
+      : path_(std::move(path)), mode_(mode) {}
+  // Errors: kIo when no file can be made in the directory of `path`.
   static Result<PreparedFile> create(const std::string& path, mode_t mode = 0644);
-  PreparedFile(PreparedFile&& other) noexcept
-      : path_(std::move(other.path_)),
-        tmp_(std::exchange(other.tmp_, {})),
-        fd_(std::move(other.fd_)) {}
-  PreparedFile& operator=(PreparedFile&&) noexcept;
-  ~PreparedFile() { discard(); }
 
-  // Writes `content` and renames the file into place; once only. Errors: kIo (the temporary
-  // file is removed), kFailedPrecondition when already committed.
+  // Writes `content` (fsync'd with `durable`) and renames the file into place; once only.
+  // Errors: kIo (nothing is left under a temporary name), kFailedPrecondition when called again.
   Result<void> commit(std::string_view content, bool durable = true);
 
  private:
-  PreparedFile() = default;
-  void discard();
-  std::string path_, tmp_;
-  UniqueFd fd_;
+  std::string path_;
+  mode_t mode_;
+  UniqueFd fd_;  // the unnamed file; invalid: made at commit()
+  bool committed_ = false;
 };
 
 }  // namespace cohort

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 namespace cohort {
@@ -31,6 +32,7 @@ TEST_F(PreparedFileTest, IsNotThereUntilCommittedThenWhole) {
   auto file = PreparedFile::create(path);
   ASSERT_TRUE(file) << file.error().message;
   EXPECT_FALSE(fs::exists(path));
+  EXPECT_EQ(entries(), 0u) << "nothing has a name before the commit";
   ASSERT_TRUE(file->commit("{\"state\": \"succeeded\"}\n"));
   EXPECT_EQ(*readFile(path), "{\"state\": \"succeeded\"}\n");
   EXPECT_EQ(entries(), 1u) << "no temporary file is left";
@@ -44,10 +46,36 @@ TEST_F(PreparedFileTest, OneNeverCommittedLeavesNothing) {
   {
     auto file = PreparedFile::create(dir_ + "/result.json");
     ASSERT_TRUE(file);
-    PreparedFile moved = std::move(*file);  // the moved-from one removes nothing
-    EXPECT_EQ(entries(), 1u);
+    PreparedFile moved = std::move(*file);
+    EXPECT_EQ(entries(), 0u) << "an unnamed file until the commit";
   }
   EXPECT_EQ(entries(), 0u);
+}
+
+// What another process puts under the temporary name, or under the name itself, while the file
+// waits is never what the commit puts in place.
+TEST_F(PreparedFileTest, AFilePlantedUnderItsTemporaryNameIsNotWhatIsCommitted) {
+  const std::string path = dir_ + "/result.json";
+  auto file = PreparedFile::create(path);
+  ASSERT_TRUE(file);
+  const std::string tmp =
+      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(::gettid());
+  {
+    std::ofstream(tmp) << "{\"state\": \"forged\"}\n";
+    std::ofstream(path) << "{\"state\": \"forged\"}\n";
+  }
+  ASSERT_TRUE(file->commit("{\"state\": \"failed\"}\n"));
+  EXPECT_EQ(*readFile(path), "{\"state\": \"failed\"}\n");
+  EXPECT_EQ(entries(), 1u);
+}
+
+TEST_F(PreparedFileTest, WithoutUnnamedFilesItIsMadeAtTheCommit) {
+  const std::string path = dir_ + "/plan.json";
+  PreparedFile file(path);  // what writeFileAtomic does
+  EXPECT_EQ(entries(), 0u);
+  ASSERT_TRUE(file.commit("{}\n", /*durable=*/false));
+  EXPECT_EQ(*readFile(path), "{}\n");
+  EXPECT_EQ(entries(), 1u);
 }
 
 TEST_F(PreparedFileTest, ARenameThatFailsLeavesNoTemporaryFile) {

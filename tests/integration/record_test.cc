@@ -90,5 +90,27 @@ TEST(DataRootFull, JobWhosePlanCannotBeWrittenStartsNoRank) {
   EXPECT_FALSE(contains(readText(job + "/events.jsonl"), "rank_exit")) << "a rank ran";
 }
 
+// A rank that writes into its own job directory (ranks that run as the job's owner, unsandboxed,
+// can) puts a "succeeded" result of its own where the coordinator's temporary file would be
+// named (a file in its place, not written into it), and under the final name: the record still
+// says what happened.
+TEST(JobRecord, ARankCannotPlantTheJobsResult) {
+  const std::string root = tempDir() + "/plant";
+  const std::string script =
+      "job=$(dirname \"$COHORT_LOG_DIR\"); pid=$(cat \"$job/coordinator.pid\"); "
+      "for f in \"$job/result.json.tmp.$pid.$pid\" \"$job/result.json\"; do "
+      "rm -f \"$f\"; printf '{\"state\": \"succeeded\", \"exit_code\": 0}\\n' > \"$f\" && "
+      "echo \"planted $f\"; "
+      "done; exit 3";
+  auto r = runCohort({"run", "--data-root", root, "--", "sh", "-c", script});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_TRUE(contains(r.out + r.err, "planted ")) << r.out << r.err;
+  const std::string job = onlyJobDir(root);
+  ASSERT_FALSE(job.empty());
+  const nlohmann::json result = readJson(job + "/result.json");
+  EXPECT_EQ(result["state"], "failed") << result.dump();
+  EXPECT_EQ(result["exit_code"], 3) << result.dump();
+}
+
 }  // namespace
 }  // namespace cohort::testing
