@@ -135,6 +135,8 @@ Result<void> PreparedFile::commit(std::string_view content, bool durable) {
     if (named) ::unlink(tmp.c_str());
     return failErrno(what, err);
   };
+  // An unnamed file is still reachable through /proc/<pid>/fd: what anyone wrote there goes.
+  if (!named && ::ftruncate(fd.get(), 0) < 0) return failErrno("write '" + path_ + "'");
   if (auto r = writeAll(fd.get(), content); !r) {
     if (named) ::unlink(tmp.c_str());
     return withContext(r.error(), "'" + path_ + "'");

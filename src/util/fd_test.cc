@@ -64,6 +64,14 @@ TEST_F(PreparedFileTest, AFilePlantedUnderItsTemporaryNameIsNotWhatIsCommitted) 
     std::ofstream(tmp) << "{\"state\": \"forged\"}\n";
     std::ofstream(path) << "{\"state\": \"forged\"}\n";
   }
+  // And through /proc/self/fd, into the unnamed file itself: more than the commit writes.
+  for (const auto& entry : fs::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const std::string target = fs::read_symlink(entry.path(), ec).string();
+    if (target.rfind(dir_ + "/#", 0) == 0) {
+      std::ofstream(entry.path()) << std::string(4096, 'x');
+    }
+  }
   ASSERT_TRUE(file->commit("{\"state\": \"failed\"}\n"));
   EXPECT_EQ(*readFile(path), "{\"state\": \"failed\"}\n");
   EXPECT_EQ(entries(), 1u);
