@@ -997,9 +997,11 @@ Result<JobOutcome> runCoordinator(const plan::Plan& plan, AgentLauncher& launche
   if (secret.empty()) {
     COHORT_ASSIGN(secret, makeSecret());
   }
-  Coordinator coordinator(plan, launcher, options, *loop, std::move(signals), std::move(timers),
-                          std::move(secret));
-  return coordinator.run();
+  auto coordinator = std::make_unique<Coordinator>(
+      plan, launcher, options, *loop, std::move(signals), std::move(timers), std::move(secret));
+  auto outcome = coordinator->run();
+  if (outcome && options.process_ends_after) (void)coordinator.release();
+  return outcome;
 }
 
 }  // namespace cohort::agent

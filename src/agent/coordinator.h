@@ -86,6 +86,10 @@ struct CoordinatorOptions {
   std::optional<ReportTarget> report;
   // After the job, how long to keep trying to hand the server what it does not have yet.
   Millis report_linger{600000};
+  // The caller ends the process with _exit() as soon as runCoordinator() returns an outcome: the
+  // coordinator's state (its copy of the plan, every rank's record and buffers) is then left for
+  // the kernel to take back at once rather than freed piece by piece.
+  bool process_ends_after = false;
 };
 
 // Runs the job to its end. Errors: only when the coordinator itself cannot work (no socket, no

@@ -14,10 +14,7 @@
 // Single-threaded except for the console writer.
 #pragma once
 
-#include <memory>
 #include <string>
-
-#include "util/result.h"
 
 namespace cohort::agent {
 
@@ -33,13 +30,11 @@ struct AgentOptions {
   std::string interface, cidr;
 };
 
-// Runs the agent until the coordinator says "exit" or is gone. Returns the agent's exit code (the
-// job's, which the coordinator sends with "exit"; 1 when it lost the coordinator). Errors: kUnavailable when the
-// coordinator cannot be reached, kIo for setup failures.
-Result<int> runNodeAgent(const AgentOptions& options);
-
-// runNodeAgent() as a process's whole work: says on stderr why the agent could not run
-// ("cohort exec: node 3: ..."), and returns the process's exit code.
+// Runs the node agent as the process's whole work: until the coordinator says "exit" or is gone,
+// then ends the process with the agent's exit code (the job's, which the coordinator sends with
+// "exit"; 1 when it lost the coordinator). Returns only when the agent could not run (the
+// coordinator could not be reached, a setup failure), with 1, having said why on stderr
+// ("cohort exec: node 3: ...").
 int agentMain(const AgentOptions& options);
 
 }  // namespace cohort::agent

@@ -309,12 +309,15 @@ int cmdRun(int argc, char** argv) {
     copts.report = std::move(*target);
   }
   copts.write_plan = [&plan] { return writePlan(*plan); };
+  // The job is over and its record written when runCoordinator() returns. What is left is freeing
+  // this process's memory piece by piece (the coordinator's state, the plan, the spec, the
+  // libraries' tables at exit): the kernel takes it all back at once. That was 0.3 ms of a
+  // failing 64-rank job's teardown, and the coordinator's state another 0.3 ms
+  // (docs/benchmarks.md).
+  copts.process_ends_after = true;
   auto outcome = agent::runCoordinator(*plan, *launcher, copts);
   if (!outcome) return reportError(outcome.error());
   printOutcome(*plan, *outcome, progress);
-  // The job is over and its record written. What is left is freeing this process's memory piece
-  // by piece (the plan, the spec, the libraries' tables at exit): the kernel takes it all back
-  // at once. That was 0.3 ms of a failing 64-rank job's teardown (docs/benchmarks.md).
   std::fflush(nullptr);
   ::_exit(outcome->exit_code);
 }

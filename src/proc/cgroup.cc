@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -482,7 +483,18 @@ Result<CgroupWatchdog> CgroupWatchdog::start() {
   if (pid < 0) return failErrno("fork the cgroup watchdog");
   if (pid == 0) runWatchdog(read_end.get(), self.get());
   watchdog.pid_ = pid;
+  watchdog.pidfd_.reset(openPidfd(pid));  // our child, not reaped: the pid is still its
   return watchdog;
+}
+
+void CgroupWatchdog::retire() {
+  if (!pidfd_.valid()) return;
+  pipe_.reset();
+  if (::syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0) == 0) {
+    (void)reap(pidfd_.get());
+  }
+  pidfd_.reset();
+  pid_ = -1;
 }
 
 Result<void> CgroupWatchdog::watch(const Cgroup& cgroup) {

@@ -119,11 +119,15 @@ class CgroupWatchdog {
   // From now on the watchdog removes `cgroup` when this process is gone. Errors: kIo when the
   // watchdog is no longer there.
   Result<void> watch(const Cgroup& cgroup);
+  // Every cgroup it watched is removed: ends the watchdog (SIGKILL) and reaps it, rather than have
+  // it wake when we are gone to find them removed already.
+  void retire();
 
  private:
   CgroupWatchdog() = default;
   pid_t pid_ = -1;
-  UniqueFd pipe_;  // write end; the watchdog reads one "<parents> <path>\n" per cgroup
+  UniqueFd pidfd_;  // the watchdog's: it may have been reaped (and its pid reused) by now
+  UniqueFd pipe_;   // write end; the watchdog reads one "<parents> <path>\n" per cgroup
 };
 
 }  // namespace cohort::proc

@@ -171,6 +171,31 @@ TEST(CgroupWatchdog, KillsAndRemovesTheCgroupWhenItsCreatorIsKilled) {
       << "the watchdog did not exit";
 }
 
+// Retired (every cgroup it watched removed by its creator), the watchdog is gone and reaped at
+// once; retiring one that already went is harmless.
+TEST(CgroupWatchdog, ARetiredWatchdogIsGoneAndReapedAtOnce) {
+  auto watchdog = CgroupWatchdog::start();
+  ASSERT_TRUE(watchdog) << watchdog.error().message;
+  const pid_t pid = watchdog->pid();
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(::kill(pid, 0), 0);
+  watchdog->retire();
+  EXPECT_EQ(watchdog->pid(), -1);
+  errno = 0;
+  EXPECT_EQ(::waitpid(pid, nullptr, WNOHANG), -1) << "not reaped";
+  EXPECT_EQ(errno, ECHILD);
+  EXPECT_TRUE(processGone(pid));
+  watchdog->retire();
+
+  // One that died and was reaped by someone else (a subreaper's wait for any child).
+  auto other = CgroupWatchdog::start();
+  ASSERT_TRUE(other) << other.error().message;
+  ASSERT_EQ(::kill(other->pid(), SIGKILL), 0);
+  ASSERT_EQ(::waitpid(other->pid(), nullptr, 0), other->pid());
+  other->retire();
+  EXPECT_EQ(other->pid(), -1);
+}
+
 // A directory that plays a cgroup v2 tree: the files cohort writes, as plain files.
 class FakeCgroupTree : public ::testing::Test {
  protected:
