@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "http/client.h"
 #include "util/fd.h"
-#include "util/httplib.h"
 
 namespace cohort::agent {
 
@@ -160,19 +160,20 @@ bool Reporter::sendOnce(std::unique_lock<std::mutex>& lock) {
   const std::string server = target_.server;
   lock.unlock();
 
-  httplib::Client client(server);
-  client.set_connection_timeout(5, 0);
-  client.set_read_timeout(30, 0);
-  client.set_write_timeout(30, 0);
-  client.set_keep_alive(false);
-  httplib::Headers headers = {{"Authorization", "Bearer " + target_.token}};
-  auto answer = client.Post("/v1/jobs/" + target_.job_id + "/report", headers, body,
-                            "application/json");
+  http::Request request;
+  request.method = "POST";
+  request.url = server + "/v1/jobs/" + target_.job_id + "/report";
+  request.headers = {"Authorization: Bearer " + target_.token, "Content-Type: application/json"};
+  request.body = std::move(body);
+  request.stall_timeout_s = 30;
+  auto answer = http::perform(request);
   std::string error;
   int64_t events_seq = -1;
   bool result_recorded = false;
   if (!answer) {
-    error = "cannot reach it: " + httplib::to_string(answer.error());
+    error = "reporting needs " + answer.error().message;
+  } else if (!answer->error.empty()) {
+    error = "cannot reach it: " + answer->error;
   } else if (answer->status != 200) {
     error = "it answered " + std::to_string(answer->status) + ": " +
             answer->body.substr(0, 300);

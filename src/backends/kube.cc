@@ -6,7 +6,7 @@
 #include <map>
 
 #include "backends/volcano.h"
-#include "storage/curl_lib.h"
+#include "http/curl_lib.h"
 #include "util/fd.h"
 #include "util/json_limits.h"
 #include "util/text.h"
@@ -374,12 +374,10 @@ Result<Config> loadConfig(const std::string& context) {
 }
 
 Result<std::unique_ptr<Client>> Client::create(Config config) {
-  auto curl = storage::curlLib();
+  auto curl = http::curlLib();
   if (!curl) {
     return fail(Code::kFailedPrecondition,
-                "talking to the Kubernetes API needs libcurl (libcurl.so.4, Debian's package "
-                "libcurl4): " +
-                    curl.error().message);
+                "talking to the Kubernetes API needs " + curl.error().message);
   }
   return std::unique_ptr<Client>(new Client(std::move(config)));
 }
@@ -404,7 +402,7 @@ struct Prepared {
 };
 
 // One transfer; `t` says where the body goes. Returns curl's code; the status is in t.response.
-CURLcode perform(const storage::CurlLib& curl, const Config& config, Prepared& p, Transfer& t,
+CURLcode perform(const http::CurlLib& curl, const Config& config, Prepared& p, Transfer& t,
                  Millis timeout) {
   CURL* h = curl.easy_init();
   if (!h) return CURLE_OUT_OF_MEMORY;
@@ -449,7 +447,7 @@ CURLcode perform(const storage::CurlLib& curl, const Config& config, Prepared& p
   return code;
 }
 
-Prepared prepare(const storage::CurlLib& curl, const Config& config, const std::string& token,
+Prepared prepare(const http::CurlLib& curl, const Config& config, const std::string& token,
                  const std::string& method, const std::string& path, const std::string& body,
                  const std::string& content_type) {
   Prepared p;
@@ -467,7 +465,7 @@ Prepared prepare(const storage::CurlLib& curl, const Config& config, const std::
   return p;
 }
 
-std::string curlWords(const storage::CurlLib& curl, CURLcode code, const Prepared& p) {
+std::string curlWords(const http::CurlLib& curl, CURLcode code, const Prepared& p) {
   return p.error[0] ? std::string(p.error) : std::string(curl.easy_strerror(code));
 }
 
@@ -476,7 +474,7 @@ std::string curlWords(const storage::CurlLib& curl, CURLcode code, const Prepare
 Result<Response> Client::request(const std::string& method, const std::string& path,
                                  const std::string& body, const std::string& content_type,
                                  Millis timeout) const {
-  COHORT_ASSIGN(const storage::CurlLib* curl, storage::curlLib());
+  COHORT_ASSIGN(const http::CurlLib* curl, http::curlLib());
   COHORT_ASSIGN(std::string token, bearer());
   Prepared p = prepare(*curl, config_, token, method, path, body, content_type);
   Response response;
@@ -525,7 +523,7 @@ Result<long> Client::stream(const std::string& path,
                             const std::function<bool(std::string_view line)>& on_line,
                             const std::atomic<bool>* stop, Millis timeout,
                             std::string* error_body) const {
-  COHORT_ASSIGN(const storage::CurlLib* curl, storage::curlLib());
+  COHORT_ASSIGN(const http::CurlLib* curl, http::curlLib());
   COHORT_ASSIGN(std::string token, bearer());
   Prepared p = prepare(*curl, config_, token, "GET", path, "", "");
   Response response;

@@ -2,7 +2,7 @@
 // cohort is to it (a kubeconfig's current context, or the service account of the pod cohort runs
 // in), and the REST calls cohort makes (create, get, list, patch, delete, and streams: watches and
 // a pod's log). It speaks HTTPS through libcurl, loaded when the first request needs it
-// (storage/curl_lib.h), so that a cohort that never talks to a cluster never loads it. What the
+// (http/curl_lib.h), so that a cohort that never talks to a cluster never loads it. What the
 // API server sends is untrusted bytes: bodies and stream lines are bounded, parsed without
 // exceptions, and anything malformed is an Error. Errors name what a person can act on: a 401
 // names the kubeconfig's user, a 403 the verb, resource and namespace refused, a 404 of an API

@@ -12,12 +12,11 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
 
 #include "backends/local.h"
+#include "http/client.h"
 #include "job/layout.h"
 #include "util/fd.h"
-#include "util/httplib.h"
 #include "util/text.h"
 
 namespace cohort::cli {
@@ -26,13 +25,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr time_t kConnectTimeoutSeconds = 5;
-constexpr time_t kReadTimeoutSeconds = 60;
-// "No read timeout": httplib waits in poll() with the timeout in milliseconds as an int, so the
-// longest wait it can express is about 24 days; 20 days is as good as none for a log follower.
-constexpr time_t kEndlessReadTimeoutSeconds = 20 * 24 * 3600;
-constexpr size_t kMaxErrorBody = 64 * 1024;
-
+constexpr int kReadTimeoutSeconds = 60;
 std::string envOr(const char* name) {
   const char* value = std::getenv(name);
   return value ? value : "";
@@ -98,21 +91,20 @@ Result<Endpoint> parseEndpoint(const std::string& normalized) {
   return e;
 }
 
-// The reason a connection could not be made, in the operating system's words where it can be
-// found again: httplib only says "Connection". Resolves the name and tries one connect.
-std::string connectFailureReason(const Endpoint& e, httplib::Error error) {
-  if (error == httplib::Error::ConnectionTimeout) return "connection timed out";
-  if (error != httplib::Error::Connection) return httplib::to_string(error);
+// Why no connection could be made, in the operating system's words where it can be found again:
+// libcurl says "Couldn't connect to server". Resolves the name and tries one connect.
+std::string connectFailureReason(const Endpoint& e, const http::Response& answer) {
+  if (answer.timed_out) return "connection timed out";
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   int rc = ::getaddrinfo(e.host.c_str(), std::to_string(e.port).c_str(), &hints, &found);
   if (rc != 0) return "host '" + e.host + "': " + ::gai_strerror(rc);
-  std::string reason = "could not connect";
+  std::string reason = answer.error;
   for (addrinfo* a = found; a; a = a->ai_next) {
     UniqueFd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
     if (!fd.valid()) continue;
-    timeval timeout{kConnectTimeoutSeconds, 0};
+    timeval timeout{5, 0};
     ::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
     if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0) {
       reason = "the connection was closed";  // it came up between the two tries
@@ -185,23 +177,39 @@ std::string withQuery(const std::string& path, const QueryParams& query) {
   return target;
 }
 
-// A configured httplib client for one request.
-struct Connection {
-  Endpoint endpoint;
-  httplib::Client client;
-  httplib::Headers headers;
+// A request to the server: the token, if any, goes with it.
+http::Request request(const std::string& method, const Endpoint& e, const std::string& target,
+                      const std::string& token) {
+  http::Request r;
+  r.method = method;
+  const bool v6 = e.host.find(':') != std::string::npos;
+  r.url = "http://" + (v6 ? "[" + e.host + "]" : e.host) + ":" + std::to_string(e.port) + target;
+  r.headers.push_back("User-Agent: cohort/" COHORT_VERSION);
+  if (!token.empty()) r.headers.push_back("Authorization: Bearer " + token);
+  r.stall_timeout_s = kReadTimeoutSeconds;
+  return r;
+}
 
-  Connection(Endpoint e, const std::string& token, time_t read_timeout)
-      : endpoint(std::move(e)), client(endpoint.host, endpoint.port) {
-    client.set_connection_timeout(kConnectTimeoutSeconds, 0);
-    client.set_read_timeout(read_timeout, 0);
-    client.set_write_timeout(kReadTimeoutSeconds, 0);
-    client.set_keep_alive(false);
-    client.set_follow_location(false);  // never carry the token elsewhere
-    client.set_url_encode(false);       // paths and queries are encoded here
-    if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
+// The error for a request that got no whole answer (`answer.error` is set).
+Error transferError(const std::string& server, const Endpoint& e, const http::Response& answer,
+                    const std::string& what) {
+  if (answer.connected) {
+    return Error{Code::kUnavailable, "the server at " + server + " cut off its answer to " + what +
+                                         ": " + answer.error};
   }
-};
+  return Error{Code::kUnavailable, "cannot reach the server at " + server + ": " +
+                                       connectFailureReason(e, answer) +
+                                       " (is cohort server running?)"};
+}
+
+// Sends `r`; "talking to the server needs libcurl ..." when it cannot be loaded.
+Result<http::Response> send(const http::Request& r) {
+  auto answer = http::perform(r);
+  if (!answer) {
+    return fail(answer.error().code, "talking to the server needs " + answer.error().message);
+  }
+  return answer;
+}
 
 }  // namespace
 
@@ -283,7 +291,7 @@ Result<ServerSettings> resolveServerSettings(const std::string& flag_server,
 namespace {
 
 // A server's answer: its JSON (null for an empty body), or the error it names.
-Result<Json> jsonAnswer(const httplib::Response& res, const std::string& method,
+Result<Json> jsonAnswer(const http::Response& res, const std::string& method,
                         const std::string& path) {
   if (res.status < 200 || res.status >= 300) {
     return tl::unexpected<Error>(errorFromAnswer(res.status, res.body, method + " " + path));
@@ -300,89 +308,66 @@ Result<Json> jsonAnswer(const httplib::Response& res, const std::string& method,
 
 Result<Json> ApiClient::call(const std::string& method, const std::string& path, const Json& body,
                              const QueryParams& query) {
-  COHORT_ASSIGN(Endpoint endpoint, parseEndpoint(settings_.server));
-  const std::string target = endpoint.base_path + withQuery(path, query);
-  try {
-    Connection c(endpoint, settings_.token, kReadTimeoutSeconds);
-    c.headers.emplace("Accept", "application/json");
-    std::string text = body.is_null() ? "" : body.dump();
-    httplib::Result res(nullptr, httplib::Error::Unknown);
-    if (method == "GET") {
-      res = c.client.Get(target, c.headers);
-    } else if (method == "POST") {
-      res = c.client.Post(target, c.headers, text, "application/json");
-    } else if (method == "PUT") {
-      res = c.client.Put(target, c.headers, text, "application/json");
-    } else if (method == "DELETE") {
-      res = body.is_null() ? c.client.Delete(target, c.headers)
-                           : c.client.Delete(target, c.headers, text, "application/json");
-    } else {
-      return fail(Code::kInternal, "unsupported HTTP method '" + method + "'");
-    }
-    if (!res) {
-      if (res.error() == httplib::Error::Read) {
-        return fail(Code::kUnavailable, "the server at " + settings_.server +
-                                            " cut off its answer to " + method + " " + path);
-      }
-      return fail(Code::kUnavailable, "cannot reach the server at " + settings_.server + ": " +
-                                          connectFailureReason(endpoint, res.error()) +
-                                          " (is cohort server running?)");
-    }
-    return jsonAnswer(*res, method, path);
-  } catch (const std::exception& e) {
-    return fail(Code::kInternal, method + " " + path + ": " + e.what());
+  if (method != "GET" && method != "POST" && method != "PUT" && method != "DELETE") {
+    return fail(Code::kInternal, "unsupported HTTP method '" + method + "'");
   }
+  COHORT_ASSIGN(Endpoint endpoint, parseEndpoint(settings_.server));
+  http::Request r =
+      request(method, endpoint, endpoint.base_path + withQuery(path, query), settings_.token);
+  r.headers.push_back("Accept: application/json");
+  if (!body.is_null()) {
+    r.body = body.dump();
+    r.headers.push_back("Content-Type: application/json");
+  }
+  COHORT_ASSIGN(http::Response answer, send(r));
+  if (!answer.error.empty()) {
+    return tl::unexpected<Error>(
+        transferError(settings_.server, endpoint, answer, method + " " + path));
+  }
+  return jsonAnswer(answer, method, path);
 }
 
 Result<Json> ApiClient::sendFile(const std::string& method, const std::string& path, int fd,
                                  uint64_t size, const std::string& content_type,
                                  const std::function<void(uint64_t)>& progress) {
-  COHORT_ASSIGN(Endpoint endpoint, parseEndpoint(settings_.server));
-  const std::string target = endpoint.base_path + path;
-  try {
-    Connection c(endpoint, settings_.token, kReadTimeoutSeconds);
-    c.headers.emplace("Accept", "application/json");
-    std::vector<char> buf(size_t{1} << 20);
-    uint64_t sent = 0;
-    std::string read_error;
-    auto provide = [&](size_t offset, size_t length, httplib::DataSink& sink) {
-      ssize_t n = ::pread(fd, buf.data(), std::min(length, buf.size()), static_cast<off_t>(offset));
-      if (n <= 0) {
-        read_error = n < 0 ? std::strerror(errno) : "the file got shorter";
-        return false;
-      }
-      if (!sink.write(buf.data(), static_cast<size_t>(n))) return false;
-      sent = offset + static_cast<uint64_t>(n);
-      if (progress) progress(sent);
-      return true;
-    };
-    if (method != "POST" && method != "PUT") {
-      return fail(Code::kInternal, "unsupported HTTP method '" + method + "'");
-    }
-    auto res =
-        method == "POST"
-            ? c.client.Post(target, c.headers, static_cast<size_t>(size), provide, content_type)
-            : c.client.Put(target, c.headers, static_cast<size_t>(size), provide, content_type);
-    if (!read_error.empty()) {
-      return fail(Code::kIo, method + " " + path + ": reading what to send: " + read_error);
-    }
-    if (!res) {
-      if (sent > 0 && sent < size) {
-        return fail(Code::kUnavailable,
-                    "the server at " + settings_.server + " closed the connection after " +
-                        formatSize(static_cast<double>(sent)) + " of " +
-                        formatSize(static_cast<double>(size)) +
-                        " were sent: the upload may be over its limit (cohort server "
-                        "--max-upload), or the server stopped");
-      }
-      return fail(Code::kUnavailable, "cannot reach the server at " + settings_.server + ": " +
-                                          connectFailureReason(endpoint, res.error()) +
-                                          " (is cohort server running?)");
-    }
-    return jsonAnswer(*res, method, path);
-  } catch (const std::exception& e) {
-    return fail(Code::kInternal, method + " " + path + ": " + e.what());
+  if (method != "POST" && method != "PUT") {
+    return fail(Code::kInternal, "unsupported HTTP method '" + method + "'");
   }
+  COHORT_ASSIGN(Endpoint endpoint, parseEndpoint(settings_.server));
+  http::Request r = request(method, endpoint, endpoint.base_path + path, settings_.token);
+  r.headers.push_back("Accept: application/json");
+  r.headers.push_back("Content-Type: " + content_type);
+  uint64_t offset = 0;
+  std::string read_error;
+  r.upload_size = size;
+  r.upload = [&](char* buf, size_t max) -> size_t {
+    ssize_t n = ::pread(fd, buf, max, static_cast<off_t>(offset));
+    if (n <= 0) {
+      read_error = n < 0 ? std::strerror(errno) : "the file got shorter";
+      return 0;
+    }
+    offset += static_cast<uint64_t>(n);
+    if (progress) progress(offset);
+    return static_cast<size_t>(n);
+  };
+  COHORT_ASSIGN(http::Response answer, send(r));
+  if (!read_error.empty()) {
+    return fail(Code::kIo, method + " " + path + ": reading what to send: " + read_error);
+  }
+  if (!answer.error.empty() && answer.status == 0) {
+    if (answer.connected && answer.sent < size) {
+      return fail(Code::kUnavailable,
+                  "the server at " + settings_.server + " closed the connection after " +
+                      formatSize(static_cast<double>(answer.sent)) + " of " +
+                      formatSize(static_cast<double>(size)) +
+                      " were sent: the upload may be over its limit (cohort server "
+                      "--max-upload), or the server stopped");
+    }
+    return tl::unexpected<Error>(
+        transferError(settings_.server, endpoint, answer, method + " " + path));
+  }
+  // An answer that came before the whole body was sent (a refusal) is the server's word.
+  return jsonAnswer(answer, method, path);
 }
 
 bool isLocalServer(const std::string& server) {
@@ -396,48 +381,19 @@ Result<int> ApiClient::stream(const std::string& path, const QueryParams& query,
                               const std::function<bool(const char*, size_t)>& sink,
                               bool no_read_timeout) {
   COHORT_ASSIGN(Endpoint endpoint, parseEndpoint(settings_.server));
-  const std::string target = endpoint.base_path + withQuery(path, query);
-  try {
-    Connection c(endpoint, settings_.token,
-                 no_read_timeout ? kEndlessReadTimeoutSeconds : kReadTimeoutSeconds);
-    int status = 0;
-    bool stopped = false;
-    std::string error_body;
-    auto res = c.client.Get(
-        target, c.headers, httplib::ResponseHandler([&](const httplib::Response& r) {
-          status = r.status;
-          return true;
-        }),
-        httplib::ContentReceiver([&](const char* data, size_t size) {
-          if (status < 200 || status >= 300) {
-            error_body.append(
-                data, std::min(size, kMaxErrorBody - std::min(kMaxErrorBody, error_body.size())));
-            return true;
-          }
-          if (!sink(data, size)) {
-            stopped = true;
-            return false;
-          }
-          return true;
-        }));
-    if (stopped) return status;
-    if (!res) {
-      if (status != 0) {
-        return fail(Code::kUnavailable, "the server at " + settings_.server +
-                                            " cut off its answer to GET " + path + ": " +
-                                            httplib::to_string(res.error()));
-      }
-      return fail(Code::kUnavailable, "cannot reach the server at " + settings_.server + ": " +
-                                          connectFailureReason(endpoint, res.error()) +
-                                          " (is cohort server running?)");
-    }
-    if (res->status < 200 || res->status >= 300) {
-      return tl::unexpected<Error>(errorFromAnswer(res->status, error_body, "GET " + path));
-    }
-    return res->status;
-  } catch (const std::exception& e) {
-    return fail(Code::kInternal, "GET " + path + ": " + e.what());
+  http::Request r =
+      request("GET", endpoint, endpoint.base_path + withQuery(path, query), settings_.token);
+  if (no_read_timeout) r.stall_timeout_s = 0;
+  r.on_body = sink;
+  COHORT_ASSIGN(http::Response answer, send(r));
+  if (answer.stopped) return answer.status;
+  if (!answer.error.empty()) {
+    return tl::unexpected<Error>(transferError(settings_.server, endpoint, answer, "GET " + path));
   }
+  if (answer.status < 200 || answer.status >= 300) {
+    return tl::unexpected<Error>(errorFromAnswer(answer.status, answer.body, "GET " + path));
+  }
+  return answer.status;
 }
 
 Result<JobLocation> locateJob(const std::string& id, const std::string& data_root,

@@ -1,7 +1,7 @@
 // The client side of `cohort server`'s HTTP API (docs/server-api.md): where the server is and
 // which token to send (flags, else COHORT_SERVER/COHORT_TOKEN, else the config file that
-// `cohort login` writes), and ApiClient, a small blocking HTTP/JSON client over cpp-httplib
-// (plain http:// only). Every failure is an Error, never an exception: a server that cannot be
+// `cohort login` writes), and ApiClient, a small blocking HTTP/JSON client (http/client.h; plain
+// http:// only). Every failure is an Error, never an exception: a server that cannot be
 // reached is kUnavailable, an HTTP error answer carries the server's message with a code chosen
 // from the HTTP status (see ApiClient). An ApiClient opens a connection per request and holds no
 // state between calls; use it from one thread at a time.

@@ -18,12 +18,14 @@
 #include <utility>
 #include <vector>
 
+#include "http/curl_lib.h"
 #include "storage/crc64.h"
-#include "storage/curl_lib.h"
 #include "storage/uri.h"
 #include "util/text.h"
 
 namespace cohort::storage {
+
+using http::CurlLib;
 
 namespace {
 
@@ -933,13 +935,23 @@ Result<S3Config> s3ConfigFromEnvironment() {
   return config;
 }
 
+namespace {
+
+Result<const CurlLib*> s3Curl() {
+  auto curl = http::curlLib();
+  if (!curl) return fail(curl.error().code, "s3:// needs " + curl.error().message);
+  return *curl;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<ObjectStore>> makeS3Store(S3Config config, std::string bucket) {
-  COHORT_ASSIGN(const CurlLib* curl, curlLib());
+  COHORT_ASSIGN(const CurlLib* curl, s3Curl());
   return std::make_unique<S3Store>(*curl, std::move(config), std::move(bucket));
 }
 
 Result<void> probeS3(const S3Config& config, const std::string& bucket, const std::string& prefix) {
-  COHORT_ASSIGN(const CurlLib* curl, curlLib());
+  COHORT_ASSIGN(const CurlLib* curl, s3Curl());
   return S3Store(*curl, config, bucket).probe(prefix);
 }
 

@@ -56,7 +56,7 @@ Result<S3Uri> parseS3Uri(const std::string& uri);
 bool isS3Uri(const std::string& text);
 
 // The store for one bucket. Nothing is sent until the first call. Errors: kFailedPrecondition
-// when libcurl cannot be loaded (storage/curl_lib.h).
+// when libcurl cannot be loaded (http/curl_lib.h).
 Result<std::unique_ptr<ObjectStore>> makeS3Store(S3Config config, std::string bucket);
 
 // The store of `uri`'s bucket, configured from the environment (s3ConfigFromEnvironment).

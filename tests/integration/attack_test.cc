@@ -3,21 +3,20 @@
 // hard links, /proc, signals and ptrace to other processes, the job's own record, the server's
 // API without a token — and each attempt must fail, visibly in the job's own log, and leave the
 // server healthy. The rank prints one line per attempt: "ATTEMPT <name> <ok|blocked> <detail>".
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
-#include <sstream>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 #include "harness.h"
-#include "util/httplib.h"
+#include "tests/integration/httplib.h"
 
 namespace cohort::testing {
 namespace {

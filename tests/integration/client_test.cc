@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "harness.h"
-#include "util/httplib.h"
+#include "tests/integration/httplib.h"
 
 namespace cohort::testing {
 namespace {

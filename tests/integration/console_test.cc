@@ -4,6 +4,7 @@
 // The browser tests skip, saying why, only when no chromium binary is found; the page's own
 // answer (headers, policy) is checked without one.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
@@ -13,14 +14,12 @@
 #include <chrono>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 #include "harness.h"
-#include "util/httplib.h"
+#include "tests/integration/httplib.h"
 
 namespace cohort::testing {
 namespace {

@@ -22,8 +22,8 @@
 #include <thread>
 
 #include "harness.h"
+#include "tests/integration/httplib.h"
 #include "tests/versitygw.h"
-#include "util/httplib.h"
 
 namespace cohort::testing {
 namespace {

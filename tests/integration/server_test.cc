@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "harness.h"
+#include "tests/integration/httplib.h"
 #include "tests/tar_entry.h"
-#include "util/httplib.h"
 
 namespace cohort::testing {
 namespace {

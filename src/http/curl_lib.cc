@@ -1,11 +1,11 @@
-#include "storage/curl_lib.h"
+#include "http/curl_lib.h"
 
 #include <dlfcn.h>
 
 #include <mutex>
 #include <string>
 
-namespace cohort::storage {
+namespace cohort::http {
 
 namespace {
 
@@ -15,7 +15,7 @@ Result<CurlLib> load() {
   if (!handle) {
     const char* why = ::dlerror();
     return fail(Code::kFailedPrecondition,
-                std::string("s3:// needs libcurl (libcurl.so.4; Debian's package libcurl4): ") +
+                std::string("libcurl (libcurl.so.4; Debian's package libcurl4): ") +
                     (why ? why : "not found"));
   }
   CurlLib lib{};
@@ -30,17 +30,18 @@ Result<CurlLib> load() {
   find(lib.easy_cleanup, "curl_easy_cleanup");
   find(lib.easy_reset, "curl_easy_reset");
   find(lib.easy_setopt, "curl_easy_setopt");
+  find(lib.easy_getinfo, "curl_easy_getinfo");
   find(lib.easy_perform, "curl_easy_perform");
   find(lib.easy_strerror, "curl_easy_strerror");
   find(lib.slist_append, "curl_slist_append");
   find(lib.slist_free_all, "curl_slist_free_all");
   if (!missing.empty()) {
     return fail(Code::kFailedPrecondition,
-                "s3:// needs libcurl 7.75 or later; the libcurl.so.4 found lacks " + missing);
+                "libcurl 7.75 or later; the libcurl.so.4 found lacks " + missing);
   }
   if (CURLcode code = global_init(CURL_GLOBAL_DEFAULT); code != CURLE_OK) {
     return fail(Code::kFailedPrecondition,
-                std::string("s3://: libcurl did not start: ") + lib.easy_strerror(code));
+                std::string("libcurl, which did not start: ") + lib.easy_strerror(code));
   }
   return lib;  // the handle stays open for the process's life
 }
@@ -55,4 +56,4 @@ Result<const CurlLib*> curlLib() {
   return &*lib;
 }
 
-}  // namespace cohort::storage
+}  // namespace cohort::http

@@ -1,0 +1,113 @@
+#include "http/client.h"
+
+#include <algorithm>
+
+#include "http/curl_lib.h"
+
+namespace cohort::http {
+
+namespace {
+
+constexpr size_t kMaxErrorBody = 64 * 1024;
+
+struct Transfer {
+  const Request& request;
+  Response& response;
+  const CurlLib& curl;
+  CURL* handle;
+};
+
+size_t onBody(char* data, size_t size, size_t count, void* user) {
+  auto& t = *static_cast<Transfer*>(user);
+  const size_t n = size * count;
+  if (t.response.status == 0) {
+    long status = 0;
+    t.curl.easy_getinfo(t.handle, CURLINFO_RESPONSE_CODE, &status);
+    t.response.status = static_cast<int>(status);
+  }
+  const bool success = t.response.status >= 200 && t.response.status < 300;
+  if (!t.request.on_body || !success) {
+    const size_t room = t.request.on_body ? kMaxErrorBody - std::min(kMaxErrorBody,
+                                                                      t.response.body.size())
+                                          : n;
+    t.response.body.append(data, std::min(n, room));
+    return n;
+  }
+  if (!t.request.on_body(data, n)) {
+    t.response.stopped = true;
+    return 0;  // less than it was given: libcurl ends the transfer
+  }
+  return n;
+}
+
+size_t onUpload(char* buf, size_t size, size_t count, void* user) {
+  auto& t = *static_cast<Transfer*>(user);
+  const uint64_t left = t.request.upload_size - t.response.sent;
+  if (left == 0) return 0;
+  const size_t got = t.request.upload(buf, std::min<uint64_t>(size * count, left));
+  if (got == 0) return CURL_READFUNC_ABORT;
+  t.response.sent += got;
+  return got;
+}
+
+}  // namespace
+
+Result<Response> perform(const Request& request) {
+  COHORT_ASSIGN(const CurlLib* curl, curlLib());
+  Response response;
+  CURL* h = curl->easy_init();
+  if (!h) return fail(Code::kFailedPrecondition, "libcurl, which could not make a handle");
+  Transfer t{request, response, *curl, h};
+  curl_slist* headers = nullptr;
+  for (const std::string& header : request.headers) {
+    headers = curl->slist_append(headers, header.c_str());
+  }
+  // libcurl asks for "100 Continue" before a large body and waits a second for it.
+  headers = curl->slist_append(headers, "Expect:");
+  char error[CURL_ERROR_SIZE] = {0};
+  curl->easy_setopt(h, CURLOPT_URL, request.url.c_str());
+  curl->easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http");
+  curl->easy_setopt(h, CURLOPT_PROXY, "");
+  curl->easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl->easy_setopt(h, CURLOPT_FORBID_REUSE, 1L);
+  curl->easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+  curl->easy_setopt(h, CURLOPT_ERRORBUFFER, error);
+  curl->easy_setopt(h, CURLOPT_CONNECTTIMEOUT, static_cast<long>(request.connect_timeout_s));
+  if (request.stall_timeout_s > 0) {
+    curl->easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl->easy_setopt(h, CURLOPT_LOW_SPEED_TIME, static_cast<long>(request.stall_timeout_s));
+  }
+  curl->easy_setopt(h, CURLOPT_WRITEFUNCTION, onBody);
+  curl->easy_setopt(h, CURLOPT_WRITEDATA, &t);
+  if (request.upload) {
+    curl->easy_setopt(h, CURLOPT_UPLOAD, 1L);  // PUT, whose name CUSTOMREQUEST changes
+    curl->easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(request.upload_size));
+    curl->easy_setopt(h, CURLOPT_READFUNCTION, onUpload);
+    curl->easy_setopt(h, CURLOPT_READDATA, &t);
+  } else if (!request.body.empty() || request.method == "POST" || request.method == "PUT") {
+    curl->easy_setopt(h, CURLOPT_POSTFIELDS, request.body.data());
+    curl->easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
+  }
+  curl->easy_setopt(h, CURLOPT_CUSTOMREQUEST, request.method.c_str());
+  const CURLcode code = curl->easy_perform(h);
+  long status = 0;
+  curl->easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+  response.status = static_cast<int>(status);
+  curl_off_t connect_us = 0;
+  curl->easy_getinfo(h, CURLINFO_CONNECT_TIME_T, &connect_us);
+  response.connected = connect_us > 0 || response.status != 0;
+  if (request.body.size() > 0 && !request.upload && response.connected) {
+    curl_off_t uploaded = 0;
+    curl->easy_getinfo(h, CURLINFO_SIZE_UPLOAD_T, &uploaded);
+    response.sent = static_cast<uint64_t>(uploaded);
+  }
+  if (code != CURLE_OK && !response.stopped) {
+    response.error = error[0] ? error : curl->easy_strerror(code);
+    response.timed_out = code == CURLE_OPERATION_TIMEDOUT;
+  }
+  curl->easy_cleanup(h);
+  curl->slist_free_all(headers);
+  return response;
+}
+
+}  // namespace cohort::http

@@ -1,0 +1,51 @@
+// One blocking HTTP request through libcurl (curl_lib.h, loaded at the first request): what
+// cohort's own clients of `cohort server` send (the CLI's commands, the coordinator's reporter).
+// No redirect is followed (a token is never carried elsewhere), no proxy is taken from the
+// environment (the server is named directly), every request has a connection of its own.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "util/result.h"
+
+namespace cohort::http {
+
+struct Request {
+  std::string method = "GET";
+  std::string url;                   // "http://host:port/target", the target encoded already
+  std::vector<std::string> headers;  // "Name: value"
+  std::string body;                  // sent when there is no `upload`
+  // A body read piece by piece rather than held: `upload_size` bytes, each piece put by
+  // `upload(buf, max)` into `buf`, which returns how many (1..max), or 0 to end the transfer.
+  std::function<size_t(char* buf, size_t max)> upload;
+  uint64_t upload_size = 0;
+  // Where a 2xx answer's body goes as it comes; false ends the transfer (Response::stopped).
+  // Null: it is collected in Response::body.
+  std::function<bool(const char* data, size_t size)> on_body;
+  int connect_timeout_s = 5;
+  int stall_timeout_s = 60;  // a transfer with no byte either way for this long fails; 0: none
+};
+
+struct Response {
+  int status = 0;  // the answer's; 0 when none came
+  // The answer's body when it is not given to on_body; a non-2xx answer's first 64 KiB when
+  // it is.
+  std::string body;
+  uint64_t sent = 0;      // bytes of the body sent
+  bool stopped = false;   // on_body ended the transfer
+  bool connected = false;  // a connection was made
+  // Why the transfer failed, in libcurl's words ("" when an answer came whole, or was stopped):
+  // no connection (see `connected`), a timeout, a connection cut.
+  std::string error;
+  bool timed_out = false;  // the failure was a timeout (connecting, or a stall)
+};
+
+// Sends `request` and waits for the whole answer. Errors: kFailedPrecondition when libcurl cannot
+// be loaded (the message follows "... needs "); what happened to the transfer is in Response.
+Result<Response> perform(const Request& request);
+
+}  // namespace cohort::http
