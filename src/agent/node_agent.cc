@@ -1347,19 +1347,16 @@ Result<void> runNodeAgent(const AgentOptions& options) {
   raiseFileLimit();
   if (::prctl(PR_SET_CHILD_SUBREAPER, 1) < 0) return failErrno("prctl(PR_SET_CHILD_SUBREAPER)");
   // The watchdog is forked, so it must come before any thread (and before the socket, which it
-  // must not hold).
+  // must not hold); a forked agent adopts its coordinator's.
   CgroupSupport cgroups;
   std::string no_cgroup;
-  // An empty cgroup delegated to cohort (docs/observing.md): the agent's own holds the agent,
-  // and cgroup v2 gives no controllers to the children of a cgroup that holds processes.
-  const char* root = std::getenv("COHORT_CGROUP_ROOT");
-  auto base = root && *root ? Result<std::string>(std::string(root)) : proc::ownWritableCgroup();
-  if (base && ::access((*base + "/cgroup.procs").c_str(), W_OK) != 0) {
-    base = fail(Code::kPermissionDenied, "COHORT_CGROUP_ROOT '" + *base +
-                                             "' is not a writable cgroup: " + std::strerror(errno));
-  }
+  UniqueFd shared_watchdog(options.watchdog_fd);
+  auto base = proc::cgroupBase();
   if (!base) {
     no_cgroup = base.error().message;
+  } else if (shared_watchdog.valid()) {
+    cgroups.base = *base;
+    cgroups.watchdog = proc::CgroupWatchdog::adopt(std::move(shared_watchdog));
   } else if (auto watchdog = proc::CgroupWatchdog::start(); !watchdog) {
     no_cgroup = watchdog.error().message;
   } else {

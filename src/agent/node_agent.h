@@ -26,6 +26,9 @@ struct AgentOptions {
   // A socket already connected to the coordinator, used instead of dialling (an agent forked by
   // the coordinator's process); -1: dial.
   int coordinator_fd = -1;
+  // The write end of a cgroup watchdog's pipe that the coordinator started for its forked agents
+  // (proc::CgroupWatchdog::adopt); -1: the agent starts its own.
+  int watchdog_fd = -1;
   // How this node's address is chosen (spec::Network); it is sent with hello.
   std::string interface, cidr;
 };

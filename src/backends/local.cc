@@ -115,6 +115,14 @@ Result<void> LocalLauncher::launch(int nodes, const agent::Dial& dial) {
   options.coordinator_addr = dial.addr;
   options.coordinator_port = dial.port;
   options.secret = dial.secret;
+  // The forked agents share one cgroup watchdog (a fork and an exit each, else), where the
+  // machine gives cohort cgroups; the agents tell it theirs.
+  if (copy && proc::cgroupBase()) {
+    if (auto watchdog = proc::CgroupWatchdog::start()) {
+      watchdog_ = std::move(*watchdog);
+      options.watchdog_fd = watchdog_->fd();
+    }
+  }
   auto run_agent = [&options] {
     // What `ps -e` and top show (pgrep -P <coordinator> -x finds it: a rank may take any name).
     ::prctl(PR_SET_NAME, ("cohort node " + std::to_string(options.node)).c_str());
@@ -134,16 +142,20 @@ Result<void> LocalLauncher::launch(int nodes, const agent::Dial& dial) {
     // No dialling, and no TCP to cross.
     COHORT_ASSIGN(auto ends, agent::socketPair());
     options.coordinator_fd = ends.second.get();
-    COHORT_ASSIGN(proc::Child child,
-                  proc::forkCall(req.death_signal, req.stdin_fd, run_agent, ends.second.get()));
+    COHORT_ASSIGN(proc::Child child, proc::forkCall(req.death_signal, req.stdin_fd, run_agent,
+                                                    {ends.second.get(), options.watchdog_fd}));
     dial.adopt(std::move(ends.first));
     return child;
   };
   for (int node = 0; node < nodes; ++node) {
     auto child = start(node);
-    if (!child) return withContext(child.error(), "node " + std::to_string(node));
+    if (!child) {
+      if (watchdog_) watchdog_->detach();
+      return withContext(child.error(), "node " + std::to_string(node));
+    }
     agents_.push_back(std::move(*child));
   }
+  if (watchdog_) watchdog_->detach();  // the agents hold the pipe now
   return {};
 }
 
@@ -167,6 +179,10 @@ void LocalLauncher::reap(Millis deadline) {
     agent.pidfd.reset();
   }
   agents_.clear();
+  // With the agents gone it has nothing left to hear: it exits at once, or after killing and
+  // removing the cgroups of an agent that could not.
+  if (watchdog_) watchdog_->reap(Millis(15000));
+  watchdog_.reset();
 }
 
 }  // namespace cohort::backends

@@ -5,10 +5,12 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "agent/coordinator.h"
+#include "proc/cgroup.h"
 #include "proc/spawn.h"
 #include "spec/job_spec.h"
 
@@ -29,6 +31,9 @@ class LocalLauncher : public agent::AgentLauncher {
   std::string exe_;
   bool terminal_ = false;
   std::vector<proc::Child> agents_;
+  // One for every forked agent's cgroups, started before them; an agent of `cohort exec` starts
+  // its own.
+  std::optional<proc::CgroupWatchdog> watchdog_;
 };
 
 // Where a job's program is found: (program, PATH, workdir) -> its path, or kNotFound. The

@@ -13,7 +13,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -113,9 +115,21 @@ int writeCgroupFile(int dir_fd, const char* name, const std::string& text) {
   return 0;
 }
 
-// The watchdog's body, in the forked child: wait until the creator is gone, then clean up.
-[[noreturn]] void runWatchdog(int input, int creator) {
-  ::setpgid(0, 0);  // out of the agent's process group: a signal to that group spares us
+// Kills and removes what one process told the watchdog about, once that process is gone.
+void cleanUp(const std::vector<std::pair<int, std::string>>& cgroups) {
+  for (const auto& [parents, path] : cgroups) {
+    auto killed = killCgroup(path, Millis(10000));
+    Result<void> done = killed ? removeCgroup(path, parents) : tl::unexpected(killed.error());
+    if (!done) std::fprintf(stderr, "cohort watchdog: %s\n", done.error().message.c_str());
+  }
+}
+
+// The watchdog's body, in the forked child. It reads lines from `input`: "<pid> <parents>
+// <path>" (process <pid> made the cgroup <path>) and "<pid> -" (it removed them itself). It
+// watches each such process through a pidfd and cleans up after the one that goes; once no
+// process holds the pipe's write end any more, after all of them, and exits.
+[[noreturn]] void runWatchdog(int input) {
+  ::setpgid(0, 0);  // out of the creator's process group: a signal to that group spares us
   ::prctl(PR_SET_NAME, "cohort-watchdog");
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) ::signal(sig, SIG_IGN);
   sigset_t none;
@@ -126,50 +140,87 @@ int writeCgroupFile(int dir_fd, const char* name, const std::string& text) {
     ::dup2(null, 0);
     ::dup2(null, 1);
   }
-  // Keep stdin, stdout, stderr and our two descriptors; the creator's sockets and pipes must not
-  // stay open in here (a peer would not see them close).
-  int low = std::min(input, creator), high = std::max(input, creator);
-  if (low > 3) ::close_range(3, static_cast<unsigned>(low - 1), 0);
-  if (high > low + 1) ::close_range(static_cast<unsigned>(low + 1),
-                                    static_cast<unsigned>(high - 1), 0);
-  ::close_range(static_cast<unsigned>(high + 1), ~0U, 0);
+  // Keep stdin, stdout, stderr and the pipe; the creator's sockets and pipes must not stay open
+  // in here (a peer would not see them close).
+  if (input > 3) ::close_range(3, static_cast<unsigned>(input - 1), 0);
+  ::close_range(static_cast<unsigned>(input + 1), ~0U, 0);
 
+  struct Creator {
+    UniqueFd pidfd;  // invalid: it was gone before we heard of it
+    std::vector<std::pair<int, std::string>> cgroups;
+  };
+  std::map<pid_t, Creator> creators;
   std::string received;
   char buf[4096];
-  pollfd fds[2] = {{creator, POLLIN, 0}, {input, POLLIN, 0}};
   for (;;) {
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno != EINTR) ::poll(nullptr, 0, 100);  // never taken for the creator's end
+    std::vector<pollfd> fds = {{input, POLLIN, 0}};
+    std::vector<pid_t> pids;
+    for (const auto& [pid, creator] : creators) {
+      fds.push_back({creator.pidfd.get(), POLLIN, 0});
+      pids.push_back(pid);
+    }
+    if (::poll(fds.data(), fds.size(), -1) < 0) {
+      if (errno != EINTR) ::poll(nullptr, 0, 100);
       continue;
     }
-    if (fds[0].revents) break;  // the creator is gone
-    if (fds[1].revents) {
-      ssize_t got = ::read(input, buf, sizeof buf);
+    bool closed = false;
+    if (fds[0].revents) {
+      const ssize_t got = ::read(input, buf, sizeof buf);
       if (got > 0) {
         received.append(buf, static_cast<size_t>(got));
       } else if (got == 0 || errno != EINTR) {
-        fds[1].fd = -1;  // closed; the pidfd still says when the creator is gone
+        closed = true;
       }
     }
-  }
-  // Whatever the creator wrote before it went is still in the pipe.
-  (void)setNonBlocking(input);
-  for (ssize_t got; (got = ::read(input, buf, sizeof buf)) > 0;) {
-    received.append(buf, static_cast<size_t>(got));
-  }
-  for (const std::string& line : split(received, '\n')) {
-    size_t space = line.find(' ');
-    if (space == std::string::npos) continue;
-    int parents = std::atoi(line.substr(0, space).c_str());
-    std::string path = line.substr(space + 1);
-    auto killed = killCgroup(path, Millis(10000));
-    Result<void> done = killed ? removeCgroup(path, parents) : tl::unexpected(killed.error());
-    if (!done) std::fprintf(stderr, "cohort watchdog: %s\n", done.error().message.c_str());
+    for (size_t end; (end = received.find('\n')) != std::string::npos;) {
+      const std::string line = received.substr(0, end);
+      received.erase(0, end + 1);
+      const size_t space = line.find(' ');
+      const pid_t pid = static_cast<pid_t>(std::atol(line.c_str()));
+      if (pid <= 0 || space == std::string::npos) continue;
+      const std::string rest = line.substr(space + 1);
+      if (rest == "-") {
+        creators.erase(pid);
+        continue;
+      }
+      const size_t second = rest.find(' ');
+      if (second == std::string::npos) continue;
+      Creator& creator = creators[pid];
+      if (!creator.pidfd.valid()) creator.pidfd.reset(openPidfd(pid));
+      creator.cgroups.emplace_back(std::atoi(rest.c_str()), rest.substr(second + 1));
+    }
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if (!fds[i].revents) continue;
+      auto it = creators.find(pids[i - 1]);
+      if (it == creators.end()) continue;
+      cleanUp(it->second.cgroups);
+      creators.erase(it);
+    }
+    for (auto it = creators.begin(); it != creators.end();) {
+      // Gone before we heard of it, or (the pipe closed) every process that could write is gone.
+      if (it->second.pidfd.valid() && !closed) {
+        ++it;
+        continue;
+      }
+      cleanUp(it->second.cgroups);
+      it = creators.erase(it);
+    }
+    if (closed) break;
   }
   _exit(0);
 }
 
 }  // namespace
+
+Result<std::string> cgroupBase() {
+  const char* root = std::getenv("COHORT_CGROUP_ROOT");
+  if (!root || !*root) return ownWritableCgroup();
+  if (::access((std::string(root) + "/cgroup.procs").c_str(), W_OK) != 0) {
+    return fail(Code::kPermissionDenied, std::string("COHORT_CGROUP_ROOT '") + root +
+                                             "' is not a writable cgroup: " + std::strerror(errno));
+  }
+  return std::string(root);
+}
 
 Result<std::string> ownWritableCgroup() {
   auto own = readFile("/proc/self/cgroup");
@@ -472,8 +523,6 @@ Result<void> removeCgroup(const std::string& path, int parents) {
 }
 
 Result<CgroupWatchdog> CgroupWatchdog::start() {
-  UniqueFd self(openPidfd(::getpid()));
-  if (!self.valid()) return failErrno("pidfd_open");
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) < 0) return failErrno("pipe2");
   UniqueFd read_end(fds[0]);
@@ -481,28 +530,52 @@ Result<CgroupWatchdog> CgroupWatchdog::start() {
   watchdog.pipe_.reset(fds[1]);
   pid_t pid = ::fork();
   if (pid < 0) return failErrno("fork the cgroup watchdog");
-  if (pid == 0) runWatchdog(read_end.get(), self.get());
+  if (pid == 0) runWatchdog(read_end.get());
   watchdog.pid_ = pid;
   watchdog.pidfd_.reset(openPidfd(pid));  // our child, not reaped: the pid is still its
   return watchdog;
 }
 
-void CgroupWatchdog::retire() {
-  if (!pidfd_.valid()) return;
-  pipe_.reset();
-  if (::syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0) == 0) {
-    (void)reap(pidfd_.get());
-  }
-  pidfd_.reset();
-  pid_ = -1;
+CgroupWatchdog CgroupWatchdog::adopt(UniqueFd fd) {
+  CgroupWatchdog watchdog;
+  watchdog.pipe_ = std::move(fd);
+  return watchdog;
 }
 
 Result<void> CgroupWatchdog::watch(const Cgroup& cgroup) {
   if (!pipe_.valid()) return fail(Code::kFailedPrecondition, "no cgroup watchdog");
-  auto written = writeAll(pipe_.get(), std::to_string(cgroup.parents()) + " " + cgroup.path() +
-                                           "\n");
+  auto written =
+      writeAll(pipe_.get(), std::to_string(::getpid()) + " " + std::to_string(cgroup.parents()) +
+                                " " + cgroup.path() + "\n");
   if (!written) return withContext(written.error(), "tell the cgroup watchdog");
   return {};
+}
+
+void CgroupWatchdog::retire() {
+  if (pidfd_.valid()) {
+    pipe_.reset();
+    if (::syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0) == 0) {
+      (void)proc::reap(pidfd_.get());
+    }
+    pidfd_.reset();
+    pid_ = -1;
+  } else if (pipe_.valid()) {
+    (void)writeAll(pipe_.get(), std::to_string(::getpid()) + " -\n");
+    pipe_.reset();
+  }
+}
+
+void CgroupWatchdog::detach() { pipe_.reset(); }
+
+void CgroupWatchdog::reap(Millis deadline) {
+  if (!pidfd_.valid()) return;
+  pollfd p{pidfd_.get(), POLLIN, 0};
+  if (::poll(&p, 1, static_cast<int>(deadline.count())) <= 0) {
+    (void)::syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0);
+  }
+  (void)proc::reap(pidfd_.get());
+  pidfd_.reset();
+  pid_ = -1;
 }
 
 }  // namespace cohort::proc

@@ -29,6 +29,12 @@ namespace cohort::proc {
 // process's cgroup is not visible in it; kPermissionDenied when it is not writable.
 Result<std::string> ownWritableCgroup();
 
+// Where cohort makes its cgroups: COHORT_CGROUP_ROOT when it is set (an empty cgroup delegated
+// to cohort, docs/observing.md: cgroup v2 gives no controllers to the children of a cgroup that
+// holds processes), else ownWritableCgroup(). Errors: those of ownWritableCgroup();
+// kPermissionDenied when COHORT_CGROUP_ROOT is not a writable cgroup.
+Result<std::string> cgroupBase();
+
 // What the processes of one cgroup may use together. 0: not limited.
 struct CgroupLimits {
   int64_t memory_bytes = 0;  // memory.max (and memory.swap.max 0: swap does not stretch it)
@@ -101,33 +107,46 @@ Result<bool> killCgroup(const std::string& path, Millis deadline);
 // cannot be removed.
 Result<void> removeCgroup(const std::string& path, int parents);
 
-// A small process that outlives its creator by moments: when the process that started it is
-// gone (exit, crash or kill -9), it kills and removes every cgroup it was told about, then
-// exits. It sits in a process group of its own, ignores SIGINT/SIGTERM/SIGHUP, and holds a
-// pidfd of its creator, so it neither dies with a terminal's Ctrl-C nor mistakes a new process
-// with a reused pid for its creator.
+// A small process that outlives its creators by moments: when a process that told it about a
+// cgroup is gone (exit, crash or kill -9), it kills and removes that process's cgroups; once no
+// process can tell it anything more (every holder of its pipe is gone), it cleans up after all
+// of them and exits. One serves the process that started it, or every process that adopted it:
+// the agents that `cohort run` forks share one, started before them. It sits in a process group
+// of its own, ignores SIGINT/SIGTERM/SIGHUP, and watches each creator through a pidfd, so it
+// neither dies with a terminal's Ctrl-C nor mistakes a new process with a reused pid for one of
+// them.
 class CgroupWatchdog {
  public:
   // Forks the watchdog. Call it before the process starts any thread: the child runs ordinary
   // code after fork. Errors: kIo.
   static Result<CgroupWatchdog> start();
+  // One that another process started, through the write end of its pipe, `fd`, which this
+  // process inherited (a copy of the starter).
+  static CgroupWatchdog adopt(UniqueFd fd);
 
   CgroupWatchdog(CgroupWatchdog&&) noexcept = default;
   CgroupWatchdog& operator=(CgroupWatchdog&&) noexcept = default;
 
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return pid_; }      // -1 for one adopted
+  int fd() const { return pipe_.get(); }  // the pipe's write end, for the copies that adopt it
   // From now on the watchdog removes `cgroup` when this process is gone. Errors: kIo when the
   // watchdog is no longer there.
   Result<void> watch(const Cgroup& cgroup);
-  // Every cgroup it watched is removed: ends the watchdog (SIGKILL) and reaps it, rather than have
-  // it wake when we are gone to find them removed already.
+  // Every cgroup this process told it about is removed. One this process started (which serves
+  // it alone) ends at once (SIGKILL) and is reaped, rather than wake when we are gone to find
+  // nothing to do; one adopted forgets this process's cgroups and goes on for the others.
   void retire();
+  // For the starter of one that its copies adopted: closes our end of the pipe (they hold
+  // theirs), so that the watchdog ends once they are gone; then reap() waits for that, up to
+  // `deadline` (SIGKILL after it).
+  void detach();
+  void reap(Millis deadline);
 
  private:
   CgroupWatchdog() = default;
   pid_t pid_ = -1;
-  UniqueFd pidfd_;  // the watchdog's: it may have been reaped (and its pid reused) by now
-  UniqueFd pipe_;   // write end; the watchdog reads one "<parents> <path>\n" per cgroup
+  UniqueFd pidfd_;  // ours when we started it: it may have been reaped (its pid reused) by now
+  UniqueFd pipe_;   // write end; the watchdog reads "<pid> <parents> <path>\n" and "<pid> -\n"
 };
 
 }  // namespace cohort::proc

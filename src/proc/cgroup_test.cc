@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -169,6 +170,92 @@ TEST(CgroupWatchdog, KillsAndRemovesTheCgroupWhenItsCreatorIsKilled) {
   EXPECT_FALSE(exists(*base + "/" + uniqueName()));
   EXPECT_TRUE(waitUntil([&] { return processGone(report[1]); }, std::chrono::seconds(10)))
       << "the watchdog did not exit";
+}
+
+// Several processes share one watchdog (the agents of `cohort run`): the one killed has its
+// cgroup removed while the others go on; one that removes its own and retires leaves nothing for
+// it to do; once every holder of the pipe is gone, the watchdog exits.
+TEST(CgroupWatchdog, SharedByManyItCleansUpAfterEachAsItGoesAndEndsAfterThem) {
+  SKIP_WITHOUT_CGROUP(base);
+  auto watchdog = CgroupWatchdog::start();
+  ASSERT_TRUE(watchdog) << watchdog.error().message;
+  int report[2], go[2];
+  ASSERT_EQ(::pipe2(report, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
+  const std::string dir = uniqueName();
+  // Each creator adopts the watchdog, makes its cgroup with a process in it, tells the watchdog,
+  // reports the cgroup's path, and waits: "a" to be killed, "b" for a word to clean up itself.
+  auto creator = [&](const std::string& name) {
+    pid_t pid = ::fork();
+    if (pid != 0) return pid;
+    ::close(report[0]);
+    ::close(go[1]);
+    CgroupWatchdog mine = CgroupWatchdog::adopt(UniqueFd(::dup(watchdog->fd())));
+    auto cgroup = Cgroup::create(*base, dir + "/" + name);
+    if (!cgroup) _exit(1);
+    SpawnRequest req;
+    req.argv = {"/bin/sh", "-c", "exec setsid sleep 60"};
+    req.env = {"PATH=/usr/bin:/bin"};
+    req.death_signal = 0;
+    req.cgroup_fd = cgroup->fd();
+    if (!spawn(req) || !mine.watch(*cgroup)) _exit(2);
+    const std::string line = cgroup->path() + "\n";
+    if (::write(report[1], line.data(), line.size()) < 0) _exit(3);
+    char c;
+    if (::read(go[0], &c, 1) != 1) _exit(4);
+    if (!cgroup->remove()) _exit(5);
+    mine.retire();
+    _exit(0);
+  };
+  const pid_t a = creator("a");
+  const pid_t b = creator("b");
+  struct Ender {  // whatever an assertion leaves running
+    std::vector<pid_t> pids;
+    ~Ender() {
+      for (pid_t pid : pids) {
+        if (::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);
+      }
+    }
+  } ender{{a, b, watchdog->pid()}};
+  watchdog->detach();
+  ::close(report[1]);
+  ::close(go[0]);
+  std::string paths;
+  char buf[512];
+  while (std::count(paths.begin(), paths.end(), '\n') < 2) {
+    ssize_t n = ::read(report[0], buf, sizeof buf);
+    if (n <= 0) break;
+    paths.append(buf, static_cast<size_t>(n));
+  }
+  ::close(report[0]);
+  const std::string path_a = *base + "/" + dir + "/a";
+  const std::string path_b = *base + "/" + dir + "/b";
+  ASSERT_NE(paths.find(path_a + "\n"), std::string::npos) << paths;
+  ASSERT_NE(paths.find(path_b + "\n"), std::string::npos) << paths;
+  EXPECT_FALSE(members(path_a).empty());
+
+  ASSERT_EQ(::kill(a, SIGKILL), 0);
+  ::waitpid(a, nullptr, 0);
+  std::erase(ender.pids, a);
+  EXPECT_TRUE(waitUntil([&] { return !exists(path_a); }, std::chrono::seconds(10)))
+      << "the watchdog left '" << path_a << "'";
+  EXPECT_TRUE(exists(path_b)) << "the watchdog removed the cgroup of a creator still there";
+  EXPECT_FALSE(members(path_b).empty());
+  EXPECT_FALSE(processGone(watchdog->pid())) << "it ended while a creator was still there";
+
+  ASSERT_EQ(::write(go[1], "x", 1), 1);
+  ::close(go[1]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(b, &status, 0), b);
+  std::erase(ender.pids, b);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_FALSE(exists(path_b));
+  const pid_t watchdog_pid = watchdog->pid();
+  watchdog->reap(Millis(10000));
+  ender.pids.clear();
+  EXPECT_TRUE(processGone(watchdog_pid));
+  EXPECT_EQ(::waitpid(watchdog_pid, nullptr, WNOHANG), -1) << "not reaped";
+  EXPECT_FALSE(exists(*base + "/" + dir));
 }
 
 // Retired (every cgroup it watched removed by its creator), the watchdog is gone and reaped at

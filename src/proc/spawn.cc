@@ -402,7 +402,8 @@ Result<void> finish(Child& child) {
 }
 
 Result<Child> forkCall(int death_signal, int stdin_fd, const std::function<int()>& body,
-                       int keep_fd) {
+                       std::vector<int> keep_fds) {
+  std::sort(keep_fds.begin(), keep_fds.end());
   if (const int threads = threadCount(); threads != 1) {
     return fail(Code::kFailedPrecondition,
                 "cannot fork a copy of a process with " + std::to_string(threads) + " threads");
@@ -422,8 +423,13 @@ Result<Child> forkCall(int death_signal, int stdin_fd, const std::function<int()
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     const int in = stdin_fd >= 0 ? stdin_fd : ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (in < 0 || (in != 0 && ::dup2(in, 0) < 0)) ::_exit(127);
-    if (keep_fd > 3) ::close_range(3, static_cast<unsigned>(keep_fd) - 1, 0);
-    ::close_range(std::max(keep_fd + 1, 3), ~0U, 0);
+    unsigned from = 3;  // the lowest descriptor not yet closed or kept
+    for (int fd : keep_fds) {
+      if (fd < 0 || static_cast<unsigned>(fd) < from) continue;
+      if (static_cast<unsigned>(fd) > from) ::close_range(from, static_cast<unsigned>(fd) - 1, 0);
+      from = static_cast<unsigned>(fd) + 1;
+    }
+    ::close_range(from, ~0U, 0);
     // Nothing may unwind out of the body: above it are the caller's frames, which are ours.
     int code = 70;
     try {

@@ -77,12 +77,12 @@ Result<void> finish(Child& child);
 // into the caller's frames). The copy is set up as spawn() sets up a program: a process group of
 // its own, `death_signal` when this thread dies, every signal handler back to the default and
 // nothing blocked, stdin from `stdin_fd` (-1: /dev/null), stdout and stderr ours, and none of
-// our other descriptors but `keep_fd` (-1: none). It saves the program's start (its dynamic
+// our other descriptors but those in `keep_fds`. It saves the program's start (its dynamic
 // loading, milliseconds), but only a process with one thread may do it: the copy has no other
 // thread, and would keep the locks they held. Errors: kFailedPrecondition when this process has
 // another thread; kIo when the fork fails.
 Result<Child> forkCall(int death_signal, int stdin_fd, const std::function<int()>& body,
-                       int keep_fd = -1);
+                       std::vector<int> keep_fds = {});
 
 // The fields of /proc/<pid>/stat after "(comm) " (comm may hold spaces and parentheses):
 // [0] the state, [1] the ppid, [2] the process group, ... (proc(5), from field 3). Empty when

@@ -229,27 +229,29 @@ TEST(ForkCall, TheCopyRunsTheBodyAsAStartedProgramWould) {
   EXPECT_EQ(status->code, 40) << "1: its process group, 2: stdin, 4: our descriptor, 8: the mask";
 }
 
-TEST(ForkCall, KeepsTheOneDescriptorItIsToldToKeep) {
+TEST(ForkCall, KeepsTheDescriptorsItIsToldToKeepAndNoOther) {
   if (threadCount() != 1) GTEST_SKIP() << "this test process has other threads";
-  const int below = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  const int kept = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  const int above = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  ASSERT_TRUE(below > 2 && below < kept && kept < above);
-  auto child = forkCall(
-      SIGKILL, -1,
-      [&] {
-        return (::fcntl(kept, F_GETFD) == -1) | (::fcntl(below, F_GETFD) != -1) << 1 |
-               (::fcntl(above, F_GETFD) != -1) << 2;
-      },
-      kept);
-  ::close(below);
-  ::close(kept);
-  ::close(above);
+  int fds[5];
+  for (int& fd : fds) fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  // below, kept, between, kept, above; given out of order
+  ASSERT_TRUE(fds[0] > 2 && fds[0] < fds[1] && fds[1] < fds[2] && fds[2] < fds[3] &&
+              fds[3] < fds[4]);
+  auto child = forkCall(SIGKILL, -1,
+                        [&] {
+                          int wrong = 0;
+                          for (int i = 0; i < 5; ++i) {
+                            const bool open = ::fcntl(fds[i], F_GETFD) != -1;
+                            if (open != (i == 1 || i == 3)) wrong |= 1 << i;
+                          }
+                          return wrong;
+                        },
+                        {fds[3], fds[1]});
+  for (int fd : fds) ::close(fd);
   ASSERT_TRUE(child) << child.error().message;
   auto status = reap(child->pidfd.get());
   ASSERT_TRUE(status);
-  EXPECT_EQ(status->code, 0)
-      << "1: the kept one closed, 2: one below it open, 4: one above it open";
+  EXPECT_EQ(status->code, 0) << "bit i: descriptor i (below, kept, between, kept, above) was "
+                                "open where it should be closed, or the other way round";
 }
 
 TEST(ForkCall, AnExceptionEndsTheCopyAndNeverReachesTheCallersFrames) {
