@@ -124,6 +124,9 @@ class Coordinator {
     feed(JobBegins{});
     if (!finished_) COHORT_TRY(loop_.run());
     if (!finished_) return fail(Code::kInternal, "the coordinator's loop ended before the job");
+    // Every rank's line is on the console before the outcome is said, and before a caller that
+    // ends the process at once (CoordinatorOptions::process_ends_after) does.
+    console_.close();
     // The job is over; its end waits for the server (away, or restarting) for report_linger,
     // unless a stop signal says not to wait: the record stays in the job's files.
     if (reporter_) {

@@ -28,7 +28,7 @@ Console::Console(int fd, size_t max_pending)
   }
 }
 
-Console::~Console() {
+void Console::close() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!thread_.joinable()) return;  // nothing was ever written, or dropped
@@ -37,6 +37,7 @@ Console::~Console() {
   }
   cv_.notify_one();
   thread_.join();
+  stop_ = false;
 }
 
 void Console::write(std::string text) {

@@ -23,7 +23,11 @@ namespace cohort::agent {
 class Console {
  public:
   explicit Console(int fd, size_t max_pending = 16u << 20);
-  ~Console();  // writes what is queued, then stops the thread
+  ~Console() { close(); }
+
+  // Writes what is queued (and the note of lines dropped, if any), then stops the thread: every
+  // line is out when it returns. A later write starts it again.
+  void close();
   Console(const Console&) = delete;
   Console& operator=(const Console&) = delete;
 

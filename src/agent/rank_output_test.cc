@@ -148,6 +148,30 @@ TEST(RankOutput, TailKeepsLastLines) {
   EXPECT_EQ(tail, (std::vector<std::string>{"line 97", "line 98", "line 99"}));
 }
 
+// close() returns with every queued line written (a coordinator whose process ends right after
+// must not lose the last lines), and the console still works after it.
+TEST(Console, CloseWritesEveryQueuedLineBeforeItReturns) {
+  Pipe pipe;
+  Console console(pipe.write_end);
+  std::string expected;
+  for (int i = 0; i < 1000; ++i) {
+    const std::string line = "line " + std::to_string(i) + "\n";
+    console.write(line);
+    expected += line;
+  }
+  console.close();
+  ASSERT_TRUE(setNonBlocking(pipe.read_end));
+  std::string all;
+  char buf[65536];
+  for (ssize_t n; (n = ::read(pipe.read_end, buf, sizeof buf)) > 0;) all.append(buf, n);
+  EXPECT_EQ(all, expected);
+  console.write("after\n");
+  console.close();
+  all.clear();
+  for (ssize_t n; (n = ::read(pipe.read_end, buf, sizeof buf)) > 0;) all.append(buf, n);
+  EXPECT_EQ(all, "after\n");
+}
+
 TEST(Console, DropsWhenFullInsteadOfBlocking) {
   Pipe pipe;  // nobody reads while the lines are written: the pipe fills up
   std::string all;
