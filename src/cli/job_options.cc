@@ -174,6 +174,8 @@ std::string jobFlagsHelp() {
                            --world_size (mp.spawn); mpirun: one mpirun (default for mpi);
                            preload: one Python process per node imports `preload` (torch)
                            once, then forks every rank of the node from it
+  --preload MOD[,MOD]      launcher preload, each node importing these modules once (e.g.
+                           torch,numpy; default torch for pytorch, none for generic)
   --mode NAME              MindSpore: dynamic_cluster (default) | rank_table (Ascend)
   --compat NAME            modelarts (default): also set the managed service's MA_* and
                            VC_* variables | none
@@ -266,6 +268,8 @@ Result<JobOptions> parseJobOptions(int argc, char** argv, int first) {
       }
     } else if (arg == "--launcher") {
       COHORT_ASSIGN(o.launcher, next());
+    } else if (arg == "--preload") {
+      COHORT_ASSIGN(o.preload, next());
     } else if (arg == "--backend") {
       COHORT_ASSIGN(o.backend, next());
     } else if (arg == "--mode") {
@@ -325,7 +329,14 @@ Result<JobOptions> parseJobOptions(int argc, char** argv, int first) {
     } else if (arg == "-q" || arg == "--quiet") {
       o.quiet = true;
     } else if (!startsWith(arg, "-")) {
-      // The command without "--": everything from here on.
+      // The command without "--": everything from here on. A job file given this way would
+      // otherwise fail later as a program not found on PATH.
+      if (o.file.empty() &&
+          (arg.ends_with(".yaml") || arg.ends_with(".yml") || arg.ends_with(".json"))) {
+        return fail(Code::kInvalidArgument,
+                    "'" + arg + "' looks like a job file: give it with -f " + arg +
+                        " (a command whose first word is a file of that name goes after --)");
+      }
       for (; i < argc; ++i) o.command.emplace_back(argv[i]);
       break;
     } else {
@@ -358,7 +369,7 @@ bool jobFlagTakesValue(const std::string& flag) {
   // clang-format off
   static const std::set<std::string> kValueFlags = {
       "-f", "--file", "--name", "--framework", "--nodes", "--nproc-per-node", "--nproc_per_node",
-      "--launcher", "--backend", "--mode", "--compat", "--workdir", "--environment", "--image", "--namespace", "--env",
+      "--launcher", "--preload", "--backend", "--mode", "--compat", "--workdir", "--environment", "--image", "--namespace", "--env",
       "--hp", "--max-restarts", "--grace-period", "--heartbeat-timeout", "--max-runtime",
       "--hang-timeout", "--startup-timeout", "--stop-signal", "--success", "--data-root",
       "--log-ranks", "--job-id", "--run-as", "--debug"};
@@ -420,6 +431,24 @@ Result<spec::JobSpec> buildSpec(const JobOptions& o) {
     if (!l) return withContext(l.error(), "--launcher");
     s.launcher = *l;
     origin.setByFlag("launcher", "--launcher");
+  }
+  if (!o.preload.empty()) {
+    if (!o.launcher.empty() && s.launcher != spec::Launcher::kPreload) {
+      return fail(Code::kInvalidArgument,
+                  "--preload: names the modules of --launcher preload; "
+                  "this command gives --launcher " +
+                      o.launcher);
+    }
+    s.preload = split(o.preload, ',');
+    if (s.preload.size() > static_cast<size_t>(spec::kMaxPreload)) {
+      return fail(Code::kInvalidArgument, "--preload: " + std::to_string(s.preload.size()) +
+                                              " modules; at most " +
+                                              std::to_string(spec::kMaxPreload));
+    }
+    s.preload_given = true;
+    s.launcher = spec::Launcher::kPreload;
+    origin.setByFlag("preload", "--preload");
+    if (o.launcher.empty()) origin.setByFlag("launcher", "--preload");
   }
   if (!o.mode.empty()) {
     if (o.mode != "dynamic_cluster" && o.mode != "rank_table") {

@@ -27,5 +27,50 @@ TEST(JobFlags, EveryFlagInTheHelpTakesAValueExactlyWhenTheHelpShowsOne) {
   EXPECT_GT(seen, 20);
 }
 
+Result<spec::JobSpec> specOf(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  auto options = parseJobOptions(static_cast<int>(argv.size()), argv.data(), 0);
+  if (!options) return tl::unexpected(options.error());
+  return buildSpec(*options);
+}
+
+TEST(JobFlags, PreloadChoosesThePreloadLauncherWithItsModules) {
+  auto s = specOf({"--preload", "torch,numpy", "--", "python3", "train.py"});
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(s->launcher, spec::Launcher::kPreload);
+  EXPECT_EQ(s->preload, (std::vector<std::string>{"torch", "numpy"}));
+  EXPECT_TRUE(s->preload_given);
+
+  s = specOf({"--preload", "torch,", "--", "python3", "train.py"});
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().message.rfind("--preload: preload[1]: '' is not", 0), 0u)
+      << s.error().message;
+  s = specOf({"--launcher", "direct", "--preload", "torch", "--", "python3", "train.py"});
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message.find("this command gives --launcher direct"), std::string::npos)
+      << s.error().message;
+}
+
+// `cohort run job.yaml` would take the job file for the command and fail on a program missing
+// from PATH; it is told where the job file goes.
+TEST(JobFlags, AJobFileGivenAsTheCommandIsPointedToDashF) {
+  for (const char* name : {"job.yaml", "sub/job.yml", "job.json"}) {
+    auto s = specOf({"--nodes", "2", name});
+    ASSERT_FALSE(s) << name;
+    EXPECT_EQ(s.error().message, std::string("'") + name +
+                                     "' looks like a job file: give it "
+                                     "with -f " +
+                                     name +
+                                     " (a command whose first word is a file "
+                                     "of that name goes after --)");
+  }
+  auto s = specOf({"--", "job.yaml"});
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(s->command, (std::vector<std::string>{"job.yaml"}));
+  s = specOf({"python3", "make.yaml"});  // only the first word of the command
+  ASSERT_TRUE(s) << s.error().message;
+}
+
 }  // namespace
 }  // namespace cohort::cli
