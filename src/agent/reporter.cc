@@ -173,7 +173,7 @@ bool Reporter::sendOnce(std::unique_lock<std::mutex>& lock) {
   if (!answer) {
     error = "reporting needs " + answer.error().message;
   } else if (!answer->error.empty()) {
-    error = "cannot reach it: " + answer->error;
+    error = (answer->too_large ? "it sent " : "cannot reach it: ") + answer->error;
   } else if (answer->status != 200) {
     error = "it answered " + std::to_string(answer->status) + ": " +
             answer->body.substr(0, 300);

@@ -193,6 +193,10 @@ http::Request request(const std::string& method, const Endpoint& e, const std::s
 // The error for a request that got no whole answer (`answer.error` is set).
 Error transferError(const std::string& server, const Endpoint& e, const http::Response& answer,
                     const std::string& what) {
+  if (answer.too_large) {
+    return Error{Code::kTooLarge,
+                 "the server at " + server + " answered " + what + ": " + answer.error};
+  }
   if (answer.connected) {
     return Error{Code::kUnavailable, "the server at " + server + " cut off its answer to " + what +
                                          ": " + answer.error};

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "http/curl_lib.h"
+#include "util/text.h"
 
 namespace cohort::http {
 
@@ -26,11 +27,17 @@ size_t onBody(char* data, size_t size, size_t count, void* user) {
     t.response.status = static_cast<int>(status);
   }
   const bool success = t.response.status >= 200 && t.response.status < 300;
-  if (!t.request.on_body || !success) {
-    const size_t room = t.request.on_body ? kMaxErrorBody - std::min(kMaxErrorBody,
-                                                                      t.response.body.size())
-                                          : n;
+  if (t.request.on_body && !success) {
+    const size_t room = kMaxErrorBody - std::min(kMaxErrorBody, t.response.body.size());
     t.response.body.append(data, std::min(n, room));
+    return n;
+  }
+  if (!t.request.on_body) {
+    if (t.response.body.size() + n > t.request.max_body) {
+      t.response.too_large = true;
+      return 0;  // libcurl ends the transfer
+    }
+    t.response.body.append(data, n);
     return n;
   }
   if (!t.request.on_body(data, n)) {
@@ -101,7 +108,11 @@ Result<Response> perform(const Request& request) {
     curl->easy_getinfo(h, CURLINFO_SIZE_UPLOAD_T, &uploaded);
     response.sent = static_cast<uint64_t>(uploaded);
   }
-  if (code != CURLE_OK && !response.stopped) {
+  if (response.too_large) {
+    response.body.clear();
+    response.error = "an answer longer than " + formatSize(static_cast<double>(request.max_body)) +
+                     ", more than is taken";
+  } else if (code != CURLE_OK && !response.stopped) {
     response.error = error[0] ? error : curl->easy_strerror(code);
     response.timed_out = code == CURLE_OPERATION_TIMEDOUT;
   }

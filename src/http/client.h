@@ -24,8 +24,9 @@ struct Request {
   std::function<size_t(char* buf, size_t max)> upload;
   uint64_t upload_size = 0;
   // Where a 2xx answer's body goes as it comes; false ends the transfer (Response::stopped).
-  // Null: it is collected in Response::body.
+  // Null: it is collected in Response::body, up to `max_body` bytes (Response::too_large).
   std::function<bool(const char* data, size_t size)> on_body;
+  uint64_t max_body = uint64_t{64} << 20;
   int connect_timeout_s = 5;
   int stall_timeout_s = 60;  // a transfer with no byte either way for this long fails; 0: none
 };
@@ -38,6 +39,7 @@ struct Response {
   uint64_t sent = 0;      // bytes of the body sent
   bool stopped = false;   // on_body ended the transfer
   bool connected = false;  // a connection was made
+  bool too_large = false;  // the answer's body was longer than max_body (`error` says so too)
   // Why the transfer failed, in libcurl's words ("" when an answer came whole, or was stopped):
   // no connection (see `connected`), a timeout, a connection cut.
   std::string error;

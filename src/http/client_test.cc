@@ -112,6 +112,31 @@ TEST(HttpClient, AnAnswerCutOffIsAFailureAfterTheConnection) {
   EXPECT_FALSE(answer->error.empty());
 }
 
+// A server, or whatever listens at the address it was given, cannot make cohort hold an answer
+// of any size.
+TEST(HttpClient, ACollectedAnswerOverItsLimitIsRefusedAndNotKept) {
+  Listener l = listenLocal();
+  const std::string body(3000, 'x');
+  std::thread server =
+      answerOnce(l.fd.get(), "HTTP/1.1 200 OK\r\nContent-Length: 3000\r\n\r\n" + body);
+  Request r{.url = url(l.port, "/v1/jobs")};
+  r.max_body = 2048;
+  auto answer = perform(r);
+  server.join();
+  ASSERT_TRUE(answer) << answer.error().message;
+  EXPECT_TRUE(answer->too_large);
+  EXPECT_EQ(answer->error, "an answer longer than 2.0 KiB, more than is taken");
+  EXPECT_TRUE(answer->body.empty());
+
+  server = answerOnce(l.fd.get(), "HTTP/1.1 200 OK\r\nContent-Length: 3000\r\n\r\n" + body);
+  r.max_body = 3000;  // exactly the limit is taken
+  answer = perform(r);
+  server.join();
+  ASSERT_TRUE(answer) << answer.error().message;
+  EXPECT_FALSE(answer->too_large);
+  EXPECT_EQ(answer->body, body);
+}
+
 TEST(HttpClient, TheBodyGoesToOnBodyWhichMayStopIt) {
   Listener l = listenLocal();
   std::thread server = answerOnce(
