@@ -128,15 +128,20 @@ class Coordinator {
     // ends the process at once (CoordinatorOptions::process_ends_after) does.
     console_.close();
     // The job is over; its end waits for the server (away, or restarting) for report_linger,
-    // unless a stop signal says not to wait: the record stays in the job's files.
+    // unless a stop signal says not to wait (the record stays in the job's files), or the job
+    // directory is gone (the job was deleted: nobody is left to read its record).
     if (reporter_) {
-      reporter_->drain(options_.report_linger, [] {
+      reporter_->drain(options_.report_linger, [this] {
         sigset_t stops;
         sigemptyset(&stops);
         for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stops, sig);
         const timespec now{};
         const int sig = ::sigtimedwait(&stops, nullptr, &now);
-        return sig > 0 ? "stopped waiting for it: " + spec::stopSignalName(sig) : std::string();
+        if (sig > 0) return "stopped waiting for it: " + spec::stopSignalName(sig);
+        if (::access(layout_.dir().c_str(), F_OK) != 0 && errno == ENOENT) {
+          return "stopped waiting for it: the job directory " + layout_.dir() + " is gone";
+        }
+        return std::string();
       });
     }
     return outcome_;

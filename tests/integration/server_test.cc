@@ -1692,7 +1692,41 @@ TEST_F(ServerRobustness, TokenLabelsOverTwoHundredFiftySixBytesAreRefused) {
 // ---------------------------------------------------------------------------------------------
 // The server dies under its jobs
 
-using ServerRecovery = ServerFixture;
+class ServerRecovery : public ServerFixture {
+ protected:
+  // A job that ended while the server was away: its coordinator waits to hand the end over.
+  struct Waiting {
+    std::string dir;  // the job's directory
+    pid_t coordinator = 0;
+  };
+
+  // Submits a job that exits 0 when let go, kills the server, lets the job go and waits until
+  // it has ended; `coordinator` is 0 if that went wrong (a failure is recorded).
+  Waiting endAJobWhileTheServerIsAway(const std::string& name) {
+    Waiting w;
+    const std::string id = submit(admin_, rankJob(name, {gate("go"), "exit=0"}));
+    if (id.empty()) {
+      ADD_FAILURE() << "submit";
+      return w;
+    }
+    waitJob(admin_, id, isRunning);
+    pid_t coordinator = 0;
+    if (!waitFor([&] { return (coordinator = coordinatorOf(id)) > 0; }, kDeadline, 50ms)) {
+      ADD_FAILURE() << "no coordinator";
+      return w;
+    }
+    stopServer(SIGKILL);
+    openGate("go");
+    w.dir = data_root_ + "/jobs/" + id;
+    if (!waitFor([&] { return !readText(w.dir + "/result.json").empty(); }, kDeadline, 20ms)) {
+      ADD_FAILURE() << "no result.json";
+      return w;
+    }
+    EXPECT_FALSE(processGone(coordinator)) << "it waits for the server";
+    w.coordinator = coordinator;
+    return w;
+  }
+};
 
 TEST_F(ServerRecovery, RunningJobFinishesAfterTheServerIsKilled) {
   const std::string id =
@@ -1764,22 +1798,22 @@ TEST_F(ServerRecovery, JobThatEndedWhileTheServerWasDownHandsOverItsRecordWhenIt
 // A coordinator waiting to hand its job's end to a server that is away goes at a stop signal (an
 // admin's pkill), saying what the server does not have.
 TEST_F(ServerRecovery, ACoordinatorWaitingForTheServerGoesWhenToldTo) {
-  const std::string id = submit(admin_, rankJob("told-to-go", {gate("go"), "exit=0"}));
-  ASSERT_FALSE(id.empty());
-  waitJob(admin_, id, isRunning);
-  pid_t coordinator = 0;
-  ASSERT_TRUE(waitFor([&] { return (coordinator = coordinatorOf(id)) > 0; }, kDeadline, 50ms));
-  stopServer(SIGKILL);
-  openGate("go");
-  ASSERT_TRUE(
-      waitFor([&] { return !readText(data_root_ + "/jobs/" + id + "/result.json").empty(); },
-              kDeadline, 20ms));
-  EXPECT_FALSE(processGone(coordinator)) << "it waits for the server";
-  ::kill(coordinator, SIGTERM);
-  EXPECT_TRUE(waitFor([&] { return processGone(coordinator); }, 10s, 20ms))
+  Waiting w = endAJobWhileTheServerIsAway("told-to-go");
+  ASSERT_GT(w.coordinator, 0);
+  ::kill(w.coordinator, SIGTERM);
+  EXPECT_TRUE(waitFor([&] { return processGone(w.coordinator); }, 10s, 20ms))
       << "a coordinator told to go waited for the server anyway";
-  EXPECT_TRUE(contains(readText(data_root_ + "/jobs/" + id + "/console.log"),
-                       "stopped waiting for it: SIGTERM"));
+  EXPECT_TRUE(contains(readText(w.dir + "/console.log"), "stopped waiting for it: SIGTERM"));
+}
+
+// One whose job directory is removed (the job deleted, the data root cleaned) has nothing left
+// to hand over: it goes at once rather than wait report_linger for a server.
+TEST_F(ServerRecovery, ACoordinatorWaitingForTheServerGoesWhenItsJobDirectoryIsGone) {
+  Waiting w = endAJobWhileTheServerIsAway("dir-gone");
+  ASSERT_GT(w.coordinator, 0);
+  std::filesystem::remove_all(w.dir);
+  EXPECT_TRUE(waitFor([&] { return processGone(w.coordinator); }, 10s, 20ms))
+      << "a coordinator whose job directory is gone waited for the server anyway";
 }
 
 TEST_F(ServerRecovery, JobWhoseCoordinatorDiedWithTheServerIsLost) {
