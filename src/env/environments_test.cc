@@ -16,25 +16,10 @@
 #include "env/confined_build.h"
 #include "env/node_copy.h"
 #include "util/fd.h"
+#include "util/temp_dir_for_tests.h"
 
 namespace cohort::env {
 namespace {
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/cohort-env-test-XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // A saved environment as a build leaves it, without building one.
 void fakeSaved(const std::string& store, const std::string& name, const std::string& from,
@@ -144,7 +129,7 @@ TEST(Stores, LayersGoDownToThePresetWithEachLayersLockAndStore) {
 }
 
 TEST(Stores, WhatABuildWroteIsNotReadThroughALink) {
-  TempDir dir;
+  TempDir dir("cohort-env-test");
   ASSERT_TRUE(writeFileAtomic(dir.path() + "/secret", "{\"hash\": \"x\"}", false, 0600));
   ASSERT_TRUE(makeDirs(dir.path() + "/linked"));
   ASSERT_EQ(::symlink((dir.path() + "/secret").c_str(), (dir.path() + "/linked/env.json").c_str()),
@@ -157,7 +142,7 @@ TEST(Stores, WhatABuildWroteIsNotReadThroughALink) {
 }
 
 TEST(NodeCopies, ALayerThereWithThePlansHashIsUsedAsItIs) {
-  TempDir store;
+  TempDir store("cohort-env-test");
   fakeSaved(store.path(), "mine", "pytorch", "h-mine");
   ASSERT_TRUE(makeDirs(store.path() + "/pytorch"));
   // Built before environments had hashes: taken as it is.

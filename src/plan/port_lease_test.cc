@@ -10,20 +10,17 @@
 #include <set>
 #include <vector>
 
+#include "util/temp_dir_for_tests.h"
+
 namespace cohort::plan {
 namespace {
 
-std::string tempDir() {
-  char tmpl[] = "/tmp/cohort-lease-XXXXXX";
-  return ::mkdtemp(tmpl);
-}
-
 TEST(PortLease, LeasesAreDistinctWhileHeld) {
-  std::string dir = tempDir();
+  TempDir dir("cohort-lease");
   std::vector<PortLease> leases;
   std::set<int> ports;
   for (int i = 0; i < 50; ++i) {
-    auto lease = PortLease::acquire("127.0.0.1", dir);
+    auto lease = PortLease::acquire("127.0.0.1", dir.path());
     ASSERT_TRUE(lease) << lease.error().message;
     EXPECT_TRUE(ports.insert(lease->port()).second) << "port " << lease->port() << " leased twice";
     leases.push_back(std::move(*lease));
@@ -31,7 +28,8 @@ TEST(PortLease, LeasesAreDistinctWhileHeld) {
 }
 
 TEST(PortLease, LeasedPortCanBeBoundByTheRank) {
-  auto lease = PortLease::acquire("127.0.0.1", tempDir());
+  TempDir dir("cohort-lease");
+  auto lease = PortLease::acquire("127.0.0.1", dir.path());
   ASSERT_TRUE(lease);
   int sock = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in sa{};
@@ -47,10 +45,10 @@ TEST(PortLease, LeasedPortCanBeBoundByTheRank) {
 TEST(PortLease, LeasedPortsLieOutsideTheKernelsEphemeralRange) {
   const PortRange ephemeral = ephemeralPorts();
   if (leasablePorts(ephemeral).empty()) GTEST_SKIP() << "this machine's ephemeral range is all";
-  std::string dir = tempDir();
+  TempDir dir("cohort-lease");
   std::vector<PortLease> leases;
   for (int i = 0; i < 50; ++i) {
-    auto lease = PortLease::acquire("127.0.0.1", dir);
+    auto lease = PortLease::acquire("127.0.0.1", dir.path());
     ASSERT_TRUE(lease) << lease.error().message;
     EXPECT_TRUE(lease->port() < ephemeral.lo || lease->port() > ephemeral.hi) << lease->port();
     EXPECT_GE(lease->port(), 10000);
@@ -81,7 +79,8 @@ TEST(PortLease, AnExactPortSomethingListensOnIsRefused) {
   ASSERT_EQ(::listen(sock, 1), 0);
   socklen_t len = sizeof sa;
   ::getsockname(sock, reinterpret_cast<sockaddr*>(&sa), &len);
-  auto exact = PortLease::acquireExact("127.0.0.1", ntohs(sa.sin_port), tempDir());
+  TempDir dir("cohort-lease");
+  auto exact = PortLease::acquireExact("127.0.0.1", ntohs(sa.sin_port), dir.path());
   ASSERT_FALSE(exact);
   EXPECT_EQ(exact.error().code, Code::kUnavailable);
   EXPECT_NE(exact.error().message.find("is in use"), std::string::npos) << exact.error().message;
@@ -89,7 +88,8 @@ TEST(PortLease, AnExactPortSomethingListensOnIsRefused) {
 }
 
 TEST(PortLease, RefusesBadAddress) {
-  auto lease = PortLease::acquire("not-an-ip", tempDir());
+  TempDir dir("cohort-lease");
+  auto lease = PortLease::acquire("not-an-ip", dir.path());
   ASSERT_FALSE(lease);
   EXPECT_EQ(lease.error().code, Code::kInvalidArgument);
 }

@@ -3,16 +3,16 @@
 // tests/integration/server_test.cc, against the real binary.)
 #include "server/server.h"
 
+#include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 #include "server/access.h"
+#include "util/temp_dir_for_tests.h"
 
 namespace cohort::server {
 namespace {
@@ -58,22 +58,6 @@ void collectRefs(const Json& node, const std::string& where,
   }
 }
 
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/cohort-server-test-XXXXXX";
-    path_ = ::mkdtemp(pattern) ? pattern : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 TEST(OpenApi, DocumentIsOpenApi303WithBearerAuth) {
   Json doc = parsedDocument();
   EXPECT_EQ(doc.value("openapi", ""), "3.0.3");
@@ -90,7 +74,7 @@ TEST(OpenApi, DocumentIsOpenApi303WithBearerAuth) {
 }
 
 TEST(OpenApi, DescribesExactlyTheRoutesTheServerServes) {
-  TempDir dir;
+  TempDir dir("cohort-server-test");
   ASSERT_FALSE(dir.path().empty());
   ServerOptions options;
   options.data_root = dir.path();
