@@ -1351,7 +1351,8 @@ Result<void> runNodeAgent(const AgentOptions& options) {
   CgroupSupport cgroups;
   std::string no_cgroup;
   UniqueFd shared_watchdog(options.watchdog_fd);
-  auto base = proc::cgroupBase();
+  auto base =
+      shared_watchdog.valid() ? Result<std::string>(options.cgroup_base) : proc::cgroupBase();
   if (!base) {
     no_cgroup = base.error().message;
   } else if (shared_watchdog.valid()) {

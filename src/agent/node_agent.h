@@ -27,8 +27,10 @@ struct AgentOptions {
   // the coordinator's process); -1: dial.
   int coordinator_fd = -1;
   // The write end of a cgroup watchdog's pipe that the coordinator started for its forked agents
-  // (proc::CgroupWatchdog::adopt); -1: the agent starts its own.
+  // (proc::CgroupWatchdog::adopt), and where it found that cohort makes cgroups
+  // (proc::cgroupBase()); -1: the agent finds that and starts its own.
   int watchdog_fd = -1;
+  std::string cgroup_base;
   // How this node's address is chosen (spec::Network); it is sent with hello.
   std::string interface, cidr;
 };

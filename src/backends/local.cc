@@ -117,10 +117,13 @@ Result<void> LocalLauncher::launch(int nodes, const agent::Dial& dial) {
   options.secret = dial.secret;
   // The forked agents share one cgroup watchdog (a fork and an exit each, else), where the
   // machine gives cohort cgroups; the agents tell it theirs.
-  if (copy && proc::cgroupBase()) {
-    if (auto watchdog = proc::CgroupWatchdog::start()) {
+  if (copy) {
+    auto base = proc::cgroupBase();
+    auto watchdog = base ? proc::CgroupWatchdog::start() : tl::unexpected(base.error());
+    if (watchdog) {
       watchdog_ = std::move(*watchdog);
       options.watchdog_fd = watchdog_->fd();
+      options.cgroup_base = *base;
     }
   }
   auto run_agent = [&options] {
