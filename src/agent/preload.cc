@@ -24,12 +24,29 @@ using Json = nlohmann::json;
 // The template, run as `python -c kTemplate FD MODULE...`. It must not start a thread or touch
 // the network before it forks.
 constexpr const char* kTemplate = R"PY(
-import gc, importlib, io, json, os, signal, socket, struct, sys, traceback
+import ctypes, gc, importlib, io, json, os, signal, socket, struct, sys, traceback
 
 template_main = sys.modules["__main__"]
 
 sock = socket.socket(fileno=int(sys.argv[1]))
 modules = sys.argv[2:]
+
+def show_as(words):
+    # What ps, top and pgrep -f show for this process (/proc/self/cmdline), as setproctitle
+    # does it: the argv area this process started with (arg_start and arg_end, fields 48 and 49
+    # of /proc/self/stat; the template's is large, its program is in it) gets the words, then
+    # NULs, and a last byte that is not NUL, which has the kernel show it up to the first NUL.
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            stat = f.read()
+        fields = stat[stat.rindex(b")") + 2:].split()
+        start, end = int(fields[45]), int(fields[46])
+        if start == 0 or end - start < 2:
+            return
+        text = " ".join(words).encode("utf-8", "surrogateescape")[:end - start - 2]
+        ctypes.memmove(start, text.ljust(end - start - 1, b"\0") + b" ", end - start)
+    except (OSError, ValueError, IndexError):
+        pass
 
 def send(obj):
     body = json.dumps(obj).encode()
@@ -89,7 +106,6 @@ def become_rank(req, out_fd, go_fd):
     if os.read(go_fd, 1) != b"g":
         os._exit(127)
     os.close(go_fd)
-    import ctypes
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     if os.getppid() != req["parent"]:
         os._exit(127)  # the agent died before we were adopted
@@ -114,6 +130,9 @@ def become_rank(req, out_fd, go_fd):
     sys.stdout = sys.__stdout__ = stream(1, unbuffered, encoding)
     sys.stderr = sys.__stderr__ = stream(2, unbuffered, encoding)
     argv = req["argv"]
+    show_as(argv)
+    if hasattr(sys, "orig_argv"):
+        sys.orig_argv = list(argv)
     # The script becomes the real __main__ module, a new one (not the template's), as
     # `python SCRIPT` and `python -m MODULE` make it.
     import builtins, importlib.machinery, runpy, types
@@ -270,6 +289,8 @@ def serve():
         send({"pid": int(pid)} if pid else {"error": "the fork failed"})
 
 def main():
+    python = (getattr(sys, "orig_argv", None) or [sys.executable])[0]
+    show_as([python, "-c", "<cohort's preload template>", sys.argv[1]] + modules)
     try:
         for m in modules:
             importlib.import_module(m)

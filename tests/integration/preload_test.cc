@@ -69,14 +69,17 @@ TEST_F(Preload, EachRankIsAForkedScriptWithItsOwnIdentity) {
         "      os.getpgid(0) == os.getpid(), os.getsid(0) == os.getpid(),\n"
         "      open('/proc/%d/comm' % os.getppid()).read().startswith('cohort node'),\n"
         "      sys.path[0] == os.getcwd(),\n"
+        "      open('/proc/self/cmdline', 'rb').read().replace(b'\\0', b' ').strip().decode(),\n"
         "      flush=True)\n");
   auto r = run(job("who.py"));
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   for (int rank = 0; rank < 4; ++rank) {
     // Its own argv, run as __main__, the module already there, its own process group and
-    // session, the agent ("cohort node N") as its parent, the script's directory first on the path.
+    // session, the agent ("cohort node N") as its parent, the script's directory first on the
+    // path, and its command where ps and pgrep -f look.
     EXPECT_TRUE(contains(r.out, "who " + std::to_string(rank) +
-                                    " ['who.py', 'one', 'two'] __main__ True True True True True"))
+                                    " ['who.py', 'one', 'two'] __main__ True True True True True "
+                                    "/usr/bin/python3 who.py one two\n"))
         << r.out;
   }
   EXPECT_EQ(imports(), 2) << "one import per node, not per rank";
