@@ -211,6 +211,27 @@ TEST_F(Preload, AThreadPoolThatStopsForAForkIsNoReasonToRefuse) {
   }
 }
 
+// A directly launched rank seeds numpy's global generator (and torch's) when it imports it; a
+// forked one must not draw the template's numbers: augmentations and dropout would be the same
+// in every rank.
+TEST_F(Preload, EachRankDrawsRandomNumbersOfItsOwn) {
+  write("draw.py",
+        "import random, numpy\n"
+        "print('draw', numpy.random.randint(1 << 30), random.randint(0, 1 << 30), flush=True)\n");
+  auto r = run(job("draw.py", "[numpy]"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::set<std::string> numpy_draws, python_draws;
+  std::istringstream out(r.out);
+  for (std::string line; std::getline(out, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, std::regex(R"(draw (\d+) (\d+)$)"))) continue;
+    numpy_draws.insert(m[1]);
+    python_draws.insert(m[2]);
+  }
+  EXPECT_EQ(numpy_draws.size(), 4u) << r.out;
+  EXPECT_EQ(python_draws.size(), 4u) << r.out;
+}
+
 // The template runs the job's code (its preload modules): a module that makes it name another
 // process than the rank it forked gets that rank refused, and the other process is left alone.
 TEST_F(Preload, ATemplateThatNamesAProcessNotItsRankIsRefused) {
