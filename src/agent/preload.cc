@@ -129,13 +129,16 @@ def become_rank(req, out_fd, go_fd):
     sys.stdin = sys.__stdin__ = open(0, "r", closefd=False)
     sys.stdout = sys.__stdout__ = stream(1, unbuffered, encoding)
     sys.stderr = sys.__stderr__ = stream(2, unbuffered, encoding)
-    # A fresh interpreter seeds numpy's and torch's global generators from the OS (Python's
-    # random reseeds itself after a fork): each rank draws numbers of its own, as a directly
-    # launched one does, not the template's. A seed the script sets comes after this.
-    for name, reseed in (("numpy.random", "seed"), ("torch", "seed")):
-        module = sys.modules.get(name)
-        if module is not None and hasattr(module, reseed):
-            getattr(module, reseed)()
+    # A fresh interpreter seeds numpy's global generator and torch's CPU one from the OS
+    # (Python's random reseeds itself after a fork; torch's CUDA generators start from a fixed
+    # seed, untouched in a template that must not have initialised CUDA): each rank draws
+    # numbers of its own, as a directly launched one does. A seed the script sets comes after.
+    np_random = sys.modules.get("numpy.random")
+    if np_random is not None and hasattr(np_random, "seed"):
+        np_random.seed()
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "default_generator"):
+        torch.default_generator.seed()
     argv = req["argv"]
     show_as(argv)
     if hasattr(sys, "orig_argv"):
