@@ -154,7 +154,9 @@ def become_rank(req, out_fd, go_fd):
         sys.path[0] = os.getcwd()
         runpy._run_module_as_main(argv[2], alter_argv=True)
     else:
-        path = argv[1]
+        # Since Python 3.9 the interpreter makes the script's path absolute (its __file__, its
+        # frames in tracebacks), not sys.argv[0].
+        path = os.path.abspath(argv[1]) if sys.version_info >= (3, 9) else argv[1]
         sys.argv = argv[1:]
         sys.path[0] = os.path.dirname(os.path.abspath(path))
         main.__file__ = path
@@ -176,6 +178,14 @@ def exit_code(code):
         pass
     return 1
 
+def report(e):
+    # As the interpreter reports an exception nothing caught: from the script's first frame,
+    # without the template's own (run_rank, become_rank) under it.
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code in (run_rank.__code__, become_rank.__code__):
+        tb = tb.tb_next
+    sys.excepthook(type(e), e.with_traceback(tb), tb)
+
 def run_rank(req, out_fd, go_fd):
     """The rank's script, and the exit code the interpreter would give it (-SIGINT for an
     unhandled Ctrl-C, which the interpreter ends by raising SIGINT again)."""
@@ -184,11 +194,11 @@ def run_rank(req, out_fd, go_fd):
         return 0
     except SystemExit as e:
         return exit_code(e.code)
-    except KeyboardInterrupt:
-        sys.excepthook(*sys.exc_info())
+    except KeyboardInterrupt as e:
+        report(e)
         return -signal.SIGINT
-    except BaseException:
-        sys.excepthook(*sys.exc_info())
+    except BaseException as e:
+        report(e)
         return 1
 
 def release(globals_):

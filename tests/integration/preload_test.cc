@@ -68,7 +68,7 @@ TEST_F(Preload, EachRankIsAForkedScriptWithItsOwnIdentity) {
         "print('who', os.environ['COHORT_RANK'], sys.argv, __name__, 'stamp' in sys.modules,\n"
         "      os.getpgid(0) == os.getpid(), os.getsid(0) == os.getpid(),\n"
         "      open('/proc/%d/comm' % os.getppid()).read().startswith('cohort node'),\n"
-        "      sys.path[0] == os.getcwd(),\n"
+        "      sys.path[0] == os.getcwd(), __file__ == os.path.join(os.getcwd(), 'who.py'),\n"
         "      open('/proc/self/cmdline', 'rb').read().replace(b'\\0', b' ').strip().decode(),\n"
         "      flush=True)\n");
   auto r = run(job("who.py"));
@@ -76,10 +76,11 @@ TEST_F(Preload, EachRankIsAForkedScriptWithItsOwnIdentity) {
   for (int rank = 0; rank < 4; ++rank) {
     // Its own argv, run as __main__, the module already there, its own process group and
     // session, the agent ("cohort node N") as its parent, the script's directory first on the
-    // path, and its command where ps and pgrep -f look.
-    EXPECT_TRUE(contains(r.out, "who " + std::to_string(rank) +
-                                    " ['who.py', 'one', 'two'] __main__ True True True True True "
-                                    "/usr/bin/python3 who.py one two\n"))
+    // path, its absolute path as __file__, and its command where ps and pgrep -f look.
+    EXPECT_TRUE(
+        contains(r.out, "who " + std::to_string(rank) +
+                            " ['who.py', 'one', 'two'] __main__ True True True True True True "
+                            "/usr/bin/python3 who.py one two\n"))
         << r.out;
   }
   EXPECT_EQ(imports(), 2) << "one import per node, not per rank";
@@ -151,6 +152,13 @@ TEST_F(Preload, AFailingRankStopsTheOthersGracefullyAndIsTheRootCause) {
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_TRUE(contains(r.err, "root cause: worker/3 on node 1 exited with code 1")) << r.err;
   EXPECT_TRUE(contains(r.err, "RuntimeError: boom on three")) << r.err;
+  // Its traceback as `python fail.py` prints it: the script's absolute path (Python 3.9 and
+  // later) from its first frame, none of the template's frames under it.
+  const std::string log = readText(onlyJobDir(root_) + "/logs/worker-3.log");
+  EXPECT_TRUE(contains(log, "Traceback (most recent call last):\n  File \"" + dir_ +
+                                "/fail.py\", line 13, in <module>\n"))
+      << log;
+  EXPECT_FALSE(contains(log, "<string>")) << log;
   for (int rank : {0, 1, 2}) {
     EXPECT_TRUE(contains(r.out, "graceful " + std::to_string(rank))) << r.out;
   }
