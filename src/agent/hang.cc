@@ -4,6 +4,8 @@
 #include <map>
 #include <sstream>
 
+#include "agent/preload.h"
+
 namespace cohort::agent {
 
 namespace {
@@ -62,7 +64,17 @@ std::string top(const std::string& frames) {
 std::string framesOfPySpy(const std::string& output) {
   std::istringstream in(output);
   std::string line, out;
+  const std::string in_template = std::string("(") + kPreloadTemplateFile + ":";
+  bool under_template = false;  // the line before was one of the template's frames
   while (std::getline(in, line)) {
+    // Under a preloaded rank's script: the template's frames, then the `python -c` line that
+    // started it (preload.cc's kBootstrap).
+    if (line.find(in_template) != std::string::npos ||
+        (under_template && line == "    <module> (<string>:1)")) {
+      under_template = true;
+      continue;
+    }
+    under_template = false;
     if (line.rfind("Thread ", 0) == 0) {
       // "Thread 11875 (idle): "MainThread"": the id differs from rank to rank, and whether
       // py-spy saw the thread idle or active at that instant says nothing about where it is.

@@ -23,7 +23,8 @@ struct HangReport {
 };
 
 // The frames of `py-spy dump` output, without its process, version and thread-id lines (which
-// differ from rank to rank even where the stacks are the same).
+// differ from rank to rank even where the stacks are the same), and without the frames of a
+// preloaded rank's template under its script's (a directly launched rank has none).
 std::string framesOfPySpy(const std::string& output);
 
 // A stopped rank, a rank in uninterruptible sleep, else the ranks whose stack is not the one

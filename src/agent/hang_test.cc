@@ -34,6 +34,20 @@ TEST(FramesOfPySpy, KeepsFramesAndThreadsWithoutIds) {
   EXPECT_EQ(framesOfPySpy("Thread 7 (idle)\n    f (a.py:1)\n"), "Thread\n    f (a.py:1)\n");
 }
 
+// A preloaded rank runs its script from the template's code: its stack is shown as a directly
+// launched rank's, from the script's first frame.
+TEST(FramesOfPySpy, LeavesOutAPreloadedRanksTemplateFrames) {
+  const std::string preloaded = std::string(kAllReduce) +
+                                "    become_rank (<cohort preload template>:151)\n"
+                                "    run_rank (<cohort preload template>:180)\n"
+                                "    <module> (<cohort preload template>:322)\n"
+                                "    <module> (<string>:1)\n";
+  EXPECT_EQ(framesOfPySpy(preloaded), framesOfPySpy(kAllReduce));
+  EXPECT_EQ(framesOfPySpy("Thread 7 (idle)\n    <module> (<string>:1)\n"),
+            "Thread\n    <module> (<string>:1)\n")
+      << "the script's own code run from a string is its";
+}
+
 TEST(Diagnose, AStoppedRankIsNamedFirst) {
   const std::string waiting = framesOfPySpy(kAllReduce);
   HangReport r = diagnose(

@@ -21,15 +21,17 @@ namespace {
 
 using Json = nlohmann::json;
 
-// The template, run as `python -c kTemplate FD MODULE...`. It must not start a thread or touch
-// the network before it forks.
+// The template, run as `python -c kBootstrap kTemplate FD MODULE...`, which compiles it under
+// the name kPreloadTemplateFile. It must not start a thread or touch the network before it
+// forks.
+constexpr const char* kBootstrap = "import sys; exec(compile(sys.argv[1], sys.argv[2], 'exec'))";
 constexpr const char* kTemplate = R"PY(
 import ctypes, gc, importlib, io, json, os, signal, socket, struct, sys, traceback
 
 template_main = sys.modules["__main__"]
 
-sock = socket.socket(fileno=int(sys.argv[1]))
-modules = sys.argv[2:]
+sock = socket.socket(fileno=int(sys.argv[3]))
+modules = sys.argv[4:]
 
 def show_as(words):
     # What ps, top and pgrep -f show for this process (/proc/self/cmdline), as setproctitle
@@ -310,7 +312,7 @@ def serve():
 
 def main():
     python = (getattr(sys, "orig_argv", None) or [sys.executable])[0]
-    show_as([python, "-c", "<cohort's preload template>", sys.argv[1]] + modules)
+    show_as([python, "-c", "<cohort's preload template>", sys.argv[3]] + modules)
     try:
         for m in modules:
             importlib.import_module(m)
@@ -396,7 +398,7 @@ Result<PreloadTemplate> PreloadTemplate::start(const Options& options) {
   proc::SpawnRequest req;
   req.argv = {options.preload.python};
   req.argv.insert(req.argv.end(), options.preload.options.begin(), options.preload.options.end());
-  req.argv.insert(req.argv.end(), {"-c", kTemplate, "3"});
+  req.argv.insert(req.argv.end(), {"-c", kBootstrap, kTemplate, kPreloadTemplateFile, "3"});
   req.argv.insert(req.argv.end(), options.preload.modules.begin(), options.preload.modules.end());
   req.env = options.env;
   req.cwd = options.cwd;

@@ -26,6 +26,10 @@
 
 namespace cohort::agent {
 
+// The file name the template's own code carries (in a rank's stack, under the script's frames),
+// so that a stack can be shown without it.
+inline constexpr char kPreloadTemplateFile[] = "<cohort preload template>";
+
 class PreloadTemplate {
  public:
   struct Options {
