@@ -4,8 +4,10 @@
 // rank is what a directly launched one is: its own process group and session, a child of the
 // agent (the template forks twice and the middle process exits, so the rank is the agent's,
 // the subreaper's, before it runs a line), PR_SET_PDEATHSIG, its own output pipe, working
-// directory, environment (os.environ and the C one), sys.argv, signal dispositions and mask,
-// and `__main__` run as `python SCRIPT` or `python -m MODULE` would run it.
+// directory, environment (os.environ and the C one), sys.argv and the command line ps shows,
+// signal dispositions and mask, numpy's and torch's CPU generators seeded anew, and `__main__`
+// run as `python SCRIPT` or `python -m MODULE` would run it (tracebacks without the template's
+// frames; its code is named kPreloadTemplateFile).
 //
 // Safety: a fork copies only the calling thread, so the template refuses to fork (and says why)
 // when importing the modules started a thread or initialised CUDA; nothing may open sockets
