@@ -129,6 +129,7 @@ void cleanUp(const std::vector<std::pair<int, std::string>>& cgroups) {
 // watches each such process through a pidfd and cleans up after the one that goes; once no
 // process holds the pipe's write end any more, after all of them, and exits.
 [[noreturn]] void runWatchdog(int input) {
+  constexpr size_t kMaxLine = 8192;
   ::setpgid(0, 0);  // out of the creator's process group: a signal to that group spares us
   ::prctl(PR_SET_NAME, "cohort-watchdog");
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) ::signal(sig, SIG_IGN);
@@ -189,6 +190,10 @@ void cleanUp(const std::vector<std::pair<int, std::string>>& cgroups) {
       if (!creator.pidfd.valid()) creator.pidfd.reset(openPidfd(pid));
       creator.cgroups.emplace_back(std::atoi(rest.c_str()), rest.substr(second + 1));
     }
+    // A line is "<pid> <parents> <path>", the path at most PATH_MAX: one longer than kMaxLine did
+    // not come from an agent (a process of the same user can open the pipe through /proc), and
+    // is not held.
+    if (received.size() > kMaxLine) received.clear();
     for (size_t i = 1; i < fds.size(); ++i) {
       if (!fds[i].revents) continue;
       auto it = creators.find(pids[i - 1]);
