@@ -258,6 +258,28 @@ TEST(CgroupWatchdog, SharedByManyItCleansUpAfterEachAsItGoesAndEndsAfterThem) {
   EXPECT_FALSE(exists(*base + "/" + dir));
 }
 
+// Whatever writes into its pipe (a process of the agents' user can open it through /proc)
+// cannot make it hold more than a line: 64 MiB without a newline leave it small, and it still
+// ends when the pipe closes.
+TEST(CgroupWatchdog, BytesThatAreNoLineAreNotHeld) {
+  auto watchdog = CgroupWatchdog::start();
+  ASSERT_TRUE(watchdog) << watchdog.error().message;
+  const pid_t pid = watchdog->pid();
+  const std::string junk(1 << 20, 'x');
+  for (int i = 0; i < 64; ++i) ASSERT_TRUE(writeAll(watchdog->fd(), junk));
+  ASSERT_TRUE(writeAll(watchdog->fd(), "\n"));
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  long rss_kib = -1;
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) rss_kib = std::atol(line.c_str() + 6);
+  }
+  EXPECT_GT(rss_kib, 0);
+  EXPECT_LT(rss_kib, 16 * 1024) << "KiB: it held what it was sent";
+  watchdog->detach();
+  watchdog->reap(Millis(10000));
+  EXPECT_TRUE(processGone(pid));
+}
+
 // Retired (every cgroup it watched removed by its creator), the watchdog is gone and reaped at
 // once; retiring one that already went is harmless.
 TEST(CgroupWatchdog, ARetiredWatchdogIsGoneAndReapedAtOnce) {
@@ -383,8 +405,7 @@ TEST(Cgroup, ARanksCgroupBelowTheNodesIsKilledAndRemovedWithIt) {
 // A real limit: only where this machine gives cgroup v2's memory controller to cgroups below
 // the test's own (COHORT_CGROUP_ROOT names an empty delegated one), else skipped with the reason.
 TEST(Cgroup, AProcessOverItsMemoryLimitIsKilledByTheKernelAndCounted) {
-  const char* root = std::getenv("COHORT_CGROUP_ROOT");
-  auto base = root && *root ? Result<std::string>(std::string(root)) : ownWritableCgroup();
+  auto base = cgroupBase();
   if (!base) GTEST_SKIP() << "no writable cgroup v2 here: " << base.error().message;
   auto node = Cgroup::create(*base, uniqueName() + "/node0");
   ASSERT_TRUE(node) << node.error().message;
