@@ -432,14 +432,19 @@ Result<spec::JobSpec> buildSpec(const JobOptions& o) {
     s.launcher = *l;
     origin.setByFlag("launcher", "--launcher");
   }
-  if (!o.preload.empty()) {
+  if (o.preload) {
+    if (o.preload->empty()) {
+      return fail(Code::kInvalidArgument,
+                  "--preload: names no module; give the ones to import once per node, e.g. "
+                  "--preload torch,numpy");
+    }
     if (!o.launcher.empty() && s.launcher != spec::Launcher::kPreload) {
       return fail(Code::kInvalidArgument,
                   "--preload: names the modules of --launcher preload; "
                   "this command gives --launcher " +
                       o.launcher);
     }
-    s.preload = split(o.preload, ',');
+    s.preload = split(*o.preload, ',');
     if (s.preload.size() > static_cast<size_t>(spec::kMaxPreload)) {
       return fail(Code::kInvalidArgument, "--preload: " + std::to_string(s.preload.size()) +
                                               " modules; at most " +

@@ -4,6 +4,7 @@
 // path is refused before anything starts.
 #pragma once
 
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -21,7 +22,7 @@ struct JobOptions {
   std::string text, text_name;
   std::string name, framework, launcher, backend, mode, compat, workdir, grace_period, max_runtime,
       heartbeat_timeout, hang_timeout, startup_timeout, stop_signal, success, data_root, log_ranks;
-  std::string preload;      // --preload MOD[,MOD...]: launcher preload, importing these
+  std::optional<std::string> preload;  // --preload MOD[,MOD...]: launcher preload, these
   std::string environment;  // --environment NAME
   std::string image;        // --image REF: environment: {image: REF}
   std::string kube_namespace;  // --namespace NS: the volcano backend's (default: kubeconfig's)

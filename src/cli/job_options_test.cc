@@ -46,6 +46,9 @@ TEST(JobFlags, PreloadChoosesThePreloadLauncherWithItsModules) {
   ASSERT_FALSE(s);
   EXPECT_EQ(s.error().message.rfind("--preload: preload[1]: '' is not", 0), 0u)
       << s.error().message;
+  s = specOf({"--preload=", "--", "python3", "train.py"});  // not taken for no flag at all
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().message.rfind("--preload: names no module", 0), 0u) << s.error().message;
   s = specOf({"--launcher", "direct", "--preload", "torch", "--", "python3", "train.py"});
   ASSERT_FALSE(s);
   EXPECT_NE(s.error().message.find("this command gives --launcher direct"), std::string::npos)
