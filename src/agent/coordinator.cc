@@ -906,10 +906,17 @@ class Coordinator {
       feed(StagingFailed{node, field(m, "error", std::string())});
     } else if (type == "exited") {
       endOutput(node, field(m, "rank", -1));
+      // Who stopped it: "coordinator" for a stop this coordinator decided, "agent" for one its
+      // agent made on its own; absent when nobody signalled it.
+      const std::string stopped_by = field(m, "stopped_by", std::string());
+      const StoppedBy by = stopped_by == "coordinator" ? StoppedBy::kCoordinator
+                           : stopped_by.empty()        ? StoppedBy::kNobody
+                                                       : StoppedBy::kAgent;
       feed(RankExited{node, attempt, field(m, "rank", -1), field(m, "code", 0),
-                      field(m, "signal", 0), field(m, "by_cohort", false),
-                      field(m, "time", int64_t{0}), field(m, "tail", std::vector<std::string>{}),
-                      std::max<int64_t>(0, field(m, "memory_limit", int64_t{0}))});
+                      field(m, "signal", 0), by, field(m, "time", int64_t{0}),
+                      field(m, "tail", std::vector<std::string>{}),
+                      std::max<int64_t>(0, field(m, "memory_limit", int64_t{0})),
+                      field(m, "stop_reason", std::string()).substr(0, 512)});
     } else if (type == "limits") {
       feed(LimitsNotEnforced{node, field(m, "why", std::string()).substr(0, 1024)});
     } else if (type == "idle") {

@@ -454,7 +454,7 @@ void JobDecisions::on(const RankExited& e, Actions& out) {
   x.node = e.node;
   x.code = e.code;
   x.signal = e.signal;
-  x.by_cohort = e.by_cohort;
+  x.by_cohort = e.stopped_by != StoppedBy::kNobody;
   x.time_ns = e.time_ns;
   x.tail = e.tail;
   x.log_file = r.log_file;
@@ -484,11 +484,26 @@ void JobDecisions::on(const RankExited& e, Actions& out) {
   ev.code = x.code;
   ev.signal = x.signal;
   ev.by_cohort = x.by_cohort;
+  if (e.stopped_by == StoppedBy::kAgent) ev.reason = "stopped by its node's agent: " + e.stop_reason;
   ev.exit_time = x.time_ns;
   ev.memory_limit = x.memory_limit;
   out.push_back(WriteEvent{std::move(ev)});
   if (ending_ != Ending::kNone || finishing_) return;
-  if (x.failed() && !x.by_cohort) {
+  if (x.by_cohort) {
+    // No stop was decided, yet cohort signalled the rank: its agent did so on its own (it lost
+    // its coordinator, say). Whatever its exit code, the rank did not finish by itself: never a
+    // success, and no restart (an agent that lost its coordinator is leaving).
+    no_restart_ = true;
+    beginStop(Ending::kLost,
+              x.label() + " was stopped by " +
+                  (e.stopped_by == StoppedBy::kAgent
+                       ? "its node's agent on its own" +
+                             (e.stop_reason.empty() ? std::string() : " (" + e.stop_reason + ")")
+                       : std::string("cohort although no stop was decided")),
+              out);
+    return;
+  }
+  if (x.failed()) {
     std::string why = x.label() + " " + x.describe();
     if (x.memory_limit > 0) why += "; raise resources.memory or use less";
     if (!debugged_.empty()) {

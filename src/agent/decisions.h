@@ -72,16 +72,21 @@ struct AgentConnected { int node; };                   // said hello with the jo
 struct NodeStaged { int node; int64_t files; int64_t bytes; double seconds; bool own_dir = false; };
 struct StagingFailed { int node; std::string error; };
 struct NodeStarted { int node; int attempt; int count; };  // every rank of the node spawned
+// Who signalled a rank before it exited: nobody (it ended by itself, whatever its code or
+// signal), its agent because the coordinator decided a stop (a `stop` or `exit` it sent), or its
+// agent on its own (it lost its coordinator, say), which the coordinator never decided.
+enum class StoppedBy { kNobody, kCoordinator, kAgent };
 struct RankExited {
   int node;
   int attempt;
   int rank;  // global rank
   int code;
   int signal;
-  bool by_cohort;   // the agent signalled it first
+  StoppedBy stopped_by;
   int64_t time_ns;  // unix nanos, the agent's clock
   std::vector<std::string> tail;
   int64_t memory_limit = 0;  // > 0: the kernel killed it for going over this (memory.max)
+  std::string stop_reason = {};  // kAgent: why the agent stopped it ("it lost its coordinator")
 };
 // The node's ranks run without their resource requests enforced, for reason `why`.
 struct LimitsNotEnforced {

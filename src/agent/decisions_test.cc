@@ -128,7 +128,15 @@ class Job {
       }
     }
     if (time_ns == 0) time_ns = ++clock_ns_;
-    return feed(RankExited{node, attempt_, rank, code, signal, by_cohort, time_ns, {"last line"}});
+    return feed(RankExited{node, attempt_, rank, code, signal,
+                           by_cohort ? StoppedBy::kCoordinator : StoppedBy::kNobody, time_ns,
+                           {"last line"}});
+  }
+  // A rank its node's agent stopped on its own (it lost its coordinator, say), with `signal`
+  // or, when it caught the signal and exited, `code`.
+  std::vector<JobAction> stoppedByItsAgent(int rank, int code, int signal) {
+    return feed(RankExited{0, attempt_, rank, code, signal, StoppedBy::kAgent, ++clock_ns_,
+                           {"last line"}, 0, "it lost its coordinator: no word in 5.0s"});
   }
   // The agents stop whatever still runs (SIGTERM, reported as cohort's doing) and go idle.
   std::vector<JobAction> stopRest(const std::vector<int>& running) {
@@ -238,6 +246,113 @@ TEST(JobDecisions, StartedLineCountsEveryProcessAndTheTimeSinceStart) {
 
 // ---- success and failure ---------------------------------------------------------------------
 
+// How a key rank ended decides whether it counts toward the job's success. Only an exit of its
+// own with code 0 does; each other way of ending is tried here with every other rank still
+// running (no stop decided yet) and after a stop began.
+struct WayToEnd {
+  const char* what;
+  int code;
+  int signal;
+  StoppedBy by;
+};
+constexpr WayToEnd kWaysToEnd[] = {
+    {"exited 0 by itself", 0, 0, StoppedBy::kNobody},
+    {"exited 1 by itself", 1, 0, StoppedBy::kNobody},
+    {"was killed by a signal nobody in cohort sent", 0, SIGSEGV, StoppedBy::kNobody},
+    {"exited 0 after the coordinator's stop", 0, 0, StoppedBy::kCoordinator},
+    {"was killed by the coordinator's stop", 0, SIGTERM, StoppedBy::kCoordinator},
+    {"exited 0 after its agent stopped it on its own", 0, 0, StoppedBy::kAgent},
+    {"was killed by its agent on its own", 0, SIGTERM, StoppedBy::kAgent},
+};
+
+TEST(JobDecisions, OnlyAKeyRankThatExitedZeroByItselfCountsTowardSuccess) {
+  for (const WayToEnd& way : kWaysToEnd) {
+    SCOPED_TRACE(way.what);
+    Job job(makePlan(1, 1));  // one key rank: its end decides at once
+    job.runAll();
+    auto a = job.feed(RankExited{0, 0, 0, way.code, way.signal, way.by, 10, {"last line"}, 0,
+                                 "it lost its coordinator"});
+    job.feed(NodeIdle{0, 0});
+    ASSERT_TRUE(job.outcome());
+    const bool by_itself_with_zero = way.by == StoppedBy::kNobody && way.code == 0 && !way.signal;
+    EXPECT_EQ(job.outcome()->state == JobState::kSucceeded, by_itself_with_zero);
+    EXPECT_NE(job.outcome()->exit_code == 0, !by_itself_with_zero);
+  }
+}
+
+TEST(JobDecisions, AStopNoOneDecidedFailsTheJobAndSaysWhoStoppedTheRank) {
+  Job job(makePlan(2, 1));
+  job.runAll();
+  auto a = job.stoppedByItsAgent(0, 0, SIGTERM);
+  EXPECT_EQ(states(a), std::vector<std::string>{"stopping"});
+  ASSERT_EQ(all<SendStop>(a).size(), 1u) << "the other node's ranks are stopped";
+  EXPECT_TRUE(saidSomething(a, "worker/0 on node 0 was stopped by its node's agent on its own "
+                               "(it lost its coordinator: no word in 5.0s)"));
+  auto exits = all<WriteEvent>(a);
+  ASSERT_FALSE(exits.empty());
+  EXPECT_TRUE(exits[0].event.by_cohort);
+  EXPECT_EQ(exits[0].event.reason,
+            "stopped by its node's agent: it lost its coordinator: no word in 5.0s");
+  // Even a rank that then exits 0 by itself cannot make it a success.
+  job.exit(1, 0);
+  job.feed(NodeIdle{0, 0});
+  job.feed(NodeIdle{1, 0});
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->state, JobState::kFailed);
+  EXPECT_EQ(job.outcome()->exit_code, 1);
+  EXPECT_NE(job.outcome()->reason.find("stopped by its node's agent on its own"),
+            std::string::npos);
+}
+
+TEST(JobDecisions, AStopNoOneDecidedIsNeverRestarted) {
+  plan::Plan plan = makePlan(1, 2);
+  plan.max_restarts = 3;
+  Job job(plan);
+  job.runAll();
+  job.stoppedByItsAgent(0, 0, SIGTERM);
+  auto end = job.stopRest({1});
+  EXPECT_FALSE(has<SendStart>(end)) << "an agent that lost its coordinator is leaving";
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->state, JobState::kFailed);
+  EXPECT_EQ(job.outcome()->attempts, 1);
+}
+
+TEST(JobDecisions, AfterAStopBeganNoWayOfEndingChangesTheVerdict) {
+  for (const WayToEnd& way : kWaysToEnd) {
+    SCOPED_TRACE(way.what);
+    // A failure began the stop: the rest end any way at all, the job stays failed with its cause.
+    Job failed(makePlan(1, 2));
+    failed.runAll();
+    failed.exit(0, 3);
+    failed.feed(RankExited{0, 0, 1, way.code, way.signal, way.by, 1 << 30, {}});
+    failed.feed(NodeIdle{0, 0});
+    ASSERT_TRUE(failed.outcome());
+    EXPECT_EQ(failed.outcome()->state, JobState::kFailed);
+    EXPECT_EQ(failed.outcome()->exit_code, 3);
+    ASSERT_TRUE(failed.outcome()->root_cause);
+    EXPECT_EQ(failed.outcome()->root_cause->rank, 0);
+    // A user's stop began it: the job is stopped, however its ranks end.
+    Job stopped(makePlan(1, 1));
+    stopped.runAll();
+    stopped.feed(StopSignal{SIGINT});
+    stopped.feed(RankExited{0, 0, 0, way.code, way.signal, way.by, 50, {}});
+    stopped.feed(NodeIdle{0, 0});
+    ASSERT_TRUE(stopped.outcome());
+    EXPECT_EQ(stopped.outcome()->state, JobState::kStopped);
+  }
+}
+
+TEST(JobDecisions, RanksOfALostNodeNeverCountTowardSuccess) {
+  Job job(makePlan(2, 1));
+  job.runAll();
+  job.exit(0, 0);  // node 0's key rank is done
+  auto a = job.feed(AgentLost{1, "no word from it in 30s"});  // node 1's rank never reported
+  job.feed(NodeIdle{0, 0});
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->state, JobState::kFailed);
+  EXPECT_NE(job.outcome()->reason.find("node 1's agent was lost"), std::string::npos);
+}
+
 TEST(JobDecisions, KeyRoleSuccessStopsOtherRoles) {
   Job job(makePlan(2, 1, /*ps=*/1));  // rank 0: ps (node 0); ranks 1, 2: workers
   job.runAll();
@@ -304,7 +419,7 @@ TEST(JobDecisions, UnexpectedSignalOfAnyRankFailsTheJobWithAShellStyleCode) {
 TEST(JobDecisions, ARankOverItsMemoryLimitIsTheCauseInWords) {
   Job job(makePlan(1, 2));
   job.runAll();
-  auto a = job.feed(RankExited{0, 0, 1, 0, SIGKILL, false, 5, {}, 512 << 20});
+  auto a = job.feed(RankExited{0, 0, 1, 0, SIGKILL, StoppedBy::kNobody, 5, {}, 512 << 20});
   const std::string expected =
       "worker/1 on node 0 was killed by the kernel for using more than its memory limit of "
       "512 MiB (memory.max); raise resources.memory or use less";
@@ -369,11 +484,18 @@ TEST(JobDecisions, RootCauseIsTheFirstFailureInTimeNotTheFirstReported) {
   EXPECT_EQ(job.outcome()->exit_code, 2);
 }
 
-TEST(JobDecisions, ExitsCohortCausedNeverDecideTheJob) {
+// A rank cohort signalled while no stop was decided did not end by itself: the job fails (it
+// used to count as a success when its exit code was 0).
+TEST(JobDecisions, AnExitCohortCausedWithoutADecidedStopFailsTheJob) {
   Job job(makePlan(1, 2));
   job.runAll();
   auto a = job.exit(0, 0, SIGTERM, /*by_cohort=*/true);
-  EXPECT_FALSE(has<SendStop>(a));
+  EXPECT_TRUE(has<SendStop>(a));
+  EXPECT_TRUE(saidSomething(a, "worker/0 on node 0 was stopped by cohort although no stop was decided"));
+  job.exit(1, 0);
+  job.feed(NodeIdle{0, 0});
+  ASSERT_TRUE(job.outcome());
+  EXPECT_EQ(job.outcome()->state, JobState::kFailed);
 }
 
 // ---- restarts --------------------------------------------------------------------------------
@@ -436,7 +558,7 @@ TEST(JobDecisions, ReportsOfAnEarlierAttemptAreIgnored) {
   job.exit(0, 1);
   job.stopRest({1});
   // Attempt 1 runs; a late report of attempt 0 must not end it.
-  EXPECT_TRUE(job.feed(RankExited{0, 0, 1, 9, 0, false, 99, {}}).empty());
+  EXPECT_TRUE(job.feed(RankExited{0, 0, 1, 9, 0, StoppedBy::kNobody, 99, {}}).empty());
   EXPECT_TRUE(job.feed(NodeIdle{0, 0}).empty());
 }
 

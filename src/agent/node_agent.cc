@@ -243,6 +243,8 @@ struct Rank {
   std::optional<DebugStatus> debug_said;  // what the coordinator was told last
   bool running = false;
   bool signalled = false;  // cohort sent it a signal
+  std::string stopped_by;  // then: "coordinator" (a stop it decided) or "agent" (on its own)
+  std::string stop_reason;  // "agent": why
   bool stop_lost = false;  // its stop signal came when no process of it could take it
   std::chrono::steady_clock::time_point spawned;
   std::optional<proc::Cgroup> cgroup;  // its own, below the node's
@@ -318,9 +320,9 @@ class Agent {
     onChannel();  // what came while the loop was busy counts
     if (lost_coordinator_) return;
     if (std::chrono::steady_clock::now() - last_heard_ > heartbeat_timeout_) {
-      std::fprintf(stderr, "cohort exec: node %d: no word from the coordinator in %s\n",
-                   options_.node, formatDuration(heartbeat_timeout_).c_str());
-      lostCoordinator();
+      const std::string why = "no word from the coordinator in " + formatDuration(heartbeat_timeout_);
+      std::fprintf(stderr, "cohort exec: node %d: %s\n", options_.node, why.c_str());
+      lostCoordinator(why);
       return;
     }
     heartbeatIfDue();
@@ -403,7 +405,7 @@ class Agent {
     if (!messages) {
       std::fprintf(stderr, "cohort exec: node %d: %s\n", options_.node,
                    messages.error().message.c_str());
-      lostCoordinator();
+      lostCoordinator("what the coordinator sent could not be read: " + messages.error().message);
       return;
     }
     for (const Message& m : *messages) handle(m);
@@ -414,7 +416,7 @@ class Agent {
       ::malloc_trim(0);
       trim_after_message_ = false;
     }
-    if (channel_.closed()) lostCoordinator();
+    if (channel_.closed()) lostCoordinator("its connection to the coordinator closed");
   }
 
   // The coordinator's answer to hello: it proves it knows the job's secret, and so do we.
@@ -426,7 +428,7 @@ class Agent {
                    "cohort exec: node %d: the coordinator at %s:%d did not prove that it knows "
                    "the job's secret; leaving it\n",
                    options_.node, options_.coordinator_addr.c_str(), options_.coordinator_port);
-      lostCoordinator();
+      lostCoordinator("the coordinator did not prove that it knows the job's secret");
       return;
     }
     const std::string proof =
@@ -446,7 +448,7 @@ class Agent {
       auto node = plan::nodeFromJsonValue(m.contains("node") ? m.at("node") : kNone);
       if (!node) {
         std::fprintf(stderr, "cohort exec: %s\n", node.error().message.c_str());
-        lostCoordinator();
+        lostCoordinator("the coordinator's plan could not be read");
         return;
       }
       node_ = std::move(*node);
@@ -667,9 +669,12 @@ class Agent {
     }
   }
 
-  void lostCoordinator() {
+  // `why` is what the ranks it stops are told to the coordinator (if it is there after all) as:
+  // a stop the agent made on its own, never one the coordinator decided.
+  void lostCoordinator(const std::string& why) {
     if (lost_coordinator_) return;
     lost_coordinator_ = true;
+    if (own_stop_reason_.empty()) own_stop_reason_ = "it lost its coordinator: " + why;
     loop_.remove(channel_.fd());
     exitWhenDone(Millis(3000));
   }
@@ -779,6 +784,9 @@ class Agent {
         // A coordinator that died closed its connection before its death signal came.
         onChannel();
         if (lost_coordinator_ || !authenticated_) {
+          if (own_stop_reason_.empty()) {
+            own_stop_reason_ = spec::stopSignalName(sig) + " came from outside";
+          }
           exitWhenDone(stopping_ ? Millis(0) : Millis(3000));
           continue;
         }
@@ -788,6 +796,9 @@ class Agent {
         // second signal kills at once; the first does not cut short a stop the coordinator
         // began (a cluster that deletes the job signals every pod, coordinator's included).
         if (!stopping_) (void)channel_.send({{"type", "signalled"}, {"signal", sig}});
+        if (!stopping_ && own_stop_reason_.empty()) {
+          own_stop_reason_ = spec::stopSignalName(sig) + " came from outside";
+        }
         exitWhenDone(signalled_ ? Millis(0) : outside_grace_);
         signalled_ = true;
       }
@@ -1206,6 +1217,8 @@ class Agent {
                          {"code", status.code},
                          {"signal", status.signal},
                          {"by_cohort", rank.signalled},
+                         {"stopped_by", rank.stopped_by},
+                         {"stop_reason", rank.stop_reason},
                          {"time", time},
                          {"tail", tail},
                          {"error", error},
@@ -1225,6 +1238,10 @@ class Agent {
       bool any = false;
       for (Rank& rank : ranks_) {
         if (!rank.running) continue;
+        if (!rank.signalled) {
+          rank.stopped_by = own_stop_reason_.empty() ? "coordinator" : "agent";
+          rank.stop_reason = own_stop_reason_;
+        }
         rank.signalled = true;
         // Looked at before the signal: a process that takes it then gets it.
         if (notice && mayLoseStop(rank)) {
@@ -1333,6 +1350,9 @@ class Agent {
   std::string nonce_;           // ours, for the coordinator's proof
   bool authenticated_ = false;  // the coordinator proved it knows the secret
   bool signalled_ = false;      // a stop signal came from outside while the coordinator was there
+  // Why this agent stops its ranks on its own (it lost its coordinator, a signal from outside);
+  // "" while every stop is the coordinator's.
+  std::string own_stop_reason_;
 };
 
 // Runs the agent until the coordinator says "exit" or is gone, then ends the process with the

@@ -164,6 +164,7 @@ std::string encodeEvent(const Event& e) {
       j["exit_time"] = isoTime(e.exit_time);
       j["exit_t"] = e.exit_time;
       if (e.memory_limit > 0) j["memory_limit"] = e.memory_limit;
+      if (!e.reason.empty()) j["reason"] = e.reason;
       break;
     case EventKind::kOutput: {
       Json out = {{"source", e.source}, {"target", e.target}};
@@ -254,6 +255,7 @@ Result<Event> decodeEvent(std::string_view line) {
       r.boolean("by_cohort", e.by_cohort);
       r.integer("exit_t", e.exit_time);
       r.integer("memory_limit", e.memory_limit);
+      r.text("reason", e.reason);
       break;
     case EventKind::kOutput: {
       auto it = j.find("output");

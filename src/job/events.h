@@ -22,7 +22,8 @@ enum class EventKind {
   kStaged,       // node, files, bytes, seconds
   kStageFailed,  // node, error
   kRankExit,     // attempt, name, role, role_rank, rank, node, code, signal, by_cohort, exit_time,
-                 // memory_limit (when the kernel killed it for going over it)
+                 // memory_limit (when the kernel killed it for going over it), reason (when its
+                 // node's agent stopped it on its own, not for a stop the coordinator decided)
   kOutput,       // source, target, files, bytes, error
   kReconciled,   // found: what a restarted server found
   kLimits,       // node, error: why the ranks' resource requests are not enforced there
@@ -43,7 +44,7 @@ struct Event {
   std::string state;               // kState
   std::optional<int> attempt;      // kState, kRankExit
   std::optional<int> exit_code;    // kState (final)
-  std::string reason;              // kState
+  std::string reason;              // kState; kRankExit: who stopped it on its own, and why
   std::optional<int> node;         // kStaged, kStageFailed, kRankExit, kLimits
   std::string error;               // kStageFailed, kOutput, kLimits
   int64_t files = 0;               // kStaged, kOutput
