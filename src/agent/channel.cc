@@ -23,12 +23,12 @@ Result<void> Channel::send(const Message& message) {
   // rather than thrown out of dump().
   std::string line = message.dump(-1, ' ', false, Message::error_handler_t::replace);
   line += '\n';
-  return sendAll(line);
+  return queue(line);
 }
 
 Result<void> Channel::sendEncoded(std::string line) {
   line += '\n';
-  return sendAll(line);
+  return queue(line);
 }
 
 Result<void> Channel::sendLog(size_t index, std::string_view bytes) {
@@ -38,22 +38,61 @@ Result<void> Channel::sendLog(size_t index, std::string_view bytes) {
   }
   std::string frame = "=" + std::to_string(index) + " " + std::to_string(bytes.size()) + "\n";
   frame.append(bytes);
-  return sendAll(frame);
+  return queue(frame);
 }
 
-Result<void> Channel::sendAll(std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = ::send(fd_.get(), data.data(), data.size(), MSG_NOSIGNAL);
+Result<void> Channel::queue(std::string_view data) {
+  if (gone_) return fail(Code::kUnavailable, "control channel: the peer has gone");
+  const bool waiting = pendingBytes() > 0;
+  out_.append(data);
+  if (!waiting) return flush();  // else it follows what waits, when the socket takes it
+  return {};
+}
+
+Result<void> Channel::flush() {
+  Result<void> result;
+  while (out_start_ < out_.size()) {
+    const ssize_t n = ::send(fd_.get(), out_.data() + out_start_, out_.size() - out_start_,
+                             MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
-      if (errno == EAGAIN) {
-        pollfd p{fd_.get(), POLLOUT, 0};
-        if (::poll(&p, 1, 5000) <= 0) return fail(Code::kUnavailable, "control channel stalled");
-        continue;
-      }
-      return failErrno("control channel send");
+      if (errno == EAGAIN) break;
+      result = failErrno("control channel send");
+      gone_ = true;
+      out_.clear();
+      out_start_ = 0;
+      break;
     }
-    data.remove_prefix(static_cast<size_t>(n));
+    out_start_ += static_cast<size_t>(n);
+  }
+  const bool pending = pendingBytes() > 0;
+  if (!pending) {
+    out_.clear();
+    out_start_ = 0;
+  } else if (out_start_ > (1u << 20) && out_start_ > out_.size() / 2) {
+    out_.erase(0, out_start_);  // what was written goes, now and then, not at every write
+    out_start_ = 0;
+  }
+  if (pending != watched_) {
+    watched_ = pending;
+    if (on_pending_) on_pending_(pending);
+  }
+  return result;
+}
+
+Result<void> Channel::drain(Millis timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (pendingBytes() > 0) {
+    COHORT_TRY(flush());
+    if (pendingBytes() == 0) break;
+    const auto left = std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      return fail(Code::kDeadlineExceeded,
+                  "control channel: " + std::to_string(pendingBytes()) + " byte(s) not taken in " +
+                      formatDuration(timeout));
+    }
+    pollfd p{fd_.get(), POLLOUT, 0};
+    (void)::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
   }
   return {};
 }

@@ -3,8 +3,11 @@
 // proves it knows the per-job secret without sending it (handshakeProof); the coordinator drops
 // connections that fail it, and an agent leaves a coordinator that does. A rank's output travels as
 // it is, in log frames: a line "=<index> <length>" and then that many raw bytes (JSON would have
-// to escape or encode them, at a fraction of the speed). Reads are non-blocking and fed by the
-// owner's event loop; writes complete before returning.
+// to escape or encode them, at a fraction of the speed). Neither reads nor writes ever wait for
+// the peer: reads are fed by the owner's event loop, and what the socket does not take at once
+// waits in the channel, whole messages in order, until the owner's loop finds the socket
+// writable (flush()). A peer that is slow, or stopped (SIGSTOP), therefore never stalls its
+// side's loop, and a message is never cut short; the owner bounds what waits (pendingBytes()).
 // Not thread-safe: one owner, the loop thread.
 #pragma once
 
@@ -46,8 +49,8 @@ class Channel {
 
   int fd() const { return fd_.get(); }
 
-  // Sends one message (invalid UTF-8 in its strings goes as U+FFFD). Errors: kUnavailable when
-  // the peer has gone.
+  // Sends one message (invalid UTF-8 in its strings goes as U+FFFD): writes what the socket
+  // takes now and keeps the rest for flush(). Errors: kUnavailable when the peer has gone.
   Result<void> send(const Message& message);
   // Sends one message already encoded as a line of JSON, without its newline (for a large one
   // that is put together from JSON text).
@@ -57,6 +60,19 @@ class Channel {
   // "index": index, "data": <the bytes, as JSON binary>} for each.
   Result<void> sendLog(size_t index, std::string_view bytes);
   static constexpr size_t kMaxLogFrame = 1u << 20;
+
+  // Writes what waits, as far as the socket takes it now. The owner calls it when the socket is
+  // writable; `onPending` (below) says when to watch for that. Errors: kUnavailable when the
+  // peer has gone.
+  Result<void> flush();
+  // Bytes sent but not yet taken by the socket.
+  size_t pendingBytes() const { return out_.size() - out_start_; }
+  // Called with true when bytes start to wait and false once none do: the owner watches the
+  // socket for EPOLLOUT in between and calls flush() then.
+  void setOnPending(std::function<void(bool)> on_pending) { on_pending_ = std::move(on_pending); }
+  // Waits until everything sent was taken by the socket, or `timeout` passes (an owner about to
+  // end, whose last words must not be lost). Errors: kUnavailable, kDeadlineExceeded.
+  Result<void> drain(Millis timeout);
 
   // Where received log frames go, as they are read (before the messages read with them are
   // returned), without a copy.
@@ -73,9 +89,14 @@ class Channel {
   uint64_t bytesReceived() const { return bytes_received_; }
 
  private:
-  Result<void> sendAll(std::string_view data);
+  Result<void> queue(std::string_view data);
 
   UniqueFd fd_;
+  std::string out_;  // sent, not yet written: from out_start_
+  size_t out_start_ = 0;
+  bool gone_ = false;  // a write found the peer gone
+  bool watched_ = false;  // on_pending_ was last told true
+  std::function<void(bool)> on_pending_;
   std::string buffer_;
   size_t max_bytes_;
   bool closed_ = false;

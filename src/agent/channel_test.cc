@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <thread>
+#include <vector>
 
 namespace cohort::agent {
 namespace {
@@ -105,7 +107,10 @@ TEST(Channel, SendLogSplitsLargeOutputIntoFrames) {
   Channel from{UniqueFd(fds[0])};
   Channel to{UniqueFd(fds[1])};
   std::string big(Channel::kMaxLogFrame + 10, 'x');
-  std::thread sender([&] { ASSERT_TRUE(from.sendLog(0, big)); });
+  std::thread sender([&] {
+    ASSERT_TRUE(from.sendLog(0, big));
+    ASSERT_TRUE(from.drain(Millis(10000)));
+  });
   std::string all;
   size_t frames = 0;
   while (all.size() < big.size()) {
@@ -120,6 +125,51 @@ TEST(Channel, SendLogSplitsLargeOutputIntoFrames) {
   sender.join();
   EXPECT_EQ(all, big);
   EXPECT_EQ(frames, 2u);
+}
+
+// A peer that does not read (stopped, starved) never makes a send wait: what the socket does not
+// take waits in the channel, in order, and no message is ever cut short; it goes when the socket
+// takes it again (flush), and the owner is told when to watch for that.
+TEST(Channel, APeerThatDoesNotReadNeverBlocksASendAndLosesNothing) {
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+  Channel from{UniqueFd(fds[0])};
+  Channel to{UniqueFd(fds[1])};
+  std::vector<bool> pending_said;
+  from.setOnPending([&](bool pending) { pending_said.push_back(pending); });
+  const std::string line(100 * 1024, 'y');
+  const auto start = std::chrono::steady_clock::now();
+  constexpr int kMessages = 200;  // 20 MiB: far more than a socket buffer holds
+  for (int i = 0; i < kMessages; ++i) {
+    ASSERT_TRUE(from.send({{"type", "output"}, {"i", i}, {"line", line}}));
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2))
+      << "a send waited for a peer that does not read";
+  EXPECT_GT(from.pendingBytes(), 0u);
+  ASSERT_EQ(pending_said, std::vector<bool>{true});
+  int next = 0;
+  while (next < kMessages) {
+    ASSERT_TRUE(from.flush());
+    auto m = to.receive();
+    ASSERT_TRUE(m) << m.error().message;
+    for (const Message& one : *m) {
+      ASSERT_EQ(field(one, "i", -1), next) << "in order, each whole";
+      ASSERT_EQ(field(one, "line", std::string()), line);
+      ++next;
+    }
+  }
+  EXPECT_EQ(from.pendingBytes(), 0u);
+  EXPECT_EQ(pending_said, (std::vector<bool>{true, false}));
+}
+
+TEST(Channel, ASendToAPeerThatIsGoneIsAnError) {
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+  Channel from{UniqueFd(fds[0])};
+  ::close(fds[1]);
+  EXPECT_FALSE(from.send({{"type", "heartbeat"}}));
+  EXPECT_FALSE(from.send({{"type", "heartbeat"}})) << "and stays one";
+  EXPECT_FALSE(from.drain(Millis(100)) && from.pendingBytes() > 0);
 }
 
 TEST(Handshake, AProofIsHmacSha256AndBindsTheSideTheNonceAndTheNode) {

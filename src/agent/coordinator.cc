@@ -22,12 +22,14 @@
 
 #include "agent/channel.h"
 #include "agent/hang.h"
+#include "agent/liveness.h"
 #include "agent/metrics.h"
 #include "agent/rank_output.h"
 #include "agent/staging.h"
 #include "job/events.h"
 #include "job/layout.h"
 #include "proc/event_loop.h"
+#include "proc/spawn.h"
 
 namespace cohort::agent {
 
@@ -41,6 +43,12 @@ std::string causeOf(const Error& error) {
 }
 
 std::string baseName(const std::string& path) { return path.substr(path.rfind('/') + 1); }
+
+// The parent of process `pid`; -1 when it cannot be read.
+pid_t parentOf(pid_t pid) {
+  const std::vector<std::string> fields = proc::statFields(pid);
+  return fields.size() > 1 ? static_cast<pid_t>(std::atoi(fields[1].c_str())) : -1;
+}
 
 // How long the agents have to send their ranks' stacks after a hang.
 constexpr Millis kStacksDeadline{15000};
@@ -150,7 +158,10 @@ class Coordinator {
  private:
   struct Agent {
     std::unique_ptr<Channel> channel;  // null until it said hello, and after it was lost
-    std::chrono::steady_clock::time_point last_heard;  // its latest message
+    Silence silence{Millis(1000), {}};  // since its latest message
+    bool local = false;     // forked by this process: watched as a process, not by its silence
+    pid_t pid = -1;         // local: its pid (the socket pair's peer)
+    std::optional<std::chrono::steady_clock::time_point> stopped_since;  // local: seen stopped
     HostAddress host;  // where its node's ranks are reached, from its hello
     std::string hostname;
     bool dialled = false;  // it proved the secret once
@@ -186,8 +197,11 @@ class Coordinator {
     return std::max(Millis(100), Millis(plan_.heartbeat_timeout_ms / 10));
   }
 
-  // An agent that said nothing for the heartbeat timeout is lost, even if its connection is
-  // still open (a hung machine, a network gone): connections may never close in that case.
+  // An agent on another machine that said nothing for the heartbeat timeout, while we were
+  // there to hear it, is lost, even if its connection is still open (a hung machine, a network
+  // gone): connections may never close in that case. An agent this process forked is watched as
+  // a process: it is lost when it dies (its connection ends then) or has been stopped (SIGSTOP)
+  // for the heartbeat timeout; one that is only slow (a busy machine) never is.
   void onHeartbeatTime() {
     heartbeat_.consume();
     const auto timeout = Millis(plan_.heartbeat_timeout_ms);
@@ -196,12 +210,29 @@ class Coordinator {
       onAgent(static_cast<int>(n));  // what it sent while the loop was busy counts
       Agent& agent = agents_[n];
       if (!agent.channel) continue;
-      if (std::chrono::steady_clock::now() - agent.last_heard > timeout) {
+      const auto now = std::chrono::steady_clock::now();
+      const Millis silent = agent.silence.tick(now);
+      bool lost = !agent.local && silent > timeout;
+      if (agent.local) {
+        const bool stopped = agent.pid > 0 && silent >= heartbeatEvery() && processStopped(agent.pid);
+        if (!stopped) {
+          agent.stopped_since.reset();
+        } else if (!agent.stopped_since) {
+          agent.stopped_since = now;
+          std::fprintf(stderr,
+                       "cohort: node %zu's agent (pid %d) is stopped: it is lost unless it "
+                       "continues within %s (kill -CONT %d)\n",
+                       n, agent.pid, formatDuration(timeout).c_str(), agent.pid);
+        }
+        lost = agent.stopped_since && now - *agent.stopped_since >= timeout && silent > timeout;
+      }
+      if (lost) {
         loop_.remove(agent.channel->fd());
         agent.channel.reset();
         launcher_.abandon(static_cast<int>(n));
-        feed(AgentLost{static_cast<int>(n),
-                       whereIs(n) + "no word from it in " + formatDuration(timeout)});
+        feed(AgentLost{static_cast<int>(n), whereIs(n) + "no word from it in " +
+                                                formatDuration(timeout) +
+                                                (agent.local ? std::string() : loadNote())});
         continue;
       }
       (void)agent.channel->send({{"type", "heartbeat"}});
@@ -228,7 +259,8 @@ class Coordinator {
   void act(const LaunchAgents&) {
     auto launched = launcher_.launch(
         static_cast<int>(plan_.nodes.size()),
-        Dial{options_.listen_addr, port_, secret_, [this](UniqueFd fd) { admit(std::move(fd)); }});
+        Dial{options_.listen_addr, port_, secret_,
+             [this](UniqueFd fd) { admit(std::move(fd), /*local=*/true); }});
     // Only now: the local launcher forks its agents from a process with no other thread.
     if (reporter_) reporter_->start();
     // While the agents start (their hellos wait for the loop), and before any rank can.
@@ -477,6 +509,15 @@ class Coordinator {
     if (reaped_) return;
     reaped_ = true;
     loop_.quit();
+    // The last words to agents still there (an exit with the job's code) go before we wait for
+    // them to leave.
+    const auto last_words = std::chrono::steady_clock::now() + Millis(2000);
+    for (Agent& agent : agents_) {
+      if (!agent.channel || agent.channel->pendingBytes() == 0) continue;
+      (void)agent.channel->drain(std::max(
+          Millis(0),
+          std::chrono::duration_cast<Millis>(last_words - std::chrono::steady_clock::now())));
+    }
     // An agent that never dialled in (the job was stopped while they started) would wait for a
     // coordinator that no longer listens: it goes now, not at the reap's deadline.
     for (size_t n = 0; n < agents_.size(); ++n) {
@@ -741,6 +782,8 @@ class Coordinator {
     std::string nonce;  // ours, for its proof
     HostAddress host;   // from its hello; believed only once it proved the secret
     std::string hostname;
+    bool local = false;  // a socket pair to an agent this process forked
+    pid_t pid = -1;      // from its hello (local: a child of ours, which knows the secret)
   };
 
   void onAccept() {
@@ -755,8 +798,11 @@ class Coordinator {
 
   // Anyone on the machine (or the network) can connect: until it proves it knows the secret, a
   // connection is nobody's.
-  void admit(UniqueFd fd) {
+  // `local`: the other end is an agent this process forked (a socket pair, no network between
+  // them): it is watched as a process, not by its silence (agent/liveness.h).
+  void admit(UniqueFd fd, bool local = false) {
     auto pending = std::make_shared<Pending>();
+    pending->local = local;
     const int raw = fd.get();
     pending->channel = std::make_unique<Channel>(std::move(fd), 64 * 1024);
     (void)loop_.add(raw, EPOLLIN, [this, pending](uint32_t) { onPending(pending); });
@@ -784,8 +830,10 @@ class Coordinator {
         p->nonce = *ours;
         p->host = {field(m, "interface", std::string()), field(m, "host", std::string())};
         p->hostname = field(m, "hostname", std::string()).substr(0, 255);
+        p->pid = field(m, "pid", -1);
         if (!p->channel->send({{"type", "challenge"},
                                {"nonce", p->nonce},
+                               {"pid", ::getpid()},  // an agent we started knows us as its parent
                                {"proof", handshakeProof(secret_, "coordinator", nonce, node)}})) {
           return drop();
         }
@@ -800,13 +848,24 @@ class Coordinator {
       loop_.remove(fd);
       Agent& agent = agents_[node];
       agent.channel = std::make_unique<Channel>(UniqueFd(dup(fd)));
-      agent.last_heard = std::chrono::steady_clock::now();
+      agent.silence = Silence(heartbeatEvery(), std::chrono::steady_clock::now());
+      // Ours: forked (a socket pair), or `cohort exec` started by this process's launcher.
+      agent.local = p->local || (p->pid > 0 && parentOf(p->pid) == ::getpid());
+      agent.pid = agent.local ? p->pid : -1;
       agent.host = p->host;
       agent.hostname = p->hostname;
       agent.dialled = true;
       agent.channel->setLogSink(
           [this, node](size_t index, std::string_view bytes) { onLog(node, index, bytes); });
-      (void)loop_.add(agent.channel->fd(), EPOLLIN, [this, node](uint32_t) { onAgent(node); });
+      agent.channel->setOnPending([this, node](bool pending) {
+        if (agents_[node].channel) {
+          (void)loop_.modify(agents_[node].channel->fd(), EPOLLIN | (pending ? uint32_t{EPOLLOUT} : 0u));
+        }
+      });
+      (void)loop_.add(agent.channel->fd(), EPOLLIN, [this, node](uint32_t events) {
+        if ((events & EPOLLOUT) && agents_[node].channel) (void)agents_[node].channel->flush();
+        if (events & ~uint32_t{EPOLLOUT}) onAgent(node);
+      });
       if (!all_connected_ && allConnected()) {
         all_connected_ = true;
         if (auto placed = place(); !placed) {
@@ -853,7 +912,9 @@ class Coordinator {
     if (!agent.channel) return;
     const uint64_t before = agent.channel->bytesReceived();
     auto messages = agent.channel->receive();
-    if (agent.channel->bytesReceived() != before) agent.last_heard = std::chrono::steady_clock::now();
+    if (agent.channel->bytesReceived() != before) {
+      agent.silence.heard(std::chrono::steady_clock::now());
+    }
     if (messages) {
       for (const Message& m : *messages) {
         if (finished_ || !agent.channel) return;

@@ -24,6 +24,7 @@
 #include "agent/channel.h"
 #include "agent/debug_status.h"
 #include "agent/gpu.h"
+#include "agent/liveness.h"
 #include "agent/preload.h"
 #include "agent/rank_output.h"
 #include "agent/staging.h"
@@ -48,6 +49,15 @@ constexpr Millis kProgressEvery{2000};
 constexpr Millis kFirstProgress{500};  // after an attempt's start
 constexpr Millis kStackDumpTimeout{5000};  // one rank's py-spy dump
 constexpr Millis kStacksTimeout{10000};    // every rank of the node
+constexpr Millis kLookEvery{500};  // at the latest: the ranks' debug status, lost stops
+// Ranks' output waiting in the channel for a coordinator that does not read (stopped, starved):
+// past the high mark the agent stops reading the ranks' pipes (a rank then waits on its own
+// output, as it would on a full terminal) until the channel is down to the low mark; nothing is
+// dropped.
+constexpr size_t kOutputHighWater = 32u << 20;
+constexpr size_t kOutputLowWater = 8u << 20;
+// What the agent's last words (exits, outputs copied) have to reach the coordinator as it leaves.
+constexpr Millis kLastWordsTimeout{30000};
 
 // py-spy reads a Python process's stack from outside, without stopping it or changing the
 // script: from PATH, else where scripts/setup installs it beside cohort (venv-tools/bin).
@@ -280,7 +290,13 @@ class Agent {
                               {"host", self.address},
                               {"interface", self.interface},
                               {"hostname", hostName()}}));
-    COHORT_TRY(loop_.add(channel_.fd(), EPOLLIN, [this](uint32_t) { onChannel(); }));
+    channel_.setOnPending([this](bool pending) {
+      (void)loop_.modify(channel_.fd(), EPOLLIN | (pending ? uint32_t{EPOLLOUT} : 0u));
+    });
+    COHORT_TRY(loop_.add(channel_.fd(), EPOLLIN, [this](uint32_t events) {
+      if (events & EPOLLOUT) onWritable();
+      if (events & ~uint32_t{EPOLLOUT}) onChannel();
+    }));
     COHORT_TRY(loop_.add(signals_.fd(), EPOLLIN, [this](uint32_t) { onSignal(); }));
     COHORT_TRY(loop_.add(grace_.fd(), EPOLLIN, [this](uint32_t) { onGraceOver(); }));
     COHORT_TRY(loop_.add(progress_.fd(), EPOLLIN, [this](uint32_t) { onProgressTime(); }));
@@ -289,6 +305,8 @@ class Agent {
     gpu_.emplace(loop_, path ? path : "/usr/local/bin:/usr/bin:/bin", [this] { reapOrphans(); });
     COHORT_TRY(loop_.run());
     if (chore_.joinable()) chore_.join();
+    // What waits in the channel (the last exits, outputs_copied) goes before we do.
+    (void)channel_.drain(kLastWordsTimeout);
     gpu_.reset();
     template_.reset();  // killed and reaped
     // The node's cgroup holds the ranks' and the attempts' below it; the template's is beside it.
@@ -312,15 +330,20 @@ class Agent {
   }
 
  private:
-  // Says it is alive, and gives up on a coordinator that has said nothing for the heartbeat
-  // timeout (its machine hung, the network between them went away): the ranks stop.
+  // Says it is alive, and gives up on a coordinator on another machine that has said nothing
+  // for the heartbeat timeout while we were there to hear it (its machine hung, the network
+  // between them went away): the ranks stop. A coordinator on this machine (our parent, over a
+  // socket pair) is never given up for silence: its connection ends when it dies, and a
+  // coordinator that was stopped or starved finds its job as it was (agent/liveness.h).
   void onHeartbeatTime() {
     heartbeat_.consume();
     if (lost_coordinator_) return;
     onChannel();  // what came while the loop was busy counts
     if (lost_coordinator_) return;
-    if (std::chrono::steady_clock::now() - last_heard_ > heartbeat_timeout_) {
-      const std::string why = "no word from the coordinator in " + formatDuration(heartbeat_timeout_);
+    const Millis silent = silence_.tick(std::chrono::steady_clock::now());
+    if (!coordinator_local_ && silent > heartbeat_timeout_) {
+      const std::string why =
+          "no word from the coordinator in " + formatDuration(heartbeat_timeout_) + loadNote();
       std::fprintf(stderr, "cohort exec: node %d: %s\n", options_.node, why.c_str());
       lostCoordinator(why);
       return;
@@ -328,8 +351,12 @@ class Agent {
     heartbeatIfDue();
     resendLostStops();
     checkDebugStatus();
-    heartbeat_.arm(heartbeat_every_);
+    heartbeat_.arm(tickEvery());
   }
+
+  // The heartbeat timer's period: a heartbeat when one is due, and the looks that must be
+  // frequent whatever the timeout (the ranks' debug status, stops a sandbox could not take yet).
+  Millis tickEvery() const { return std::min(heartbeat_every_, kLookEvery); }
 
   // debug: each running rank's word on its debugger (agent/debug_status.h), to the coordinator
   // when it changes: a rank that waits for one, or has one, holds the job's timeouts.
@@ -400,7 +427,7 @@ class Agent {
     const uint64_t before = channel_.bytesReceived();
     auto messages = channel_.receive();
     if (channel_.bytesReceived() != before || channel_.closed()) {
-      last_heard_ = std::chrono::steady_clock::now();
+      silence_.heard(std::chrono::steady_clock::now());
     }
     if (!messages) {
       std::fprintf(stderr, "cohort exec: node %d: %s\n", options_.node,
@@ -431,6 +458,9 @@ class Agent {
       lostCoordinator("the coordinator did not prove that it knows the job's secret");
       return;
     }
+    // A coordinator that started us on this machine is our parent: it is watched as a process
+    // (agent/liveness.h), and never given up for silence.
+    coordinator_local_ = options_.coordinator_fd >= 0 || field(m, "pid", -1) == ::getppid();
     const std::string proof =
         handshakeProof(options_.secret, "agent", field(m, "nonce", std::string()), options_.node);
     (void)channel_.send({{"type", "auth"}, {"proof", proof}});
@@ -459,9 +489,10 @@ class Agent {
       heartbeat_every_ = Millis(std::max<int64_t>(100, field(m, "heartbeat_ms", int64_t{1000})));
       heartbeat_timeout_ =
           Millis(std::max<int64_t>(1000, field(m, "heartbeat_timeout_ms", int64_t{5000})));
+      silence_ = Silence(tickEvery(), std::chrono::steady_clock::now());
       stop_signal_ = field(m, "stop_signal", int{SIGTERM});
       outside_grace_ = Millis(std::max<int64_t>(0, field(m, "grace_ms", int64_t{3000})));
-      heartbeat_.arm(heartbeat_every_);
+      heartbeat_.arm(tickEvery());
       trim_after_message_ = true;  // the plan's JSON was large and is garbage now
       setUpCgroup();
     } else if (type == "stage") {
@@ -1042,10 +1073,42 @@ class Agent {
     rank.spawned = std::chrono::steady_clock::now();
     ++running_count_;
     COHORT_TRY(loop_.add(rank.child.pidfd.get(), EPOLLIN, [this, index](uint32_t) { onExit(index); }));
-    if (rank.out.valid()) {
-      COHORT_TRY(loop_.add(rank.out.get(), EPOLLIN, [this, index](uint32_t) { pump(index, 16); }));
-    }
+    if (rank.out.valid() && !output_held_) COHORT_TRY(watchOutput(index));
     return {};
+  }
+
+  Result<void> watchOutput(size_t index) {
+    return loop_.add(ranks_[index].out.get(), EPOLLIN, [this, index](uint32_t) {
+      if (channel_.pendingBytes() > kOutputHighWater) {
+        holdOutput();
+        return;
+      }
+      pump(index, 16);
+    });
+  }
+
+  // The coordinator does not take what the ranks write as fast as they write it: their pipes
+  // wait (and then the ranks) until it has taken most of what is queued (onWritable).
+  void holdOutput() {
+    if (output_held_) return;
+    output_held_ = true;
+    for (Rank& rank : ranks_) {
+      if (rank.out.valid()) loop_.remove(rank.out.get());
+    }
+  }
+
+  void onWritable() {
+    if (auto flushed = channel_.flush(); !flushed) {
+      std::fprintf(stderr, "cohort exec: node %d: %s\n", options_.node,
+                   flushed.error().message.c_str());
+      lostCoordinator("its connection to the coordinator failed: " + flushed.error().message);
+      return;
+    }
+    if (!output_held_ || channel_.pendingBytes() > kOutputLowWater) return;
+    output_held_ = false;
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      if (ranks_[i].out.valid()) (void)watchOutput(i);
+    }
   }
 
   // A preloaded rank: forked by the template, then adopted (our child already; its pidfd; the
@@ -1310,7 +1373,7 @@ class Agent {
   int stop_signal_ = SIGTERM;   // policy.stop_signal, from the plan
   int sent_signal_ = SIGTERM;   // what the current stop sent
   Millis outside_grace_{3000};  // policy.grace_period: for a stop that comes from outside
-  std::chrono::steady_clock::time_point last_heard_ = std::chrono::steady_clock::now();
+  Silence silence_{heartbeat_every_, std::chrono::steady_clock::now()};  // the coordinator's
   std::chrono::steady_clock::time_point last_sent_{};
   Channel channel_;
   CgroupSupport cgroups_;
@@ -1350,6 +1413,8 @@ class Agent {
   std::string nonce_;           // ours, for the coordinator's proof
   bool authenticated_ = false;  // the coordinator proved it knows the secret
   bool signalled_ = false;      // a stop signal came from outside while the coordinator was there
+  bool output_held_ = false;    // the ranks' pipes are not read: the channel is full (holdOutput)
+  bool coordinator_local_ = false;  // the coordinator is our parent, on this machine
   // Why this agent stops its ranks on its own (it lost its coordinator, a signal from outside);
   // "" while every stop is the coordinator's.
   std::string own_stop_reason_;

@@ -26,6 +26,15 @@ Result<void> EventLoop::add(int fd, uint32_t events, Callback callback) {
   return {};
 }
 
+Result<void> EventLoop::modify(int fd, uint32_t events) {
+  if (!callbacks_.count(fd)) return {};
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.fd = fd;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, fd, &ev) < 0) return failErrno("epoll_ctl mod");
+  return {};
+}
+
 void EventLoop::remove(int fd) {
   if (callbacks_.erase(fd)) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
 }

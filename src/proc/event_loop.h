@@ -25,6 +25,9 @@ class EventLoop {
 
   // Watches `fd` (not owned) for `events` (EPOLLIN, ...). The callback may add or remove fds.
   Result<void> add(int fd, uint32_t events, Callback callback);
+  // Watches an added `fd` for `events` instead (EPOLLIN | EPOLLOUT while a socket has bytes to
+  // write, say); nothing for an fd not added. Errors: kIo from epoll_ctl.
+  Result<void> modify(int fd, uint32_t events);
   void remove(int fd);
 
   // Runs until quit() is called. Errors: kIo when epoll_wait fails.

@@ -91,9 +91,11 @@ struct Policy {
   int max_restarts = 0;
   Millis grace_period{30000};
   std::optional<Millis> max_runtime;
-  // A node whose agent says nothing for this long is lost (also when its connection stays open:
-  // a hung machine, a network that went away).
-  Millis heartbeat_timeout{5000};
+  // A node on another machine whose agent says nothing for this long is lost (also when its
+  // connection stays open: a hung machine, a network that went away); an agent forked on the
+  // coordinator's machine is lost when it dies or has been stopped for this long. Long enough
+  // that a busy machine (load average 30 on 2 cores) is not taken for a dead one.
+  Millis heartbeat_timeout{30000};
   // No rank made progress (output, a metric, cohort.heartbeat()) for this long: the job hangs.
   // Until the attempt's first progress (any rank's), startup_timeout is the limit instead (when
   // given).

@@ -20,8 +20,10 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "harness.h"
+#include "tests/versitygw.h"
 #include "proc/cgroup.h"
 
 namespace cohort::testing {
@@ -408,6 +410,102 @@ TEST(Supervision, ANodeThatSaysNothingIsLostByItsHeartbeatsAndNamed) {
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("node 1's agent was lost (no word from it in 2.0s)"), std::string::npos)
       << r.err;
+  expectAllGone(readPids(root + "/pids"));
+}
+
+// The reproduction of a verdict that lied: a coordinator paused (SIGSTOP) for longer than the
+// heartbeat timeout used to have its agents stop every rank on their own, and the job was then
+// recorded as succeeded with nothing run. An agent on the coordinator's machine watches its
+// process, not a clock: the paused coordinator finds its job as it was, and the job's verdict is
+// the ranks' own.
+TEST(Supervision, ACoordinatorPausedLongerThanTheHeartbeatTimeoutFindsItsJobAsItWas) {
+  std::string root = tempDir();
+  CohortProcess cohort{{"run", "--data-root", root, "--nodes", "2", "--heartbeat-timeout", "1s",
+                        "--", testRank(), "pidfile=" + root + "/pids", "wait-file=" + root + "/go",
+                        "echo=finished by itself"}};
+  ASSERT_TRUE(waitFor([&] { return readPids(root + "/pids").size() == 2; }, 20s));
+  ASSERT_EQ(::kill(cohort.pid(), SIGSTOP), 0);
+  std::this_thread::sleep_for(3500ms);  // the pause under test: over three heartbeat timeouts
+  std::ofstream(root + "/go") << "go\n";
+  std::this_thread::sleep_for(500ms);  // the ranks finish while the coordinator is still paused
+  ASSERT_EQ(::kill(cohort.pid(), SIGCONT), 0);
+  auto r = cohort.wait(30s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const std::string job = onlyJobDir(root);
+  for (const std::string rank : {"0", "1"}) {
+    EXPECT_NE(readText(job + "/logs/worker-" + rank + ".log").find("finished by itself"),
+              std::string::npos);
+  }
+  for (const auto& e : rankExits(job)) {
+    EXPECT_FALSE(e["by_cohort"].get<bool>()) << e.dump();
+    EXPECT_EQ(e["code"], 0) << e.dump();
+  }
+}
+
+// Ranks that write while their coordinator is paused: what the agent cannot hand over waits
+// (then the ranks wait on their own output), nothing is cut or lost, and the agent's own loop
+// never stalls on the coordinator.
+TEST(Supervision, OutputWrittenWhileTheCoordinatorIsPausedIsKeptWhole) {
+  std::string root = tempDir();
+  CohortProcess cohort{{"run", "--data-root", root, "--nodes", "2", "--", testRank(),
+                        "pidfile=" + root + "/pids", "wait-file=" + root + "/go",
+                        "flood=50000000", "echo=the last line"}};
+  ASSERT_TRUE(waitFor([&] { return readPids(root + "/pids").size() == 2; }, 20s));
+  ASSERT_EQ(::kill(cohort.pid(), SIGSTOP), 0);
+  std::ofstream(root + "/go") << "go\n";
+  std::this_thread::sleep_for(3s);
+  ASSERT_EQ(::kill(cohort.pid(), SIGCONT), 0);
+  auto r = cohort.wait(60s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const std::string job = onlyJobDir(root);
+  for (const std::string rank : {"0", "1"}) {
+    const std::string log = readText(job + "/logs/worker-" + rank + ".log");
+    EXPECT_GE(log.size(), 50000000u);
+    EXPECT_NE(log.find("the last line"), std::string::npos);
+    EXPECT_NE(log.find("rank " + rank + " line 0 "), std::string::npos);
+  }
+}
+
+// An agent on another machine cannot tell a paused coordinator from a dead one: after the
+// heartbeat timeout it stops its ranks on its own. When the coordinator comes back it hears
+// why, and the job fails saying so: a rank its agent stopped is never a success, even one that
+// was killed by a signal and so reported code 0 (as the events.jsonl showed).
+TEST(Supervision, RanksAnAgentStoppedOnItsOwnAreNeverASuccessAndTheRecordSaysWhy) {
+  std::string root = tempDir();
+  const int port = freeLoopbackPort();
+  const std::string secret = "5ec2e75ec2e75ec2e75ec2e75ec2e75e";
+  nlohmann::json spec = {{"name", "paused"},
+                         {"framework", "generic"},
+                         {"command", {testRank(), "pidfile=" + root + "/pids", "sleep=60"}},
+                         {"policy", {{"heartbeat_timeout", "1s"}}}};
+  std::vector<std::string> env = {"COHORT_DATA_ROOT=" + root, "COHORT_JOB_ID=paused-1",
+                                  "COHORT_JOB_SECRET=" + secret, "COHORT_JOB=" + spec.dump()};
+  CohortProcess coordinator({"coordinate", "--listen", "127.0.0.1:" + std::to_string(port)}, env);
+  CohortProcess agent({"exec", "--coordinator", "127.0.0.1:" + std::to_string(port), "--node", "0"},
+                      {"COHORT_JOB_SECRET=" + secret});
+  ASSERT_TRUE(waitFor([&] { return readPids(root + "/pids").size() == 1; }, 20s))
+      << coordinator.wait(1s).err;
+  ASSERT_EQ(::kill(coordinator.pid(), SIGSTOP), 0);
+  auto a = agent.wait(30s);  // it gives the coordinator up, stops its rank, and goes
+  ASSERT_EQ(::kill(coordinator.pid(), SIGCONT), 0);
+  auto r = coordinator.wait(30s);
+  EXPECT_NE(a.err.find("no word from the coordinator in 1.0s"), std::string::npos) << a.err;
+  EXPECT_NE(a.err.find("load average"), std::string::npos) << a.err;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("was stopped by its node's agent on its own (it lost its coordinator: "
+                       "no word from the coordinator in 1.0s"),
+            std::string::npos)
+      << r.err;
+  const std::string job = onlyJobDir(root);
+  const auto result = nlohmann::json::parse(readText(job + "/result.json"));
+  EXPECT_EQ(result["state"], "failed");
+  EXPECT_NE(result["reason"].get<std::string>().find("stopped by its node's agent"),
+            std::string::npos);
+  auto exits = rankExits(job);
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_TRUE(exits[0]["by_cohort"].get<bool>());
+  EXPECT_NE(exits[0]["reason"].get<std::string>().find("it lost its coordinator"),
+            std::string::npos);
   expectAllGone(readPids(root + "/pids"));
 }
 
