@@ -1,5 +1,6 @@
 #include "agent/reporter.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "http/client.h"
+#include "job/events.h"
 #include "util/fd.h"
 
 namespace cohort::agent {
@@ -214,6 +216,44 @@ bool Reporter::sendOnce(std::unique_lock<std::mutex>& lock) {
   acked_ = std::clamp<int64_t>(events_seq, 0, static_cast<int64_t>(events_.size()));
   if (with_result && result_recorded) result_acked_ = true;
   return true;
+}
+
+Result<void> reportRefusal(const job::Layout& layout, const std::string& job_id,
+                           std::optional<ReportTarget> target, const std::string& reason,
+                           int exit_code, Millis linger,
+                           const std::function<std::string()>& give_up) {
+  if (!target) {
+    COHORT_ASSIGN(ReportTarget read, reportTarget(layout, job_id));
+    target = std::move(read);
+  }
+  // What the record has already (a coordinator that failed after it began), numbered as the
+  // server numbers it: the refusal comes after it.
+  std::vector<std::string> lines;
+  UniqueFd events(::open(layout.eventsFile().c_str(),
+                         O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (!events.valid()) return failErrno("open '" + layout.eventsFile() + "'");
+  std::string text, chunk;
+  int64_t offset = 0;
+  while (text.size() < (64u << 20) && readNextChunk(events.get(), offset, chunk)) text += chunk;
+  for (const std::string& line : split(text, '\n')) {
+    if (!line.empty()) lines.push_back(line);
+  }
+  job::Event end = job::stateEvent(nowUnixNanos(), "failed", reason);
+  end.exit_code = exit_code;
+  const std::string line = job::encodeEvent(end);
+  COHORT_TRY(writeAll(events.get(), line + "\n"));
+  lines.push_back(line);
+  const nlohmann::json result = {{"job_id", job_id},    {"state", "failed"},
+                                 {"exit_code", exit_code}, {"reason", reason},
+                                 {"attempts", 0},          {"outputs", nlohmann::json::array()},
+                                 {"duration_s", 0}};
+  const std::string json = result.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+  COHORT_TRY(writeFileAtomic(layout.resultFile(), json + "\n"));
+  Reporter reporter(std::move(*target));
+  for (std::string& l : lines) reporter.event(std::move(l));
+  reporter.result(json);
+  reporter.drain(linger, give_up);
+  return {};
 }
 
 }  // namespace cohort::agent

@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -80,5 +81,19 @@ class Reporter {
   std::string last_error_;
   std::thread thread_;
 };
+
+// A job its coordinator refused before it could run it (an input it could not read, a job file
+// it could not plan, a port it could not lease, a listener it could not open): the refusal is
+// the job's end, and the server hears it with its cause rather than finding the coordinator gone
+// without a word. It is written to the job's record (a final "failed" state event with `reason`
+// and `exit_code`, after whatever events the record has, and result.json) and reported with the
+// events before it, waiting for the server at most `linger` or until `give_up` says to stop (see
+// Reporter::drain). `target`: the report target when the caller already took it; else it is
+// read from the job directory. Errors: kIo when the record cannot be written or the target
+// read; false from the server's side is said on stderr by the reporter.
+Result<void> reportRefusal(const job::Layout& layout, const std::string& job_id,
+                           std::optional<ReportTarget> target, const std::string& reason,
+                           int exit_code, Millis linger,
+                           const std::function<std::string()>& give_up = {});
 
 }  // namespace cohort::agent

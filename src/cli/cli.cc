@@ -16,6 +16,7 @@
 
 #include "agent/coordinator.h"
 #include "agent/node_agent.h"
+#include "agent/reporter.h"
 #include "backends/local.h"
 #include "backends/slurm.h"
 #include "backends/volcano.h"
@@ -159,6 +160,21 @@ int reportError(const Error& e) {
 
 int cmdRun(int argc, char** argv);
 
+// How long a server's coordinator that refused its job waits for the server to hear it (the
+// server may be restarting).
+constexpr Millis kRefusalLinger{600000};
+
+// Whether SIGINT, SIGTERM or SIGHUP came (they are blocked in cohort run): a stop says not to wait
+// for the server any longer. "" when none did.
+std::string stopSignalCame() {
+  sigset_t stops;
+  sigemptyset(&stops);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stops, sig);
+  const timespec now{};
+  const int sig = ::sigtimedwait(&stops, nullptr, &now);
+  return sig > 0 ? "stopped waiting for it: " + spec::stopSignalName(sig) : std::string();
+}
+
 // `cohort rerun JOB [flags]`: a job of this machine runs again from the job file in its
 // directory, the flags applied as cohort run applies them; any other job is the server's
 // (client_cmd.cc).
@@ -245,25 +261,41 @@ int cmdRun(int argc, char** argv) {
   if (auto spec = buildSpec(*options); spec && spec->backend == spec::Backend::kVolcano) {
     return runOnVolcano(*options);  // the coordinator runs in the cluster (volcano_run.h)
   }
+  // A server's job (--report) that cannot run is refused in its record and to the server, with
+  // its cause: never a coordinator gone without a word.
+  std::optional<agent::ReportTarget> target;
+  auto refuse = [&](const Error& e) {
+    const int code = reportError(e);
+    if (options->report && !options->job_id.empty()) {
+      const job::Layout layout(jobDirFor(*options));
+      if (auto reported = agent::reportRefusal(layout, options->job_id, std::move(target),
+                                               e.message, code, kRefusalLinger, stopSignalCame);
+          !reported) {
+        std::fprintf(stderr, "cohort: the job's refusal could not be reported: %s\n",
+                     reported.error().message.c_str());
+      }
+    }
+    return code;
+  };
   auto job = prepareJob(*options);
-  if (!job) return reportError(job.error());
+  if (!job) return refuse(job.error());
   std::vector<plan::PortLease> leases;  // held until cohort exits
-  if (auto leased = leasePorts(*job, leases); !leased) return reportError(leased.error());
+  if (auto leased = leasePorts(*job, leases); !leased) return refuse(leased.error());
   auto plan = plan::makePlan(job->spec, job->context);
-  if (!plan) return reportError(plan.error());
+  if (!plan) return refuse(plan.error());
   const bool slurm = job->spec.backend == spec::Backend::kSlurm;
   std::string listen_addr = "127.0.0.1";
   if (slurm) {
     // Asked before anything is made: a cluster that cannot be reached leaves nothing behind.
     auto at = backends::slurmCoordinatorAddress(job->spec.network);
-    if (!at) return reportError(at.error());
+    if (!at) return refuse(at.error());
     listen_addr = at->address;
   }
 
   if (auto made = makeJobDirs(plan->job_dir, !options->job_id.empty(), job->context.uid,
                               job->context.gid);
       !made) {
-    return reportError(made.error());
+    return refuse(made.error());
   }
   if (options->job_id.empty()) {
     // The job file, to run it again (cohort rerun): a server's job has the one it submitted.
@@ -271,7 +303,7 @@ int cmdRun(int argc, char** argv) {
     makePathsAbsolute(portable);
     const std::string file = job::Layout(plan->job_dir).specFile();
     if (auto w = writeFileAtomic(file, spec::toJobFile(portable), false); !w) {
-      return reportError(w.error());
+      return refuse(w.error());
     }
   }
   const bool progress = !options->quiet;
@@ -304,9 +336,10 @@ int cmdRun(int argc, char** argv) {
     if (options->job_id.empty()) {
       return reportError(Error{Code::kInvalidArgument, "--report: only with --job-id"});
     }
-    auto target = agent::reportTarget(job::Layout(plan->job_dir), plan->job_id);
-    if (!target) return reportError(target.error());
-    copts.report = std::move(*target);
+    auto taken = agent::reportTarget(job::Layout(plan->job_dir), plan->job_id);
+    if (!taken) return reportError(taken.error());  // nowhere to report to
+    target = *taken;
+    copts.report = std::move(*taken);
   }
   copts.write_plan = [&plan] { return writePlan(*plan); };
   // The job is over and its record written when runCoordinator() returns. What is left is freeing
@@ -316,7 +349,7 @@ int cmdRun(int argc, char** argv) {
   // (docs/benchmarks.md).
   copts.process_ends_after = true;
   auto outcome = agent::runCoordinator(*plan, *launcher, copts);
-  if (!outcome) return reportError(outcome.error());
+  if (!outcome) return refuse(outcome.error());
   printOutcome(*plan, *outcome, progress);
   std::fflush(nullptr);
   ::_exit(outcome->exit_code);

@@ -639,16 +639,24 @@ Result<void> checkStoreInput(const spec::JobSpec& s, const spec::Input& in, size
   return {};
 }
 
+std::string dataRootFor(const JobOptions& o) {
+  const char* env_root = std::getenv("COHORT_DATA_ROOT");
+  const char* home = std::getenv("HOME");
+  return !o.data_root.empty()    ? absoluteIn(o.data_root, currentDir())
+         : env_root && *env_root ? std::string(env_root)
+                                 : std::string(home ? home : "/tmp") + "/.cohort";
+}
+
+std::string jobDirFor(const JobOptions& o) {
+  return job::Layout::of(dataRootFor(o), o.job_id).dir();
+}
+
 Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
   PreparedJob job;
   COHORT_ASSIGN(job.spec, buildSpec(o));
   spec::JobSpec& s = job.spec;
   const std::string cwd = currentDir();
-  const char* env_root = std::getenv("COHORT_DATA_ROOT");
-  const char* home = std::getenv("HOME");
-  job.data_root = !o.data_root.empty()    ? absoluteIn(o.data_root, cwd)
-                  : env_root && *env_root ? std::string(env_root)
-                                          : std::string(home ? home : "/tmp") + "/.cohort";
+  job.data_root = dataRootFor(o);
   const std::string job_id = o.job_id.empty() ? job::newJobId(s.name) : o.job_id;
 
   // Where inputs come from and outputs go: store:// URIs and paths relative to the job file.

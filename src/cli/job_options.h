@@ -64,6 +64,11 @@ struct PreparedJob {
   std::string data_root;
 };
 
+// Where a job's files go: --data-root, else COHORT_DATA_ROOT, else ~/.cohort.
+std::string dataRootFor(const JobOptions& options);
+// The directory of the job `options.job_id` names (a server's job, --job-id).
+std::string jobDirFor(const JobOptions& options);
+
 // Builds the spec (job file, then flags), validates it, resolves the workdir and checks that the
 // workdir and the program exist, looks at the machine's devices (resolving procs_per_node: auto)
 // and picks the job id and directory (not created yet). Ports are leased by the caller. The

@@ -1837,6 +1837,37 @@ TEST_F(ServerRecovery, JobWhoseCoordinatorDiedWithTheServerIsLost) {
   EXPECT_TRUE(contains(events.body, "\"state\":\"failed\"")) << events;
 }
 
+// A coordinator that refuses its job before it can run it (here its program was removed while
+// the job waited in the queue; an input it cannot read is the same) gives the server the cause:
+// the record says why, never "lost: ... ended without reporting a result".
+TEST_F(ServerRecovery, AJobItsCoordinatorRefusesIsRecordedWithTheCause) {
+  const std::string program = work_ + "/gone-rank";
+  std::filesystem::copy_file(testRank(), program);
+  ::chmod(program.c_str(), 0755);
+  Json blocker = rankJob("blocker", {gate("go")});
+  blocker["roles"] = {{"worker", {{"resources", {{"cpus", 2}}}}}};
+  const std::string first = submit(admin_, blocker);
+  ASSERT_FALSE(first.empty());
+  waitJob(admin_, first, isRunning);
+  Json victim = {{"name", "refused"},
+                 {"framework", "generic"},
+                 {"workdir", work_},
+                 {"command", {program, "exit=0"}},
+                 {"roles", {{"worker", {{"resources", {{"cpus", 2}}}}}}}};
+  const std::string id = submit(admin_, victim);
+  ASSERT_FALSE(id.empty());
+  std::filesystem::remove(program);
+  openGate("go");
+  Json record = waitFinal(admin_, id);
+  EXPECT_EQ(record.value("state", ""), "failed") << record.dump();
+  const std::string reason = record.value("reason", "");
+  EXPECT_EQ(reason.rfind("lost", 0), std::string::npos) << record.dump();
+  EXPECT_TRUE(contains(reason, "gone-rank")) << "the cause names the program: " << record.dump();
+  EXPECT_NE(record["exit_code"], Json(0)) << record.dump();
+  Answer events = get("/v1/jobs/" + id + "/events", admin_);
+  EXPECT_TRUE(contains(events.body, "gone-rank")) << events;
+}
+
 TEST_F(ServerRecovery, QueuedJobStaysQueuedAcrossARestartAndThenRuns) {
   stopServer();
   ASSERT_TRUE(startServer({"--cpus", "1"}));
