@@ -15,6 +15,12 @@
 //   absent=PATH      exit 4 if PATH exists (what an isolated rank must not see)
 //   spin=S           use the CPU for S seconds   hold=BYTES     allocate and touch BYTES, kept
 //   bytes=HEX        write these bytes as they are (any byte: NUL, invalid UTF-8)
+//   truth=PATH       from here on, record the rank's ground truth in PATH (a file the test
+//                    owns, outside the job): "start R A PID" now, "line R A K" after each line
+//                    `lines` printed, and "end R A exit N" / "end R A kill SIG" just before the
+//                    rank ends by itself (R: rank, A: restart attempt); a rank that ends any
+//                    other way (a signal it did not send itself) records no end
+//   lines=N/S        print N lines "rank R attempt A line K", S seconds apart
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -44,6 +50,23 @@ void appendLine(const std::string& path, const std::string& line) {
   ssize_t n = ::write(fd, text.data(), text.size());
   (void)n;
   ::close(fd);
+}
+
+std::string truth_file;  // truth=PATH
+
+// "R A": this rank and its restart attempt, for the ground truth.
+std::string whoAmI() {
+  return std::to_string(envInt("COHORT_RANK")) + " " + std::to_string(envInt("COHORT_RESTART_COUNT"));
+}
+
+void truth(const std::string& what) {
+  if (!truth_file.empty()) appendLine(truth_file, what);
+}
+
+void sleepFor(double secs) {
+  timespec ts{static_cast<time_t>(secs), static_cast<long>((secs - static_cast<long>(secs)) * 1e9)};
+  while (nanosleep(&ts, &ts) < 0) {
+  }
 }
 
 void flood(long bytes) {
@@ -99,16 +122,30 @@ int main(int argc, char** argv) {
     std::string value = action.find('=') == std::string::npos ? "" : action.substr(action.find('=') + 1);
     if (key == "exit") {
       std::fflush(stdout);
+      truth("end " + whoAmI() + " exit " + std::to_string(std::atoi(value.c_str())));
       return std::atoi(value.c_str());
     } else if (key == "sleep") {
-      double secs = std::atof(value.c_str());
-      timespec ts{static_cast<time_t>(secs), static_cast<long>((secs - static_cast<long>(secs)) * 1e9)};
-      while (nanosleep(&ts, &ts) < 0) {
+      sleepFor(std::atof(value.c_str()));
+    } else if (key == "truth") {
+      truth_file = value;
+      truth("start " + whoAmI() + " " + std::to_string(::getpid()));
+    } else if (key == "lines") {
+      const long count = std::atol(value.c_str());
+      const double gap = value.find('/') == std::string::npos
+                             ? 0
+                             : std::atof(value.c_str() + value.find('/') + 1);
+      for (long k = 0; k < count; ++k) {
+        if (k > 0 && gap > 0) sleepFor(gap);
+        std::printf("rank %d attempt %d line %ld\n", envInt("COHORT_RANK"),
+                    envInt("COHORT_RESTART_COUNT"), k);
+        std::fflush(stdout);
+        truth("line " + whoAmI() + " " + std::to_string(k));
       }
     } else if (key == "ignore-term") {
       ::signal(SIGTERM, SIG_IGN);
     } else if (key == "kill") {
       std::fflush(stdout);
+      truth("end " + whoAmI() + " kill " + std::to_string(std::atoi(value.c_str())));
       ::kill(::getpid(), std::atoi(value.c_str()));
     } else if (key == "env") {
       for (char** e = environ; *e; ++e) std::printf("%s\n", *e);
@@ -201,5 +238,6 @@ int main(int argc, char** argv) {
       return 64;
     }
   }
+  truth("end " + whoAmI() + " exit 0");
   return 0;
 }
