@@ -597,6 +597,11 @@ class Coordinator {
                       {"outputs", std::move(outputs)},
                       {"duration_s", out.duration_s}};
     if (!out.diagnosis.empty()) record["diagnosis"] = out.diagnosis;
+    if (out.lost_node) {
+      record["lost_node"] = {{"node", out.lost_node->node},
+                             {"why", out.lost_node->why},
+                             {"ranks", out.lost_node->ranks}};
+    }
     if (!startup_.empty()) record["startup"] = startupJson();  // of the last attempt
     if (out.root_cause) {
       const RankExit& rc = *out.root_cause;

@@ -1,14 +1,17 @@
 #include "cli/job_run.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 
 #include "agent/root_cause.h"
 #include "job/layout.h"
 #include "util/fd.h"
+#include "util/text.h"
 
 namespace cohort::cli {
 
@@ -79,6 +82,27 @@ agent::Placement placeOnHosts(const PreparedJob& job) {
   };
 }
 
+namespace {
+
+// The last `count` lines of the file at `path` (its last 64 KiB at most), read without following
+// a link; none when it cannot be read.
+std::vector<std::string> lastLines(const std::string& path, size_t count) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) return {};
+  const off_t size = ::lseek(fd.get(), 0, SEEK_END);
+  const off_t from = std::max<off_t>(0, size - 65536);
+  std::string text(static_cast<size_t>(size - from), '\0');
+  const ssize_t n = ::pread(fd.get(), text.data(), text.size(), from);
+  if (n <= 0) return {};
+  text.resize(static_cast<size_t>(n));
+  std::vector<std::string> lines = split(text, '\n');
+  while (!lines.empty() && lines.back().empty()) lines.pop_back();
+  if (lines.size() > count) lines.erase(lines.begin(), lines.end() - static_cast<long>(count));
+  return lines;
+}
+
+}  // namespace
+
 void printOutcome(const plan::Plan& plan, const agent::JobOutcome& outcome, bool progress) {
   if (outcome.state == agent::JobState::kSucceeded) {
     if (progress) {
@@ -93,6 +117,12 @@ void printOutcome(const plan::Plan& plan, const agent::JobOutcome& outcome, bool
   if (outcome.root_cause) {
     std::string report = agent::formatRootCause(*outcome.root_cause, outcome.exits);
     std::fprintf(stderr, "%s", report.c_str());
+  } else if (outcome.lost_node) {
+    // The lost node's ranks' last lines, from the logs this coordinator wrote for them.
+    std::vector<std::vector<std::string>> tails;
+    for (const std::string& log : outcome.lost_node->logs) tails.push_back(lastLines(log, 5));
+    std::fprintf(stderr, "%s",
+                 agent::formatLostNode(*outcome.lost_node, tails, outcome.exits).c_str());
   }
   std::fprintf(stderr, "cohort: logs in %s/logs\n", plan.job_dir.c_str());
 }
