@@ -245,7 +245,7 @@ agent::LaunchStatus SlurmLauncher::status() {
               job::Layout(plan_.job_dir).dir() + "/slurm-" + job_ + ".out"};
 }
 
-void SlurmLauncher::abandon(int) {}
+void SlurmLauncher::abandon(int) { abandoned_ = true; }
 
 void SlurmLauncher::reap(Millis deadline) {
   if (job_.empty() || reaped_) return;
@@ -259,11 +259,21 @@ void SlurmLauncher::reap(Millis deadline) {
       std::this_thread::sleep_for(Millis(50));
     }
   };
-  // Agents told to exit end the batch job by themselves; one still in the queue has none.
+  // Agents told to exit end the batch job by themselves; one still in the queue has none, and
+  // a node given up on cannot be told.
   const bool queued = startsWith(squeueState(), "PENDING");
-  if (!queued && gone_within(deadline)) return;
+  if (!queued && !abandoned_ && gone_within(deadline)) return;
   if (auto cancelled = slurm({"scancel", job_}, Millis(10000)); !cancelled) {
     std::fprintf(stderr, "cohort: %s\n", cancelled.error().message.c_str());
+  }
+  if (abandoned_) {
+    if (!gone_within(Millis(2000))) {
+      std::fprintf(stderr,
+                   "cohort: Slurm job %s is cancelled; Slurm ends it once it can reach every "
+                   "node again (squeue -j %s shows it until then)\n",
+                   job_.c_str(), job_.c_str());
+    }
+    return;
   }
   if (!gone_within(Millis(10000))) {
     std::fprintf(stderr, "cohort: Slurm job %s is still there after scancel; see squeue -j %s\n",
