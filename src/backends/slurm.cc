@@ -113,8 +113,22 @@ Result<std::string> slurmBatchScript(const spec::JobSpec& spec, const plan::Plan
   if (!spec.network.cidr.empty()) agent += " --cidr " + spec.network.cidr;
   // cohort, not Slurm, ends the job when a rank fails (--kill-on-bad-exit=0): it stops every
   // rank gracefully, says which failed first, and exits with its code.
-  s += "exec srun --nodes=" + std::to_string(nodes) + " --ntasks=" + std::to_string(nodes) +
+  s += "srun --nodes=" + std::to_string(nodes) + " --ntasks=" + std::to_string(nodes) +
        " --ntasks-per-node=1 --kill-on-bad-exit=0 " + agent + "\n";
+  // The batch job ends with cohort's verdict, so that sacct agrees with cohort even when a node's
+  // agent was killed (srun would say 137 where the job failed with 1): the exit code in
+  // result.json, which the coordinator writes as its agents exit. Only where this node sees the
+  // coordinator's job directory (its mark file); else srun's code.
+  const std::string mark = shellQuote(layout.markFile());
+  const std::string result = shellQuote(layout.resultFile());
+  s += "code=$?\n";
+  s += "if [ -f " + mark + " ]; then\n";
+  s += "  i=0; while [ ! -f " + result + " ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done\n";
+  s += "  verdict=$(sed -n 's/^  \"exit_code\": \\([0-9][0-9]*\\),$/\\1/p' " + result +
+       " 2>/dev/null)\n";
+  s += "  [ -n \"$verdict\" ] && exit \"$verdict\"\n";
+  s += "fi\n";
+  s += "exit $code\n";
   return s;
 }
 

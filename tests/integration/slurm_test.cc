@@ -226,6 +226,10 @@ TEST_F(Slurm, AKilledAgentAndACutNetworkAreEachNamed) {
     EXPECT_EQ(r.exit_code, 1) << r.err;
     EXPECT_TRUE(contains(r.err, "node 2's agent was lost (n3 at 10.77.0.13: its connection closed)"))
         << r.err;
+    // Slurm's accounting agrees with cohort (srun alone would say 137, the killed agent's).
+    const std::string job = slurmJobOf(r.err);
+    ASSERT_FALSE(job.empty()) << r.err;
+    EXPECT_EQ(accounted(job), "FAILED|1:0");
   }
   {
     const std::string data = tempDir();
