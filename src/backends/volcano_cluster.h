@@ -77,6 +77,10 @@ class VolcanoCluster {
   // the API; kNotFound while the pod is not there.
   Result<bool> coordinatorStarted(const VolcanoJobRef& ref) const;
 
+  // How the coordinator pod's container ended, in cohort's words (coordinatorEndWords); "" while
+  // it has not. Errors: those of the API; kNotFound when the pod is gone.
+  Result<std::string> coordinatorEnd(const VolcanoJobRef& ref) const;
+
   // Deletes the Job (its pods get SIGTERM and their grace period; with `now`, the pods are
   // deleted at once, SIGKILL) and the Secret. A Job or Secret already gone is no error.
   Result<void> remove(const VolcanoJobRef& ref, bool now) const;

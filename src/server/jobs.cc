@@ -657,7 +657,9 @@ void JobService::loop() {
         Supervised& s = *it->second;
         ++it;  // finish() erases s
         if (backend_->running(s.handle)) continue;
-        finish(s, "lost: its " + backend_->describe(s.handle) + " ended without reporting a result");
+        const std::string how = backend_->endWords(s.handle);
+        finish(s, "lost: its " + backend_->describe(s.handle) +
+                      " ended without reporting a result" + (how.empty() ? "" : ": " + how));
       }
       next_poll = Clock::now() + options_.poll_interval;
     }
