@@ -31,6 +31,7 @@ import json
 import os
 import re
 import socket
+import ssl
 import tempfile
 import time
 import urllib.error
@@ -183,6 +184,21 @@ def _read_config(path: str) -> Dict[str, Any]:
         if config.get(key) is not None and not isinstance(config[key], str):
             raise InvalidArgument("invalid_argument", "config '%s': '%s' is not a string" % (path, key))
     return config
+
+
+def resolve_ca(chosen: str, ca: Optional[str] = None, config_path: Optional[str] = None):
+    """The certificates (a PEM file) to trust for an https:// server: the argument, else
+    COHORT_CA, else what ``cohort login`` saved with the config file's server (for that server
+    only); None: the system's certificate authorities."""
+    if ca:
+        return ca
+    if os.environ.get("COHORT_CA"):
+        return os.environ["COHORT_CA"]
+    config = _read_config(config_path or _default_config_path())
+    if config.get("ca") and config.get("server") and \
+            _normalize_server(config["server"]) == chosen:
+        return config["ca"]
+    return None
 
 
 def resolve_settings(server: Optional[str] = None, token: Optional[str] = None,
@@ -399,13 +415,19 @@ class Client:
 
     ``Client(server, token)``; either may be omitted and is then read from COHORT_SERVER /
     COHORT_TOKEN, else ~/.config/cohort/config.json. ``timeout`` bounds each request (seconds
-    without an answer)."""
+    without an answer). An https:// server's certificate is always verified: against the
+    system's certificate authorities, or those in the PEM file ``ca`` (else COHORT_CA, else the
+    one ``cohort login --ca/--fingerprint`` saved for that server)."""
 
     def __init__(self, server: Optional[str] = None, token: Optional[str] = None,
-                 timeout: float = 30.0, config_path: Optional[str] = None):
+                 timeout: float = 30.0, config_path: Optional[str] = None,
+                 ca: Optional[str] = None):
         self.server, self._token = resolve_settings(server, token, config_path)
         self.timeout = timeout
-        self._opener = urllib.request.build_opener(_NoRedirect)
+        self.ca = resolve_ca(self.server, ca, config_path)
+        context = ssl.create_default_context(cafile=self.ca)  # verifies names and chains
+        self._opener = urllib.request.build_opener(
+            _NoRedirect, urllib.request.HTTPSHandler(context=context))
 
     def __repr__(self):
         return "<cohort.Client %s%s>" % (self.server, "" if self._token else " (no token)")
@@ -431,6 +453,13 @@ class Client:
                 body = e.read()
             raise error_from_response(e.code, body, url) from None
         except urllib.error.URLError as e:
+            if isinstance(e.reason, ssl.SSLError):
+                raise Unavailable("unavailable",
+                                  "the server at %s could not be trusted: %s (a private "
+                                  "certificate authority's certificates: Client(ca=FILE) or "
+                                  "COHORT_CA; a self-signed server: cohort login %s "
+                                  "--fingerprint ...)" % (self.server, e.reason, self.server)
+                                  ) from None
             reason = e.reason.strerror if isinstance(e.reason, OSError) and \
                 e.reason.strerror else e.reason
             raise Unavailable("unavailable", "cannot reach %s: %s" % (url, reason)) from None

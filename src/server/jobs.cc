@@ -139,8 +139,9 @@ JobService::~JobService() {
 }
 
 Result<void> JobService::writeReportUrl(const std::string& job_dir) const {
-  return writeFileAtomic(job::Layout(job_dir).reportUrlFile(), options_.report_url + "\n", false,
-                         0600);
+  const std::string pin = options_.report_pin.empty() ? "" : "pin " + options_.report_pin + "\n";
+  return writeFileAtomic(job::Layout(job_dir).reportUrlFile(), options_.report_url + "\n" + pin,
+                         false, 0600);
 }
 
 void JobService::notify(const std::string& job_id) const {

@@ -65,6 +65,7 @@ struct JobServiceOptions {
   bool isolate = false;       // run ranks under bubblewrap (cohort run --isolate)
   Identities identities;
   std::string report_url;     // where coordinators report: this server, "http://host:port"
+  std::string report_pin;     // with https: its public key's pin, written beside report_url
   int64_t max_upload_bytes = int64_t{1} << 30;  // a copy of an earlier job's code, at most
   bool store_in_s3 = false;   // the store is in S3: its inputs are copied, never linked
   // Where a job of `caller` finds environment `name` (its coordinator's COHORT_ENVS), checked

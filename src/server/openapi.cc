@@ -41,6 +41,9 @@ constexpr ErrorAnswer kErrors[] = {
     {413, "TooLarge",
      "too_large: the body is over the limit (4 MiB; store uploads 1 GiB; code uploads the "
      "server's --max-upload, 1 GiB by default)"},
+    {429, "TooMany",
+     "resource_exhausted: the account follows --max-followers streams already, or has 16 "
+     "uploads being received or waiting for their job"},
     {500, "Internal", "internal: a bug in cohort (the message says what)"},
 };
 
@@ -103,7 +106,7 @@ Json jobPaths() {
   Json logs = operation(
       "A job's log: the merged console (lines prefixed [role/rank node]) or one rank's",
       "getJobLogs", 200, "the log text; chunked, and streamed until the job ends with follow=1",
-      content("text/plain", kText), {400, 401, 404, 500});
+      content("text/plain", kText), {400, 401, 404, 429, 500});
   logs["parameters"] = {
       parameter("query", "rank", "that rank's log", {{"type", "integer"}, {"minimum", 0}}),
       parameter("query", "offset", "bytes to skip", {{"type", "integer"}, {"minimum", 0}}),
@@ -123,7 +126,7 @@ Json jobPaths() {
       "wait: those after a seq, in seq order, answered at once when there are some, else as "
       "soon as one is stored or the wait is over (long-poll). With 'Accept: text/event-stream': "
       "a stream of them (Server-Sent Events), resumable with Last-Event-ID",
-      "getJobEvents", 200, "the events", events_content, {400, 401, 404, 500});
+      "getJobEvents", 200, "the events", events_content, {400, 401, 404, 429, 500});
   events["parameters"] = {
       parameter("query", "after", "only events with a larger seq (the submitted event is 0)",
                 {{"type", "integer"}, {"minimum", 0}}),
@@ -147,7 +150,7 @@ Json jobPaths() {
                             "/v1/jobs). Absolute paths, '..', links that lead out, hard links, "
                             "devices and pax or GNU headers are refused, naming the entry",
                             "uploadCode", 201, "extracted", json("CodeUpload"),
-                            {400, 401, 409, 413, 500}),
+                            {400, 401, 409, 413, 429, 500}),
                   content("application/x-tar", kBytes))}}},
       {"/v1/jobs/{id}",
        {{"parameters", {kJobId}},
@@ -232,7 +235,7 @@ Json storePaths() {
         {"get", get},
         {"put", withBody(operation("Upload the body as this file (claims a bucket nobody owns)",
                                    "putStoreObject", 201, "stored", json("Upload"),
-                                   {400, 401, 403, 404, 409, 413, 500}),
+                                   {400, 401, 403, 404, 409, 413, 429, 500}),
                          content("application/octet-stream", kBytes))}}},
       {"/v1/buckets",
        {{"get", operation("The caller's own buckets", "listBuckets", 200, "the buckets",
@@ -281,7 +284,7 @@ Json environmentPaths() {
   Json log = operation("The output of the environment's build (the server's words and pip's)",
                        "getEnvironmentLog", 200,
                        "the log text; chunked, and streamed until the build is over with follow=1",
-                       content("text/plain", kText), {400, 401, 404, 500});
+                       content("text/plain", kText), {400, 401, 404, 429, 500});
   log["parameters"] = {
       parameter("query", "offset", "bytes to skip", {{"type", "integer"}, {"minimum", 0}}),
       parameter("query", "follow",

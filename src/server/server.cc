@@ -16,7 +16,6 @@
 #include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <set>
 #include <thread>
 #include <type_traits>
@@ -27,12 +26,15 @@
 #include "job/jsonl.h"
 #include "job/layout.h"
 #include "server/access.h"
+#include "server/account_limits.h"
 #include "server/console.h"
 #include "server/environments.h"
 #include "server/event_hub.h"
 #include "server/http.h"
 #include "server/jobs.h"
 #include "server/metrics.h"
+#include "server/routes.h"
+#include "server/tls.h"
 #include "server/tokens.h"
 #include "server/uploads.h"
 #include "storage/place.h"
@@ -52,10 +54,11 @@ namespace {
 
 constexpr size_t kMaxJsonBody = 4 << 20;
 constexpr size_t kMaxUpload = size_t{1} << 30;
-// A JSON body up to this size is read and then refused (413) by its handler: clients that send
-// their whole body before reading the answer (cpp-httplib's, Python's) only see an answer when
-// the body was read. Bigger ones are refused unread, and such clients see the connection close.
-constexpr size_t kMaxJsonRead = 64 << 20;
+// A JSON body up to this size is read (once its caller is known) and then refused (413) by its
+// handler: clients that send their whole body before reading the answer (cpp-httplib's,
+// Python's) only see an answer when the body was read. Bigger ones are refused unread, and such
+// clients see the connection close.
+constexpr size_t kMaxJsonRead = 8 << 20;
 constexpr size_t kMaxTokenLabel = 256;
 constexpr size_t kMaxStoreName = 255;   // bytes of one name in a store:// path
 constexpr size_t kMaxStorePath = 1024;  // bytes of a whole store:// path
@@ -78,6 +81,8 @@ int httpStatus(Code code) {
       return 409;
     case Code::kTooLarge:
       return 413;
+    case Code::kResourceExhausted:
+      return 429;
     case Code::kUnavailable:
       return 503;
     case Code::kDeadlineExceeded:
@@ -332,6 +337,27 @@ bool validAccountName(const std::string& name) {
 
 }  // namespace
 
+// A follower's stream, holding one of its account's follower slots while it is open, and cut
+// off as soon as the token it was opened with is revoked.
+class FollowerStream : public http::StreamSource {
+ public:
+  FollowerStream(std::shared_ptr<http::StreamSource> inner,
+                 std::shared_ptr<AccountLimits::Slot> slot)
+      : inner_(std::move(inner)), slot_(std::move(slot)) {}
+  void start(http::StreamWaker waker) override {
+    slot_->onRevoke([waker] { waker.wake(); });
+    inner_->start(std::move(waker));
+  }
+  State pull(std::string& out) override {
+    if (slot_->revoked()) return State::kAbort;
+    return inner_->pull(out);
+  }
+
+ private:
+  std::shared_ptr<http::StreamSource> inner_;
+  std::shared_ptr<AccountLimits::Slot> slot_;
+};
+
 struct Server::Impl {
   ServerOptions options;
   storage::StoreSite site;  // where the accounts' buckets are: options.store, or on disk
@@ -344,88 +370,203 @@ struct Server::Impl {
   int port = 0;
   std::string first_admin_token;
   std::atomic<bool> stopping{false};
-  std::vector<std::string> route_names;
+  std::vector<std::string> route_names;  // "METHOD /path/{param}", as the table has them
   UniqueFd lock;  // flock'd <data_root>/server/server.lock, held while the server lives
 
+  AccountLimits limits;  // followers and uploads each account holds
   std::mutex auth_mu;
   std::unordered_map<std::string, Caller> auth_cache;  // by token hash
   uint64_t auth_generation = 0;                        // bumped when a token is revoked
 
   using Handler = std::function<Result<void>(const Request&, Response&, const Caller&)>;
-  struct Route {
-    std::string method;
-    std::regex pattern;
-    std::function<void(const Request&, Response&)> run;
-  };
-  std::vector<Route> table;
+  RouteTable<Handler> table;
   // Last: destroyed first, so that no handler or stream runs once the rest is gone.
   std::unique_ptr<http::HttpServer> http;
 
-  // Routes `req` (on a worker thread).
+  // What admission decided for a request, for its handler.
+  struct Admitted {
+    const RouteTable<Handler>::Route* route = nullptr;
+    Caller caller;
+    std::string token_hash;  // the caller's token's
+    std::shared_ptr<AccountLimits::Slot> upload;  // an upload's slot, held while it is received
+  };
+
+  // Before any of a request's body is read (on a worker thread): its route, then its caller as
+  // the route says, then what body it may send and where that goes. Only then is the body read.
+  http::Admission admit(Request& req) {
+    http::Admission a;
+    auto refuse = [&](const Error& e) {
+      a.answer = errorResponse(e);
+      return a;
+    };
+    // A compressed body would have to be inflated whole, with no limit to refuse it by.
+    const std::string encoding = req.header("Content-Encoding");
+    if (!encoding.empty() && encoding != "identity") {
+      return refuse(Error{Code::kInvalidArgument,
+                          "send the request body uncompressed (Content-Encoding '" +
+                              printable(encoding.substr(0, 64)) + "' is not accepted)"});
+    }
+    const std::string method = req.method == "HEAD" ? "GET" : req.method;
+    auto admitted = std::make_shared<Admitted>();
+    admitted->route = table.match(method, req.path, req.matches);
+    req.context = admitted;
+    if (!admitted->route) return a;  // no body; handle() answers 404
+    const RoutePattern& spec = admitted->route->spec;
+    if (spec.who == Who::kAccount || spec.who == Who::kAdmin) {
+      auto caller = authenticate(req, &admitted->token_hash);
+      if (!caller) return refuse(caller.error());
+      admitted->caller = *caller;
+      if (spec.who == Who::kAdmin && !caller->admin) {
+        return refuse(Error{Code::kPermissionDenied,
+                            spec.pattern == "/v1/metrics"
+                                ? "only an admin account may read every job's metrics (GET "
+                                  "/metrics has the server's own, without a token)"
+                                : "only an admin account may do this"});
+      }
+    } else if (spec.who == Who::kJob) {
+      if (auto ok = checkReportToken(req); !ok) return refuse(ok.error());
+    }
+    const size_t length = static_cast<size_t>(
+        std::strtoull(req.header("Content-Length").c_str(), nullptr, 10));
+    switch (spec.body) {
+      case BodyKind::kNone:
+        a.body_limit = 0;
+        break;
+      case BodyKind::kJson:
+        a.body_limit = kMaxJsonRead;
+        if (length > kMaxJsonRead) {
+          return refuse(Error{Code::kTooLarge, "the request body is over 4 MiB"});
+        }
+        break;
+      case BodyKind::kStoreFile:
+      case BodyKind::kCodeUpload: {
+        const bool code = spec.body == BodyKind::kCodeUpload;
+        const size_t limit = code ? static_cast<size_t>(options.max_upload_bytes) : kMaxUpload;
+        if (length > limit) {
+          return refuse(Error{
+              Code::kTooLarge,
+              code ? "the code upload (" + formatSize(static_cast<double>(length)) +
+                         ") is over " + formatSize(static_cast<double>(limit)) +
+                         ", this server's limit (cohort server --max-upload): leave files out "
+                         "with .cohortignore, or put data in the store and name it in inputs"
+                   : std::string("the request body is over 1 GiB")});
+        }
+        const std::string account = admitted->caller.account;
+        std::function<size_t()> waiting;
+        if (code) {
+          waiting = [&] { return static_cast<size_t>(waitingUploads(options.data_root, account)); };
+        }
+        auto slot = limits.take(AccountLimits::Kind::kUpload, account, admitted->token_hash,
+                                kMaxPendingUploads, waiting);
+        if (!slot) return refuse(slot.error());
+        admitted->upload = std::move(*slot);
+        auto file = bodyFile(account);
+        if (!file) return refuse(file.error());
+        a.body_file = std::make_shared<UniqueFd>(std::move(*file));
+        a.body_limit = limit;
+        break;
+      }
+    }
+    return a;
+  }
+
+  // A file for an upload's body, in the account's upload area, with no name: it is gone when
+  // its descriptor is closed, whatever happens to the request.
+  Result<UniqueFd> bodyFile(const std::string& account) {
+    const std::string root = job::uploadsDir(options.data_root);
+    for (const std::string& dir : {root, root + "/" + account}) {
+      if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+        return failErrno("create '" + dir + "'");
+      }
+    }
+    const std::string dir = root + "/" + account;
+    UniqueFd fd(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (fd.valid()) return fd;
+    std::string name = dir + "/.body-XXXXXX";  // a file system without O_TMPFILE
+    fd.reset(::mkostemp(name.data(), O_CLOEXEC));
+    if (!fd.valid()) return failErrno("create a file in '" + dir + "'");
+    ::unlink(name.c_str());
+    return fd;
+  }
+
+  // A coordinator's report names its job's own token: checked before the report is read.
+  Result<void> checkReportToken(const Request& req) {
+    const std::string header = req.header("Authorization");
+    if (header.rfind("Bearer ", 0) != 0 || header.size() <= 7) {
+      return fail(Code::kUnauthenticated, "no token: send the job's report token");
+    }
+    const std::string id = req.matches.at(0);
+    auto job = store->job(id);
+    if (!job && job.error().code != Code::kNotFound) return tl::unexpected<Error>(job.error());
+    if (!job || !sameHash(sha256Hex(header.substr(7)), job->report_hash)) {
+      return fail(Code::kUnauthenticated, "not the report token of job '" + printable(id) + "'");
+    }
+    return {};
+  }
+
+  // Routes `req` (on a worker thread, after admit): its handler, with the caller admission
+  // found. A stream that follows a job or a build takes a follower slot of the caller's.
   void handle(Request& req, Response& res) {
     const std::string method = req.method == "HEAD" ? "GET" : req.method;
     if (method == "GET" && isConsolePath(req.path)) {
       consoleAnswer(res);
       return;
     }
-    std::smatch m;
-    for (const Route& r : table) {
-      if (r.method != method || !std::regex_match(req.path, m, r.pattern)) continue;
-      req.matches.assign(m.begin(), m.end());
-      r.run(req, res);
+    auto admitted = std::static_pointer_cast<Admitted>(req.context);
+    if (!admitted) {
+      http::Admission a = admit(req);
+      if (a.answer) {
+        res = std::move(*a.answer);
+        return;
+      }
+      admitted = std::static_pointer_cast<Admitted>(req.context);
+    }
+    const auto* route = admitted->route;
+    if (!route) {
+      writeError(res, Error{Code::kNotFound, "no such endpoint: " + printable(req.method) + " " +
+                                                 printable(req.path.substr(0, 256)) +
+                                                 " (see /v1/openapi.json)"});
       return;
     }
-    writeError(res, Error{Code::kNotFound, "no such endpoint: " + req.method + " " + req.path +
-                                               " (see /v1/openapi.json)"});
-  }
-
-  // Before any of a request's body is read (on the loop thread).
-  http::Admission admit(const Request& req) {
-    http::Admission a;
-    // A compressed body would have to be inflated whole, with no limit to refuse it by.
-    const std::string encoding = req.header("Content-Encoding");
-    if (!encoding.empty() && encoding != "identity") {
-      a.answer = errorResponse(Error{Code::kInvalidArgument,
-                                     "send the request body uncompressed (Content-Encoding '" +
-                                         encoding + "' is not accepted)"});
-      return a;
-    }
-    // Refuse big bodies before reading them: only store uploads may be large, and only from a
-    // caller with a valid token. A chunked body has no length to go by, so its caller must
-    // have a valid token before any of it is read.
-    size_t length = std::strtoull(req.header("Content-Length").c_str(), nullptr, 10);
-    const bool code = req.method == "POST" && req.path == "/v1/uploads";
-    const bool upload = code || (req.method == "PUT" && req.path.rfind("/v1/store/", 0) == 0);
-    const size_t limit = code     ? static_cast<size_t>(options.max_upload_bytes)
-                         : upload ? kMaxUpload
-                                  : kMaxJsonRead;
-    if ((upload && length > kMaxJsonRead) || req.hasHeader("Transfer-Encoding")) {
-      if (auto caller = authenticate(req); !caller) {
-        a.answer = errorResponse(caller.error());
-        return a;
+    const auto t0 = std::chrono::steady_clock::now();
+    Result<void> result = [&]() -> Result<void> {
+      try {
+        COHORT_TRY(route->handler(req, res, admitted->caller));
+      } catch (const std::exception& e) {
+        return fail(Code::kInternal, std::string("internal error: ") + e.what());
       }
+      if (res.stream && res.status < 300 && isFollower(req)) {
+        COHORT_ASSIGN(auto slot, limits.take(AccountLimits::Kind::kFollower,
+                                             admitted->caller.account, admitted->token_hash,
+                                             options.max_followers));
+        res.stream = std::make_shared<FollowerStream>(std::move(res.stream), std::move(slot));
+      }
+      return Result<void>();
+    }();
+    if (!result) {
+      res = Response();
+      writeError(res, result.error());
     }
-    if (length > limit) {
-      a.answer = errorResponse(Error{
-          Code::kTooLarge,
-          code ? "the code upload (" + formatSize(static_cast<double>(length)) + ") is over " +
-                     formatSize(static_cast<double>(limit)) +
-                     ", this server's limit (cohort server --max-upload): leave files out with "
-                     ".cohortignore, or put data in the store and name it in inputs"
-               : std::string("the request body is over ") + (upload ? "1 GiB" : "4 MiB")});
-      return a;
-    }
-    a.body_limit = limit;
-    return a;
+    metrics.record(method, route->path.name(), res.status,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
 
-  Result<Caller> authenticate(const Request& req) {
+  // Whether the answer to `req` waits for what is to come (a follower), rather than sending
+  // what there is: logs with follow=1, events as a stream or a long poll.
+  static bool isFollower(const Request& req) {
+    return followParameter(req) || req.hasParam("wait") ||
+           req.header("Accept").find("text/event-stream") != std::string::npos;
+  }
+
+  // The account of the request's bearer token; its hash in `token_hash`.
+  Result<Caller> authenticate(const Request& req, std::string* token_hash = nullptr) {
     std::string header = req.header("Authorization");
     if (header.rfind("Bearer ", 0) != 0 || header.size() <= 7) {
       return fail(Code::kUnauthenticated,
                   "no token: send 'Authorization: Bearer <token>' (cohort login URL)");
     }
     std::string hash = sha256Hex(header.substr(7));
+    if (token_hash) *token_hash = hash;
     uint64_t generation;
     {
       std::lock_guard lock(auth_mu);
@@ -454,37 +595,8 @@ struct Server::Impl {
     ++auth_generation;
   }
 
-  void route(const std::string& method, const std::string& pattern, bool authenticated,
-             Handler handler) {
-    // Metrics name the route by its pattern, with the captures shown as {id} and {path}.
-    std::string name = pattern;
-    for (auto [from, to] : {std::pair<std::string, std::string>{"(\\d+)", "{id}"},
-                            {"([\\s\\S]+?)", "{name}"},
-                            {"([^/]+)/?(.*)", "{bucket}/{path}"},
-                            {"([^/]+)", "{id}"},
-                            {"(.+)", "{path}"}}) {
-      for (size_t at; (at = name.find(from)) != std::string::npos;)
-        name.replace(at, from.size(), to);
-    }
-    route_names.push_back(method + " " + name);
-    auto wrapped = [this, method, name, authenticated, handler](const Request& req, Response& res) {
-      auto t0 = std::chrono::steady_clock::now();
-      Result<void> result = [&]() -> Result<void> {
-        Caller caller;
-        if (authenticated) {
-          COHORT_ASSIGN(caller, authenticate(req));
-        }
-        try {
-          return handler(req, res, caller);
-        } catch (const std::exception& e) {
-          return fail(Code::kInternal, std::string("internal error: ") + e.what());
-        }
-      }();
-      if (!result) writeError(res, result.error());
-      metrics.record(method, name, res.status,
-                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    };
-    table.push_back(Route{method, std::regex(pattern), wrapped});
+  void route(RoutePattern spec, Handler handler) {
+    table.add(std::move(spec), std::move(handler));
   }
 
   Result<store::Job> visibleJob(const Caller& caller, const std::string& id) {
@@ -810,7 +922,7 @@ class EventStream : public http::StreamSource {
 };
 
 void Server::Impl::jobRoutes() {
-  route("POST", "/v1/jobs", true,
+  route({"POST", "/v1/jobs", Who::kAccount, BodyKind::kJson},
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
           COHORT_ASSIGN(Json body, jsonBody(req, {"job", "priority", "code"}));
           // The job file as a JSON object, or its text (YAML or JSON), as job.yaml is read.
@@ -828,12 +940,13 @@ void Server::Impl::jobRoutes() {
           writeJson(res, 201, jobJson(job));
           return Result<void>();
         });
-  route("POST", "/v1/uploads", true,
+  route({"POST", "/v1/uploads", Who::kAccount, BodyKind::kCodeUpload},
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
           storage::ArchiveLimits limits;
           limits.max_bytes = options.max_upload_bytes;
-          COHORT_ASSIGN(Upload upload,
-                        receiveUpload(options.data_root, c.account, req.body, limits));
+          if (!req.body_file) return fail(Code::kInternal, "the upload's body was not kept");
+          COHORT_ASSIGN(Upload upload, receiveUploadFile(options.data_root, c.account,
+                                                         req.body_file->get(), limits));
           writeJson(res, 201,
                     {{"id", upload.id},
                      {"files", upload.stats.files},
@@ -842,7 +955,7 @@ void Server::Impl::jobRoutes() {
                      {"bytes", upload.stats.bytes}});
           return Result<void>();
         });
-  route("GET", "/v1/jobs", true,
+  route({"GET", "/v1/jobs", Who::kAccount, BodyKind::kNone},
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
           store::JobFilter filter;
           if (!c.admin) filter.account = c.account;
@@ -869,9 +982,9 @@ void Server::Impl::jobRoutes() {
           writeJson(res, 200, {{"jobs", out}});
           return Result<void>();
         });
-  route("GET", R"(/v1/jobs/([^/]+))", true,
+  route({"GET", "/v1/jobs/{id}", Who::kAccount, BodyKind::kNone},
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
-          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[1]));
+          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[0]));
           Json record = jobJson(job);
           Json spec = Json::parse(job.spec_json, nullptr, false);  // written by the server
           if (spec.is_object()) record["spec"] = std::move(spec);
@@ -888,9 +1001,9 @@ void Server::Impl::jobRoutes() {
           writeJson(res, 200, record);
           return Result<void>();
         });
-  route("GET", R"(/v1/jobs/([^/]+)/events)", true,
+  route({"GET", "/v1/jobs/{id}/events", Who::kAccount, BodyKind::kNone},
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
-          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[1]));
+          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[0]));
           const bool sse = req.header("Accept").find("text/event-stream") != std::string::npos;
           int64_t after = -1;  // the "submitted" event is seq 0
           if (req.hasParam("after")) {
@@ -946,9 +1059,9 @@ void Server::Impl::jobRoutes() {
           res.stream = std::make_shared<EventStream>(*this, job, after, sse, wait);
           return Result<void>();
         });
-  route("GET", R"(/v1/jobs/([^/]+)/ranks)", true,
+  route({"GET", "/v1/jobs/{id}/ranks", Who::kAccount, BodyKind::kNone},
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
-          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[1]));
+          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[0]));
           Json ranks = Json::array();
           auto text = job.job_dir.empty() ? Result<std::string>(std::string())
                                           : readFile(job::Layout(job.job_dir).planFile());
@@ -1024,9 +1137,9 @@ void Server::Impl::jobRoutes() {
         });
   // Its training metrics and resource samples (agent/metrics.h, docs/observing.md): the latest
   // `limit` of each (default 1000, at most 10000) written after `after` (unix nanos).
-  route("GET", R"(/v1/jobs/([^/]+)/metrics)", true,
+  route({"GET", "/v1/jobs/{id}/metrics", Who::kAccount, BodyKind::kNone},
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
-          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[1]));
+          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[0]));
           int64_t after = 0;
           if (req.hasParam("after")) {
             auto n = parseInt64(req.param("after"));
@@ -1069,16 +1182,16 @@ void Server::Impl::jobRoutes() {
         });
   // Every rank's stack (docs/observing.md): POST asks the running job's coordinator for them now;
   // GET answers the latest it wrote (`stacks`, with its `time`) and those of a hang (`hang`).
-  route("POST", R"(/v1/jobs/([^/]+)/stacks)", true,
+  route({"POST", "/v1/jobs/{id}/stacks", Who::kAccount, BodyKind::kJson},
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
-          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[1]));
+          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[0]));
           COHORT_TRY(jobs->requestStacks(job.id));
           writeJson(res, 202, {{"requested", true}});
           return Result<void>();
         });
-  route("GET", R"(/v1/jobs/([^/]+)/stacks)", true,
+  route({"GET", "/v1/jobs/{id}/stacks", Who::kAccount, BodyKind::kNone},
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
-          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[1]));
+          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[0]));
           Json body = {{"stacks", nullptr}, {"time", 0}, {"hang", nullptr}};
           if (!job.job_dir.empty()) {
             const job::Layout layout(job.job_dir);
@@ -1094,9 +1207,9 @@ void Server::Impl::jobRoutes() {
         });
   // debug: the ranks that wait for a debugger or have one (docs/debugging.md), from the job's
   // events, which its coordinator pushed; the workdir from its plan, for path mappings.
-  route("GET", R"(/v1/jobs/([^/]+)/debug)", true,
+  route({"GET", "/v1/jobs/{id}/debug", Who::kAccount, BodyKind::kNone},
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
-          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[1]));
+          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[0]));
           COHORT_ASSIGN(std::vector<store::Event> stored, store->events(job.id));
           std::vector<job::Event> events;
           for (const store::Event& e : stored) {
@@ -1116,9 +1229,9 @@ void Server::Impl::jobRoutes() {
           writeJson(res, 200, body);
           return Result<void>();
         });
-  route("GET", R"(/v1/jobs/([^/]+)/logs)", true,
+  route({"GET", "/v1/jobs/{id}/logs", Who::kAccount, BodyKind::kNone},
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
-          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[1]));
+          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[0]));
           const std::string rank = req.param("rank");
           COHORT_ASSIGN(std::string path, logPath(job, rank));  // checks the rank now
           COHORT_ASSIGN(int64_t start, offsetParameter(req));
@@ -1142,42 +1255,42 @@ void Server::Impl::jobRoutes() {
           return Result<void>();
         });
   // A coordinator's report: its job's own token, not an account's (JobService::report).
-  route("POST", R"(/v1/jobs/([^/]+)/report)", false,
+  route({"POST", "/v1/jobs/{id}/report", Who::kJob, BodyKind::kJson},
         [this](const Request& req, Response& res, const Caller&) -> Result<void> {
           const std::string header = req.header("Authorization");
           if (header.rfind("Bearer ", 0) != 0 || header.size() <= 7) {
             return fail(Code::kUnauthenticated, "no token: send the job's report token");
           }
           COHORT_ASSIGN(JobService::ReportAnswer answer,
-                        jobs->report(req.matches[1], header.substr(7), req.body));
+                        jobs->report(req.matches[0], header.substr(7), req.body));
           writeJson(res, 200, {{"events_seq", answer.events_seq}, {"result", answer.result}});
           return Result<void>();
         });
-  route("POST", R"(/v1/jobs/([^/]+)/stop)", true,
+  route({"POST", "/v1/jobs/{id}/stop", Who::kAccount, BodyKind::kJson},
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
-          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[1]));
+          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[0]));
           COHORT_ASSIGN(store::Job stopped, jobs->stop(job.id));
           writeJson(res, 202, jobJson(stopped));
           return Result<void>();
         });
-  route("DELETE", R"(/v1/jobs/([^/]+))", true,
+  route({"DELETE", "/v1/jobs/{id}", Who::kAccount, BodyKind::kNone},
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
-          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[1]));
+          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[0]));
           COHORT_TRY(jobs->remove(job.id));
           res.status = 204;
           return Result<void>();
         });
-  route("GET", R"(/v1/jobs/([^/]+)/outputs)", true,
+  route({"GET", "/v1/jobs/{id}/outputs", Who::kAccount, BodyKind::kNone},
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
-          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[1]));
+          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[0]));
           Json files = job.job_dir.empty() ? Json::array() : listFiles(job.job_dir + "/output");
           writeJson(res, 200, {{"files", files}});
           return Result<void>();
         });
-  route("GET", R"(/v1/jobs/([^/]+)/outputs/(.+))", true,
+  route({"GET", "/v1/jobs/{id}/outputs/{path+}", Who::kAccount, BodyKind::kNone},
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
-          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[1]));
-          COHORT_ASSIGN(std::string path, containedPath(req.matches[2]));
+          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[0]));
+          COHORT_ASSIGN(std::string path, containedPath(req.matches[1]));
           if (job.job_dir.empty()) return fail(Code::kNotFound, "output '" + path + "' not found");
           return sendFile(res, job.job_dir + "/output", path, "output '" + path + "'");
         });
@@ -1187,17 +1300,17 @@ void Server::Impl::storeRoutes() {
   // The bucket and the normalised key, as in share prefixes: "a//b/./c/" is "a/b/c".
   auto location = [](const Request& req) -> Result<std::pair<std::string, std::string>> {
     const std::string uri =
-        "store://" + std::string(req.matches[1]) + "/" + std::string(req.matches[2]);
+        "store://" + std::string(req.matches[0]) + "/" + std::string(req.matches[1]);
     if (!validUtf8(uri)) {
       return fail(Code::kInvalidArgument, printable(uri) + ": the path is not valid UTF-8");
     }
-    if (!storage::validBucketName(req.matches[1]))
+    if (!storage::validBucketName(req.matches[0]))
       return fail(Code::kNotFound, uri + ": not found");
     COHORT_ASSIGN(storage::Location where, storage::parseLocation(uri));
     COHORT_TRY(checkStorePath(where.bucket, where.key));
     return std::pair{where.bucket, where.key};
   };
-  route("GET", R"(/v1/store/([^/]+)/?(.*))", true,
+  route({"GET", "/v1/store/{bucket}/{path*}", Who::kAccount, BodyKind::kNone},
         [this, location](const Request& req, Response& res, const Caller& c) -> Result<void> {
           COHORT_ASSIGN(auto where, location(req));
           const auto& [bucket, key] = where;
@@ -1226,23 +1339,21 @@ void Server::Impl::storeRoutes() {
           writeJson(res, 200, {{"files", files}});
           return Result<void>();
         });
-  route(
-      "PUT", R"(/v1/store/([^/]+)/?(.*))", true,
+  route({"PUT", "/v1/store/{bucket}/{path*}", Who::kAccount, BodyKind::kStoreFile},
       [this, location](const Request& req, Response& res, const Caller& c) -> Result<void> {
         COHORT_ASSIGN(auto where, location(req));
         const auto& [bucket, key] = where;
         if (key.empty()) return fail(Code::kInvalidArgument, "a file upload needs a path");
         COHORT_TRY(checkStoreAccess(*store, c, bucket, key, Access::kWrite));
         COHORT_ASSIGN(auto objects, storage::openBucket(site, bucket));
-        UniqueFd body(::memfd_create("cohort-store-put", MFD_CLOEXEC));
-        if (!body.valid()) return failErrno("memfd_create");
-        COHORT_TRY(writeAll(body.get(), req.body));
-        COHORT_TRY(objects->put(key, body.get(), static_cast<int64_t>(req.body.size()), nullptr));
-        writeJson(res, 201, {{"uri", "store://" + bucket + "/" + key}, {"size", req.body.size()}});
+        // The body was received into a file of the account's upload area, never held whole.
+        if (!req.body_file) return fail(Code::kInternal, "the upload's body was not kept");
+        const int64_t size = static_cast<int64_t>(req.body_size);
+        COHORT_TRY(objects->put(key, req.body_file->get(), size, nullptr));
+        writeJson(res, 201, {{"uri", "store://" + bucket + "/" + key}, {"size", size}});
         return Result<void>();
       });
-  route(
-      "GET", "/v1/buckets", true,
+  route({"GET", "/v1/buckets", Who::kAccount, BodyKind::kNone},
       [this](const Request&, Response& res, const Caller& c) -> Result<void> {
         COHORT_ASSIGN(std::vector<store::Bucket> list, store->buckets(c.account));
         Json out = Json::array();
@@ -1252,7 +1363,7 @@ void Server::Impl::storeRoutes() {
         writeJson(res, 200, {{"buckets", out}});
         return Result<void>();
       });
-  route("POST", "/v1/shares", true,
+  route({"POST", "/v1/shares", Who::kAccount, BodyKind::kJson},
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
           COHORT_ASSIGN(Json body, jsonBody(req, {"prefix", "with", "access"}));
           COHORT_ASSIGN(std::string prefix, field<std::string>(body, "prefix", ""));
@@ -1281,7 +1392,7 @@ void Server::Impl::storeRoutes() {
           writeJson(res, 201, shareJson(share));
           return Result<void>();
         });
-  route("GET", "/v1/shares", true,
+  route({"GET", "/v1/shares", Who::kAccount, BodyKind::kNone},
         [this](const Request&, Response& res, const Caller& c) -> Result<void> {
           COHORT_ASSIGN(std::vector<store::Share> list, store->shares(c.account));
           Json out = Json::array();
@@ -1289,9 +1400,9 @@ void Server::Impl::storeRoutes() {
           writeJson(res, 200, {{"shares", out}});
           return Result<void>();
         });
-  route("DELETE", R"(/v1/shares/(\d+))", true,
+  route({"DELETE", "/v1/shares/{id}", Who::kAccount, BodyKind::kNone},
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
-          COHORT_ASSIGN(int64_t id, idParam(req.matches[1], "share"));
+          COHORT_ASSIGN(int64_t id, idParam(req.matches[0], "share"));
           auto share = store->share(id);
           if (!share || (share->owner != c.account && share->grantee != c.account && !c.admin)) {
             return fail(Code::kNotFound, "share " + std::to_string(id) + " not found");
@@ -1308,18 +1419,13 @@ void Server::Impl::storeRoutes() {
 }
 
 void Server::Impl::accountRoutes() {
-  route("GET", "/v1/whoami", true,
+  route({"GET", "/v1/whoami", Who::kAccount, BodyKind::kNone},
         [](const Request&, Response& res, const Caller& c) -> Result<void> {
           writeJson(res, 200, {{"account", c.account}, {"admin", c.admin}});
           return Result<void>();
         });
-  auto adminOnly = [](const Caller& c) -> Result<void> {
-    if (c.admin) return {};
-    return fail(Code::kPermissionDenied, "only an admin account may do this");
-  };
-  route("POST", "/v1/accounts", true,
-        [this, adminOnly](const Request& req, Response& res, const Caller& c) -> Result<void> {
-          COHORT_TRY(adminOnly(c));
+  route({"POST", "/v1/accounts", Who::kAdmin, BodyKind::kJson},
+        [this](const Request& req, Response& res, const Caller&) -> Result<void> {
           COHORT_ASSIGN(Json body, jsonBody(req, {"name", "admin", "max_gpus", "max_cpus"}));
           store::Account a;
           COHORT_ASSIGN(a.name, field<std::string>(body, "name", ""));
@@ -1348,16 +1454,15 @@ void Server::Impl::accountRoutes() {
           writeJson(res, 201, {{"account", accountJson(a)}, {"token", token}});
           return Result<void>();
         });
-  route("GET", "/v1/accounts", true,
-        [this, adminOnly](const Request&, Response& res, const Caller& c) -> Result<void> {
-          COHORT_TRY(adminOnly(c));
+  route({"GET", "/v1/accounts", Who::kAdmin, BodyKind::kNone},
+        [this](const Request&, Response& res, const Caller&) -> Result<void> {
           COHORT_ASSIGN(std::vector<store::Account> list, store->accounts());
           Json out = Json::array();
           for (const auto& a : list) out.push_back(accountJson(a));
           writeJson(res, 200, {{"accounts", out}});
           return Result<void>();
         });
-  route("GET", "/v1/tokens", true,
+  route({"GET", "/v1/tokens", Who::kAccount, BodyKind::kNone},
         [this](const Request&, Response& res, const Caller& c) -> Result<void> {
           COHORT_ASSIGN(std::vector<store::Token> list,
                         store->tokens(c.admin ? std::nullopt : std::optional(c.account)));
@@ -1366,7 +1471,7 @@ void Server::Impl::accountRoutes() {
           writeJson(res, 200, {{"tokens", out}});
           return Result<void>();
         });
-  route("POST", "/v1/tokens", true,
+  route({"POST", "/v1/tokens", Who::kAccount, BodyKind::kJson},
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
           COHORT_ASSIGN(Json body, jsonBody(req, {"label", "account"}));
           COHORT_ASSIGN(std::string label, field<std::string>(body, "label", ""));
@@ -1392,15 +1497,16 @@ void Server::Impl::accountRoutes() {
           writeJson(res, 201, out);
           return Result<void>();
         });
-  route("DELETE", R"(/v1/tokens/(\d+))", true,
+  route({"DELETE", "/v1/tokens/{id}", Who::kAccount, BodyKind::kNone},
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
-          COHORT_ASSIGN(int64_t id, idParam(req.matches[1], "token"));
+          COHORT_ASSIGN(int64_t id, idParam(req.matches[0], "token"));
           auto token = store->token(id);
           if (!token || (token->account != c.account && !c.admin)) {
             return fail(Code::kNotFound, "token " + std::to_string(id) + " not found");
           }
           COHORT_TRY(store->deleteToken(id));
           forgetTokens();
+          limits.revoke(token->hash);  // its open streams end now
           res.status = 204;
           return Result<void>();
         });
@@ -1410,9 +1516,9 @@ void Server::Impl::accountRoutes() {
 // path, a slash or ".." included, so that the service refuses a name that cannot be one (400,
 // naming it) instead of "no such endpoint"; the log's route comes first.
 void Server::Impl::environmentRoutes() {
-  route("GET", R"(/v1/environments/([\s\S]+?)/log)", true,
+  route({"GET", "/v1/environments/{name+}/log", Who::kAccount, BodyKind::kNone},
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
-          COHORT_ASSIGN(EnvironmentService::Log log, environments->log(c, req.matches[1]));
+          COHORT_ASSIGN(EnvironmentService::Log log, environments->log(c, req.matches[0]));
           COHORT_ASSIGN(int64_t start, offsetParameter(req));
           res.status = 200;
           res.content_type = "text/plain; charset=utf-8";
@@ -1422,45 +1528,44 @@ void Server::Impl::environmentRoutes() {
                                       [this] { return stopping.load(); });
           return Result<void>();
         });
-  route("GET", "/v1/environments", true,
+  route({"GET", "/v1/environments", Who::kAccount, BodyKind::kNone},
         [this](const Request&, Response& res, const Caller& c) -> Result<void> {
           COHORT_ASSIGN(Json list, environments->list(c));
           writeJson(res, 200, list);
           return Result<void>();
         });
-  route("GET", R"(/v1/environments/([\s\S]+?))", true,
+  route({"GET", "/v1/environments/{name+}", Who::kAccount, BodyKind::kNone},
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
-          COHORT_ASSIGN(Json e, environments->show(c, req.matches[1]));
+          COHORT_ASSIGN(Json e, environments->show(c, req.matches[0]));
           writeJson(res, 200, e);
           return Result<void>();
         });
-  route("PUT", R"(/v1/environments/([\s\S]+?))", true,
+  route({"PUT", "/v1/environments/{name+}", Who::kAccount, BodyKind::kJson},
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
           COHORT_ASSIGN(Json body, jsonBody(req, {"base", "requirements", "lock"}));
           EnvironmentDefinition d;
           COHORT_ASSIGN(d.base, field<std::string>(body, "base", ""));
           COHORT_ASSIGN(d.requirements, field<std::vector<std::string>>(body, "requirements", {}));
           COHORT_ASSIGN(d.lock, field<std::string>(body, "lock", ""));
-          COHORT_ASSIGN(Json e, environments->push(c, req.matches[1], d));
+          COHORT_ASSIGN(Json e, environments->push(c, req.matches[0], d));
           writeJson(res, 202, e);
           return Result<void>();
         });
-  route("DELETE", R"(/v1/environments/([\s\S]+?))", true,
+  route({"DELETE", "/v1/environments/{name+}", Who::kAccount, BodyKind::kNone},
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
-          COHORT_TRY(environments->remove(c, req.matches[1]));
+          COHORT_TRY(environments->remove(c, req.matches[0]));
           res.status = 204;
           return Result<void>();
         });
 }
 
 void Server::Impl::routes() {
-  route("GET", "/v1/openapi.json", false,
+  route({"GET", "/v1/openapi.json", Who::kAnyone, BodyKind::kNone},
         [](const Request&, Response& res, const Caller&) -> Result<void> {
           res.setContent(openApiDocument(), "application/json");
           return Result<void>();
         });
-  route(
-      "GET", "/metrics", false,
+  route({"GET", "/metrics", Who::kAnyone, BodyKind::kNone},
       [this](const Request&, Response& res, const Caller&) -> Result<void> {
         std::string out = "# HELP cohort_jobs Jobs by state.\n# TYPE cohort_jobs gauge\n";
         std::map<std::string, int64_t> counts;
@@ -1489,14 +1594,8 @@ void Server::Impl::routes() {
       });
   // Per-job gauges (docs/observing.md#prometheus): they name jobs and accounts, so an admin's
   // token only, and bounded: running jobs and those that ended in the last kRecentlyEnded.
-  route(
-      "GET", "/v1/metrics", true,
-      [this](const Request&, Response& res, const Caller& c) -> Result<void> {
-        if (!c.admin) {
-          return fail(Code::kPermissionDenied,
-                      "only an admin account may read every job's metrics (GET /metrics has "
-                      "the server's own, without a token)");
-        }
+  route({"GET", "/v1/metrics", Who::kAdmin, BodyKind::kNone},
+      [this](const Request&, Response& res, const Caller&) -> Result<void> {
         constexpr size_t kMaxJobs = 1000;
         constexpr size_t kMaxSeries = 20000;
         constexpr int64_t kRecentlyEnded = int64_t{15} * 60 * 1000000000;
@@ -1626,12 +1725,18 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   // Every follower holds a connection (a descriptor), not a thread: allow many.
   raiseFileLimit();
   impl->routes();
+  for (const auto& r : impl->table.routes()) {
+    impl->route_names.push_back(r.spec.method + " " + r.path.name());
+  }
   http::Options hopts;
   hopts.host = options.host;
   hopts.port = options.port;
   hopts.threads = options.http_threads;
+  hopts.limits = options.http_limits;
   hopts.limits.idle_timeout = options.http_idle_timeout;
-  hopts.admit = [self](const Request& req) { return self->admit(req); };
+  hopts.limits.header_timeout = std::min(hopts.limits.header_timeout, options.http_idle_timeout);
+  hopts.tls = options.tls;
+  hopts.admit = [self](Request& req) { return self->admit(req); };
   hopts.handle = [self](Request& req, Response& res) { self->handle(req, res); };
   hopts.error = [](int status, std::string message) {
     Code code = status == 404               ? Code::kNotFound
@@ -1658,7 +1763,12 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   const std::string host = any ? std::string("127.0.0.1")
                            : options.host.find(':') != std::string::npos ? "[" + options.host + "]"
                                                                          : options.host;
-  jopts.report_url = "http://" + host + ":" + std::to_string(port);
+  const bool tls = !options.tls.cert_pem.empty();
+  jopts.report_url = (tls ? "https://" : "http://") + host + ":" + std::to_string(port);
+  if (tls) {
+    // Coordinators trust this server's key, whatever names its certificate lists.
+    COHORT_ASSIGN(jopts.report_pin, publicKeyPin(options.tls.cert_pem));
+  }
   COHORT_ASSIGN(impl->jobs, JobService::create(*impl->store, jopts, impl->clock));
   // The first start makes the admin account, once the server is sure to serve.
   COHORT_ASSIGN(std::vector<store::Account> accounts, impl->store->accounts());
