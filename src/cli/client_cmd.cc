@@ -47,7 +47,7 @@ using Row = std::vector<std::string>;
 constexpr const char* kLongPoll = "30s";
 // While waiting for a job, how long a server that went away (a restart) is retried, and how
 // long between two tries.
-constexpr auto kWaitRetryFor = std::chrono::seconds(30);
+constexpr auto kWaitRetryFor = std::chrono::minutes(2);  // a server restart, ridden out
 constexpr auto kRetryInterval = std::chrono::milliseconds(300);
 
 const char* const kCommands[] = {"login",  "whoami", "submit",  "rerun",    "ps",
@@ -1188,19 +1188,41 @@ Result<int> cmdLogs(int argc, char** argv) {
   if (follow) query.emplace_back("follow", "1");
   COHORT_ASSIGN(ApiClient api, connect(args));
   int write_errno = 0;  // saved at once: the HTTP client makes more calls before we report
-  auto status = api.stream(
-      jobPath(args.positional[0]) + "/logs", query,
-      [&](const char* data, size_t size) {
-        if (std::fwrite(data, 1, size, stdout) != size || std::fflush(stdout) != 0) {
-          write_errno = errno ? errno : EIO;
-          return false;
-        }
-        return true;
-      },
-      follow);
-  if (!status) return tl::unexpected<Error>(status.error());
-  if (write_errno) return failErrno("logs: write to stdout", write_errno);
-  return 0;
+  int64_t offset = 0;   // the log's bytes printed so far
+  auto failing_since = std::chrono::steady_clock::time_point::max();
+  bool said = false;
+  // A followed log ends when the server says it is complete (the stream's end); one that breaks
+  // (a server restart, a cut connection) is followed again from the byte it stopped at.
+  for (;;) {
+    QueryParams at = query;
+    if (offset > 0) at.emplace_back("offset", std::to_string(offset));
+    auto status = api.stream(
+        jobPath(args.positional[0]) + "/logs", at,
+        [&](const char* data, size_t size) {
+          if (std::fwrite(data, 1, size, stdout) != size || std::fflush(stdout) != 0) {
+            write_errno = errno ? errno : EIO;
+            return false;
+          }
+          offset += static_cast<int64_t>(size);
+          failing_since = std::chrono::steady_clock::time_point::max();
+          return true;
+        },
+        follow);
+    if (write_errno) return failErrno("logs: write to stdout", write_errno);
+    if (status) return 0;
+    const auto now = std::chrono::steady_clock::now();
+    if (!follow || status.error().code != Code::kUnavailable) {
+      return tl::unexpected<Error>(status.error());
+    }
+    if (failing_since == std::chrono::steady_clock::time_point::max()) failing_since = now;
+    if (now - failing_since > kWaitRetryFor) return tl::unexpected<Error>(status.error());
+    if (!said) {
+      std::fprintf(stderr, "cohort: %s; following again from byte %lld once it is back\n",
+                   status.error().message.c_str(), static_cast<long long>(offset));
+      said = true;
+    }
+    std::this_thread::sleep_for(kRetryInterval);
+  }
 }
 
 Result<int> cmdStop(int argc, char** argv) {

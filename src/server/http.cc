@@ -24,37 +24,16 @@
 #include <unordered_map>
 
 #include "server/mhd_lib.h"
+#include "server/request_head.h"
 
 namespace cohort::server::http {
 
 namespace {
 
-bool equalsIgnoreCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
-}
-
 std::string lower(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return out;
-}
-
-// Digits only, no sign, no overflow.
-std::optional<uint64_t> parseLength(std::string_view text) {
-  if (text.empty() || text.size() > 19) return std::nullopt;
-  uint64_t n = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return std::nullopt;
-    n = n * 10 + static_cast<uint64_t>(c - '0');
-  }
-  return n;
 }
 
 constexpr uint64_t kStopId = 1;
@@ -66,60 +45,6 @@ constexpr auto kDeadlineCheck = std::chrono::milliseconds(200);
 
 }  // namespace
 
-std::optional<std::string> percentDecode(std::string_view text, bool plus_is_space) {
-  std::string out;
-  out.reserve(text.size());
-  auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (c == '%') {
-      if (i + 2 >= text.size()) return std::nullopt;
-      int hi = hex(text[i + 1]), lo = hex(text[i + 2]);
-      if (hi < 0 || lo < 0) return std::nullopt;
-      out.push_back(static_cast<char>(hi * 16 + lo));
-      i += 2;
-    } else if (c == '+' && plus_is_space) {
-      out.push_back(' ');
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out;
-}
-
-std::string Request::header(std::string_view name) const {
-  for (const auto& [k, v] : headers) {
-    if (equalsIgnoreCase(k, name)) return v;
-  }
-  return {};
-}
-
-bool Request::hasHeader(std::string_view name) const {
-  for (const auto& [k, v] : headers) {
-    if (equalsIgnoreCase(k, name)) return true;
-  }
-  return false;
-}
-
-std::string Request::param(std::string_view name, size_t index) const {
-  for (const auto& [k, v] : params) {
-    if (k == name && index-- == 0) return v;
-  }
-  return {};
-}
-
-bool Request::hasParam(std::string_view name) const { return paramCount(name) > 0; }
-
-size_t Request::paramCount(std::string_view name) const {
-  size_t n = 0;
-  for (const auto& [k, v] : params) n += k == name;
-  return n;
-}
 
 namespace {
 
@@ -480,33 +405,17 @@ void HttpServer::Impl::log(void*, const char* format, va_list args) {
 
 namespace {
 
-struct HeaderScan {
-  std::vector<std::pair<std::string, std::string>>* headers;
-  int content_lengths = 0;
-};
-
+// libmicrohttpd's header and query iterators: every pair as sent (names of headers in lower
+// case; the query not decoded yet: keepEscapes leaves it as it came).
 MHD_Result collectHeader(void* cls, MHD_ValueKind, const char* key, const char* value) {
-  auto* scan = static_cast<HeaderScan*>(cls);
-  const std::string name = lower(key ? key : "");
-  if (name == "content-length") ++scan->content_lengths;
-  scan->headers->emplace_back(name, value ? value : "");
+  static_cast<std::vector<std::pair<std::string, std::string>>*>(cls)->emplace_back(
+      lower(key ? key : ""), value ? value : "");
   return MHD_YES;
 }
 
-struct ArgumentScan {
-  std::vector<std::pair<std::string, std::string>>* params;
-  bool malformed = false;
-};
-
 MHD_Result collectArgument(void* cls, MHD_ValueKind, const char* key, const char* value) {
-  auto* scan = static_cast<ArgumentScan*>(cls);
-  auto k = percentDecode(key ? key : "", true);
-  auto v = percentDecode(value ? value : "", true);
-  if (!k || !v) {
-    scan->malformed = true;
-    return MHD_NO;
-  }
-  if (!k->empty()) scan->params->emplace_back(std::move(*k), std::move(*v));
+  static_cast<std::vector<std::pair<std::string, std::string>>*>(cls)->emplace_back(
+      key ? key : "", value ? value : "");
   return MHD_YES;
 }
 
@@ -532,42 +441,13 @@ MHD_Result HttpServer::Impl::begin(MHD_Connection* c, const char* url, const cha
     return queue(*x);
   };
   if (stopping) return refuse(503, "the server is stopping");
-  for (char ch : req.method) {
-    if (ch < 'A' || ch > 'Z') return refuse(400, "the request method is malformed");
-  }
-  if (req.target.empty() || req.target[0] != '/') {
-    return refuse(400, "the request line is malformed (expected 'METHOD /path HTTP/1.1')");
-  }
-  HeaderScan headers{&req.headers};
-  mhd->get_connection_values(c, MHD_HEADER_KIND, collectHeader, &headers);
-  if (req.headers.size() > options.limits.header_count) {
-    return refuse(431, "the request has over " + std::to_string(options.limits.header_count) +
-                           " headers");
-  }
-  // Framing: one way to know where the body ends, or none is accepted. A proxy in front that
-  // read another Content-Length than this server would see another request in the same bytes.
-  if (headers.content_lengths > 1) {
-    return refuse(400, "the request has more than one Content-Length header");
-  }
-  const bool has_te = req.hasHeader("transfer-encoding");
-  const std::string te = lower(req.header("transfer-encoding"));
-  if (has_te && te != "chunked") {
-    return refuse(501, "Transfer-Encoding '" + te + "' is not supported (send chunked or a length)");
-  }
-  if (has_te && req.hasHeader("content-length")) {
-    return refuse(400, "the request has both Content-Length and Transfer-Encoding");
-  }
-  if (req.hasHeader("content-length")) {
-    x->length = parseLength(req.header("content-length"));
-    if (!x->length) return refuse(400, "the request's Content-Length is malformed");
-  }
-  x->expects_body = has_te || (x->length && *x->length > 0);
-  auto path = percentDecode(req.target, false);
-  if (!path) return refuse(400, "the request path is not valid percent-encoding");
-  req.path = std::move(*path);
-  ArgumentScan args{&req.params};
-  mhd->get_connection_values(c, MHD_GET_ARGUMENT_KIND, collectArgument, &args);
-  if (args.malformed) return refuse(400, "the request's query is not valid percent-encoding");
+  mhd->get_connection_values(c, MHD_HEADER_KIND, collectHeader, &req.headers);
+  std::vector<std::pair<std::string, std::string>> query;
+  mhd->get_connection_values(c, MHD_GET_ARGUMENT_KIND, collectArgument, &query);
+  auto [framing, refusal] = checkHead(req, query, options.limits.header_count);
+  if (refusal) return refuse(refusal->status, refusal->message);
+  x->expects_body = framing.expects_body;
+  x->length = framing.length;
 
   if (!x->expects_body) {
     // Admitted and handled at once when libmicrohttpd has the whole request (an answer queued

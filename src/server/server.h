@@ -60,6 +60,8 @@ class Server {
   // Every route served, as "METHOD /path/{param}", in the order they were registered (what
   // the OpenAPI document must describe).
   const std::vector<std::string>& routes() const;
+  // Those of them any caller may call without a token (the route table says who may).
+  const std::vector<std::string>& routesWithoutToken() const;
 
   // Serves until stop(). Errors: kIo when serving fails.
   Result<void> run();

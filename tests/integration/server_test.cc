@@ -2645,5 +2645,55 @@ TEST_F(ServerTls, ASelfSignedServerIsPinnedByFingerprintAndItsJobsReportOverTls)
   EXPECT_EQ(with_ca.exit_code, 0) << with_ca.err;
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// Followers that survive and finish: a server restart does not end `cohort logs -f` or
+// `--wait`, and a follower ends only after the job's last line.
+
+TEST_F(ServerRecovery, FollowersRideOutARestartAndEndAfterTheJobsLastLine) {
+  const std::string id =
+      submit(admin_, rankJob("restarted", {"echo=before", gate("go"), "echo=after"}));
+  ASSERT_FALSE(id.empty());
+  waitJob(admin_, id, isRunning);
+  const std::vector<std::string> env = {
+      "COHORT_SERVER=http://127.0.0.1:" + std::to_string(port_), "COHORT_TOKEN=" + admin_,
+      "XDG_CONFIG_HOME=" + dir_ + "/no-config"};
+  CohortProcess logs({"logs", id, "-f"}, env);
+  CohortProcess wait({"status", id, "--wait"}, env);
+  // The follower has the first line, then the server goes away and comes back on its port.
+  ASSERT_TRUE(waitFor([&] { return contains(get("/v1/jobs/" + id + "/logs", admin_).body,
+                                            "before"); },
+                      kDeadline, 50ms));
+  std::this_thread::sleep_for(500ms);  // lets the follower read it before the server goes
+  const int port = port_;
+  stopServer();
+  ASSERT_TRUE(startServer({"--cpus", "4", "--listen", "127.0.0.1:" + std::to_string(port)}));
+  ASSERT_EQ(port_, port);
+  openGate("go");
+  RunResult followed = logs.wait(120s);
+  EXPECT_EQ(followed.exit_code, 0) << followed.err;
+  EXPECT_TRUE(contains(followed.out, "[worker/0 node0] before")) << followed.out;
+  EXPECT_TRUE(contains(followed.out, "[worker/0 node0] after")) << followed.out;
+  // Nothing twice, and the job's own last line is there.
+  EXPECT_EQ(followed.out.find("before"), followed.out.rfind("before")) << followed.out;
+  EXPECT_TRUE(contains(followed.out, "cohort: job " + id + " succeeded")) << followed.out;
+  RunResult waited = wait.wait(120s);
+  EXPECT_EQ(waited.exit_code, 0) << waited.err;
+}
+
+TEST_F(ServerStreams, AFollowedLogEndsOnlyAfterTheJobsLastLine) {
+  const std::vector<std::string> env = {
+      "COHORT_SERVER=http://127.0.0.1:" + std::to_string(port_), "COHORT_TOKEN=" + admin_,
+      "XDG_CONFIG_HOME=" + dir_ + "/no-config"};
+  for (int i = 0; i < 5; ++i) {
+    const std::string id = submit(admin_, rankJob("short" + std::to_string(i), {"echo=only"}));
+    ASSERT_FALSE(id.empty());
+    RunResult followed = CohortProcess({"logs", id, "-f"}, env).wait(60s);
+    EXPECT_EQ(followed.exit_code, 0) << followed.err;
+    EXPECT_TRUE(contains(followed.out, "cohort: job " + id + " succeeded"))
+        << "follow " << i << " ended before the job's last line:\n" << followed.out;
+  }
+}
+
 }  // namespace
 }  // namespace cohort::testing
