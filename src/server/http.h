@@ -1,7 +1,7 @@
 // Http: the server's HTTP/1.1 layer, over libmicrohttpd (server/mhd_lib.h; why that library:
 // docs/architecture.md, "The server's edge"). libmicrohttpd owns the sockets: it accepts
 // (within a global and a per-address cap), speaks TLS when given a certificate, reads a
-// request's header block within a bounded buffer, and writes answers, on one polling thread.
+// request's header block within a bounded buffer, and writes answers, on two polling threads.
 // This layer adds what the service needs around it:
 //
 // - Nothing but the headers before the caller is known. Once a request's header block is in,
@@ -147,7 +147,8 @@ struct Admission {
 struct Options {
   std::string host = "127.0.0.1";
   int port = 0;  // 0: any free port
-  int threads = 8;
+  int threads = 8;          // workers: admission, handlers, streams' pulls
+  int polling_threads = 2;  // libmicrohttpd's: sockets, parsing, TLS, sending
   Limits limits;
   Tls tls;
   // Worker threads. `admit` sees the request's headers (no body yet); empty: no body is
