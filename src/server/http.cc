@@ -609,7 +609,8 @@ HttpServer::~HttpServer() {
   if (s.daemon) {
     // libmicrohttpd may not stop while a connection is suspended: new requests are refused
     // (stopping), streams end, and the handlers in flight finish and resume theirs.
-    s.mhd->quiesce_daemon(s.daemon);
+    const MHD_socket listening = s.mhd->quiesce_daemon(s.daemon);  // now ours to close
+    if (listening != MHD_INVALID_SOCKET) ::close(listening);
     for (int i = 0; i < 500 && s.suspended > 0; ++i) {
       s.endStreams();
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
