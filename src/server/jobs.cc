@@ -18,6 +18,7 @@
 #include "job/events.h"
 #include "job/id.h"
 #include "job/layout.h"
+#include "job/lifecycle.h"
 #include "server/tokens.h"
 #include "server/uploads.h"
 #include "spec/job_spec.h"
@@ -33,6 +34,27 @@ namespace cohort::server {
 using Json = nlohmann::json;
 
 namespace {
+
+// Every state but the final ones.
+std::vector<std::string> liveStates() {
+  std::vector<std::string> live;
+  for (job::JobState st : job::kAllJobStates) {
+    if (!job::isFinal(st)) live.emplace_back(job::stateName(st));
+  }
+  return live;
+}
+
+// The lifecycle (job/lifecycle.h) over the store's names: the state `job` goes to on `input`,
+// by name; nothing when it stays. A name the store should not hold counts as failed.
+std::optional<std::string> next(const store::Job& job, job::JobInput input,
+                                const std::string& reported = "") {
+  const job::JobState current = job::parseJobState(job.state).value_or(job::JobState::kFailed);
+  const job::JobState word = job::parseJobState(reported).value_or(job::JobState::kQueued);
+  auto to = job::nextState(current, input, word);
+  if (!to) return std::nullopt;
+  return std::string(job::stateName(*to));
+}
+
 
 constexpr size_t kMaxReportEvents = 4096;
 constexpr size_t kMaxProgressBytes = 2u << 20;
@@ -139,8 +161,9 @@ JobService::~JobService() {
 }
 
 Result<void> JobService::writeReportUrl(const std::string& job_dir) const {
-  return writeFileAtomic(job::Layout(job_dir).reportUrlFile(), options_.report_url + "\n", false,
-                         0600);
+  const std::string pin = options_.report_pin.empty() ? "" : "pin " + options_.report_pin + "\n";
+  return writeFileAtomic(job::Layout(job_dir).reportUrlFile(), options_.report_url + "\n" + pin,
+                         false, 0600);
 }
 
 void JobService::notify(const std::string& job_id) const {
@@ -202,7 +225,7 @@ sched::Running runningOf(const store::Job& job) {
 Result<void> JobService::reconcile() {
   COHORT_ASSIGN(
       std::vector<store::Job> jobs,
-      store_.jobsInStates({"queued", "starting", "staging", "running", "restarting", "stopping"}));
+      store_.jobsInStates(liveStates()));
   for (store::Job& job : jobs) {
     if (job.state == "queued") {
       queue_[job.id] = schedJob(job);
@@ -232,12 +255,12 @@ Result<void> JobService::reconcile() {
       record("still " + job.state + " (" + where + ") after a server restart");
       reconciled_.push_back("job " + job.id + ": still " + job.state + " (" + where +
                             "), following it again");
-      supervised_[job.id] = std::move(s);
+      supervise(std::move(s));
       continue;
     }
     record("ended while the server was down");
     Supervised& ref = *s;
-    supervised_[job.id] = std::move(s);
+    supervise(std::move(s));
     finish(ref, !job.handle.empty()
                     ? "lost: its " + where +
                           " ended while the server was down, without handing over its result "
@@ -499,7 +522,7 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
   place_code();
   job.account = caller.account;
   job.name = spec.name;
-  job.state = "queued";
+  job.state = std::string(job::stateName(job::JobState::kQueued));
   job.priority = priority;
   job.framework = spec::frameworkName(spec.framework);
   job.ranks = spec::totalProcs(spec);
@@ -581,9 +604,10 @@ Result<store::Job> JobService::stop(const std::string& id) {
   std::lock_guard lock(mu_);
   takeIncoming();
   COHORT_ASSIGN(store::Job job, store_.job(id));
+  const auto to = next(job, job::JobInput::kStopAsked);
   if (store::isFinalState(job.state)) return job;
-  if (job.state == "queued") {
-    job.state = "stopped";
+  if (job.state == "queued" && to) {
+    job.state = *to;  // stopped
     job.ended = nowUnixNanos();
     job.reason = "stopped before it started";
     job.exit_code = 143;
@@ -597,9 +621,9 @@ Result<store::Job> JobService::stop(const std::string& id) {
     wake();
     return job;
   }
-  if (!job.handle.empty()) backend_->cancel(job.handle);
-  if (job.state != "stopping") {
-    job.state = "stopping";
+  if (!job.handle.empty()) backend_->cancel(job.handle);  // again, if it was asked before
+  if (to) {
+    job.state = *to;  // stopping
     job.reason = "stopped on request";
     COHORT_TRY(store_.updateJob(job));
     notify(id);
@@ -726,7 +750,7 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
     std::lock_guard waiting_lock(waiting_mu_);
     waiting_.erase(job.id);
   }
-  job.state = "starting";
+  job.state = next(job, job::JobInput::kStarted).value_or(job.state);  // starting
   job.started = nowUnixNanos();
   job.job_dir = job::Layout::of(options_.data_root, job.id).dir();
   // Recorded before the coordinator exists: a server that dies now finds the job lost, never a
@@ -737,7 +761,7 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
       queued, placement, sched::TimePoint(std::chrono::milliseconds(job.started / 1000000)));
 
   auto failed = [&](const Error& e) -> Result<void> {
-    job.state = "failed";
+    job.state = next(job, job::JobInput::kStartFailed).value_or(job.state);  // failed
     job.ended = nowUnixNanos();
     job.exit_code = 1;
     job.reason = "could not start: " + e.message;
@@ -809,7 +833,7 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
   s->id = job.id;
   s->handle = job.handle;
   s->job_dir = job.job_dir;
-  supervised_[job.id] = std::move(s);
+  supervise(std::move(s));
   COHORT_TRY(store_.updateJob(job));
   notify(job.id);
   return {};
@@ -884,7 +908,7 @@ Result<JobService::ReportAnswer> JobService::report(const std::string& job_id,
   if (r != report.end() && all_in && !store::isFinalState(now.state)) {
     COHORT_ASSIGN(job::JobResult result,
                   job::decodeResult(r->dump(-1, ' ', false, Json::error_handler_t::replace)));
-    now.state = result.state;
+    now.state = next(now, job::JobInput::kReported, result.state).value_or(now.state);
     now.exit_code = result.exit_code;
     now.reason = result.reason;
     if (result.attempts > 0) now.attempts = result.attempts;
@@ -924,11 +948,17 @@ void JobService::applyEvents(const std::string& job_id, const std::vector<job::E
   auto job = store_.job(job_id);
   if (!job || store::isFinalState(job->state)) return;
   bool changed = false;
-  // A stop asked for stays "stopping" until the job ends.
-  if (state && job->state != "stopping" && (job->state != *state || job->reason != *reason)) {
-    job->state = *state;
-    job->reason = *reason;
-    changed = true;
+  // The coordinator's word moves the job as the lifecycle says (a stopping job stays stopping
+  // until it ends); the reason goes with the state it explains.
+  if (state) {
+    if (auto to = next(*job, job::JobInput::kReported, *state)) {
+      job->state = *to;
+      job->reason = *reason;
+      changed = true;
+    } else if (job->state == *state && job->reason != *reason) {
+      job->reason = *reason;
+      changed = true;
+    }
   }
   if (attempts && job->attempts != *attempts) {
     job->attempts = *attempts;
@@ -946,7 +976,7 @@ void JobService::finish(Supervised& s, const std::string& lost_why) {
     // A stop that reached the coordinator before it blocked signals (first thing in `cohort
     // run`) ended it without a result: the job was stopped, not lost. Nothing had started.
     const bool stopped = job->state == "stopping";
-    job->state = stopped ? "stopped" : "failed";
+    job->state = next(*job, job::JobInput::kCoordinatorGone).value_or(job->state);
     job->exit_code = stopped ? 143 : 1;
     if (!stopped) job->reason = lost_why;
     if (auto u = recordEnd(store_, *job); !u) {
@@ -961,7 +991,26 @@ void JobService::finish(Supervised& s, const std::string& lost_why) {
   running_.erase(id);
   gpus_held_.erase(id);
   supervised_.erase(id);  // destroys s
+  {
+    std::lock_guard lock(coordinators_mu_);
+    coordinators_.erase(id);
+  }
+  notify(id);  // its log is complete: followers may end
   dirty_ = true;
+}
+
+void JobService::supervise(std::unique_ptr<Supervised> s) {
+  {
+    std::lock_guard lock(coordinators_mu_);
+    coordinators_.insert(s->id);
+  }
+  const std::string id = s->id;
+  supervised_[id] = std::move(s);
+}
+
+bool JobService::coordinatorRunning(const std::string& id) const {
+  std::lock_guard lock(coordinators_mu_);
+  return coordinators_.count(id) > 0;
 }
 
 }  // namespace cohort::server

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "sched/scheduler.h"
+#include "server/http.h"
 #include "server/jobs.h"
 #include "storage/place.h"
 #include "util/result.h"
@@ -37,6 +38,9 @@ struct ServerOptions {
   int http_threads = 32;      // workers that run handlers; followers hold none
   Millis http_idle_timeout{60000};  // a client that keeps a connection waiting this long loses it
   int64_t max_upload_bytes = int64_t{1} << 30;  // a code upload's archive (POST /v1/uploads)
+  size_t max_followers = 256;  // streams one account may follow at once (jobs' events and logs)
+  http::Limits http_limits;    // connections, header block, timeouts (idle_timeout: above)
+  http::Tls tls;               // a certificate and key: the API speaks HTTPS
 };
 
 class Server {
@@ -56,6 +60,8 @@ class Server {
   // Every route served, as "METHOD /path/{param}", in the order they were registered (what
   // the OpenAPI document must describe).
   const std::vector<std::string>& routes() const;
+  // Those of them any caller may call without a token (the route table says who may).
+  const std::vector<std::string>& routesWithoutToken() const;
 
   // Serves until stop(). Errors: kIo when serving fails.
   Result<void> run();

@@ -93,6 +93,24 @@ Result<Upload> receiveUpload(const std::string& data_root, const std::string& ac
   return upload;
 }
 
+Result<Upload> receiveUploadFile(const std::string& data_root, const std::string& account,
+                                 int fd, const storage::ArchiveLimits& limits) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return failErrno("stat the upload");
+  const size_t size = static_cast<size_t>(st.st_size);
+  if (size == 0) return receiveUpload(data_root, account, std::string_view(), limits);
+  void* data = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (data == MAP_FAILED) return failErrno("map the upload");
+  auto upload = receiveUpload(data_root, account,
+                              std::string_view(static_cast<const char*>(data), size), limits);
+  ::munmap(data, size);
+  return upload;
+}
+
+int waitingUploads(const std::string& data_root, const std::string& account) {
+  return sweep(job::uploadsDir(data_root) + "/" + account);
+}
+
 Result<Upload> uploadTree(const std::string& data_root, const std::string& account,
                           const std::string& dir, const storage::ArchiveLimits& limits) {
   COHORT_ASSIGN(storage::TreeListing listing,

@@ -32,6 +32,13 @@ struct Upload {
 Result<Upload> receiveUpload(const std::string& data_root, const std::string& account,
                              std::string_view archive, const storage::ArchiveLimits& limits);
 
+// The same, the archive being the `fd`'s whole file (a request's body, received into a file).
+Result<Upload> receiveUploadFile(const std::string& data_root, const std::string& account,
+                                 int fd, const storage::ArchiveLimits& limits);
+
+// How many uploads of `account` wait for their job (removing those that expired).
+int waitingUploads(const std::string& data_root, const std::string& account);
+
 // A new upload of `account` holding a copy of the tree at `dir` (an earlier job's code/, for a
 // job that runs it again): listed and archived as the client does it, then extracted as any
 // upload is, so the copy passes the same checks and limits. Errors: those of storage::listTree
