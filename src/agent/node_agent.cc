@@ -26,6 +26,7 @@
 #include "agent/gpu.h"
 #include "agent/liveness.h"
 #include "agent/preload.h"
+#include "agent/protocol.h"
 #include "agent/rank_output.h"
 #include "agent/staging.h"
 #include "plan/plan.h"
@@ -81,23 +82,29 @@ std::string processState(pid_t pid) {
 }
 
 // What a rank's py-spy dump said: the stack, or why there is none.
-Message dumpStack(const std::string& py_spy, pid_t pid,
-                  std::chrono::steady_clock::time_point deadline) {
-  if (py_spy.empty()) return {{"error", "py-spy is not installed (pip install py-spy)"}};
-  if (std::chrono::steady_clock::now() >= deadline) return {{"error", "out of time"}};
+protocol::RankStack dumpStack(const std::string& py_spy, pid_t pid,
+                              std::chrono::steady_clock::time_point deadline) {
+  protocol::RankStack out;
+  auto error = [&out](std::string why) {
+    out.error = std::move(why);
+    return out;
+  };
+  if (py_spy.empty()) return error("py-spy is not installed (pip install py-spy)");
+  if (std::chrono::steady_clock::now() >= deadline) return error("out of time");
   proc::SpawnRequest req;
   req.argv = {py_spy, "dump", "--pid", std::to_string(pid), "--nonblocking"};
   req.env = {"PATH=/usr/bin:/bin"};
   req.cwd = "/";
   auto got = proc::runCaptured(req, kStackDumpTimeout);
-  if (!got) return {{"error", got.error().message}};
+  if (!got) return error(got.error().message);
   if (got->status.shellCode() != 0) {
     // py-spy's first line says why ("Error: Failed to find python version...").
     std::string why = got->err.substr(0, got->err.find('\n'));
     if (startsWith(why, "Error: ")) why = why.substr(7);
-    return {{"error", "py-spy: " + (why.empty() ? got->status.describe() : why.substr(0, 300))}};
+    return error("py-spy: " + (why.empty() ? got->status.describe() : why.substr(0, 300)));
   }
-  return {{"stack", got->out.substr(0, 16 * 1024)}};  // 1,024 ranks fit in one message
+  out.stack = got->out.substr(0, 16 * 1024);  // 1,024 ranks fit in one message
+  return out;
 }
 
 // Calls `fn(pid, fields)` for every process in /proc, or only for those in the cgroup at
@@ -283,13 +290,8 @@ class Agent {
     // Where this node's ranks are reached: the coordinator places the job with it.
     COHORT_ASSIGN(HostAddress self, chooseAddress(options_.interface, options_.cidr,
                                                   options_.coordinator_addr));
-    COHORT_TRY(channel_.send({{"type", "hello"},
-                              {"node", options_.node},
-                              {"nonce", nonce_},
-                              {"pid", ::getpid()},
-                              {"host", self.address},
-                              {"interface", self.interface},
-                              {"hostname", hostName()}}));
+    COHORT_TRY(channel_.send(protocol::encode(protocol::Hello{
+        options_.node, nonce_, ::getpid(), self.address, self.interface, hostName()})));
     channel_.setOnPending([this](bool pending) {
       (void)loop_.modify(channel_.fd(), EPOLLIN | (pending ? uint32_t{EPOLLOUT} : 0u));
     });
@@ -369,13 +371,8 @@ class Agent {
                                                               : static_cast<uid_t>(-1));
       if (!status || (rank.debug_said && *rank.debug_said == *status)) continue;
       auto say = [&](const std::string& state) {
-        (void)channel_.send({{"type", "debug"},
-                             {"attempt", attempt_},
-                             {"index", i},
-                             {"state", state},
-                             {"reason", status->reason},
-                             {"where", status->where},
-                             {"time", nowUnixNanos()}});
+        send(protocol::Debug{attempt_, static_cast<int64_t>(i), state, status->reason,
+                             status->where, nowUnixNanos()});
       };
       // A debugger that attached and left between two looks is told as having been there.
       const int64_t attaches_seen = rank.debug_said ? rank.debug_said->attaches : 0;
@@ -419,7 +416,7 @@ class Agent {
     const auto now = std::chrono::steady_clock::now();
     if (lost_coordinator_ || now - last_sent_ < heartbeat_every_) return;
     last_sent_ = now;
-    (void)channel_.send({{"type", "heartbeat"}});
+    (void)channel_.send(protocol::encode(protocol::Heartbeat{}));
   }
 
   void onChannel() {
@@ -447,10 +444,9 @@ class Agent {
   }
 
   // The coordinator's answer to hello: it proves it knows the job's secret, and so do we.
-  void onChallenge(const Message& m) {
+  void onChallenge(const protocol::Challenge& m) {
     const std::string expected = handshakeProof(options_.secret, "coordinator", nonce_, options_.node);
-    if (field(m, "type", std::string()) != "challenge" ||
-        !secretsEqual(field(m, "proof", std::string()), expected)) {
+    if (!secretsEqual(m.proof, expected)) {
       std::fprintf(stderr,
                    "cohort exec: node %d: the coordinator at %s:%d did not prove that it knows "
                    "the job's secret; leaving it\n",
@@ -460,78 +456,84 @@ class Agent {
     }
     // A coordinator that started us on this machine is our parent: it is watched as a process
     // (agent/liveness.h), and never given up for silence.
-    coordinator_local_ = options_.coordinator_fd >= 0 || field(m, "pid", -1) == ::getppid();
-    const std::string proof =
-        handshakeProof(options_.secret, "agent", field(m, "nonce", std::string()), options_.node);
-    (void)channel_.send({{"type", "auth"}, {"proof", proof}});
+    coordinator_local_ = options_.coordinator_fd >= 0 || m.pid == ::getppid();
+    send(protocol::Auth{handshakeProof(options_.secret, "agent", m.nonce, options_.node)});
     authenticated_ = true;
   }
 
+  // One message of the coordinator, decoded by the channel's one codec (agent/protocol.h). What
+  // cannot be read, or comes before the coordinator proved the secret, ends the agent's trust in
+  // it.
   void handle(const Message& m) {
-    if (!authenticated_) {
-      onChallenge(m);
+    auto decoded = protocol::decodeToAgent(m);
+    if (!decoded) {
+      std::fprintf(stderr, "cohort exec: node %d: %s\n", options_.node,
+                   decoded.error().message.c_str());
+      lostCoordinator("what the coordinator sent could not be read: " + decoded.error().message);
       return;
     }
-    std::string type = field(m, "type", std::string());
-    if (type == "plan") {
-      static const Message kNone = Message::object();
-      auto node = plan::nodeFromJsonValue(m.contains("node") ? m.at("node") : kNone);
-      if (!node) {
-        std::fprintf(stderr, "cohort exec: %s\n", node.error().message.c_str());
-        lostCoordinator("the coordinator's plan could not be read");
-        return;
+    if (!authenticated_) {
+      const auto* challenge = std::get_if<protocol::Challenge>(&*decoded);
+      if (challenge) {
+        onChallenge(*challenge);
+      } else {
+        onChallenge(protocol::Challenge{});  // no proof: it is left
       }
-      node_ = std::move(*node);
-      workdir_ = field(m, "workdir", std::string("."));
-      job_dir_ = field(m, "job_dir", std::string());
-      // An agent that finds no mark (no shared filesystem) makes the job directory itself.
-      own_dir_ = startsWith(job_dir_, "/") && !sharesJobDir(job_dir_, field(m, "mark", std::string()));
-      heartbeat_every_ = Millis(std::max<int64_t>(100, field(m, "heartbeat_ms", int64_t{1000})));
-      heartbeat_timeout_ =
-          Millis(std::max<int64_t>(1000, field(m, "heartbeat_timeout_ms", int64_t{5000})));
-      silence_ = Silence(tickEvery(), std::chrono::steady_clock::now());
-      stop_signal_ = field(m, "stop_signal", int{SIGTERM});
-      outside_grace_ = Millis(std::max<int64_t>(0, field(m, "grace_ms", int64_t{3000})));
-      heartbeat_.arm(tickEvery());
-      trim_after_message_ = true;  // the plan's JSON was large and is garbage now
-      setUpCgroup();
-    } else if (type == "stage") {
-      startStaging();
-    } else if (type == "files") {
-      writeFiles(m);
-    } else if (type == "start") {
-      startAttempt(field(m, "attempt", 0));
-    } else if (type == "stop") {
-      if (pending_attempt_) {
-        // Stopped while the preload template still imports: the attempt starts nothing.
-        attempt_ = *pending_attempt_;
-        pending_attempt_.reset();
-        ranks_.clear();
-        (void)channel_.send({{"type", "started"},
-                             {"attempt", attempt_},
-                             {"count", 0},
-                             {"time", nowUnixNanos()}});
-        attemptOver();
-      }
-      const Millis grace(field(m, "grace_ms", int64_t{30000}));
-      stopRanks(grace, field(m, "signal", stop_signal_));
-      if (m.contains("exit")) {  // the job's end: leave once the ranks are gone
-        exit_code_ = std::clamp(field(m, "exit", 0), 0, 255);
-        exitWhenDone(grace);
-      }
-    } else if (type == "stacks") {
-      sendStacks();
-    } else if (type == "exit") {
-      // Exiting with the job's code makes a cluster's accounting (sacct) agree with cohort.
-      exit_code_ = std::clamp(field(m, "code", 0), 0, 255);
-      if (m.contains("outputs") && m["outputs"].is_array()) {
-        for (const Message& o : m["outputs"]) {
-          outputs_.push_back({field(o, "source", std::string()), field(o, "target", std::string())});
-        }
-      }
-      exitWhenDone(Millis(field(m, "grace_ms", int64_t{3000})));
+      return;
+    }
+    std::visit([this](const auto& message) { on(message); }, *decoded);
+  }
+
+  void on(const protocol::Heartbeat&) {}  // word from it is all it says
+  void on(const protocol::Challenge&) {}  // once is enough
+
+  void on(const protocol::PlanMessage& m) {
+    node_ = m.node;
+    workdir_ = m.workdir.empty() ? "." : m.workdir;
+    job_dir_ = m.job_dir;
+    // An agent that finds no mark (no shared filesystem) makes the job directory itself.
+    own_dir_ = startsWith(job_dir_, "/") && !sharesJobDir(job_dir_, m.mark);
+    heartbeat_every_ = Millis(std::max<int64_t>(100, m.heartbeat_ms));
+    heartbeat_timeout_ = Millis(std::max<int64_t>(1000, m.heartbeat_timeout_ms));
+    silence_ = Silence(tickEvery(), std::chrono::steady_clock::now());
+    stop_signal_ = m.stop_signal;
+    outside_grace_ = Millis(std::max<int64_t>(0, m.grace_ms));
+    heartbeat_.arm(tickEvery());
+    trim_after_message_ = true;  // the plan's JSON was large and is garbage now
+    setUpCgroup();
+  }
+
+  void on(const protocol::Stage&) { startStaging(); }
+  void on(const protocol::Files& m) { writeFiles(m); }
+  void on(const protocol::Start& m) { startAttempt(m.attempt); }
+  void on(const protocol::StacksRequest&) { sendStacks(); }
+
+  void on(const protocol::Stop& m) {
+    if (pending_attempt_) {
+      // Stopped while the preload template still imports: the attempt starts nothing.
+      attempt_ = *pending_attempt_;
+      pending_attempt_.reset();
+      ranks_.clear();
+      send(protocol::Started{attempt_, 0, nowUnixNanos()});
+      attemptOver();
+    }
+    const Millis grace(m.grace_ms);
+    stopRanks(grace, m.signal);
+    if (m.exit) {  // the job's end: leave once the ranks are gone
+      exit_code_ = std::clamp(*m.exit, 0, 255);
+      exitWhenDone(grace);
     }
   }
+
+  void on(const protocol::Exit& m) {
+    // Exiting with the job's code makes a cluster's accounting (sacct) agree with cohort.
+    exit_code_ = std::clamp(m.code, 0, 255);
+    outputs_.insert(outputs_.end(), m.outputs.begin(), m.outputs.end());
+    exitWhenDone(Millis(3000));
+  }
+
+  // Sends one message to the coordinator; one that has gone is found by the loop.
+  void send(const protocol::ToCoordinator& message) { (void)channel_.send(protocol::encode(message)); }
 
   // The agent's one way out: leave now if nothing runs; otherwise stop the ranks (the stop
   // signal, then SIGKILL after `grace`) and leave when the last is gone (attemptOver), or when
@@ -555,17 +557,18 @@ class Agent {
     }
     std::vector<plan::OutputPlan> outputs = std::move(outputs_);
     outputs_.clear();
-    auto results = std::make_shared<Message>(Message::array());
+    auto results = std::make_shared<protocol::OutputsCopied>();
     runChore(
         [outputs, results] {
           for (const plan::OutputPlan& o : outputs) {
             auto copied = copyOutput(o);
-            results->push_back(copied ? Message{{"files", copied->files}, {"bytes", copied->bytes}}
-                                      : Message{{"error", copied.error().message}});
+            results->results.push_back(
+                copied ? protocol::OutputCopied{copied->files, copied->bytes, ""}
+                       : protocol::OutputCopied{0, 0, copied.error().message});
           }
         },
         [this, results] {
-          (void)channel_.send({{"type", "outputs_copied"}, {"results", std::move(*results)}});
+          send(std::move(*results));
           loop_.quit();
         });
   }
@@ -575,7 +578,7 @@ class Agent {
   // process group: the leader may be a wrapper (a sandbox, a shell) with Python below it, and a
   // stopped or D-state process anywhere in it is what holds the rank up.
   void sendStacks() {
-    auto answer = std::make_shared<Message>(Message::array());
+    auto answer = std::make_shared<std::vector<protocol::RankStack>>();
     std::map<pid_t, std::pair<size_t, std::vector<pid_t>>> groups;  // leader -> index, leader first
     for (size_t i = 0; i < ranks_.size(); ++i) {
       if (ranks_[i].running) groups[ranks_[i].child.pid] = {i, {ranks_[i].child.pid}};
@@ -602,22 +605,19 @@ class Agent {
           }
           if (s == "D") state = s;
         }
-        Message r = busy ? Message{{"error", "the agent was busy staging or copying"}}
-                         : Message{{"error", "no process"}};
+        protocol::RankStack r;
+        r.error = busy ? "the agent was busy staging or copying" : "no process";
         for (size_t k = 0; !busy && k < pids.size() && k < kTries; ++k) {
-          Message dumped = dumpStack(py_spy, pids[k], deadline);
-          if (k == 0 || dumped.contains("stack")) r = std::move(dumped);
-          if (r.contains("stack") || py_spy.empty()) break;
+          protocol::RankStack dumped = dumpStack(py_spy, pids[k], deadline);
+          if (k == 0 || !dumped.stack.empty()) r = std::move(dumped);
+          if (!r.stack.empty() || py_spy.empty()) break;
         }
-        r["index"] = index;
-        r["state"] = state;
+        r.index = static_cast<int64_t>(index);
+        r.state = state;
         answer->push_back(std::move(r));
       }
     };
-    auto over = [this, answer] {
-      (void)channel_.send(
-          {{"type", "stacks"}, {"attempt", attempt_}, {"ranks", std::move(*answer)}});
-    };
+    auto over = [this, answer] { send(protocol::Stacks{attempt_, std::move(*answer)}); };
     if (chore_.joinable()) {  // states only: they cannot block
       work();
       over();
@@ -676,25 +676,21 @@ class Agent {
 
   void onStaged() {
     if (!staging_result_) {
-      (void)channel_.send({{"type", "stage_failed"}, {"error", staging_result_.error().message}});
+      send(protocol::StageFailed{staging_result_.error().message});
     } else {
-      (void)channel_.send({{"type", "staged"},
-                           {"files", staging_result_->files},
-                           {"bytes", staging_result_->bytes},
-                           {"seconds", staging_result_->seconds},
-                           {"own_dir", own_dir_}});
+      send(protocol::Staged{staging_result_->files, staging_result_->bytes,
+                            staging_result_->seconds, own_dir_});
     }
     if (exiting_) exitWhenDone(Millis(3000));
   }
 
   // The files cohort generated for the ranks, for a job directory of its own.
-  void writeFiles(const Message& m) {
-    if (!own_dir_ || !m.contains("files") || !m["files"].is_array()) return;
-    for (const Message& f : m["files"]) {
-      auto written = writeJobFile(job_dir_, field(f, "path", std::string()),
-                                  field(f, "content", std::string()));
+  void writeFiles(const protocol::Files& m) {
+    if (!own_dir_) return;
+    for (const plan::GeneratedFile& f : m.files) {
+      auto written = writeJobFile(job_dir_, f.path, f.content);
       if (!written) {
-        (void)channel_.send({{"type", "stage_failed"}, {"error", written.error().message}});
+        send(protocol::StageFailed{written.error().message});
         return;
       }
     }
@@ -764,7 +760,7 @@ class Agent {
     limits_enforced_ = false;
     if (limits_said_ || !anyRequests()) return;
     limits_said_ = true;
-    (void)channel_.send({{"type", "limits"}, {"why", why}});
+    send(protocol::Limits{why});
   }
 
   // The cgroup a rank starts in: where limits are enforced, one of its own below the node's, held
@@ -826,7 +822,7 @@ class Agent {
         // their notice and grace period, and the coordinator stops every other node's too. A
         // second signal kills at once; the first does not cut short a stop the coordinator
         // began (a cluster that deletes the job signals every pod, coordinator's included).
-        if (!stopping_) (void)channel_.send({{"type", "signalled"}, {"signal", sig}});
+        if (!stopping_) send(protocol::Signalled{sig});
         if (!stopping_ && own_stop_reason_.empty()) {
           own_stop_reason_ = spec::stopSignalName(sig) + " came from outside";
         }
@@ -934,10 +930,7 @@ class Agent {
       if (r) r = watch(i, std::move(rank.child));
       if (!r) neverRan(rank, rank.plan.name + ": " + r.error().message);
     }
-    (void)channel_.send({{"type", "started"},
-                         {"attempt", attempt_},
-                         {"count", running_count_},
-                         {"time", nowUnixNanos()}});
+    send(protocol::Started{attempt_, running_count_, nowUnixNanos()});
     if (running_count_ == 0) {
       attemptOver();
     } else {
@@ -961,7 +954,7 @@ class Agent {
     std::map<pid_t, Usage> usage = usageByProcessGroup(cgroupPath(), gpus ? &group_of : nullptr);
     std::map<pid_t, RankGpu> gpu_use;
     if (gpus) gpu_use = gpuUseByGroup(gpu_->latest()->first, gpu_->latest()->second, group_of);
-    Message ranks = Message::array();
+    protocol::Progress report{attempt_, 0, {}};
     const int64_t now = nowUnixNanos();
     for (size_t i = 0; i < ranks_.size(); ++i) {
       Rank& rank = ranks_[i];
@@ -970,24 +963,25 @@ class Agent {
         if (!sameTimes(times, rank.heartbeat_seen) && times) rank.last_heartbeat = now;
         rank.heartbeat_seen = times;
       }
-      Message r = {{"index", i}, {"running", rank.running}, {"last_output", rank.last_output}};
-      if (rank.last_heartbeat) r["last_heartbeat"] = rank.last_heartbeat;
+      protocol::RankProgress r;
+      r.index = static_cast<int64_t>(i);
+      r.running = rank.running;
+      r.last_output = rank.last_output;
+      r.last_heartbeat = rank.last_heartbeat;
       if (rank.running) {
         // Every rank leads a process group of its own (proc/spawn.h).
         const Usage u = usage[rank.child.pid];
-        r["cpu_seconds"] = u.cpu_seconds;
-        r["rss_bytes"] = u.rss_bytes;
+        r.cpu_seconds = u.cpu_seconds;
+        r.rss_bytes = u.rss_bytes;
         if (auto g = gpu_use.find(rank.child.pid); g != gpu_use.end()) {
-          r["gpu_util"] = g->second.utilization;
-          r["gpu_memory_bytes"] = g->second.memory_bytes;
+          r.gpu_util = g->second.utilization;
+          r.gpu_memory_bytes = g->second.memory_bytes;
         }
       }
-      ranks.push_back(std::move(r));
+      report.ranks.push_back(r);
     }
-    (void)channel_.send({{"type", "progress"},
-                         {"attempt", attempt_},
-                         {"time", nowUnixNanos()},
-                         {"ranks", std::move(ranks)}});
+    report.time = nowUnixNanos();
+    send(std::move(report));
     if (gpu_) gpu_->poll();  // its answer is the next sample's; it never waits here
     progress_.arm(kProgressEvery);
   }
@@ -1274,18 +1268,19 @@ class Agent {
     std::vector<std::string> tail = rank.output ? rank.output->tail(kTailLines)
                                                 : std::vector<std::string>{};
     if (!error.empty()) tail.push_back("cohort: " + error);
-    (void)channel_.send({{"type", "exited"},
-                         {"attempt", attempt_},
-                         {"rank", rank.plan.rank},
-                         {"code", status.code},
-                         {"signal", status.signal},
-                         {"by_cohort", rank.signalled},
-                         {"stopped_by", rank.stopped_by},
-                         {"stop_reason", rank.stop_reason},
-                         {"time", time},
-                         {"tail", tail},
-                         {"error", error},
-                         {"memory_limit", memory_limit}});
+    protocol::Exited exited;
+    exited.attempt = attempt_;
+    exited.rank = rank.plan.rank;
+    exited.code = status.code;
+    exited.signal = status.signal;
+    exited.by_cohort = rank.signalled;
+    exited.stopped_by = rank.stopped_by;
+    exited.stop_reason = rank.stop_reason;
+    exited.time = time;
+    exited.tail = std::move(tail);
+    exited.error = error;
+    exited.memory_limit = memory_limit;
+    send(std::move(exited));
   }
 
   // Sends every running rank's process group `stop_signal` (policy.stop_signal: the rank's one
@@ -1358,7 +1353,7 @@ class Agent {
         ranks_[i].out.reset();
       }
     }
-    (void)channel_.send({{"type", "idle"}, {"attempt", attempt_}, {"time", nowUnixNanos()}});
+    send(protocol::Idle{attempt_, nowUnixNanos()});
     if (exiting_) leave();
   }
 
