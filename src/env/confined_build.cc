@@ -46,13 +46,29 @@ Result<void> prepare(const ConfinedBuild& build, const Confinement& how, const s
   return {};
 }
 
-// What the build runs with: this process's environment for tools, less every cohort and AWS
-// setting (the server's store credentials among them), with where to look environments up.
+}  // namespace
+
+bool buildMayKeep(std::string_view entry) {
+  const std::string_view name = entry.substr(0, entry.find('='));
+  static constexpr std::string_view kKept[] = {
+      "PATH",        "LANG",          "LANGUAGE",      "TZ",          "http_proxy",
+      "https_proxy", "no_proxy",      "HTTP_PROXY",    "HTTPS_PROXY", "NO_PROXY",
+      "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"};
+  for (std::string_view kept : kKept) {
+    if (name == kept) return true;
+  }
+  return startsWith(name, "PIP_") || startsWith(name, "LC_");
+}
+
+namespace {
+
+// What the build runs with: an allowlist of this process's environment (buildMayKeep: the
+// tools' path, the locale, and how pip reaches its index), nothing else of the server's, with
+// where to look environments up.
 std::vector<std::string> buildEnvironment(const ConfinedBuild& build) {
   std::vector<std::string> env;
   for (const std::string& kv : toolEnvironment()) {
-    if (startsWith(kv, "COHORT_") || startsWith(kv, "AWS_") || startsWith(kv, "HOME=")) continue;
-    env.push_back(kv);
+    if (buildMayKeep(kv)) env.push_back(kv);
   }
   env.push_back("COHORT_ENVS=" + join(build.stores, ":"));
   env.push_back("HOME=/tmp");
@@ -118,6 +134,7 @@ Result<void> buildConfined(const std::string& cohort_bin, const ConfinedBuild& b
   req.cwd = "/";
   req.uid = how.uid;
   req.gid = how.gid;
+  req.no_new_privs = true;  // pip runs the packages' code: it gains nothing by exec
   req.stdout_fd = write_end.get();
   COHORT_ASSIGN(proc::Child child, proc::spawn(req));
   write_end.reset();

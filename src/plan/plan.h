@@ -47,6 +47,15 @@ struct RankPlan {
   bool sandboxed = false;
 };
 
+// How a sandboxed rank starts (isolation.cc): cohort's own programs by absolute path, with
+// kSandboxLauncherEnvironment, and the rank's environment handed to bubblewrap as `--args` on
+// descriptor kSandboxArgsFd (sandboxArguments), never through the launcher's environment.
+inline constexpr const char* kSandboxEnv = "/usr/bin/env";
+inline constexpr const char* kSandboxBwrap = "/usr/bin/bwrap";
+inline constexpr int kSandboxArgsFd = 3;
+inline constexpr const char* kSandboxLauncherEnvironment[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+                                                              "LANG=C.UTF-8"};
+
 // One input to stage on a node before any rank starts: a copy, or a symbolic link.
 struct StagedInput {
   std::string source;  // absolute

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -845,10 +846,26 @@ TEST_F(ServerGpus, EachJobGetsGpusNoOtherRunningJobHolds) {
   waitJob(admin_, b, isRunning);
   openGate("go");
   for (const std::string& id : {a, b, none}) waitFinal(admin_, id);
-  const std::string gpu_a = envValue(get("/v1/jobs/" + a + "/logs?rank=0", admin_).body,
-                                     "CUDA_VISIBLE_DEVICES");
-  const std::string gpu_b = envValue(get("/v1/jobs/" + b + "/logs?rank=0", admin_).body,
-                                     "CUDA_VISIBLE_DEVICES");
+  // Which of the machine's GPUs each has: its CUDA_VISIBLE_DEVICES, or in the sandbox, where a
+  // job's GPUs are numbered from 0 as in a container, the one device file put back for it.
+  auto machineGpu = [&](const std::string& id) {
+    const std::string seen =
+        envValue(get("/v1/jobs/" + id + "/logs?rank=0", admin_).body, "CUDA_VISIBLE_DEVICES");
+    Json plan = readJson(data_root_ + "/jobs/" + id + "/plan.json");
+    std::string bound;
+    for (const Json& arg : plan["nodes"][0]["ranks"][0]["argv"]) {
+      const std::string text = arg.is_string() ? arg.get<std::string>() : "";
+      if (text.rfind("/dev/nvidia", 0) == 0 && std::isdigit(static_cast<unsigned char>(text.back()))) {
+        bound = text.substr(11);
+      }
+    }
+    if (!bound.empty()) {
+      EXPECT_EQ(seen, "0") << "in its sandbox a job's one GPU is its first";
+    }
+    return bound.empty() ? seen : bound;
+  };
+  const std::string gpu_a = machineGpu(a);
+  const std::string gpu_b = machineGpu(b);
   EXPECT_TRUE(gpu_a == "0" || gpu_a == "1") << gpu_a;
   EXPECT_TRUE(gpu_b == "0" || gpu_b == "1") << gpu_b;
   EXPECT_NE(gpu_a, gpu_b);
