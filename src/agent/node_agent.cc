@@ -523,9 +523,9 @@ class Agent {
     outputs_.clear();
     auto results = std::make_shared<Message>(Message::array());
     runChore(
-        [outputs, results] {
+        [outputs, results, as = ranksIdentity(node_)] {
           for (const plan::OutputPlan& o : outputs) {
-            auto copied = copyOutput(o);
+            auto copied = copyOutput(o, as);
             results->push_back(copied ? Message{{"files", copied->files}, {"bytes", copied->bytes}}
                                       : Message{{"error", copied.error().message}});
           }

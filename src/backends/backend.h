@@ -26,6 +26,7 @@ struct JobLaunch {
   bool report = false;    // its coordinator reports to the server (job::Layout's report.url)
   std::string environments;  // where its coordinator looks environments up (COHORT_ENVS); "":
                              // the server's own
+  std::vector<std::string> input_roots;  // local inputs only below these (--input-root)
 };
 
 // What a backend finds behind a handle.

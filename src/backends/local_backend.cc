@@ -93,6 +93,10 @@ class LocalBackend : public Backend {
     }
     if (l.isolate) args.push_back("--isolate");
     if (l.report) args.push_back("--report");
+    for (const std::string& root : l.input_roots) {
+      args.push_back("--input-root");
+      args.push_back(root);
+    }
     if (l.uid >= 0) {
       args.push_back("--run-as");
       args.push_back(std::to_string(l.uid) + ":" + std::to_string(l.gid));

@@ -18,6 +18,7 @@
 #include "agent/node_agent.h"
 #include "backends/local.h"
 #include "backends/slurm.h"
+#include "account/as_account.h"
 #include "backends/volcano.h"
 #include "cli/args.h"
 #include "cli/client.h"
@@ -468,6 +469,8 @@ int main(int argc, char** argv) {
     if (command == "plan") return cmdPlan(argc, argv);
     return cmdExec(argc, argv);
   }
+  // Internal: started by cohort itself, as an account (account/as_account.h).
+  if (command == "account-worker") return account::accountWorkerMain();
   std::fprintf(stderr, "cohort: unknown command '%s' (see cohort --help)\n", command.c_str());
   return kExitUsage;
 }

@@ -13,6 +13,7 @@
 #include "backends/slurm.h"
 #include "backends/volcano_backend.h"
 #include "cli/args.h"
+#include "cli/job_options.h"
 #include "server/server.h"
 #include "storage/place.h"
 #include "util/fd.h"
@@ -62,6 +63,9 @@ Flags:
                            another's processes or files
   --single-user            every account is one person: ranks run as the server's own user
                            (needed to serve several accounts without root)
+  --input-root DIR         jobs may name local inputs below DIR (repeatable; default: none, use
+                           store://); each is read as the job's account, and no link below DIR
+                           is followed
   --max-upload SIZE        the largest code upload accepted (the archive cohort submit sends
                            of a job's workdir; default 1Gi, at most 4Gi)
   --threads N              HTTP worker threads (default 32; followers hold none)
@@ -155,6 +159,7 @@ int cmdServer(int argc, char** argv) {
                            {"--namespace", "", true},
                            {"--rank-uids", "", true},
                            {"--single-user", "", false},
+                           {"--input-root", "", true},
                            {"--isolate", "", false},
                            {"--no-isolate", "", false}});
   if (parsed && !parsed->positional.empty()) {
@@ -304,6 +309,16 @@ int cmdServer(int argc, char** argv) {
     return kExitUsage;
   }
   options.isolate = isolate == "on" || (isolate == "auto" && sandbox);
+  for (const std::string& root : parsed->all("--input-root")) {
+    if (root.empty() || root[0] != '/') {
+      std::fprintf(stderr,
+                   "cohort: error: server: --input-root: must be an absolute path, got '%s'\n",
+                   root.c_str());
+      return kExitUsage;
+    }
+    std::string trimmed = absoluteIn(root, "/");
+    options.input_roots.push_back(trimmed);
+  }
   options.identities.single_user = parsed->has("--single-user");
   if (::geteuid() != 0) {
     if (parsed->has("--rank-uids")) {
@@ -368,6 +383,11 @@ int cmdServer(int argc, char** argv) {
                                  : "WITHOUT isolation: bubblewrap does not work here (apt-get "
                                    "install bubblewrap); every job can read the store and other "
                                    "jobs' files");
+  std::printf("cohort server: local inputs %s\n",
+              options.input_roots.empty()
+                  ? "refused (no --input-root: jobs name store:// data)"
+                  : ("below " + join(options.input_roots, ", ") + ", read as each job's account")
+                        .c_str());
   if (options.identities.first >= 0) {
     std::printf("cohort server: each account's ranks run as a user of its own (uids %lld-%lld)\n",
                 static_cast<long long>(options.identities.first + 1),

@@ -832,8 +832,9 @@ void Server::Impl::jobRoutes() {
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
           storage::ArchiveLimits limits;
           limits.max_bytes = options.max_upload_bytes;
-          COHORT_ASSIGN(Upload upload,
-                        receiveUpload(options.data_root, c.account, req.body, limits));
+          COHORT_ASSIGN(auto id, accountIdentity(*store, options.identities, c.account));
+          COHORT_ASSIGN(Upload upload, receiveUpload(options.data_root, c.account,
+                                                     {id.first, id.second}, req.body, limits));
           writeJson(res, 201,
                     {{"id", upload.id},
                      {"files", upload.stats.files},
@@ -1605,6 +1606,7 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   jopts.nodes = options.nodes;
   jopts.volcano = options.volcano;
   jopts.isolate = options.isolate;
+  jopts.input_roots = options.input_roots;
   jopts.identities = options.identities;
   jopts.max_upload_bytes = options.max_upload_bytes;
   jopts.store_in_s3 = impl->site.inS3();
