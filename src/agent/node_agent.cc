@@ -950,6 +950,7 @@ class Agent {
     COHORT_ASSIGN(RankLaunch launch, rankLaunch(p, attempt_, processEnvironment()));
     req.env = std::move(launch.env);
     req.fd3 = launch.sandbox_args.get();
+    req.netns_fd = options_.netns_fd;
     req.cwd = workdir_;
     req.stdout_fd = write_end.get();
     req.uid = p.uid;
@@ -984,6 +985,7 @@ class Agent {
     COHORT_ASSIGN(RankLaunch launch, rankLaunch(p, attempt_, processEnvironment()));
     req.env = std::move(launch.env);
     req.fd3 = launch.sandbox_args.get();
+    req.netns_fd = options_.netns_fd;
     req.cwd = workdir_;
     req.stdin_fd = STDIN_FILENO;
     req.stdout_fd = STDOUT_FILENO;

@@ -133,6 +133,7 @@ Result<void> LocalLauncher::launch(int nodes, const agent::Dial& dial) {
   };
   auto start = [&](int node) -> Result<proc::Child> {
     options.node = node;
+    const int netns = network_ ? network_->nodeNamespace(node) : -1;
     if (!copy) {
       req.argv = {exe_,
                   "exec",
@@ -140,13 +141,17 @@ Result<void> LocalLauncher::launch(int nodes, const agent::Dial& dial) {
                   dial.addr + ":" + std::to_string(dial.port),
                   "--node",
                   std::to_string(node)};
+      req.fd3 = netns;
+      if (netns >= 0) req.argv.insert(req.argv.end(), {"--netns-fd", "3"});
       return proc::spawn(req);
     }
     // No dialling, and no TCP to cross.
     COHORT_ASSIGN(auto ends, agent::socketPair());
     options.coordinator_fd = ends.second.get();
-    COHORT_ASSIGN(proc::Child child, proc::forkCall(req.death_signal, req.stdin_fd, run_agent,
-                                                    {ends.second.get(), options.watchdog_fd}));
+    options.netns_fd = netns;
+    COHORT_ASSIGN(proc::Child child,
+                  proc::forkCall(req.death_signal, req.stdin_fd, run_agent,
+                                 {ends.second.get(), options.watchdog_fd, netns}));
     dial.adopt(std::move(ends.first));
     return child;
   };

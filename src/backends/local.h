@@ -11,6 +11,7 @@
 
 #include "agent/coordinator.h"
 #include "proc/cgroup.h"
+#include "proc/job_network.h"
 #include "proc/spawn.h"
 #include "spec/job_spec.h"
 
@@ -23,6 +24,10 @@ class LocalLauncher : public agent::AgentLauncher {
   explicit LocalLauncher(std::string cohort_exe, bool terminal = false)
       : exe_(std::move(cohort_exe)), terminal_(terminal) {}
 
+  // Each node's ranks join the node's namespace of `network` (proc/job_network.h), which must
+  // outlive the agents.
+  void useNetwork(const proc::JobNetwork* network) { network_ = network; }
+
   Result<void> launch(int nodes, const agent::Dial& dial) override;
   void abandon(int node) override;
   void reap(Millis deadline) override;
@@ -30,6 +35,7 @@ class LocalLauncher : public agent::AgentLauncher {
  private:
   std::string exe_;
   bool terminal_ = false;
+  const proc::JobNetwork* network_ = nullptr;
   std::vector<proc::Child> agents_;
   // One for every forked agent's cgroups, started before them; an agent of `cohort exec` starts
   // its own.

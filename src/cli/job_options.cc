@@ -219,6 +219,10 @@ std::string jobFlagsHelp() {
                            are not visible to them, only this job's directory
   --input-root DIR         local inputs only below DIR (repeatable), opened and copied without
                            following a link
+  --job-network MODE       with --isolate: isolated (the default as root) puts each node's ranks
+                           in a network of the job's own, with no way out and nothing of the
+                           machine's reaching in, MASTER_ADDR node 0's address there; nat lets
+                           them out through the machine; host keeps the machine's network
   -- COMMAND...            the command every rank runs
 )";
 }
@@ -322,6 +326,8 @@ Result<JobOptions> parseJobOptions(int argc, char** argv, int first) {
       COHORT_ASSIGN(o.job_id, next());
     } else if (arg == "--run-as") {
       COHORT_ASSIGN(o.run_as, next());
+    } else if (arg == "--job-network") {
+      COHORT_ASSIGN(o.job_network, next());
     } else if (arg == "--input-root") {
       COHORT_ASSIGN(std::string root, next());
       o.input_roots.push_back(std::move(root));
@@ -377,7 +383,8 @@ bool jobFlagTakesValue(const std::string& flag) {
       "--launcher", "--preload", "--backend", "--mode", "--compat", "--workdir", "--environment", "--image", "--namespace", "--env",
       "--hp", "--max-restarts", "--grace-period", "--heartbeat-timeout", "--max-runtime",
       "--hang-timeout", "--startup-timeout", "--stop-signal", "--success", "--data-root",
-      "--log-ranks", "--job-id", "--run-as", "--input-root", "--debug"};
+      "--log-ranks", "--job-id", "--run-as", "--input-root", "--job-network",
+      "--debug"};
   // clang-format on
   return kValueFlags.count(flag) > 0;
 }

@@ -819,6 +819,7 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
   launch.report = true;
   launch.environments = environments;
   launch.input_roots = options_.input_roots;
+  launch.job_network = options_.job_network;
   auto handle = backend_->submit(launch);
   if (!handle) return failed(handle.error());
   gpus_held_[job.id] = launch.gpus;
