@@ -15,7 +15,6 @@
 #include <net/if.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -355,11 +354,10 @@ Result<JobNetwork> JobNetwork::create(int nodes, Egress egress, const std::strin
     if (std::find(used.begin(), used.end(), candidate) == used.end()) base = candidate;
   }
   if (!base) return fail(Code::kFailedPrecondition, "no free uplink in 10.89.0.0/16");
-  std::string name = "cj";
-  for (char c : tag) {
-    if (name.size() >= 13) break;
-    if (std::isalnum(static_cast<unsigned char>(c))) name.push_back(c);
-  }
+  char hex[16];
+  std::snprintf(hex, sizeof hex, "%08x",
+                static_cast<unsigned>(std::hash<std::string>{}(tag) & 0xffffffffu));
+  const std::string name = std::string("cj") + hex;
   {
     COHORT_ASSIGN(Netlink nl, Netlink::open());
     COHORT_TRY(addVeth(nl, name, "up0", net.hub_.get(), 0));
@@ -383,7 +381,7 @@ Result<JobNetwork> JobNetwork::create(int nodes, Egress egress, const std::strin
                  net.hub_.get()));
   COHORT_TRY(nft("table ip " + name + " {\n chain post {\n  type nat hook postrouting priority 100;\n"
                  "  ip saddr " + dotted(base + 2) + " oifname != \"" + name + "\" masquerade\n }\n"
-                 " chain fwd {\n  type filter hook forward priority 0;\n"
+                 " chain inbound {\n  type filter hook forward priority 0;\n"
                  "  oifname \"" + name + "\" ct state established,related accept\n"
                  "  oifname \"" + name + "\" drop\n }\n}\n",
                  -1));

@@ -34,8 +34,8 @@ const char* egressName(Egress egress);
 
 class JobNetwork {
  public:
-  // Makes the network of a job with `nodes` nodes (1..1024). `tag` names the machine's side of a
-  // kNat network's link ("cj" + up to 11 characters of it). Errors: kFailedPrecondition when
+  // Makes the network of a job with `nodes` nodes (1..1024). `tag` (the job's id) names the
+  // machine's side of a kNat network's link and its nft table ("cj" + 8 hex digits of a hash). Errors: kFailedPrecondition when
   // this process may not make namespaces (not root, or a kernel without them), kIo naming the
   // step that failed (nothing is left behind).
   static Result<JobNetwork> create(int nodes, Egress egress, const std::string& tag);

@@ -12,6 +12,8 @@
 
 #include <cerrno>
 
+#include "util/net.h"
+
 namespace cohort::proc {
 namespace {
 
@@ -96,6 +98,37 @@ TEST(JobNetwork, ItsNodesReachEachOtherAndNothingOutsideReachesThem) {
   sockaddr_in far = at("192.0.2.1", 80);
   EXPECT_NE(::connect(out.get(), reinterpret_cast<sockaddr*>(&far), sizeof far), 0);
   EXPECT_EQ(errno, ENETUNREACH);
+}
+
+// With a way out (nat), a node reaches what the machine reaches (here: the machine itself, on
+// one of its own addresses), as the hub's address; the nodes still reach each other.
+TEST(JobNetwork, WithNatItsNodesGetOutThroughTheMachine) {
+  if (!JobNetwork::available()) GTEST_SKIP() << "making network namespaces needs root";
+  if (::access("/usr/sbin/nft", X_OK) != 0) GTEST_SKIP() << "needs nftables (scripts/setup)";
+  std::string machine;
+  for (const InterfaceAddress& a : ipv4Addresses()) {
+    char text[INET_ADDRSTRLEN];
+    in_addr in{a.address};
+    const std::string ip = ::inet_ntop(AF_INET, &in, text, sizeof text) ? text : "";
+    if (ip.rfind("127.", 0) != 0 && ip.rfind("10.88.", 0) != 0 && ip.rfind("10.89.", 0) != 0) {
+      machine = ip;
+      break;
+    }
+  }
+  if (machine.empty()) GTEST_SKIP() << "this machine has no address but loopback";
+  auto net = JobNetwork::create(2, Egress::kNat, "test-nat");
+  ASSERT_TRUE(net) << net.error().message;
+  UniqueFd outside = listenIn(-1, "0.0.0.0", 0);
+  sockaddr_in bound{};
+  socklen_t len = sizeof bound;
+  ASSERT_EQ(::getsockname(outside.get(), reinterpret_cast<sockaddr*>(&bound), &len), 0);
+  EXPECT_TRUE(reaches(net->nodeNamespace(1), machine, ntohs(bound.sin_port), outside.get()));
+  UniqueFd master = listenIn(net->nodeNamespace(0), "0.0.0.0", 29500);
+  EXPECT_TRUE(reaches(net->nodeNamespace(1), net->address(0), 29500, master.get()));
+  EXPECT_FALSE(reaches(-1, net->address(0), 29500, master.get())) << "nothing comes in";
+  auto isolated = JobNetwork::create(1, Egress::kIsolated, "test-closed");
+  ASSERT_TRUE(isolated) << isolated.error().message;
+  EXPECT_FALSE(reaches(isolated->nodeNamespace(0), machine, ntohs(bound.sin_port), outside.get()));
 }
 
 TEST(JobNetwork, OnlyRootMakesOneAndItsSizeIsBounded) {
