@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 #include "agent/channel.h"
 #include "agent/node_agent.h"
@@ -78,6 +79,23 @@ std::vector<int> localGpus() {
   }
   if (::pclose(smi) != 0) gpus.clear();  // no driver, or no nvidia-smi
   return gpus;
+}
+
+std::vector<std::string> sharedDevices() {
+  std::vector<std::string> found;
+  for (const char* name : {"davinci_manager", "devmm_svm", "hisi_hdc", "infiniband", "kfd", "dri"}) {
+    const std::string path = std::string("/dev/") + name;
+    if (::access(path.c_str(), F_OK) == 0) found.push_back(path);
+  }
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("davinci", 0) == 0 && name.size() > 7 &&
+        name.find_first_not_of("0123456789", 7) == std::string::npos) {
+      found.push_back(entry.path().string());
+    }
+  }
+  return found;
 }
 
 std::vector<std::string> localAscendAddresses() {

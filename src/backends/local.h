@@ -60,6 +60,11 @@ std::string selfExecutable();
 // `nvidia-smi` lists; empty without GPUs.
 std::vector<int> localGpus();
 
+// The device files of this machine that every sandboxed job gets, since cohort does not hand
+// them out per job: Ascend NPUs (/dev/davinci*, their manager files), RDMA (/dev/infiniband),
+// AMD GPUs (/dev/kfd, /dev/dri). NVIDIA GPUs are not among them: each job gets its own.
+std::vector<std::string> sharedDevices();
+
 // Ascend NIC addresses by device index, from /etc/hccn.conf (address_<i>=<ip>); empty elsewhere.
 std::vector<std::string> localAscendAddresses();
 

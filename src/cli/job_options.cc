@@ -815,6 +815,7 @@ Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
   } else {
     ctx.gpus = backends::localGpus();
     ctx.device_ips = backends::localAscendAddresses();
+    if (o.isolate) ctx.shared_devices = backends::sharedDevices();
   }
   for (spec::Role& role : s.roles) {
     if (role.procs_per_node != spec::kAutoProcs) continue;

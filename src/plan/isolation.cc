@@ -19,7 +19,8 @@
 //   machine's GPUs only the node's own (those its ranks' CUDA_VISIBLE_DEVICES name) are put back
 //   with the driver's shared control files: another job's GPU cannot be opened. Inside, as in a
 //   container, the node's GPUs are numbered from 0 in the order of their device files, and each
-//   rank's CUDA_VISIBLE_DEVICES says so.
+//   rank's CUDA_VISIBLE_DEVICES says so. The devices cohort does not hand out per job (NPUs,
+//   RDMA, AMD's: PlanContext::shared_devices) are put back as the machine has them.
 // - cohort's own programs (bubblewrap, env) by their absolute paths, started with an
 //   environment of cohort's (kSandboxLauncherEnvironment): nothing of the job's reaches them (a
 //   PATH or LD_PRELOAD in its `env:` would run the job's code outside the sandbox). The rank's
@@ -161,7 +162,9 @@ void isolate(Builder& b) {
       }
     }
     std::vector<std::string> node_args = common;
-    for (const std::string& device : ownDevices(node)) {
+    std::vector<std::string> devices = ownDevices(node);
+    devices.insert(devices.end(), b.ctx.shared_devices.begin(), b.ctx.shared_devices.end());
+    for (const std::string& device : devices) {
       for (const std::string& arg : {std::string("--dev-bind-try"), device, device}) {
         node_args.push_back(arg);
       }

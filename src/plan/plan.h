@@ -175,6 +175,9 @@ struct PlanContext {
   std::vector<std::string> interfaces;
   std::set<int> console_ranks;     // global ranks echoed on the console; empty: all
   std::vector<int> gpus;           // device indices; each rank gets one in CUDA_VISIBLE_DEVICES
+  // The machine's device files that every job's sandbox gets (backends::sharedDevices: NPUs,
+  // RDMA, AMD's): cohort does not hand them out per job.
+  std::vector<std::string> shared_devices;
   bool nodes_share_machine = true;  // simulated nodes: spread ranks over the machine's devices
   bool as_root = false;             // mpirun needs --allow-run-as-root
   std::vector<std::string> device_ips;  // Ascend NIC address per device (from /etc/hccn.conf)
