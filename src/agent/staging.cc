@@ -108,8 +108,11 @@ Result<StagingResult> stageInputs(const plan::NodePlan& node) {
     }
   }
   // A virtual environment the job names itself (VIRTUAL_ENV in its env): there, or no rank
-  // starts. Without it the ranks would find another python3.
+  // starts. Without it the ranks would find another python3. (Looked at by this process only
+  // where it is the ranks' own user: it would tell an account what is where it may not look.)
+  const account::Identity who = ranksIdentity(node);
   for (const plan::RankPlan& rank : node.ranks) {
+    if (account::needsWorker(who)) break;
     for (const auto& [key, venv] : rank.env) {
       if (key != "VIRTUAL_ENV" || ::access((venv + "/bin/python").c_str(), X_OK) == 0) continue;
       return fail(Code::kFailedPrecondition,
@@ -138,7 +141,6 @@ Result<StagingResult> stageInputs(const plan::NodePlan& node) {
   }
   // The work directory, the job's own /tmp and the rest, and every input: made, read and
   // written as the ranks' user (account/as_account.h).
-  const account::Identity who = ranksIdentity(node);
   const bool as_worker = account::needsWorker(who);
   account::StageInputs work{node.work_dir, node.scratch_dirs, {}};
   Grants grants;

@@ -487,8 +487,11 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
   }
   if (!in_image) {
     if (upload_dir.empty()) COHORT_TRY(notAnotherJobsCode(spec.workdir, options_.data_root));
-    COHORT_TRY(backends::checkCommand(spec));
+    // The account's user must be able to enter the workdir before anything in it is looked
+    // at: the server looks as root, and would otherwise tell what is in a directory only
+    // root may enter.
     COHORT_TRY(checkIdentity(caller, spec, !upload_dir.empty()));
+    COHORT_TRY(backends::checkCommand(spec));
   }
   // The server's configuration decides where its jobs run.
   if (spec.backend == spec::Backend::kSlurm && options_.nodes != spec::Backend::kSlurm) {
