@@ -83,21 +83,24 @@ std::vector<std::string> putBack(const RankPlan& r, const std::string& workdir,
 constexpr const char* kSharedDeviceFiles[] = {"/dev/nvidiactl", "/dev/nvidia-uvm",
                                               "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"};
 
-// The node's own GPUs, the union of its ranks' CUDA_VISIBLE_DEVICES, in the order of their device
-// files; each rank's CUDA_VISIBLE_DEVICES becomes its GPUs' places in that order, as the ranks
-// see them in the sandbox, where the node's GPUs are the only ones. Returns the device files to
-// put back (none without GPUs).
-std::vector<std::string> ownDevices(NodePlan& node) {
+// The node's own GPUs: those of the job's (`given`, what cohort handed it) that its ranks'
+// CUDA_VISIBLE_DEVICES name, in the order of their device files. A GPU the job's own `env:`
+// names that it was not given is not one of them. Each rank's CUDA_VISIBLE_DEVICES becomes its
+// GPUs' places in that order, as the ranks see them in the sandbox, where the node's GPUs are the
+// only ones. Returns the device files to put back (none without GPUs).
+std::vector<std::string> ownDevices(NodePlan& node, const std::vector<int>& given) {
   std::set<int> gpus;
   for (const RankPlan& r : node.ranks) {
     for (const auto& [key, value] : r.env) {
       if (key != "CUDA_VISIBLE_DEVICES") continue;
       for (const std::string& id : split(value, ',')) {
-        if (auto n = parseInt(id); n && *n >= 0) gpus.insert(static_cast<int>(*n));
+        auto n = parseInt(id);
+        if (n && std::find(given.begin(), given.end(), *n) != given.end()) {
+          gpus.insert(static_cast<int>(*n));
+        }
       }
     }
   }
-  if (gpus.empty()) return {};
   const std::vector<int> order(gpus.begin(), gpus.end());
   for (RankPlan& r : node.ranks) {
     for (auto& [key, value] : r.env) {
@@ -112,6 +115,7 @@ std::vector<std::string> ownDevices(NodePlan& node) {
       value = join(inside, ",");
     }
   }
+  if (order.empty()) return {};
   std::vector<std::string> files(std::begin(kSharedDeviceFiles), std::end(kSharedDeviceFiles));
   for (int gpu : order) files.push_back("/dev/nvidia" + std::to_string(gpu));
   return files;
@@ -162,7 +166,7 @@ void isolate(Builder& b) {
       }
     }
     std::vector<std::string> node_args = common;
-    std::vector<std::string> devices = ownDevices(node);
+    std::vector<std::string> devices = ownDevices(node, b.ctx.gpus);
     devices.insert(devices.end(), b.ctx.shared_devices.begin(), b.ctx.shared_devices.end());
     for (const std::string& device : devices) {
       for (const std::string& arg : {std::string("--dev-bind-try"), device, device}) {

@@ -706,6 +706,13 @@ TEST_F(Attack, AJobSeesOnlyItsOwnGpusDeviceFiles) {
     return res ? Json::parse(res->body, nullptr, false).value("id", "") : std::string();
   };
   const std::string a = gpuJob("gpu-a"), b = gpuJob("gpu-b");
+  // A job given no GPU that names them all in its own env: gets none.
+  Json thief = shellJob("gpu-thief", "for f in /dev/nvidia0 /dev/nvidia1; do [ -e $f ] && echo HAS $f; "
+                                     "done; echo CVD=$CUDA_VISIBLE_DEVICES; true",
+                        {{"env", {{"CUDA_VISIBLE_DEVICES", "0,1"}}}});
+  auto stolen = client.Post("/v1/jobs", admin, Json{{"job", thief}}.dump(), "application/json");
+  ASSERT_TRUE(stolen && stolen->status == 201) << (stolen ? stolen->body : "no answer");
+  const std::string c = Json::parse(stolen->body, nullptr, false).value("id", "");
   auto state = [&](const std::string& id) {
     auto res = client.Get("/v1/jobs/" + id, admin);
     return res ? Json::parse(res->body, nullptr, false).value("state", "") : std::string();
@@ -728,6 +735,10 @@ TEST_F(Attack, AJobSeesOnlyItsOwnGpusDeviceFiles) {
         << "exactly its own GPU: " << l;
   }
   EXPECT_NE(contains(la, "HAS /dev/nvidia0"), contains(lb, "HAS /dev/nvidia0")) << la << lb;
+  ASSERT_TRUE(waitFor([&] { return state(c) == "succeeded"; }, kDeadline, 50ms)) << state(c);
+  const std::string lc = log(c);
+  EXPECT_TRUE(contains(lc, "CVD=")) << lc;
+  EXPECT_FALSE(contains(lc, "HAS /dev/nvidia")) << "a GPU it was not given: " << lc;
 }
 
 // Route: a code upload, which the account chose byte for byte, extracted by root. It is
