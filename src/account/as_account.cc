@@ -393,7 +393,7 @@ Result<Done> runAs(const Identity& who, const Work& work, const std::vector<Stor
                                ")");
   }
   if (auto failed = last->find("failed"); failed != last->end()) {
-    return tl::unexpected<Error>(errorFrom(*failed));
+    return withContext(errorFrom(*failed), "as uid " + std::to_string(who.uid));
   }
   const Json& done = (*last)["done"];
   Done result;
