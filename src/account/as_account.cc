@@ -244,7 +244,7 @@ class Server {
       COHORT_ASSIGN(Json request, receiveMessage(sock_, &fd));
       if (request.contains("done") || request.contains("failed")) return request;
       Json answer;
-      if (auto result = answer_(request, fd.get()); result) {
+      if (auto result = call(request, fd.get()); result) {
         answer = std::move(*result);
       } else {
         answer = {{"error", errorJson(result.error())}};
@@ -254,21 +254,21 @@ class Server {
   }
 
  private:
-  Result<Json> answer_(const Json& r, int fd) {
-    const std::string call = r.value("call", "");
+  // One call of the worker's, answered (or refused) for the granted keys.
+  Result<Json> call(const Json& r, int fd) {
+    const std::string op = r.value("call", "");
     const auto index = r.find("store");
     if (index == r.end() || !index->is_number_integer() || index->get<int64_t>() < 0 ||
         index->get<int64_t>() >= static_cast<int64_t>(stores_.size())) {
       return fail(Code::kPermissionDenied, "no such store");
     }
     const StoreGrant& g = stores_[index->get<size_t>()];
-    const std::string key = r.value(call == "list" ? "prefix" : "key", "");
-    const bool listing_above = call == "list" && (g.prefix == key + "/" || key.empty());
-    if (!granted(g, key) && !(listing_above && g.prefix.empty())) {
+    const std::string key = r.value(op == "list" ? "prefix" : "key", "");
+    if (!granted(g, key)) {
       return fail(Code::kPermissionDenied,
                   g.store->uri(key) + ": not one of the keys this job may use");
     }
-    if (call == "list") {
+    if (op == "list") {
       const int64_t from = r.value("from", int64_t{0});
       auto& cached = listings_[{index->get<size_t>(), key}];
       if (from == 0) {
@@ -284,11 +284,11 @@ class Server {
       }
       return Json{{"objects", std::move(objects)}, {"more", i < cached.size()}};
     }
-    if (call == "head") {
+    if (op == "head") {
       COHORT_ASSIGN(storage::ObjectInfo info, g.store->head(key));
       return Json{{"object", infoJson(info)}};
     }
-    if (call == "get") {
+    if (op == "get") {
       if (fd < 0) return fail(Code::kInvalidArgument, "get: no file to write to");
       COHORT_ASSIGN(storage::Fetched fetched,
                     g.store->getRange(key, fd, r.value("offset", int64_t{0}),
@@ -297,14 +297,14 @@ class Server {
       if (fetched.object_crc) answer["object_crc"] = *fetched.object_crc;
       return answer;
     }
-    if (call == "put") {
+    if (op == "put") {
       if (!g.write) return fail(Code::kPermissionDenied, g.store->uri(key) + ": read-only here");
       if (fd < 0) return fail(Code::kInvalidArgument, "put: no file to read from");
       COHORT_ASSIGN(std::string etag,
                     g.store->put(key, fd, r.value("size", int64_t{0}), nullptr));
       return Json{{"etag", etag}};
     }
-    return fail(Code::kInvalidArgument, "an unknown call '" + call + "'");
+    return fail(Code::kInvalidArgument, "an unknown call '" + op + "'");
   }
 
   int sock_;

@@ -769,11 +769,15 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
     return tl::unexpected<Error>(e);
   };
   bool has_code = false;  // the job's directory exists already, holding only its code/
+  bool debugged = false;
   std::string environments;  // where its coordinator looks environments up
   {
     auto spec = spec::parseJobFile(job.spec_json, "job");
     if (!spec) return failed(spec.error());
     has_code = spec->workdir == job::Layout(job.job_dir).codeDir();
+    // A paused rank's debugger is reached on its node's loopback, which a network of the
+    // job's own would keep from it (only a server whose accounts are one person takes debug:).
+    debugged = spec->debug.enabled;
     auto account = store_.account(job.account);
     if (!account) return failed(account.error());
     if (auto data = checkData({account->name, account->admin}, *spec, job.id); !data) {
@@ -822,7 +826,7 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
   launch.report = true;
   launch.environments = environments;
   launch.input_roots = options_.input_roots;
-  launch.job_network = options_.job_network;
+  launch.job_network = debugged ? "host" : options_.job_network;
   auto handle = backend_->submit(launch);
   if (!handle) return failed(handle.error());
   gpus_held_[job.id] = launch.gpus;
