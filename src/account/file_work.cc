@@ -107,17 +107,18 @@ Result<storage::ObjectStore*> storeAt(const std::vector<storage::ObjectStore*>& 
 // no link followed (so that a link named, or on the way, is refused by name), then copied with
 // links refused.
 Result<void> checkBeneath(const Input& in) {
-  const std::string root = in.beneath;
-  if (!startsWith(in.source, root + "/") && in.source != root) {
+  const std::string& root = in.beneath;
+  const std::string top = root == "/" ? root : root + "/";
+  if (!startsWith(in.source, top) && in.source != root) {
     return fail(Code::kInvalidArgument, "'" + in.source + "' is not below '" + root + "'");
   }
   UniqueFd dir(::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!dir.valid()) return failErrno("open '" + root + "'");
-  const std::string rel = in.source.size() > root.size() ? in.source.substr(root.size() + 1) : "";
+  const std::string rel = in.source.size() > top.size() ? in.source.substr(top.size()) : "";
   auto opened = openBeneath(dir.get(), rel, O_PATH);
   if (!opened) {
     Error e = opened.error();
-    if (e.code == Code::kInvalidArgument) e.message = "'" + root + "/" + e.message.substr(1);
+    if (e.code == Code::kInvalidArgument) e.message = "'" + top + e.message.substr(1);
     return tl::unexpected<Error>(e);
   }
   struct stat st {};

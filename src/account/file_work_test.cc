@@ -81,6 +81,22 @@ TEST_F(FileWork, AFileWithOtherNamesOrOutsideTheRootIsRefused) {
   ASSERT_FALSE(dotdot);
 }
 
+// An admin may list / itself: what is below it is still opened without a link, magic ones
+// (/proc/<pid>/root) included.
+TEST_F(FileWork, BelowTheRootOfAllNoLinkIsFollowedEither) {
+  auto done = stageOne(roots_ + "/digits", "/");
+  ASSERT_TRUE(done) << done.error().message;
+  EXPECT_EQ(slurp(work_ + "/in/train/a.csv"), "1,2\n");
+  std::filesystem::create_symlink(dir_.path() + "/secret", roots_ + "/planted");
+  auto link = stageOne(roots_ + "/planted", "/");
+  ASSERT_FALSE(link);
+  EXPECT_TRUE(contains(link.error().message, "'" + roots_ + "/planted' is a symbolic link"))
+      << link.error().message;
+  auto magic = stageOne("/proc/self/root" + roots_ + "/digits", "/");
+  ASSERT_FALSE(magic);
+  EXPECT_TRUE(contains(magic.error().message, "link")) << magic.error().message;
+}
+
 TEST_F(FileWork, AUsersOwnInputFollowsLinksAsCpDoes) {
   std::filesystem::create_symlink(roots_ + "/digits", dir_.path() + "/mine");
   auto done = stageOne(dir_.path() + "/mine", "");
