@@ -122,6 +122,14 @@ TEST(JobNetwork, WithNatItsNodesGetOutThroughTheMachine) {
     }
   }
   if (machine.empty()) GTEST_SKIP() << "this machine has no address but loopback";
+  // A nat network turns on the machine's forwarding: the test leaves it as it found it.
+  struct Forwarding {
+    std::string was = readFile("/proc/sys/net/ipv4/ip_forward").value_or("0\n");
+    ~Forwarding() {
+      UniqueFd fd(::open("/proc/sys/net/ipv4/ip_forward", O_WRONLY | O_CLOEXEC));
+      if (fd.valid()) (void)writeAll(fd.get(), was);
+    }
+  } forwarding;
   auto net = JobNetwork::create(2, Egress::kNat, "test-nat");
   ASSERT_TRUE(net) << net.error().message;
   UniqueFd outside = listenIn(-1, "0.0.0.0", 0);
