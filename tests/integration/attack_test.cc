@@ -537,6 +537,38 @@ std::vector<std::string> machineAddresses() {
   return out;
 }
 
+// More of what a hostile rank tries from inside: the server's port and the machine's addresses
+// (its network is its own, with no way out), a set-uid or file-capability program (no new
+// privileges), a device node of its own making, and the environment of the sandbox's first
+// process (cohort's, not the job's or the server's).
+TEST_F(Attack, AHostileRankFindsNoWayOutOfItsSandboxOrItsNetwork) {
+  if (!isolated_ || ::geteuid() != 0) GTEST_SKIP() << "needs root and bubblewrap";
+  ASSERT_TRUE(ownNetwork()) << server_->log();
+  const std::string url = server_->url();
+  const std::string port = url.substr(url.rfind(':') + 1);
+  std::string targets;
+  for (const std::string& a : machineAddresses()) targets += " " + a;
+  const std::string script = fill(R"SH(
+try() { name=$1; shift; if "$@" >/tmp/attempt 2>&1; then echo "ATTEMPT $name ok $(head -c 120 /tmp/attempt)"; else echo "ATTEMPT $name blocked"; fi; }
+reach() { python3 -c "import socket,sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2)" "$@"; }
+try server-on-loopback reach 127.0.0.1 @PORT@
+for a in @TARGETS@; do try server-on-$a reach $a @PORT@; done
+try ping ping -c1 -W1 127.0.0.1
+try mknod-gpu mknod /tmp/nv c 195 0
+try first-process-environ sh -c 'tr "\0" "\n" < /proc/1/environ | grep -v -e "^PATH=" -e "^LANG=" | grep .'
+grep NoNewPrivs /proc/self/status
+)SH", {{"@PORT@", port}, {"@TARGETS@", targets}});
+  auto [status, json] = submit(bob_, shellJob("way-out", script, {{"env", {{"SECRET_OF_MINE", "x"}}}}));
+  ASSERT_EQ(status, 201) << json.dump();
+  const std::string id = json.value("id", "");
+  waitFinal(bob_, id);
+  const std::string log = logOf(bob_, id);
+  EXPECT_TRUE(attempts(log, "ok").empty()) << log;
+  EXPECT_EQ(attempts(log, "blocked").size(), 4u + machineAddresses().size()) << log;
+  EXPECT_TRUE(contains(log, "NoNewPrivs:\t1")) << log;
+  expectServerHealthy();
+}
+
 // Route: another account's job's rendezvous: its TCPStore on its master port. Each job has a
 // network of its own: Alice's master is node 0's address on hers, which on Bob's is his own
 // node; neither the machine's addresses nor its loopback lead to it.
