@@ -213,8 +213,18 @@ Result<Done> snapshot(const Snapshot& w) {
 Result<Done> remove(const Remove& w) {
   for (const std::string& path : w.paths) {
     std::error_code ec;
-    std::filesystem::remove_all(path, ec);  // a link is removed, not followed
-    if (ec) return fail(Code::kIo, "remove '" + path + "': " + ec.message());
+    if (!w.contents_only) {
+      std::filesystem::remove_all(path, ec);  // a link is removed, not followed
+      if (ec) return fail(Code::kIo, "remove '" + path + "': " + ec.message());
+      continue;
+    }
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+    for (const auto& entry : std::filesystem::directory_iterator(path, ec)) {
+      std::filesystem::remove_all(entry.path(), ec);
+      if (ec) return fail(Code::kIo, "remove '" + entry.path().string() + "': " + ec.message());
+    }
+    if (ec) return fail(Code::kIo, "list '" + path + "': " + ec.message());
   }
   return Done{};
 }
@@ -262,7 +272,9 @@ std::string encodeWork(const Work& work) {
                         {"dest", w.dest},
                         {"limits", limitsJson(w.limits)}};
           },
-          [](const Remove& w) { return Json{{"op", "remove"}, {"paths", w.paths}}; }},
+          [](const Remove& w) {
+            return Json{{"op", "remove"}, {"paths", w.paths}, {"contents_only", w.contents_only}};
+          }},
       work);
   return j.dump();
 }
@@ -310,7 +322,7 @@ Result<Work> decodeWork(std::string_view text) {
     w.limits = r.limits();
     work = std::move(w);
   } else if (op == "remove") {
-    work = Remove{r.strs("paths")};
+    work = Remove{r.strs("paths"), r.flag("contents_only")};
   } else {
     return fail(Code::kInvalidArgument, "an unknown request '" + op + "'");
   }

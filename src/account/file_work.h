@@ -73,9 +73,11 @@ struct Snapshot {
   storage::ArchiveLimits limits;
 };
 
-// Trees removed, each with everything in it (links removed, never followed).
+// Trees removed, each with everything in it (links removed, never followed); with
+// `contents_only`, each path stays, empty (for a directory whose parent its user may not write).
 struct Remove {
   std::vector<std::string> paths;
+  bool contents_only = false;
 };
 
 using Work = std::variant<StageInputs, CopyOutput, Extract, Snapshot, Remove>;

@@ -138,13 +138,27 @@ TEST_F(FileWork, AnOutputWithALinkIsRefusedAndNothingReachesTheStore) {
   EXPECT_TRUE(store->head("run1/model.txt"));
 }
 
+// What an account left is removed without following its links; emptied, a directory stays.
+TEST_F(FileWork, RemovingFollowsNoLinkAndMayKeepTheDirectory) {
+  const std::string left = dir_.path() + "/left";
+  std::filesystem::create_directories(left + "/sub");
+  std::ofstream(left + "/sub/f") << "x";
+  std::filesystem::create_directory_symlink(roots_, left + "/sub/to-datasets");
+  ASSERT_TRUE(perform(Remove{{left}, true}, {}));
+  EXPECT_TRUE(std::filesystem::is_directory(left));
+  EXPECT_TRUE(std::filesystem::is_empty(left));
+  EXPECT_EQ(slurp(roots_ + "/digits/train/a.csv"), "1,2\n") << "a link was followed";
+  ASSERT_TRUE(perform(Remove{{left}}, {}));
+  EXPECT_FALSE(std::filesystem::exists(left));
+}
+
 TEST_F(FileWork, RequestsCrossTheirCodecWholeAndAnythingElseIsRefused) {
   const Work works[] = {
       StageInputs{"/w", {"/w/.scratch/tmp"}, {{"/d/x", -1, "/d", "/w/in", true}, {"k", 0, "", "/w/k", false}}},
       CopyOutput{"/j/output", "models/run1", 2},
       Extract{"/u/.partial-x/tree", {100, 7}},
       Snapshot{"/j/code", "/u/.partial-y/tree", {5, 9}},
-      Remove{{"/dev/shm/cohort-j-node0"}}};
+      Remove{{"/dev/shm/cohort-j-node0"}}, Remove{{"/envs/a", "/envs/b"}, true}};
   for (const Work& w : works) {
     auto back = decodeWork(encodeWork(w));
     ASSERT_TRUE(back) << back.error().message;

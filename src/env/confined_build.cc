@@ -11,6 +11,7 @@
 #include <deque>
 #include <filesystem>
 
+#include "account/as_account.h"
 #include "env/tools.h"
 #include "proc/spawn.h"
 #include "util/fd.h"
@@ -23,8 +24,9 @@ constexpr const char* kBwrap = "/usr/bin/bwrap";
 constexpr size_t kTailLines = 20;
 
 // The build's directory, empty, the build's user's; the lock file it takes and the pins it
-// installs, beside it, this process's and readable. Nothing here follows a link: the build's
-// user owned what was there.
+// installs, beside it, this process's and readable. Nothing here follows a link, and what an
+// earlier build left (the build's user's, which that user may have changed since) is emptied
+// by that user (account/as_account.h), not walked by this process.
 Result<void> prepare(const ConfinedBuild& build, const Confinement& how, const std::string& dir,
                      const std::string& pins) {
   const std::string& store = build.stores.front();
@@ -32,9 +34,15 @@ Result<void> prepare(const ConfinedBuild& build, const Confinement& how, const s
   if (::lstat(store.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return fail(Code::kIo, "'" + store + "' is not a directory");
   }
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
-  if (ec) return fail(Code::kIo, "remove '" + dir + "': " + ec.message());
+  const account::Identity builder{how.uid, how.gid};
+  if (::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && account::needsWorker(builder)) {
+    COHORT_TRY(account::runAs(builder, account::Remove{{dir}, true}, {}));
+    if (::rmdir(dir.c_str()) != 0) return failErrno("remove '" + dir + "'");
+  } else {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);  // this process's own, or a link or file: not followed
+    if (ec) return fail(Code::kIo, "remove '" + dir + "': " + ec.message());
+  }
   if (::mkdir(dir.c_str(), 0755) != 0) return failErrno("create '" + dir + "'");
   if (how.uid >= 0 && ::lchown(dir.c_str(), how.uid, how.gid) != 0) {
     return failErrno("give '" + dir + "' to uid " + std::to_string(how.uid));
