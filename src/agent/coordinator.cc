@@ -509,7 +509,10 @@ class Coordinator {
 
   // After the ranks: the job's results go where the job file says, verified.
   void act(const CopyOutput& a) {
-    if (auto copied = copyOutput(plan_.outputs[a.index])) {
+    // As the ranks' user: their output/ is theirs (agent/staging.h).
+    const account::Identity ranks =
+        plan_.nodes.empty() ? account::Identity{} : ranksIdentity(plan_.nodes.front());
+    if (auto copied = copyOutput(plan_.outputs[a.index], ranks)) {
       feed(OutputCopied{a.index, copied->files, copied->bytes});
     } else {
       feed(OutputCopyFailed{a.index, copied.error().message});

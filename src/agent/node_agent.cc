@@ -27,18 +27,16 @@
 #include "agent/liveness.h"
 #include "agent/preload.h"
 #include "agent/protocol.h"
+#include "agent/rank_env.h"
 #include "agent/rank_output.h"
 #include "agent/staging.h"
 #include "plan/plan.h"
 #include "proc/cgroup.h"
 #include "proc/event_loop.h"
 #include "proc/spawn.h"
-#include "storage/place.h"
 #include "util/fd.h"
 #include "util/net.h"
 #include "util/text.h"
-
-extern char** environ;
 
 namespace cohort::agent {
 
@@ -407,7 +405,8 @@ class Agent {
   // plan/isolation.cc) can, just after its start, have every process ignore them.
   static bool mayLoseStop(const Rank& rank) {
     const std::vector<std::string>& argv = rank.plan.argv;
-    return argv.size() > 1 && argv[0] == "env" && startsWith(argv[1], "--ignore-signal=") &&
+    return argv.size() > 1 && argv[0] == plan::kSandboxEnv &&
+           startsWith(argv[1], "--ignore-signal=") &&
            std::chrono::steady_clock::now() - rank.spawned < std::chrono::seconds(10);
   }
 
@@ -559,9 +558,9 @@ class Agent {
     outputs_.clear();
     auto results = std::make_shared<protocol::OutputsCopied>();
     runChore(
-        [outputs, results] {
+        [outputs, results, as = ranksIdentity(node_)] {
           for (const plan::OutputPlan& o : outputs) {
-            auto copied = copyOutput(o);
+            auto copied = copyOutput(o, as);
             results->results.push_back(
                 copied ? protocol::OutputCopied{copied->files, copied->bytes, ""}
                        : protocol::OutputCopied{0, 0, copied.error().message});
@@ -833,24 +832,7 @@ class Agent {
   }
 
   std::vector<std::string> rankEnvironment(const plan::RankPlan& r) const {
-    std::vector<std::string> env;
-    std::vector<std::pair<std::string, std::string>> overrides = r.env;
-    for (const char* name : plan::kRestartCountVars) {
-      for (auto& kv : overrides) {
-        if (kv.first == name) kv.second = std::to_string(attempt_);
-      }
-    }
-    for (char** e = environ; *e; ++e) {
-      std::string_view entry(*e);
-      std::string_view key = entry.substr(0, entry.find('='));
-      // The job's secret and the server's store (its credentials) are cohort's, not the job's.
-      if (key == "COHORT_JOB_SECRET" || storage::isSiteVariable(key)) continue;
-      bool overridden = false;
-      for (const auto& kv : overrides) overridden = overridden || kv.first == key;
-      if (!overridden) env.emplace_back(entry);
-    }
-    for (const auto& [k, v] : overrides) env.push_back(k + "=" + v);
-    return env;
+    return agent::rankEnvironment(r, attempt_, processEnvironment());
   }
 
   // launcher: preload: the node's template, in a cgroup of its own (an attempt's end kills the
@@ -1001,11 +983,15 @@ class Agent {
     if (p.preload) return forkRank(index, std::move(write_end));
     proc::SpawnRequest req;
     req.argv = p.argv;
-    req.env = rankEnvironment(p);
+    COHORT_ASSIGN(RankLaunch launch, rankLaunch(p, attempt_, processEnvironment()));
+    req.env = std::move(launch.env);
+    req.fd3 = launch.sandbox_args.get();
+    req.netns_fd = options_.netns_fd;
     req.cwd = workdir_;
     req.stdout_fd = write_end.get();
     req.uid = p.uid;
     req.gid = p.gid;
+    req.no_new_privs = p.uid >= 0;  // an account's rank gains nothing by exec (set-uid files)
     COHORT_ASSIGN(const proc::Cgroup* cgroup, rankCgroup(rank));
     req.cgroup_fd = cgroup ? cgroup->fd() : -1;
     const bool may_retry = cgroup_ && !cgroup_joined_;
@@ -1032,13 +1018,17 @@ class Agent {
     const plan::RankPlan& p = rank.plan;
     proc::SpawnRequest req;
     req.argv = p.argv;
-    req.env = rankEnvironment(p);
+    COHORT_ASSIGN(RankLaunch launch, rankLaunch(p, attempt_, processEnvironment()));
+    req.env = std::move(launch.env);
+    req.fd3 = launch.sandbox_args.get();
+    req.netns_fd = options_.netns_fd;
     req.cwd = workdir_;
     req.stdin_fd = STDIN_FILENO;
     req.stdout_fd = STDOUT_FILENO;
     req.stderr_fd = STDERR_FILENO;
     req.uid = p.uid;
     req.gid = p.gid;
+    req.no_new_privs = p.uid >= 0;  // an account's rank gains nothing by exec (set-uid files)
     COHORT_ASSIGN(const proc::Cgroup* cgroup, rankCgroup(rank));
     req.cgroup_fd = cgroup ? cgroup->fd() : -1;
     auto child = proc::spawn(req);

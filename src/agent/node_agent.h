@@ -33,6 +33,8 @@ struct AgentOptions {
   std::string cgroup_base;
   // How this node's address is chosen (spec::Network); it is sent with hello.
   std::string interface, cidr;
+  // The node's own network namespace (proc/job_network.h) its ranks join; -1: the agent's.
+  int netns_fd = -1;
 };
 
 // Runs the node agent as the process's whole work: until the coordinator says "exit" or is gone,

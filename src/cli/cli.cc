@@ -1,6 +1,10 @@
 #include "cli/cli.h"
 
+#include <fcntl.h>
+#include <linux/nsfs.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "account/as_account.h"
 #include "agent/coordinator.h"
 #include "agent/node_agent.h"
 #include "agent/reporter.h"
@@ -279,6 +284,8 @@ int cmdRun(int argc, char** argv) {
   };
   auto job = prepareJob(*options);
   if (!job) return refuse(job.error());
+  auto network = makeJobNetwork(*job, *options);  // held until cohort exits
+  if (!network) return refuse(network.error());
   std::vector<plan::PortLease> leases;  // held until cohort exits
   if (auto leased = leasePorts(*job, leases); !leased) return refuse(leased.error());
   auto plan = plan::makePlan(job->spec, job->context);
@@ -322,13 +329,20 @@ int cmdRun(int argc, char** argv) {
     for (const plan::NodePlan& node : plan->nodes) {
       for (const plan::RankPlan& r : node.ranks) terminal = terminal || r.terminal;
     }
-    launcher = std::make_unique<backends::LocalLauncher>(backends::selfExecutable(), terminal);
+    auto local = std::make_unique<backends::LocalLauncher>(backends::selfExecutable(), terminal);
+    if (*network) local->useNetwork(&**network);
+    launcher = std::move(local);
   }
   if (progress) {
     int nodes = static_cast<int>(plan->nodes.size());
-    std::fprintf(stderr, "cohort: job %s: %s, %d node(s), %d rank(s), master port %d\n",
+    std::fprintf(stderr, "cohort: job %s: %s, %d node(s), %d rank(s), master port %d%s\n",
                  plan->job_id.c_str(), plan->framework.c_str(), nodes, plan->world_size,
-                 job->context.ports[0]);
+                 job->context.ports[0],
+                 *network ? (" on the job's own network (" +
+                             std::string(proc::egressName((*network)->egress())) +
+                             ", node 0 at " + (*network)->address(0) + ")")
+                                .c_str()
+                          : "");
     std::fprintf(stderr, "cohort: job directory %s\n", plan->job_dir.c_str());
   }
   std::fflush(stdout);
@@ -352,6 +366,7 @@ int cmdRun(int argc, char** argv) {
   if (!outcome) return refuse(outcome.error());
   printOutcome(*plan, *outcome, progress);
   std::fflush(nullptr);
+  network->reset();  // what it made outside its namespaces (a nat network's rule) goes now
   ::_exit(outcome->exit_code);
 }
 
@@ -392,6 +407,16 @@ int cmdExec(int argc, char** argv) {
       options.interface = value;
     } else if (arg == "--cidr") {
       options.cidr = value;
+    } else if (arg == "--netns-fd") {
+      // Internal: `cohort run` hands an agent it starts its node's network namespace.
+      auto fd = parseInt(value);
+      if (!fd || *fd < 3 || ::ioctl(*fd, NS_GET_NSTYPE) != CLONE_NEWNET) {
+        std::fprintf(stderr, "cohort exec: --netns-fd: %s is not a network namespace\n",
+                     value.c_str());
+        return kExitUsage;
+      }
+      ::fcntl(*fd, F_SETFD, FD_CLOEXEC);
+      options.netns_fd = *fd;
     } else {
       std::fprintf(stderr, "cohort exec: unknown flag '%s'\n", arg.c_str());
       return kExitUsage;
@@ -477,6 +502,8 @@ int main(int argc, char** argv) {
     std::printf("cohort %s\n", COHORT_VERSION);
     return 0;
   }
+  // Internal: started by cohort itself, as an account (account/as_account.h).
+  if (command == "account-worker") return account::accountWorkerMain();
   if (command == "cp") return cmdCp(argc, argv);
   if (command == "coordinate") return cmdCoordinate(argc, argv);
   if (command == "env") return cmdEnv(argc, argv);

@@ -93,7 +93,8 @@ std::string submitJobFlagsHelp() {
   for (const std::string& line : split(jobFlagsHelp(), '\n')) {
     bool continuation = startsWith(line, "                    ");
     if (!continuation) {
-      skipping = startsWith(line, "  --data-root") || startsWith(line, "  --isolate");
+      skipping = startsWith(line, "  --data-root") || startsWith(line, "  --isolate") ||
+                 startsWith(line, "  --input-root") || startsWith(line, "  --job-network");
     }
     if (!skipping) out += line + "\n";
   }
@@ -763,6 +764,9 @@ const std::map<std::string, std::string>& refusedSubmitFlags() {
   static const std::map<std::string, std::string> kRefused = {
       {"--data-root", "the server keeps jobs under its own data root"},
       {"--isolate", "the server decides how jobs are isolated"},
+      {"--input-root", "the server's admin lists where local inputs may be (cohort server "
+                       "--input-root)"},
+      {"--job-network", "the server decides its jobs' networks (cohort server --job-network)"},
       {"--log-ranks", "read a rank's output with cohort logs JOB --rank R"},
       {"--job-id", "the server picks the job id"},
       {"--run-as", "the server runs each account's ranks as that account's own user"},

@@ -244,7 +244,9 @@ void Server::Impl::jobRoutes() {
           storage::ArchiveLimits limits;
           limits.max_bytes = options.max_upload_bytes;
           if (!req.body_file) return fail(Code::kInternal, "the upload's body was not kept");
+          COHORT_ASSIGN(auto id, accountIdentity(*store, options.identities, c.account));
           COHORT_ASSIGN(Upload upload, receiveUploadFile(options.data_root, c.account,
+                                                         {id.first, id.second},
                                                          req.body_file->get(), limits));
           writeJson(res, 201,
                     {{"id", upload.id},

@@ -348,6 +348,8 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   jopts.nodes = options.nodes;
   jopts.volcano = options.volcano;
   jopts.isolate = options.isolate;
+  jopts.input_roots = options.input_roots;
+  jopts.job_network = options.job_network;
   jopts.identities = options.identities;
   jopts.max_upload_bytes = options.max_upload_bytes;
   jopts.store_in_s3 = impl->site.inS3();
