@@ -189,20 +189,21 @@ int cmdRerun(int argc, char** argv) {
     return kExitUsage;
   }
   const std::string id = argv[2];
-  std::map<std::string, std::string> flags;  // --data-root, --server, --token
+  Args flags;  // --data-root, --server, --token, --ca
   for (int i = 3; i < argc && std::strcmp(argv[i], "--") != 0; ++i) {
     const std::string arg = argv[i];
-    for (const char* name : {"--data-root", "--server", "--token"}) {
-      if (arg == name && i + 1 < argc) flags[name] = argv[i + 1];
-      if (startsWith(arg, std::string(name) + "=")) flags[name] = arg.substr(strlen(name) + 1);
+    for (const char* name : {"--data-root", "--server", "--token", "--ca"}) {
+      if (arg == name && i + 1 < argc) flags.flags[name].push_back(argv[i + 1]);
+      if (startsWith(arg, std::string(name) + "="))
+        flags.flags[name].push_back(arg.substr(strlen(name) + 1));
     }
   }
-  const std::string root = dataRoot(flags["--data-root"]);
+  const std::string root = dataRoot(flags.get("--data-root"));
   const job::Layout layout = job::Layout::of(root, id);
   if (id.find('/') != std::string::npos || id[0] == '.' ||
       ::access(layout.dir().c_str(), F_OK) != 0) {
     // Not a job of this machine: one of the server this machine is logged in to, if any.
-    if (auto server = resolveServerSettings(flags["--server"], flags["--token"]); !server) {
+    if (auto server = resolveServerSettings(flags); !server) {
       std::fprintf(stderr, "cohort rerun: no job '%s' in %s, and no server to ask (%s)\n",
                    id.c_str(), job::jobsDir(root).c_str(), server.error().message.c_str());
       return kExitUsage;

@@ -368,16 +368,11 @@ tl::unexpected<Error> usage(const std::string& command, const std::string& messa
 // The command's flags plus the two every client command takes.
 Result<Args> parseClientArgs(const std::string& command, int argc, char** argv,
                              std::vector<FlagSpec> specs) {
-  specs.push_back({"--server", "", true});
-  specs.push_back({"--token", "", true});
-  specs.push_back({"--ca", "", true});
-  return parseArgs(command, argc, argv, specs);
+  return parseArgs(command, argc, argv, withServerFlags(std::move(specs)));
 }
 
 Result<ApiClient> connect(const Args& args) {
-  COHORT_ASSIGN(ServerSettings settings, resolveServerSettings(args.get("--server"),
-                                                               args.get("--token"),
-                                                               args.get("--ca")));
+  COHORT_ASSIGN(ServerSettings settings, resolveServerSettings(args));
   return ApiClient(settings);
 }
 
@@ -827,13 +822,8 @@ Result<int> cmdSubmit(int argc, char** argv) {
     if (auto refused = refusedSubmitFlags().find(name); refused != refusedSubmitFlags().end()) {
       return usage("submit", name + " does not apply to a submitted job: " + refused->second);
     }
-    if (name == "--priority" || name == "--server" || name == "--token") {
-      if (!value) {
-        if (i + 1 >= argc) return usage("submit", name + " needs a value");
-        value = argv[++i];
-      }
-      client.flags[name].push_back(*value);
-    } else if (name == "--max-upload") {
+    if (name == "--priority" || name == "--server" || name == "--token" || name == "--ca" ||
+        name == "--max-upload") {
       if (!value) {
         if (i + 1 >= argc) return usage("submit", name + " needs a value");
         value = argv[++i];
