@@ -21,6 +21,7 @@
 #include <optional>
 #include <thread>
 
+#include "agent/agent_decisions.h"
 #include "agent/channel.h"
 #include "agent/debug_status.h"
 #include "agent/gpu.h"
@@ -326,10 +327,50 @@ class Agent {
       std::fprintf(stderr, "cohort exec: node %d: %s\n", options_.node,
                    removed.error().message.c_str());
     }
-    return lost_coordinator_ ? 1 : exit_code_;
+    return decisions_.exitCode();
   }
 
  private:
+  // What the agent's decisions (agent/agent_decisions.h) say to what happened, done in order.
+  void decide(const AgentInput& input) {
+    for (const AgentAction& action : decisions_.on(input)) {
+      std::visit([this](const auto& a) { act(a); }, action);
+    }
+  }
+
+  // Every running rank's process group gets the signal (the rank's one notice, never repeated
+  // but for a sandbox that could not take it yet, or SIGKILL); SIGKILL follows a notice when its
+  // grace ends. A rank is stopped by whoever decided its first signal.
+  void act(const SignalRanks& a) {
+    const bool notice = a.grace.count() > 0;
+    for (Rank& rank : ranks_) {
+      if (!rank.running) continue;
+      if (!rank.signalled) {
+        rank.stopped_by = a.stopped_by;
+        rank.stop_reason = a.reason;
+      }
+      rank.signalled = true;
+      // Looked at before the signal: a process that takes it then gets it.
+      if (notice && mayLoseStop(rank)) {
+        rank.stop_lost = !groupTakes(rank.child.pid, a.signal, cgroupPath());
+      }
+      ::kill(-rank.child.pid, a.signal);
+      // A stopped rank (SIGSTOP, Ctrl-Z) takes the signal only once it runs again: as systemd
+      // does, SIGCONT follows.
+      if (notice) ::kill(-rank.child.pid, SIGCONT);
+    }
+    if (notice) grace_.arm(a.grace);
+  }
+  void act(const KillRanks&) {
+    for (Rank& rank : ranks_) {
+      if (rank.running) ::kill(-rank.child.pid, SIGKILL);
+    }
+  }
+  void act(const DisarmGrace&) { grace_.disarm(); }
+  void act(const TellSignalled& a) { send(protocol::Signalled{a.signal}); }
+  void act(const StopListening&) { loop_.remove(channel_.fd()); }
+  void act(const Leave&) { leave(); }
+
   // Says it is alive, and gives up on a coordinator on another machine that has said nothing
   // for the heartbeat timeout while we were there to hear it (its machine hung, the network
   // between them went away): the ranks stop. A coordinator on this machine (our parent, over a
@@ -337,9 +378,9 @@ class Agent {
   // coordinator that was stopped or starved finds its job as it was (agent/liveness.h).
   void onHeartbeatTime() {
     heartbeat_.consume();
-    if (lost_coordinator_) return;
+    if (decisions_.lostCoordinator()) return;
     onChannel();  // what came while the loop was busy counts
-    if (lost_coordinator_) return;
+    if (decisions_.lostCoordinator()) return;
     const Millis silent = silence_.tick(std::chrono::steady_clock::now());
     if (!coordinator_local_ && silent > heartbeat_timeout_) {
       const std::string why =
@@ -389,12 +430,12 @@ class Agent {
   // A stop signal that reached a rank's group before any of its processes could take it (a
   // sandbox still starting) is sent again once one can, until the grace period ends in SIGKILL.
   void resendLostStops() {
-    if (!stopping_ || !grace_armed_) return;
+    if (!decisions_.stopping() || !decisions_.graceArmed()) return;
+    const int sig = decisions_.sentSignal();
     for (Rank& rank : ranks_) {
-      if (rank.running && rank.stop_lost &&
-          groupTakes(rank.child.pid, sent_signal_, cgroupPath())) {
+      if (rank.running && rank.stop_lost && groupTakes(rank.child.pid, sig, cgroupPath())) {
         rank.stop_lost = false;
-        ::kill(-rank.child.pid, sent_signal_);
+        ::kill(-rank.child.pid, sig);
       }
     }
   }
@@ -413,13 +454,13 @@ class Agent {
   // Also called from loops that may take long (spawning many ranks): silence is loss.
   void heartbeatIfDue() {
     const auto now = std::chrono::steady_clock::now();
-    if (lost_coordinator_ || now - last_sent_ < heartbeat_every_) return;
+    if (decisions_.lostCoordinator() || now - last_sent_ < heartbeat_every_) return;
     last_sent_ = now;
     (void)channel_.send(protocol::encode(protocol::Heartbeat{}));
   }
 
   void onChannel() {
-    if (lost_coordinator_) return;
+    if (decisions_.lostCoordinator()) return;
     const uint64_t before = channel_.bytesReceived();
     auto messages = channel_.receive();
     if (channel_.bytesReceived() != before || channel_.closed()) {
@@ -495,8 +536,7 @@ class Agent {
     heartbeat_every_ = Millis(std::max<int64_t>(100, m.heartbeat_ms));
     heartbeat_timeout_ = Millis(std::max<int64_t>(1000, m.heartbeat_timeout_ms));
     silence_ = Silence(tickEvery(), std::chrono::steady_clock::now());
-    stop_signal_ = m.stop_signal;
-    outside_grace_ = Millis(std::max<int64_t>(0, m.grace_ms));
+    decisions_.configure(m.stop_signal, Millis(m.grace_ms));
     heartbeat_.arm(tickEvery());
     trim_after_message_ = true;  // the plan's JSON was large and is garbage now
     setUpCgroup();
@@ -516,41 +556,21 @@ class Agent {
       send(protocol::Started{attempt_, 0, nowUnixNanos()});
       attemptOver();
     }
-    const Millis grace(m.grace_ms);
-    stopRanks(grace, m.signal);
-    if (m.exit) {  // the job's end: leave once the ranks are gone
-      exit_code_ = std::clamp(*m.exit, 0, 255);
-      exitWhenDone(grace);
-    }
+    decide(StopAsked{Millis(m.grace_ms), m.signal, m.exit.has_value(), m.exit.value_or(0)});
   }
 
   void on(const protocol::Exit& m) {
-    // Exiting with the job's code makes a cluster's accounting (sacct) agree with cohort.
-    exit_code_ = std::clamp(m.code, 0, 255);
     outputs_.insert(outputs_.end(), m.outputs.begin(), m.outputs.end());
-    exitWhenDone(Millis(3000));
+    decide(ExitAsked{m.code});
   }
 
   // Sends one message to the coordinator; one that has gone is found by the loop.
   void send(const protocol::ToCoordinator& message) { (void)channel_.send(protocol::encode(message)); }
 
-  // The agent's one way out: leave now if nothing runs; otherwise stop the ranks (the stop
-  // signal, then SIGKILL after `grace`) and leave when the last is gone (attemptOver), or when
-  // the chore under way (staging, which cannot be interrupted) is over.
-  void exitWhenDone(Millis grace) {
-    exiting_ = true;
-    if (chore_.joinable()) return;
-    if (running_count_ == 0) {
-      leave();
-    } else {
-      stopRanks(grace, stop_signal_);
-    }
-  }
-
   // Nothing of the job runs here any more. A node whose job directory is its own copies the
   // outputs it was given first, and says what it copied.
   void leave() {
-    if (outputs_.empty() || lost_coordinator_) {
+    if (outputs_.empty() || decisions_.lostCoordinator()) {
       loop_.quit();
       return;
     }
@@ -628,7 +648,6 @@ class Agent {
       dumping_ = false;
       reapOrphans();
       over();
-      if (exiting_) exitWhenDone(Millis(3000));
     });
   }
 
@@ -637,12 +656,14 @@ class Agent {
   void runChore(std::function<void()> work, std::function<void()> over) {
     chore_done_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     chore_over_ = std::move(over);
+    decide(ChoreBegins{});
     (void)loop_.add(chore_done_.get(), EPOLLIN, [this](uint32_t) {
       chore_.join();
       loop_.remove(chore_done_.get());
       chore_done_.reset();
       std::function<void()> over = std::move(chore_over_);
       over();
+      decide(ChoreOver{});
     });
     chore_ = std::thread([this, work = std::move(work)] {
       work();
@@ -680,7 +701,6 @@ class Agent {
       send(protocol::Staged{staging_result_->files, staging_result_->bytes,
                             staging_result_->seconds, own_dir_});
     }
-    if (exiting_) exitWhenDone(Millis(3000));
   }
 
   // The files cohort generated for the ranks, for a job directory of its own.
@@ -697,13 +717,7 @@ class Agent {
 
   // `why` is what the ranks it stops are told to the coordinator (if it is there after all) as:
   // a stop the agent made on its own, never one the coordinator decided.
-  void lostCoordinator(const std::string& why) {
-    if (lost_coordinator_) return;
-    lost_coordinator_ = true;
-    if (own_stop_reason_.empty()) own_stop_reason_ = "it lost its coordinator: " + why;
-    loop_.remove(channel_.fd());
-    exitWhenDone(Millis(3000));
-  }
+  void lostCoordinator(const std::string& why) { decide(CoordinatorLost{why}); }
 
   // The node's cgroup, made before any rank starts, and handed to the watchdog.
   void setUpCgroup() {
@@ -807,26 +821,11 @@ class Agent {
     while (int sig = signals_.next()) {
       if (sig == SIGCHLD) reapOrphans();
       if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP) {
-        // A coordinator that died closed its connection before its death signal came.
+        // A coordinator that died closed its connection before its death signal came. With the
+        // coordinator there, it is a preemption (Slurm signals its tasks, a cluster deletes the
+        // job): agent/agent_decisions.h.
         onChannel();
-        if (lost_coordinator_ || !authenticated_) {
-          if (own_stop_reason_.empty()) {
-            own_stop_reason_ = spec::stopSignalName(sig) + " came from outside";
-          }
-          exitWhenDone(stopping_ ? Millis(0) : Millis(3000));
-          continue;
-        }
-        // The coordinator is there, so it was not our parent going away: a cluster preempts or
-        // cancels the job (Slurm signals its tasks), the machine shuts down. The ranks get
-        // their notice and grace period, and the coordinator stops every other node's too. A
-        // second signal kills at once; the first does not cut short a stop the coordinator
-        // began (a cluster that deletes the job signals every pod, coordinator's included).
-        if (!stopping_) send(protocol::Signalled{sig});
-        if (!stopping_ && own_stop_reason_.empty()) {
-          own_stop_reason_ = spec::stopSignalName(sig) + " came from outside";
-        }
-        exitWhenDone(signalled_ ? Millis(0) : outside_grace_);
-        signalled_ = true;
+        decide(SignalCame{sig, !decisions_.lostCoordinator() && authenticated_});
       }
     }
   }
@@ -886,9 +885,7 @@ class Agent {
       }
     }
     attempt_ = attempt;
-    stopping_ = false;
-    grace_.disarm();  // the last attempt's stop is over: its SIGKILL must not hit this one
-    grace_armed_ = false;
+    decide(AttemptBegins{});  // the last attempt's stop is over: its SIGKILL must not hit this one
     ranks_.clear();
     ranks_.resize(node_.ranks.size());
     for (size_t i = 0; i < node_.ranks.size(); ++i) {
@@ -912,8 +909,11 @@ class Agent {
       if (r) r = watch(i, std::move(rank.child));
       if (!r) neverRan(rank, rank.plan.name + ": " + r.error().message);
     }
-    send(protocol::Started{attempt_, running_count_, nowUnixNanos()});
-    if (running_count_ == 0) {
+    const int running = static_cast<int>(
+        std::count_if(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; }));
+    decide(RanksStarted{running});
+    send(protocol::Started{attempt_, running, nowUnixNanos()});
+    if (running == 0) {
       attemptOver();
     } else {
       progress_.arm(kFirstProgress);  // a short job's ranks are sampled too
@@ -930,7 +930,7 @@ class Agent {
   // Every few seconds while ranks run: when each last wrote output, and what it uses.
   void onProgressTime() {
     progress_.consume();
-    if (running_count_ == 0) return;
+    if (decisions_.running() == 0) return;
     std::map<pid_t, pid_t> group_of;
     const bool gpus = gpu_ && gpu_->available() && gpu_->latest();
     std::map<pid_t, Usage> usage = usageByProcessGroup(cgroupPath(), gpus ? &group_of : nullptr);
@@ -1055,7 +1055,6 @@ class Agent {
     rank.child = std::move(child);
     rank.running = true;
     rank.spawned = std::chrono::steady_clock::now();
-    ++running_count_;
     COHORT_TRY(loop_.add(rank.child.pidfd.get(), EPOLLIN, [this, index](uint32_t) { onExit(index); }));
     if (rank.out.valid() && !output_held_) COHORT_TRY(watchOutput(index));
     return {};
@@ -1186,7 +1185,7 @@ class Agent {
     auto status = proc::reap(rank.child.pidfd.get());
     rank.child.pidfd.reset();
     rank.running = false;
-    --running_count_;
+    decide(RankGone{});
     // All the rank wrote is in the pipe now: read it up to EAGAIN (an escaped child may keep
     // the pipe open) or end of output.
     pump(index, std::numeric_limits<int>::max());
@@ -1210,7 +1209,7 @@ class Agent {
     }
     report(rank, exit, time, "", memory_limit);
     reapOrphans();  // what waited behind this rank's exit
-    if (running_count_ == 0) attemptOver();
+    if (decisions_.running() == 0) attemptOver();
   }
 
   // The fallback without a cgroup: kill and reap every child we still have (found in /proc),
@@ -1273,58 +1272,16 @@ class Agent {
     send(std::move(exited));
   }
 
-  // Sends every running rank's process group `stop_signal` (policy.stop_signal: the rank's one
-  // notice, never repeated but for a sandbox that could not take it yet), and SIGKILL after
-  // `grace`; a grace of 0 is SIGKILL at once. Once stopping, only that SIGKILL is left to send.
-  void stopRanks(Millis grace, int stop_signal) {
-    if (stop_signal == SIGKILL || stop_signal == SIGSTOP || stop_signal <= 0 || stop_signal >= 65) {
-      stop_signal = SIGTERM;  // the plan allows neither; never a stop that gives no notice
-    }
-    if (!stopping_ || grace.count() == 0) {
-      const bool notice = grace.count() > 0;
-      const int sig = notice ? stop_signal : SIGKILL;
-      bool any = false;
-      for (Rank& rank : ranks_) {
-        if (!rank.running) continue;
-        if (!rank.signalled) {
-          rank.stopped_by = own_stop_reason_.empty() ? "coordinator" : "agent";
-          rank.stop_reason = own_stop_reason_;
-        }
-        rank.signalled = true;
-        // Looked at before the signal: a process that takes it then gets it.
-        if (notice && mayLoseStop(rank)) {
-          rank.stop_lost = !groupTakes(rank.child.pid, sig, cgroupPath());
-        }
-        ::kill(-rank.child.pid, sig);
-        // A stopped rank (SIGSTOP, Ctrl-Z) takes the signal only once it runs again: as
-        // systemd does, SIGCONT follows.
-        if (notice) ::kill(-rank.child.pid, SIGCONT);
-        any = true;
-      }
-      // Only ranks that got the notice need the SIGKILL: a timer armed with nothing running
-      // would go off in the next attempt and kill its ranks.
-      if (notice && any) grace_.arm(grace);
-      grace_armed_ = notice && any;
-      if (notice) sent_signal_ = sig;
-    }
-    stopping_ = true;
-  }
-
   void onGraceOver() {
     grace_.consume();
-    grace_armed_ = false;
-    if (!stopping_) return;
-    for (Rank& rank : ranks_) {
-      if (rank.running) ::kill(-rank.child.pid, SIGKILL);
-    }
+    decide(GraceOver{});
   }
 
   // Every rank has exited: kill what they left behind (everything still in the node's cgroup;
   // without one, the escaped children that came back to us as the subreaper), close their
   // pipes, and tell the coordinator.
   void attemptOver() {
-    grace_.disarm();
-    grace_armed_ = false;
+    grace_.disarm();  // before the kills below: the attempt's stop is over
     progress_.disarm();
     if (cgroup_) {
       if (auto killed = cgroup_->killAll(Millis(10000)); !killed) {
@@ -1344,7 +1301,7 @@ class Agent {
       }
     }
     send(protocol::Idle{attempt_, nowUnixNanos()});
-    if (exiting_) leave();
+    decide(AttemptOver{});  // the agent leaves now if it was to
   }
 
   const AgentOptions& options_;
@@ -1355,9 +1312,6 @@ class Agent {
   proc::Timer heartbeat_;
   Millis heartbeat_every_{1000};
   Millis heartbeat_timeout_{5000};
-  int stop_signal_ = SIGTERM;   // policy.stop_signal, from the plan
-  int sent_signal_ = SIGTERM;   // what the current stop sent
-  Millis outside_grace_{3000};  // policy.grace_period: for a stop that comes from outside
   Silence silence_{heartbeat_every_, std::chrono::steady_clock::now()};  // the coordinator's
   std::chrono::steady_clock::time_point last_sent_{};
   Channel channel_;
@@ -1386,23 +1340,14 @@ class Agent {
   std::function<void()> chore_over_;
   Result<StagingResult> staging_result_ = StagingResult{};
   int attempt_ = 0;
-  int running_count_ = 0;
-  bool stopping_ = false;
-  bool exiting_ = false;
   bool trim_after_message_ = false;
-  bool lost_coordinator_ = false;
-  int exit_code_ = 0;  // the job's, from the coordinator's "exit"
+  AgentDecisions decisions_;  // when to stop the ranks, who stops them, when to leave
   bool dumping_ = false;      // the chore runs py-spy (sendStacks)
-  bool grace_armed_ = false;  // the stop signal was sent; SIGKILL follows when the grace ends
   pid_t terminal_owner_ = -1;   // --pdb: the terminal's foreground group before the rank took it
   std::string nonce_;           // ours, for the coordinator's proof
   bool authenticated_ = false;  // the coordinator proved it knows the secret
-  bool signalled_ = false;      // a stop signal came from outside while the coordinator was there
   bool output_held_ = false;    // the ranks' pipes are not read: the channel is full (holdOutput)
   bool coordinator_local_ = false;  // the coordinator is our parent, on this machine
-  // Why this agent stops its ranks on its own (it lost its coordinator, a signal from outside);
-  // "" while every stop is the coordinator's.
-  std::string own_stop_reason_;
 };
 
 // Runs the agent until the coordinator says "exit" or is gone, then ends the process with the
