@@ -1,6 +1,7 @@
 #include "cli/job_options.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -808,6 +809,10 @@ Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
   } else {
     ctx.gpus = backends::localGpus();
     ctx.device_ips = backends::localAscendAddresses();
+    // The CPUs the simulated nodes share: what MPI's hostfile says (plan/mpi.cc).
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    if (::sched_getaffinity(0, sizeof(cpus), &cpus) == 0) ctx.cores = CPU_COUNT(&cpus);
   }
   for (spec::Role& role : s.roles) {
     if (role.procs_per_node != spec::kAutoProcs) continue;

@@ -154,6 +154,9 @@ struct PlanContext {
   std::vector<int> gpus;           // device indices; each rank gets one in CUDA_VISIBLE_DEVICES
   bool nodes_share_machine = true;  // simulated nodes: spread ranks over the machine's devices
   bool as_root = false;             // mpirun needs --allow-run-as-root
+  // The CPUs this machine gives the job (its affinity mask), where simulated nodes share it;
+  // 0: unknown. MPI's hostfile and oversubscription follow it (mpi.cc).
+  int cores = 0;
   std::vector<std::string> device_ips;  // Ascend NIC address per device (from /etc/hccn.conf)
   std::string data_root;  // absolute; hidden from the ranks when isolated
   std::string cohort_bin;  // the cohort binary, for cohort.copy() inside ranks

@@ -57,6 +57,13 @@ std::string envOf(const RankPlan& r, const std::string& key) {
   return "<unset>";
 }
 
+std::string fileOf(const Plan& plan, const std::string& path) {
+  for (const auto& f : plan.files) {
+    if (f.path == path) return f.content;
+  }
+  return "<none>";
+}
+
 TEST(Planner, PyTorchTwoByTwoMatchesGolden) {
   auto plan = makePlan(parse(kDdp), context());
   ASSERT_TRUE(plan) << plan.error().message;
@@ -273,11 +280,61 @@ TEST(Planner, MpirunRunsOnceWithTheHostfile) {
   const RankPlan& mpirun = onlyRank(*plan, "mpirun/0");
   EXPECT_EQ(mpirun.argv[0], "mpirun");
   EXPECT_EQ(mpirun.argv.back(), "./hello");
-  std::string hostfile;
-  for (const auto& f : plan->files) {
-    if (f.path == "/data/jobs/digits-ddp-1/files/hostfile") hostfile = f.content;
+  EXPECT_EQ(fileOf(*plan, "/data/jobs/digits-ddp-1/files/hostfile"), "127.0.0.1 slots=4\n")
+      << "simulated nodes share one host line; without the machine's CPUs, the job's ranks";
+}
+
+// Open MPI yields the CPU in a waiting rank only when it counts more processes than slots: on
+// one machine the hostfile says its CPUs, so 4 ranks on 2 CPUs do not busy-poll.
+TEST(Planner, MpiHostfileSaysTheMachinesCpusAndRanksYieldWhenTheyOutnumberThem) {
+  PlanContext ctx = context();
+  ctx.cores = 2;
+  auto plan = makePlan(parse("name: m\nframework: mpi\ncommand: [./hello]\n"
+                             "roles: {worker: {nodes: 2, procs_per_node: 2}}\n"), ctx);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(fileOf(*plan, "/data/jobs/digits-ddp-1/files/hostfile"), "127.0.0.1 slots=2\n");
+  const RankPlan& mpirun = onlyRank(*plan, "mpirun/0");
+  EXPECT_EQ(envOf(mpirun, "OMPI_MCA_mpi_yield_when_idle"), "1");
+  EXPECT_EQ(envOf(mpirun, "OMPI_MCA_rmaps_base_oversubscribe"), "1");
+  EXPECT_EQ(std::count(mpirun.argv.begin(), mpirun.argv.end(), "--oversubscribe"), 1);
+
+  ctx.cores = 8;  // enough CPUs: Open MPI may bind and poll
+  plan = makePlan(parse("name: m\nframework: mpi\ncommand: [./hello]\n"
+                        "roles: {worker: {nodes: 2, procs_per_node: 2}}\n"), ctx);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(fileOf(*plan, "/data/jobs/digits-ddp-1/files/hostfile"), "127.0.0.1 slots=8\n");
+  EXPECT_EQ(envOf(onlyRank(*plan, "mpirun/0"), "OMPI_MCA_mpi_yield_when_idle"), "<unset>");
+
+  // The job's own setting wins.
+  plan = makePlan(parse("name: m\nframework: mpi\ncommand: [./hello]\n"
+                        "env: {OMPI_MCA_mpi_yield_when_idle: '0'}\n"
+                        "roles: {worker: {nodes: 2, procs_per_node: 2}}\n"), context());
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(envOf(onlyRank(*plan, "mpirun/0"), "OMPI_MCA_mpi_yield_when_idle"), "0");
+}
+
+// A command that is itself an MPI launcher makes one MPI world for the job, whatever the
+// launcher: it runs once, with the job's hostfile as its default, not once per rank.
+TEST(Planner, AJobsOwnMpirunRunsOnceWithTheJobsHostfile) {
+  for (const char* launcher : {"mpirun", "direct"}) {
+    SCOPED_TRACE(launcher);
+    PlanContext ctx = context();
+    ctx.cores = 2;
+    ctx.as_root = true;
+    auto plan = makePlan(parse(std::string("name: m\nframework: mpi\nlauncher: ") + launcher +
+                               "\ncommand: [mpirun, -np, '4', python3, x.py]\n"
+                               "roles: {worker: {nodes: 2, procs_per_node: 2}}\n"),
+                         ctx);
+    ASSERT_TRUE(plan);
+    EXPECT_TRUE(plan->nodes[1].ranks.empty());
+    const RankPlan& mpirun = onlyRank(*plan, "mpirun/0");
+    EXPECT_EQ(mpirun.argv,
+              (std::vector<std::string>{"mpirun", "-np", "4", "python3", "x.py"}));
+    EXPECT_EQ(envOf(mpirun, "OMPI_MCA_orte_default_hostfile"),
+              "/data/jobs/digits-ddp-1/files/hostfile");
+    EXPECT_EQ(envOf(mpirun, "OMPI_ALLOW_RUN_AS_ROOT"), "1");
+    EXPECT_EQ(envOf(mpirun, "OMPI_MCA_mpi_yield_when_idle"), "1");
   }
-  EXPECT_EQ(hostfile, "127.0.0.1 slots=4\n") << "simulated nodes share one host line";
 }
 
 TEST(Planner, MpirunOnSlurmTakesTheNodesFromTheAllocation) {
