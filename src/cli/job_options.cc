@@ -179,7 +179,8 @@ std::string jobFlagsHelp() {
                            torch,numpy; default torch for pytorch, none for generic)
   --mode NAME              MindSpore: dynamic_cluster (default) | rank_table (Ascend)
   --compat NAME            modelarts (default): also set the managed service's MA_* and
-                           VC_* variables | none
+                           VC_* variables, and append --task_name/--task_index to the tasks
+                           of a TensorFlow ps/worker job | none: neither
   --backend NAME           local (default): nodes simulated on this machine | slurm: the nodes
                            of a Slurm batch job, one per host (docs/slurm.md) | volcano: the
                            pods of a Volcano Job on Kubernetes, one per node (cohort run

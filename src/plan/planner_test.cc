@@ -271,6 +271,35 @@ TEST(Planner, TensorFlowTasksGetTfConfigAndTaskArguments) {
   EXPECT_FALSE(onlyRank(*plan, "ps/0").key);
 }
 
+// The managed service's convention is on by default for its ps/worker jobs, one setting away
+// for a script that parses its flags strictly (absl's app.run).
+TEST(Planner, TensorFlowTaskFlagsAreASetting) {
+  const std::string ps = "name: tf\nframework: tensorflow\ncommand: [python3, ps.py]\n"
+                         "roles: {chief: {}, worker: {nodes: 2}, ps: {}}\n";
+  auto lastArg = [](const std::string& yaml) {
+    auto plan = makePlan(parse(yaml), context());
+    EXPECT_TRUE(plan) << plan.error().message;
+    return plan ? onlyRank(*plan, "worker/1").argv.back() : "";
+  };
+  EXPECT_EQ(lastArg(ps), "--task_index=1");
+  EXPECT_EQ(lastArg(ps + "compat: none\n"), "ps.py");
+  EXPECT_EQ(lastArg(ps + "task_flags: false\n"), "ps.py");
+  EXPECT_EQ(lastArg(ps + "compat: none\ntask_flags: true\n"), "--task_index=1");
+  // Without a ps role (MultiWorkerMirroredStrategy), only when asked.
+  const std::string mw = "name: tf\nframework: tensorflow\ncommand: [python3, mw.py]\n"
+                         "roles: {worker: {nodes: 2}}\n";
+  EXPECT_EQ(lastArg(mw), "mw.py");
+  EXPECT_EQ(lastArg(mw + "task_flags: true\n"), "--task_index=1");
+  auto wrong = spec::parseJobFile("name: x\ncommand: [a]\ntask_flags: true\n", "job.yaml");
+  ASSERT_TRUE(wrong);
+  auto refused = makePlan(*wrong, context());
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("task_flags: appends --task_name/--task_index to "
+                                         "TensorFlow's tasks; this job's framework is 'pytorch'"),
+            std::string::npos)
+      << refused.error().message;
+}
+
 TEST(Planner, MpirunRunsOnceWithTheHostfile) {
   auto plan = makePlan(parse("name: m\nframework: mpi\ncommand: [./hello]\n"
                              "roles: {worker: {nodes: 2, procs_per_node: 2}}\n"), context());

@@ -803,6 +803,7 @@ const char* const kSchemas = R"json(
       "mode": {"type": "string", "enum": ["dynamic_cluster", "rank_table"]},
       "rank_table_version": {"type": "string"},
       "compat": {"type": "string", "enum": ["modelarts", "none"]},
+      "task_flags": {"type": "boolean", "description": "TensorFlow: append --task_name/--task_index (default: for a ps/worker job with compat modelarts)"},
       "workdir": {"type": "string", "description": "an absolute path on the server's machine"},
       "environment": {"type": "string", "description": "the environment the ranks run in: a preset (system, pytorch, tensorflow, mindspore) or one saved on the server's machine (cohort env)"},
       "preload": {"type": "array", "items": {"type": "string"}, "description": "launcher: preload: the modules imported once per node"},

@@ -296,6 +296,20 @@ TEST(RealTensorFlow, ParameterServerJobEndsWithTheChiefAndStopsTheServers) {
   EXPECT_EQ(stopped, 3) << "2 workers and 1 ps serve forever and are stopped";
 }
 
+// A ps/worker script that parses its flags with absl (which refuses --task_name) runs with
+// task_flags: false, its hyperparameters still arriving as flags.
+TEST(RealTensorFlow, AnAbslFlagsScriptRunsWithTaskFlagsOff) {
+  REQUIRE_PRESET("tensorflow");
+  std::string root = tempDir();
+  auto r = runCohort({"run", "--data-root", root, "-f",
+                      sourceDir() + "/examples/tensorflow/absl_ps.yaml"},
+                     300s);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("[chief/0 node0] tensorflow absl ps ok (3 steps)"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("task_name"), std::string::npos) << r.out;
+}
+
 TEST(RealTensorFlow, MultiWorkerMirroredStrategyTrainsOnTwoWorkers) {
   REQUIRE_PRESET("tensorflow");
   std::string root = tempDir();
