@@ -1010,6 +1010,7 @@ class Agent {
     req.env = rankEnvironment(p);
     req.cwd = workdir_;
     req.stdout_fd = write_end.get();
+    if (p.stdin_forwarded) req.stdin_fd = STDIN_FILENO;  // cohort run's, as mpirun's rank 0
     req.uid = p.uid;
     req.gid = p.gid;
     COHORT_ASSIGN(const proc::Cgroup* cgroup, rankCgroup(rank));

@@ -18,10 +18,11 @@ namespace cohort::backends {
 
 class LocalLauncher : public agent::AgentLauncher {
  public:
-  // `cohort_exe` is the cohort binary the agents run. `terminal`: a rank runs on cohort's
-  // terminal (--pdb): the agents get cohort's stdin too.
-  explicit LocalLauncher(std::string cohort_exe, bool terminal = false)
-      : exe_(std::move(cohort_exe)), terminal_(terminal) {}
+  // `cohort_exe` is the cohort binary the agents run. `share_stdin`: a rank reads cohort's
+  // stdin (a rank on the terminal under --pdb, or rank 0's forwarded stdin): the agents get it
+  // too; otherwise theirs is /dev/null.
+  explicit LocalLauncher(std::string cohort_exe, bool share_stdin = false)
+      : exe_(std::move(cohort_exe)), share_stdin_(share_stdin) {}
 
   Result<void> launch(int nodes, const agent::Dial& dial) override;
   void abandon(int node) override;
@@ -29,7 +30,7 @@ class LocalLauncher : public agent::AgentLauncher {
 
  private:
   std::string exe_;
-  bool terminal_ = false;
+  bool share_stdin_ = false;
   std::vector<proc::Child> agents_;
   // One for every forked agent's cgroups, started before them; an agent of `cohort exec` starts
   // its own.

@@ -381,6 +381,44 @@ TEST(Planner, MpirunOnSlurmTakesTheNodesFromTheAllocation) {
   }));
 }
 
+// cohort run's stdin goes to global rank 0 only (the job's mpirun, which passes it on), never
+// beside a rank on the terminal, and not into a preload template's fork.
+TEST(Planner, StdinIsForwardedToRankZeroAlone) {
+  auto plan = makePlan(parse(kDdp), context());
+  ASSERT_TRUE(plan);
+  ASSERT_TRUE(forwardStdin(*plan));
+  int forwarded = 0;
+  for (const NodePlan& node : plan->nodes) {
+    for (const RankPlan& r : node.ranks) {
+      EXPECT_EQ(r.stdin_forwarded, r.rank == 0) << r.name;
+      forwarded += r.stdin_forwarded;
+    }
+  }
+  EXPECT_EQ(forwarded, 1);
+  auto node = nodeFromJson(nodeToJson(plan->nodes[0]));
+  ASSERT_TRUE(node);
+  EXPECT_TRUE(node->ranks[0].stdin_forwarded) << "the agent learns it from the plan";
+
+  auto mpi = makePlan(parse("name: m\nframework: mpi\ncommand: [./hello]\n"
+                            "roles: {worker: {nodes: 2, procs_per_node: 2}}\n"), context());
+  ASSERT_TRUE(mpi);
+  ASSERT_TRUE(forwardStdin(*mpi));
+  EXPECT_TRUE(onlyRank(*mpi, "mpirun/0").stdin_forwarded);
+
+  spec::JobSpec pdb = parse(kDdp + "debug: {ranks: [2]}\n");
+  pdb.debug.pdb = true;
+  auto on_terminal = makePlan(pdb, context());
+  ASSERT_TRUE(on_terminal);
+  EXPECT_FALSE(forwardStdin(*on_terminal));
+  auto preload = makePlan(parse("name: p\nlauncher: preload\ncommand: [/usr/bin/python3, t.py]\n"
+                                "roles: {worker: {nodes: 2, procs_per_node: 2}}\n"), context());
+  ASSERT_TRUE(preload);
+  EXPECT_FALSE(forwardStdin(*preload));
+  for (const NodePlan& node : on_terminal->nodes) {
+    for (const RankPlan& r : node.ranks) EXPECT_FALSE(r.stdin_forwarded) << r.name;
+  }
+}
+
 TEST(Planner, PreloadMarksEveryRankAndNamesEachNodesTemplate) {
   auto plan = makePlan(parse("name: p\nlauncher: preload\ncommand: [/usr/bin/python3, train.py]\n"
                              "roles: {worker: {nodes: 2, procs_per_node: 2}}\n"), context());

@@ -4,10 +4,13 @@
 // installed is skipped with the reason.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <regex>
 
 #include "harness.h"
@@ -187,6 +190,29 @@ TEST(RealMpi, AJobsOwnMpirunMakesOneWorld) {
   EXPECT_NE(r.out.find(": sum 6"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("rank 0/1 on"), std::string::npos) << "no world of its own: " << r.out;
   EXPECT_NE(r.out.find("[mpirun/0 node0]"), std::string::npos) << r.out;
+}
+
+// cohort's stdin reaches MPI rank 0 through the job's mpirun, as under plain mpirun.
+TEST(RealMpi, RankZeroReadsCohortsStdin) {
+  REQUIRE("mpirun --version && /usr/bin/python3 -c 'import mpi4py'",
+          "Debian's openmpi-bin and python3-mpi4py are not installed");
+  std::string root = tempDir();
+  std::ofstream(root + "/input.txt") << "to rank zero\n";
+  const int in = ::open((root + "/input.txt").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(in, 0);
+  // Each rank writes what it read to a file: mpirun interleaves the ranks' output.
+  auto r = CohortProcess({"run", "--data-root", root, "--workdir", root, "--framework", "mpi",
+                          "--nodes", "2", "--nproc-per-node", "1", "--", "/usr/bin/python3", "-c",
+                          "import sys\nfrom mpi4py import MPI\n"
+                          "open(f'read-{MPI.COMM_WORLD.Get_rank()}.txt', 'w')"
+                          ".write(sys.stdin.read())"},
+                         {}, in)
+               .wait(120s);
+  ::close(in);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(readText(root + "/read-0.txt"), "to rank zero\n");
+  EXPECT_EQ(readText(root + "/read-1.txt"), "");
+  EXPECT_TRUE(std::filesystem::exists(root + "/read-1.txt"));
 }
 
 // mpirun stops every rank when one fails (the others would sleep 30 s) and exits with its code;
