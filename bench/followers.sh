@@ -7,7 +7,10 @@
 # before the run (each got the job's first line) and still attached after it, and that each gets
 # the job's last line and the end of its stream when the job is let go. Prints p50/p99 latency
 # and requests/s of both runs (target: p99 under 50 ms with the followers attached).
-# Run: bench/followers.sh   (env: FOLLOWERS=1000 DURATION=10 WRK=1x8 COHORT=build/cohort;
+# Then strangers: IDLE (default 10,000) connections from 127.0.0.2-127.0.0.41, half of them
+# silent, half slowloris (a header byte every second, connecting again when cut off), and the
+# same wrk run beside them (target: p99 under 50 ms).
+# Run: bench/followers.sh   (env: FOLLOWERS=1000 IDLE=10000 DURATION=10 WRK=1x8 COHORT=build/cohort;
 #                            WRK is THREADSxCONNECTIONS; mind the cores: -t1 or -t2)
 # Needs wrk, curl, python3 and a built build/cohort and build/cohort-test-rank.
 set -euo pipefail
@@ -20,7 +23,7 @@ done
 for tool in wrk curl python3; do
   command -v "$tool" >/dev/null || { echo "bench/followers.sh: needs $tool" >&2; exit 2; }
 done
-FOLLOWERS=${FOLLOWERS:-1000}; DURATION=${DURATION:-10}; WRK=${WRK:-1x8}
+FOLLOWERS=${FOLLOWERS:-1000}; DURATION=${DURATION:-10}; WRK=${WRK:-1x8}; IDLE=${IDLE:-10000}
 TMP=$(mktemp -d /tmp/cohort-bench-followers.XXXXXX)
 # The server, the coordinators and the ranks all name $TMP/ on their command line.
 cleanup() { pgrep -f "$TMP/" | xargs -r kill -9 2>/dev/null || true; rm -rf "$TMP"; }
@@ -65,7 +68,15 @@ wait_state() {
   echo "followers.sh: job $1 is $state, not $2" >&2; return 1
 }
 
-"$COHORT" server --listen 127.0.0.1:0 --data-root "$TMP/dr" > "$TMP/server.out" 2> "$TMP/server.err" &
+# Room for the followers where the server caps an account's followers and an address's
+# connections (a cohort with the caps; an older one has none).
+limits=()
+if "$COHORT" server --help | grep -q -- --max-followers; then
+  limits=(--max-followers $((FOLLOWERS + 100)) --max-connections $((FOLLOWERS + IDLE + 1000))
+          --max-connections-per-address $((FOLLOWERS + 200)))
+fi
+"$COHORT" server --listen 127.0.0.1:0 --data-root "$TMP/dr" "${limits[@]}" \
+  > "$TMP/server.out" 2> "$TMP/server.err" &
 SERVER_PID=$!
 PORT=""
 for _ in $(seq 300); do
@@ -150,6 +161,73 @@ echo "after $(sed -n 's/^still_attached \([0-9]*\) last_line_and_end \([0-9]*\) 
   "$TMP/followers.out")" >> "$TMP/results.txt"
 wait_state "$followed" succeeded
 run_wrk no_followers
+
+# Strangers: silent connections and slowloris ones, held (and made again when the server cuts
+# them off) while wrk runs beside them.
+python3 - "$PORT" "$IDLE" "$((DURATION + 15))" < /dev/null > "$TMP/idle.out" 2>&1 <<'PYTHON' &
+import selectors, socket, sys, time
+port, count, seconds = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+sel = selectors.DefaultSelector()
+conns = {}  # socket -> [slowloris, header bytes sent, index]
+head = b"GET /v1/whoami HTTP/1.1\r\nHost: bench\r\nX-Slow: " + b"a" * 100000
+made = cut = refused = 0
+def connect(i):
+    global made, refused
+    s = socket.socket()
+    s.setblocking(False)
+    try:
+        s.bind(("127.0.0.%d" % (2 + i % 40), 0))
+        s.connect_ex(("127.0.0.1", port))
+    except OSError:
+        refused += 1
+        s.close()
+        return
+    made += 1
+    conns[s] = [i % 2 == 1, 0, i]
+    sel.register(s, selectors.EVENT_READ)
+for i in range(count):
+    connect(i)
+print("open %d" % len(conns), flush=True)
+end = time.monotonic() + seconds
+next_byte = time.monotonic()
+low = len(conns)
+while time.monotonic() < end:
+    for key, _ in sel.select(timeout=0.2):
+        s = key.fileobj
+        try:
+            data = s.recv(4096)
+        except OSError:
+            data = b""
+        if not data:  # cut off: come back
+            sel.unregister(s)
+            i = conns.pop(s)[2]
+            s.close()
+            cut += 1
+            connect(i)
+    if time.monotonic() >= next_byte:
+        next_byte += 1
+        for s, state in conns.items():
+            if state[0]:
+                try:
+                    s.send(head[state[1]:state[1] + 1])
+                    state[1] += 1
+                except OSError:
+                    pass
+    low = min(low, len(conns))
+print("held_at_least=%d connections_made=%d cut_off=%d refused=%d" % (low, made, cut, refused),
+      flush=True)
+PYTHON
+IDLE_PID=$!
+for _ in $(seq 600); do
+  grep -q '^open' "$TMP/idle.out" && break
+  sleep 0.1
+done
+sleep 2
+echo "idle strangers=$IDLE server_connections=$(curl -sS "http://127.0.0.1:$PORT/metrics" | \
+  sed -n 's/^cohort_http_connections //p')" >> "$TMP/results.txt"
+run_wrk with_strangers
+wait "$IDLE_PID" || true
+echo "idle_after $(tail -1 "$TMP/idle.out")" >> "$TMP/results.txt"
 kill -TERM "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true
 
 python3 - "$TMP/results.txt" "$DURATION" "$FOLLOWERS" <<'EOF'
@@ -158,19 +236,20 @@ lines = open(sys.argv[1]).read().splitlines()
 kv = lambda line: dict(re.findall(r"(\w+)=(\S+)", line))
 ms = lambda us: f"{int(us) / 1000:.2f} ms"
 for line in lines:
-    if line.startswith(("followers", "after")):
+    if line.startswith(("followers", "after", "idle")):
         print("# " + line)
 print("| GET /v1/jobs/{id} | wrk | requests/s | p50 | p99 | max | non-2xx | socket errors |")
 print("|---|---|---:|---:|---:|---:|---:|---:|")
 for line in lines:
     kind = line.split()[0]
-    if kind not in ("with_followers", "no_followers"):
+    if kind not in ("with_followers", "no_followers", "with_strangers"):
         continue
     _, threads, conns = line.split()[:3]
     d = kv(line)
     rate = int(d["requests"]) / (int(d["duration_us"]) / 1e6)
-    label = (f"{int(sys.argv[3]):,} followers attached" if kind == "with_followers"
-             else "no followers")
+    label = {"with_followers": f"{int(sys.argv[3]):,} followers attached",
+             "no_followers": "no followers",
+             "with_strangers": "silent and slowloris strangers attached"}[kind]
     print(f"| {label} | -t{threads} -c{conns} -d{sys.argv[2]}s | {rate:,.0f} | {ms(d['p50_us'])} | "
           f"{ms(d['p99_us'])} | {ms(d['max_us'])} | {d['non2xx']} | {d['socket_errors']} |")
 EOF

@@ -10,8 +10,10 @@
 # Last, one pass of the scheduler (build/sched_bench). Prints a table and the ratios to the
 # targets (GET >= 10,000/s, POST >= 1,000/s) and to the anchors (Slurm ~500 submissions/s,
 # Kubernetes scheduler ~100-300 pods/s).
+#   PUT  /v1/store/...   a file of UPLOAD_MIB (default 512) MiB, three times: MiB/s, and the
+#                        server's peak resident memory after them
 # Run: bench/server.sh   (env: GET_RUNS="1x8 2x16 2x32" POST_RUNS="1x8 2x16 2x32" DURATION=10
-#                         COHORT=build/cohort; a run is THREADSxCONNECTIONS for wrk)
+#                         UPLOAD_MIB=512 COHORT=build/cohort; a run is THREADSxCONNECTIONS for wrk)
 # Needs wrk, curl, python3 and a built build/cohort, build/cohort-test-rank, build/sched_bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +26,7 @@ for tool in wrk curl python3; do
   command -v "$tool" >/dev/null || { echo "bench/server.sh: needs $tool: run scripts/setup" >&2; exit 2; }
 done
 GET_RUNS=${GET_RUNS:-"1x8 2x16 2x32"}; POST_RUNS=${POST_RUNS:-"1x8 2x16 2x32"}
-DURATION=${DURATION:-10}
+DURATION=${DURATION:-10}; UPLOAD_MIB=${UPLOAD_MIB:-512}
 TMP=$(mktemp -d /tmp/cohort-bench-server.XXXXXX)
 # The server, the job coordinators and the ranks all name $TMP/ on their command line, so
 # `pgrep -f $TMP/` finds exactly this benchmark's processes.
@@ -131,6 +133,18 @@ for run in $GET_RUNS; do
   BENCH_TOKEN=$USER_TOKEN load get "$run" "http://127.0.0.1:$PORT/v1/jobs/$done_id"
 done
 
+# Uploads: a store file of UPLOAD_MIB PUT three times, one after the other (curl -T streams
+# it); the server's resident memory at its peak after them (VmHWM).
+head -c $((UPLOAD_MIB << 20)) /dev/urandom > "$TMP/upload.bin"
+for i in 1 2 3; do
+  seconds=$(curl -sSf -o /dev/null -w '%{time_total}' -T "$TMP/upload.bin" \
+    -H "Authorization: Bearer $USER_TOKEN" "http://127.0.0.1:$PORT/v1/store/bench-up/f$i")
+  echo "upload mib=$UPLOAD_MIB seconds=$seconds" >> "$TMP/results.txt"
+done
+echo "upload_memory peak_mib=$(( $(sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\) kB/\1/p' /proc/$SERVER_PID/status) / 1024 ))" \
+  >> "$TMP/results.txt"
+rm -f "$TMP/upload.bin"
+
 # 2. Submissions that stay queued: the account's one CPU is held by a sleeping job.
 sleeper=$(api "$USER_TOKEN" POST /v1/jobs "$(job_body sleeper sleep=600)" | json 'd["id"]')
 wait_state "$USER_TOKEN" "$sleeper" running
@@ -218,6 +232,13 @@ print("Accepted (POST runs): " + "; ".join(checks))
 for line in samples:
     _, kind, conns, status, body = line.split(" ", 4)
     print(f"A {status} answer to {names[kind]} ({conns}): {body[:300]}")
+uploads = [kv(l) for l in lines if l.startswith("upload ")]
+if uploads:
+    rates = ", ".join(f"{float(u['mib']) / float(u['seconds']):,.0f}" for u in uploads)
+    peak = [kv(l) for l in lines if l.startswith("upload_memory")]
+    print(f"Uploads (PUT /v1/store, {uploads[0]['mib']} MiB each, curl -T): {rates} MiB/s; the "
+          f"server's peak resident memory after them: "
+          f"{peak[0]['peak_mib'] if peak else '?'} MiB")
 for line in lines:
     d = kv(line)
     if line.startswith("durable"):

@@ -31,6 +31,7 @@ import json
 import os
 import re
 import socket
+import ssl
 import tempfile
 import time
 import urllib.error
@@ -47,6 +48,9 @@ __all__ = ["Client", "Job", "JobRecord", "RootCause", "StoreFile", "CodeUpload",
 DEFAULT_MAX_UPLOAD = 256 << 20  # bytes of a workdir snapshot, as cohort submit's --max-upload
 
 FINAL_STATES = frozenset(("succeeded", "failed", "stopped"))
+# How long a follower (logs, wait, follow_events) waits for a server that went away (a restart)
+# before it gives up, in seconds.
+RESTART_WINDOW = 120.0
 
 def _default_config_path() -> str:
     """Where ``cohort login`` writes: $XDG_CONFIG_HOME/cohort/config.json (~/.config by default)."""
@@ -183,6 +187,21 @@ def _read_config(path: str) -> Dict[str, Any]:
         if config.get(key) is not None and not isinstance(config[key], str):
             raise InvalidArgument("invalid_argument", "config '%s': '%s' is not a string" % (path, key))
     return config
+
+
+def resolve_ca(chosen: str, ca: Optional[str] = None, config_path: Optional[str] = None):
+    """The certificates (a PEM file) to trust for an https:// server: the argument, else
+    COHORT_CA, else what ``cohort login`` saved with the config file's server (for that server
+    only); None: the system's certificate authorities."""
+    if ca:
+        return ca
+    if os.environ.get("COHORT_CA"):
+        return os.environ["COHORT_CA"]
+    config = _read_config(config_path or _default_config_path())
+    if config.get("ca") and config.get("server") and \
+            _normalize_server(config["server"]) == chosen:
+        return config["ca"]
+    return None
 
 
 def resolve_settings(server: Optional[str] = None, token: Optional[str] = None,
@@ -399,13 +418,19 @@ class Client:
 
     ``Client(server, token)``; either may be omitted and is then read from COHORT_SERVER /
     COHORT_TOKEN, else ~/.config/cohort/config.json. ``timeout`` bounds each request (seconds
-    without an answer)."""
+    without an answer). An https:// server's certificate is always verified: against the
+    system's certificate authorities, or those in the PEM file ``ca`` (else COHORT_CA, else the
+    one ``cohort login --ca/--fingerprint`` saved for that server)."""
 
     def __init__(self, server: Optional[str] = None, token: Optional[str] = None,
-                 timeout: float = 30.0, config_path: Optional[str] = None):
+                 timeout: float = 30.0, config_path: Optional[str] = None,
+                 ca: Optional[str] = None):
         self.server, self._token = resolve_settings(server, token, config_path)
         self.timeout = timeout
-        self._opener = urllib.request.build_opener(_NoRedirect)
+        self.ca = resolve_ca(self.server, ca, config_path)
+        context = ssl.create_default_context(cafile=self.ca)  # verifies names and chains
+        self._opener = urllib.request.build_opener(
+            _NoRedirect, urllib.request.HTTPSHandler(context=context))
 
     def __repr__(self):
         return "<cohort.Client %s%s>" % (self.server, "" if self._token else " (no token)")
@@ -431,6 +456,13 @@ class Client:
                 body = e.read()
             raise error_from_response(e.code, body, url) from None
         except urllib.error.URLError as e:
+            if isinstance(e.reason, ssl.SSLError):
+                raise Unavailable("unavailable",
+                                  "the server at %s could not be trusted: %s (a private "
+                                  "certificate authority's certificates: Client(ca=FILE) or "
+                                  "COHORT_CA; a self-signed server: cohort login %s "
+                                  "--fingerprint ...)" % (self.server, e.reason, self.server)
+                                  ) from None
             reason = e.reason.strerror if isinstance(e.reason, OSError) and \
                 e.reason.strerror else e.reason
             raise Unavailable("unavailable", "cannot reach %s: %s" % (url, reason)) from None
@@ -465,9 +497,18 @@ class Client:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         pending = ""
         offset = int(query.get("offset", 0))
+        away_since = None
         while True:
             query = dict(query, offset=offset) if offset else query
-            response = self._open("GET", path, query)
+            try:
+                response = self._open("GET", path, query)
+            except Unavailable:
+                # A followed log rides out a server restart: it is asked again from `offset`.
+                away_since = away_since or time.monotonic()
+                if not follow or time.monotonic() - away_since > RESTART_WINDOW:
+                    raise
+                time.sleep(0.3)
+                continue
             try:
                 while True:
                     try:
@@ -478,6 +519,8 @@ class Client:
                         raise Unavailable("unavailable", "%s: no data for %gs" %
                                           (response.geturl(), self.timeout)) from None
                     except (OSError, http.client.HTTPException) as e:
+                        if follow:
+                            break  # cut off (a server restart): reopen at `offset`
                         raise Unavailable("unavailable", "%s: the log stream was cut off: %s" %
                                           (response.geturl(), e)) from None
                     if not chunk:
@@ -486,6 +529,7 @@ class Client:
                             yield pending
                         return
                     offset += len(chunk)
+                    away_since = None
                     pending += decoder.decode(chunk)
                     lines = pending.split("\n")
                     pending = lines.pop()
@@ -729,6 +773,7 @@ class Job:
         accepted for compatibility and not used.)"""
         deadline = None if timeout is None else time.monotonic() + timeout
         after = 0
+        away_since = None
         while not self.done:
             wait = 30.0
             if deadline is not None:
@@ -737,13 +782,21 @@ class Job:
                     raise TimeoutError("job '%s' is still %s after %gs" %
                                        (self.id, self.state, timeout))
                 wait = min(wait, left)
-            answer = self.client._call(
-                "GET", _job_path(self.id, "events"),
-                query={"after": after, "wait": "%dms" % max(1, int(wait * 1000))},
-                timeout=wait + self.client.timeout)
-            if isinstance(answer, dict) and isinstance(answer.get("last_seq"), int):
-                after = max(after, answer["last_seq"])
-            self.refresh()
+            try:
+                answer = self.client._call(
+                    "GET", _job_path(self.id, "events"),
+                    query={"after": after, "wait": "%dms" % max(1, int(wait * 1000))},
+                    timeout=wait + self.client.timeout)
+                if isinstance(answer, dict) and isinstance(answer.get("last_seq"), int):
+                    after = max(after, answer["last_seq"])
+                self.refresh()
+                away_since = None
+            except Unavailable:
+                # A server restart is ridden out; a server gone for longer is an error.
+                away_since = away_since or time.monotonic()
+                if time.monotonic() - away_since > RESTART_WINDOW:
+                    raise
+                time.sleep(0.3)
         return self.info
 
     def follow_events(self, after: Optional[int] = None) -> Iterator[Dict[str, Any]]:
@@ -751,13 +804,22 @@ class Job:
         ``seq``, until the job's final state event; ``after=SEQ`` starts after that one. A
         stream that breaks is resumed where it stopped, so no event is lost or repeated."""
         last = after
+        away_since = None
         while True:
             headers = {"Accept": "text/event-stream"}
             query = {}
             if last is not None:
                 headers["Last-Event-ID"] = str(last)
-            response = self.client._open("GET", _job_path(self.id, "events"), query or None,
-                                         headers=headers, timeout=self.client.timeout + 30)
+            try:
+                response = self.client._open("GET", _job_path(self.id, "events"), query or None,
+                                             headers=headers, timeout=self.client.timeout + 30)
+            except Unavailable:
+                away_since = away_since or time.monotonic()  # a server restart: ridden out
+                if time.monotonic() - away_since > RESTART_WINDOW:
+                    raise
+                time.sleep(0.3)
+                continue
+            away_since = None
             ended = False
             try:
                 data, event_id = [], None
@@ -775,7 +837,11 @@ class Job:
                             event = json.loads("\n".join(data))
                             if event_id is not None:
                                 last = int(event_id)
+                            final = event.get("event") == "state" and \
+                                event.get("state") in FINAL_STATES
                             yield event
+                            if final:
+                                return
                         data, event_id = [], None
                     elif line.startswith(":"):
                         continue
@@ -785,6 +851,8 @@ class Job:
                         event_id = line[3:].strip()
             finally:
                 response.close()
+            if ended and not self.client.job(self.id).done:
+                continue  # the stream ended before the job's end (a server stopping): resume
             if ended:
                 return
 

@@ -25,7 +25,7 @@ import unittest
 import urllib.parse
 from unittest import mock
 
-from cohort import Client, CohortError, Job
+from cohort import Client, CohortError, Job, Unavailable
 from cohort import client as client_module
 
 _NO_CONFIG = "/nonexistent/cohort-test/config.json"
@@ -483,6 +483,36 @@ class RealServer(unittest.TestCase):
                 token = f.read().strip()
         self.url = url
         self.admin = Client(url, token=token, config_path=_NO_CONFIG)
+
+    def test_an_https_server_is_verified_against_the_given_certificate(self):
+        data_root = os.path.join(self.tmp, "tls-data")
+        server = subprocess.Popen(
+            [self.binary, "server", "--listen", "127.0.0.1:0", "--data-root", data_root,
+             "--tls-self-signed"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            universal_newlines=True)
+        try:
+            url = None
+            for line in server.stdout:
+                found = re.search(r"cohort server: listening on (https://\S+)", line)
+                if found:
+                    url = found.group(1)
+                if "admin token" in line:
+                    break
+            self.assertIsNotNone(url)
+            with open(os.path.join(data_root, "server", "admin.token")) as f:
+                token = f.read().strip()
+            cert = os.path.join(data_root, "server", "tls", "cert.pem")
+            trusted = Client(url, token=token, config_path=_NO_CONFIG, ca=cert)
+            self.assertEqual(trusted.whoami()["account"], "admin")
+            # Not trusted: refused before the token is sent, saying why.
+            with self.assertRaises(Unavailable) as caught:
+                Client(url, token=token, config_path=_NO_CONFIG).whoami()
+            self.assertIn("could not be trusted", caught.exception.message)
+        finally:
+            server.send_signal(signal.SIGTERM)
+            server.wait(timeout=10)
+            server.stdout.close()
 
     def stop_server(self):
         if self.server.poll() is None:

@@ -49,7 +49,7 @@ JobDecisions::JobDecisions(const plan::Plan& plan, Millis connect_timeout)
         if (key == "COHORT_DEBUG_LISTEN" || key == "COHORT_DEBUG_CONNECT") address = value;
         waits = waits || (key == "COHORT_DEBUG_WAIT" && value == "1");
       }
-      ranks_[r.rank] = Rank{r.name, r.role, r.log_file, r.role_rank, r.key, address, waits};
+      ranks_[r.rank] = Rank{r.name, r.role, r.log_file, r.role_rank, r.key, address, waits, r.node};
       if (r.key) ++key_total_;
     }
   }
@@ -310,8 +310,12 @@ JobOutcome JobDecisions::outcome() const {
       o.exit_code = 124;
       o.diagnosis = diagnosis_;
       break;
-    case Ending::kNone:  // cannot end so; never report success for it
     case Ending::kLost:
+      o.state = JobState::kFailed;
+      o.exit_code = 1;
+      o.lost_node = lost_node_;
+      break;
+    case Ending::kNone:  // cannot end so; never report success for it
     case Ending::kStagingFailed:
     case Ending::kOutputFailed:
     case Ending::kRecordFailed:
@@ -632,6 +636,16 @@ void JobDecisions::on(const AgentLost& e, Actions& out) {
     return;
   }
   no_restart_ = true;  // a gang without one of its nodes cannot start again
+  if (!lost_node_ && ending_ == Ending::kNone) {
+    LostNode lost{e.node, e.why, {}, {}};
+    for (const std::optional<Rank>& r : ranks_) {
+      if (r && r->node == e.node) {
+        lost.ranks.push_back(r->name);
+        lost.logs.push_back(r->log_file);
+      }
+    }
+    lost_node_ = std::move(lost);
+  }
   beginStop(Ending::kLost,
             "node " + std::to_string(e.node) + "'s agent was lost" +
                 (e.why.empty() ? std::string() : " (" + e.why + ")"),

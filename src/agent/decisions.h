@@ -55,6 +55,7 @@ struct JobOutcome {
   int attempts = 0;
   double duration_s = 0;
   std::string diagnosis;  // a hang: who held the others up, and every rank's stack, grouped
+  std::optional<LostNode> lost_node;  // the job failed because this node's agent was lost
 };
 
 // The files of the job's record the coordinator writes.
@@ -228,6 +229,7 @@ class JobDecisions {
     bool key = false;
     std::string debug_address;    // HOST:PORT of its debugger (debug:), "" without
     bool waits_at_start = false;  // debug.ranks: it waits for a debugger before its first line
+    int node = 0;
   };
   struct Node {
     bool connected = false;
@@ -331,6 +333,7 @@ class JobDecisions {
   bool completed_ = false;  // the final state and result were asked for
   bool finished_ = false;
   std::vector<RankExit> exits_;
+  std::optional<LostNode> lost_node_;  // the first node lost while its ranks ran
   std::vector<OutputResult> output_results_;
   std::set<std::string> limits_said_;  // why limits are not enforced, each said once
   std::set<RecordFile> unwritable_;  // record files that failed, each said once

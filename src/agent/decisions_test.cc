@@ -342,6 +342,36 @@ TEST(JobDecisions, AfterAStopBeganNoWayOfEndingChangesTheVerdict) {
   }
 }
 
+TEST(JobDecisions, ALostNodeIsTheRootCauseWithItsRanksWhenNoRankFailedFirst) {
+  Job job(makePlan(2, 2));
+  job.runAll();
+  job.feed(AgentLost{1, "n2 at 10.77.0.12: no word from it in 30s"});
+  job.stopRest({0, 1});
+  ASSERT_TRUE(job.outcome());
+  ASSERT_TRUE(job.outcome()->lost_node);
+  EXPECT_EQ(job.outcome()->lost_node->node, 1);
+  EXPECT_EQ(job.outcome()->lost_node->why, "n2 at 10.77.0.12: no word from it in 30s");
+  EXPECT_EQ(job.outcome()->lost_node->ranks, (std::vector<std::string>{"worker/2", "worker/3"}));
+  const std::string block = formatLostNode(*job.outcome()->lost_node, {}, job.outcome()->exits);
+  EXPECT_EQ(block.rfind("root cause: node 1's agent was lost (n2 at 10.77.0.12: no word from it "
+                        "in 30s) (the first failure)\n  its rank(s): worker/2, worker/3\n",
+                        0),
+            0u)
+      << block;
+  EXPECT_NE(block.find("policy.heartbeat_timeout"), std::string::npos) << block;
+  EXPECT_NE(block.find("2 rank(s) were stopped by cohort"), std::string::npos) << block;
+  // A node lost after a rank failed is a consequence: the failed rank stays the root cause.
+  Job failed(makePlan(2, 1));
+  failed.runAll();
+  failed.exit(0, 4);
+  failed.feed(AgentLost{1, "its connection closed"});
+  failed.feed(NodeIdle{0, 0});
+  ASSERT_TRUE(failed.outcome());
+  EXPECT_FALSE(failed.outcome()->lost_node);
+  ASSERT_TRUE(failed.outcome()->root_cause);
+  EXPECT_EQ(failed.outcome()->root_cause->rank, 0);
+}
+
 TEST(JobDecisions, RanksOfALostNodeNeverCountTowardSuccess) {
   Job job(makePlan(2, 1));
   job.runAll();

@@ -11,6 +11,7 @@
 #include "http/client.h"
 #include "job/events.h"
 #include "util/fd.h"
+#include "util/text.h"
 
 namespace cohort::agent {
 
@@ -36,6 +37,16 @@ Result<std::string> firstLine(const std::string& path) {
   return text;
 }
 
+// The server's key pin, report.url's "pin sha256//..." line ("" when none).
+std::string pinLine(const std::string& path) {
+  auto text = readFile(path);
+  if (!text) return "";
+  for (const std::string& line : split(*text, '\n')) {
+    if (line.rfind("pin ", 0) == 0) return line.substr(4);
+  }
+  return "";
+}
+
 }  // namespace
 
 Result<ReportTarget> reportTarget(const job::Layout& layout, const std::string& job_id) {
@@ -43,6 +54,7 @@ Result<ReportTarget> reportTarget(const job::Layout& layout, const std::string& 
   target.url_file = layout.reportUrlFile();
   target.job_id = job_id;
   COHORT_ASSIGN(target.server, firstLine(target.url_file));
+  target.pin = pinLine(target.url_file);
   const std::string token_file = layout.reportTokenFile();
   COHORT_ASSIGN(target.token, firstLine(token_file));
   if (::unlink(token_file.c_str()) != 0) return failErrno("remove '" + token_file + "'");
@@ -160,9 +172,11 @@ bool Reporter::sendOnce(std::unique_lock<std::mutex>& lock) {
   if (!progress.empty()) body += ",\"progress\":" + progress;
   body += '}';
   const std::string server = target_.server;
+  const std::string pin = target_.pin;
   lock.unlock();
 
   http::Request request;
+  request.pin = pin;
   request.method = "POST";
   request.url = server + "/v1/jobs/" + target_.job_id + "/report";
   request.headers = {"Authorization: Bearer " + target_.token, "Content-Type: application/json"};
@@ -202,6 +216,7 @@ bool Reporter::sendOnce(std::unique_lock<std::mutex>& lock) {
     if (auto now = firstLine(target_.url_file); now && *now != target_.server) {
       std::fprintf(stderr, "cohort: the server is now at %s\n", now->c_str());
       target_.server = *now;
+      target_.pin = pinLine(target_.url_file);
       last_error_.clear();
     }
     if (!progress.empty() && progress_.empty()) progress_ = std::move(progress);

@@ -27,7 +27,9 @@ namespace cohort::agent {
 
 struct ReportTarget {
   std::string url_file;  // report.url
-  std::string server;    // what it said last: "http://host:port"
+  std::string server;    // what it said last: "http://host:port" (or https://)
+  std::string pin;       // with https: the server's public key ("sha256//..."), report.url's
+                         // second line "pin sha256//..."
   std::string job_id;
   std::string token;     // the job's report credential
 };

@@ -170,4 +170,24 @@ std::string formatRootCause(const RankExit& root, const std::vector<RankExit>& e
   return out;
 }
 
+std::string formatLostNode(const LostNode& lost, const std::vector<std::vector<std::string>>& tails,
+                           const std::vector<RankExit>& exits) {
+  std::string out = "root cause: node " + std::to_string(lost.node) + "'s agent was lost" +
+                    (lost.why.empty() ? std::string() : " (" + lost.why + ")") +
+                    " (the first failure)\n";
+  if (!lost.ranks.empty()) out += "  its rank(s): " + join(lost.ranks, ", ") + "\n";
+  for (size_t i = 0; i < lost.ranks.size() && i < tails.size() && i < lost.logs.size(); ++i) {
+    if (tails[i].empty()) continue;
+    out += "  last lines of " + lost.logs[i] + ":\n";
+    for (const std::string& line : tails[i]) out += "    | " + line + "\n";
+  }
+  out += "  hint: the node's agent died, was stopped, or could not be heard: look at its host "
+         "(is it up, is its network there, is it overloaded?); a node that is only slow can be "
+         "given longer with policy.heartbeat_timeout (--heartbeat-timeout)\n";
+  int stopped = 0;
+  for (const RankExit& e : exits) stopped += e.by_cohort ? 1 : 0;
+  if (stopped) out += "  " + std::to_string(stopped) + " rank(s) were stopped by cohort\n";
+  return out;
+}
+
 }  // namespace cohort::agent

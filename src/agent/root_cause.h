@@ -34,6 +34,21 @@ struct RankExit {
   std::string describe() const;
 };
 
+// A node whose agent was lost (it died, was stopped past the heartbeat timeout, or went silent
+// on another machine) before its ranks ended: the job's first failure when no rank failed first.
+struct LostNode {
+  int node = 0;
+  std::string why;                  // "n2 at 10.77.0.12: no word from it in 30s"
+  std::vector<std::string> ranks;   // "worker/2", the ranks it ran
+  std::vector<std::string> logs;    // their log files, in the same order
+};
+
+// The report printed when a node's loss failed the job: which node, why, the ranks that ran
+// there with the last lines of their logs (`tails`, by rank, may be empty), a hint, and how
+// many other ranks cohort stopped.
+std::string formatLostNode(const LostNode& lost, const std::vector<std::vector<std::string>>& tails,
+                           const std::vector<RankExit>& exits);
+
 // The first failure in time that cohort did not cause, if any.
 std::optional<RankExit> firstFailure(const std::vector<RankExit>& exits);
 

@@ -26,6 +26,8 @@ struct JobLaunch {
   bool report = false;    // its coordinator reports to the server (job::Layout's report.url)
   std::string environments;  // where its coordinator looks environments up (COHORT_ENVS); "":
                              // the server's own
+  std::vector<std::string> input_roots;  // local inputs only below these (--input-root)
+  std::string job_network;  // its coordinator's --job-network (isolated, nat, host); "": its default
 };
 
 // What a backend finds behind a handle.
@@ -53,6 +55,13 @@ class Backend {
   virtual bool requestStacks(const std::string& handle) = 0;
   // For a person: "coordinator pid 4242".
   virtual std::string describe(const std::string& handle) const = 0;
+  // Once running() said the job ended: how its coordinator ended, for a person, when the
+  // backend saw it ("it exited with code 2", "its container ended with exit code 127 (...)");
+  // "" when it does not know.
+  virtual std::string endWords(const std::string& handle) const {
+    (void)handle;
+    return "";
+  }
 };
 
 // `cohort_bin` is the binary coordinators run. Coordinators run on this machine; their nodes are

@@ -7,11 +7,13 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <map>
 #include <set>
 
 #include "backends/backend.h"
 #include "job/layout.h"
 #include "proc/spawn.h"
+#include "spec/job_spec.h"
 #include "util/fd.h"
 #include "util/text.h"
 
@@ -93,6 +95,14 @@ class LocalBackend : public Backend {
     }
     if (l.isolate) args.push_back("--isolate");
     if (l.report) args.push_back("--report");
+    if (!l.job_network.empty() && nodes_ == spec::Backend::kLocal) {
+      args.push_back("--job-network");
+      args.push_back(l.job_network);
+    }
+    for (const std::string& root : l.input_roots) {
+      args.push_back("--input-root");
+      args.push_back(root);
+    }
     if (l.uid >= 0) {
       args.push_back("--run-as");
       args.push_back(std::to_string(l.uid) + ":" + std::to_string(l.gid));
@@ -155,9 +165,20 @@ class LocalBackend : public Backend {
     auto h = decode(handle);
     if (h && alive(*h)) return true;
     if (h && children_.erase(static_cast<pid_t>(h->pid))) {
-      ::waitpid(static_cast<pid_t>(h->pid), nullptr, WNOHANG);
+      int status = 0;
+      if (::waitpid(static_cast<pid_t>(h->pid), &status, WNOHANG) > 0) {
+        ended_[handle] = WIFSIGNALED(status)
+                             ? "it was killed by " + spec::stopSignalName(WTERMSIG(status))
+                             : "it exited with code " + std::to_string(WEXITSTATUS(status)) +
+                                   " (its console.log says why)";
+      }
     }
     return false;
+  }
+
+  std::string endWords(const std::string& handle) const override {
+    auto it = ended_.find(handle);
+    return it == ended_.end() ? "" : it->second;
   }
 
   void cancel(const std::string& handle) override {
@@ -180,6 +201,7 @@ class LocalBackend : public Backend {
   std::string cohort_bin_;
   spec::Backend nodes_;
   std::set<pid_t> children_;  // spawned by this server: reaped by it
+  std::map<std::string, std::string> ended_;  // handle -> how its coordinator ended (endWords)
 };
 
 }  // namespace

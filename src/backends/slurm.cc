@@ -113,8 +113,22 @@ Result<std::string> slurmBatchScript(const spec::JobSpec& spec, const plan::Plan
   if (!spec.network.cidr.empty()) agent += " --cidr " + spec.network.cidr;
   // cohort, not Slurm, ends the job when a rank fails (--kill-on-bad-exit=0): it stops every
   // rank gracefully, says which failed first, and exits with its code.
-  s += "exec srun --nodes=" + std::to_string(nodes) + " --ntasks=" + std::to_string(nodes) +
+  s += "srun --nodes=" + std::to_string(nodes) + " --ntasks=" + std::to_string(nodes) +
        " --ntasks-per-node=1 --kill-on-bad-exit=0 " + agent + "\n";
+  // The batch job ends with cohort's verdict, so that sacct agrees with cohort even when a node's
+  // agent was killed (srun would say 137 where the job failed with 1): the exit code in
+  // result.json, which the coordinator writes as its agents exit. Only where this node sees the
+  // coordinator's job directory (its mark file); else srun's code.
+  const std::string mark = shellQuote(layout.markFile());
+  const std::string result = shellQuote(layout.resultFile());
+  s += "code=$?\n";
+  s += "if [ -f " + mark + " ]; then\n";
+  s += "  i=0; while [ ! -f " + result + " ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done\n";
+  s += "  verdict=$(sed -n 's/^  \"exit_code\": \\([0-9][0-9]*\\),$/\\1/p' " + result +
+       " 2>/dev/null)\n";
+  s += "  [ -n \"$verdict\" ] && exit \"$verdict\"\n";
+  s += "fi\n";
+  s += "exit $code\n";
   return s;
 }
 
@@ -245,7 +259,7 @@ agent::LaunchStatus SlurmLauncher::status() {
               job::Layout(plan_.job_dir).dir() + "/slurm-" + job_ + ".out"};
 }
 
-void SlurmLauncher::abandon(int) {}
+void SlurmLauncher::abandon(int) { abandoned_ = true; }
 
 void SlurmLauncher::reap(Millis deadline) {
   if (job_.empty() || reaped_) return;
@@ -259,11 +273,21 @@ void SlurmLauncher::reap(Millis deadline) {
       std::this_thread::sleep_for(Millis(50));
     }
   };
-  // Agents told to exit end the batch job by themselves; one still in the queue has none.
+  // Agents told to exit end the batch job by themselves; one still in the queue has none, and
+  // a node given up on cannot be told.
   const bool queued = startsWith(squeueState(), "PENDING");
-  if (!queued && gone_within(deadline)) return;
+  if (!queued && !abandoned_ && gone_within(deadline)) return;
   if (auto cancelled = slurm({"scancel", job_}, Millis(10000)); !cancelled) {
     std::fprintf(stderr, "cohort: %s\n", cancelled.error().message.c_str());
+  }
+  if (abandoned_) {
+    if (!gone_within(Millis(2000))) {
+      std::fprintf(stderr,
+                   "cohort: Slurm job %s is cancelled; Slurm ends it once it can reach every "
+                   "node again (squeue -j %s shows it until then)\n",
+                   job_.c_str(), job_.c_str());
+    }
+    return;
   }
   if (!gone_within(Millis(10000))) {
     std::fprintf(stderr, "cohort: Slurm job %s is still there after scancel; see squeue -j %s\n",

@@ -44,10 +44,13 @@ class SlurmLauncher : public agent::AgentLauncher {
   Result<void> launch(int nodes, const agent::Dial& dial) override;
   // squeue's view of the batch job: pending (and why), running, or ended.
   agent::LaunchStatus status() override;
-  // A node given up on: nothing to do alone; reap() cancels the whole batch job.
+  // A node given up on (its agent could not be heard): reap() cancels the whole batch job at
+  // once rather than wait for it to end by itself, which that node's agent cannot tell it to.
   void abandon(int node) override;
   // Waits up to `deadline` for the batch job to end by itself (the agents exit when told), then
-  // cancels it (scancel) and waits until Slurm has ended it on every node.
+  // cancels it (scancel) and waits until Slurm has ended it on every node. With a node given up
+  // on, cancels at once and does not wait for Slurm: the job's verdict is known, and Slurm may
+  // take minutes to give up on a node it cannot reach (the job stays COMPLETING meanwhile).
   void reap(Millis deadline) override;
 
  private:
@@ -59,6 +62,7 @@ class SlurmLauncher : public agent::AgentLauncher {
   bool progress_;
   std::string job_;  // Slurm's job id, once submitted
   bool reaped_ = false;
+  bool abandoned_ = false;  // a node was given up on
 };
 
 }  // namespace cohort::backends

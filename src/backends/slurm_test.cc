@@ -48,7 +48,7 @@ slurm: {partition: gpu, account: ml, qos: high, options: [--exclusive, --constra
         "#SBATCH --mem=12288M", "#SBATCH --time=122", "#SBATCH --partition=gpu",
         "#SBATCH --account=ml", "#SBATCH --qos=high", "#SBATCH --exclusive",
         "#SBATCH --constraint=ib", "#SBATCH --output=/data/jobs/big-1/slurm-%j.out",
-        "exec srun --nodes=4 --ntasks=4 --ntasks-per-node=1 --kill-on-bad-exit=0 "
+        "srun --nodes=4 --ntasks=4 --ntasks-per-node=1 --kill-on-bad-exit=0 "
         "/opt/cohort/bin/cohort exec --coordinator 10.0.0.5:41234 --cidr 10.0.0.0/8"}) {
     EXPECT_TRUE(has(*script, line)) << line << "\n" << *script;
   }

@@ -92,11 +92,11 @@ class VolcanoBackend : public Backend {
     COHORT_ASSIGN(std::string text, readFile(layout.specFile()));
     COHORT_ASSIGN(spec::JobSpec spec, spec::parseJobFile(text, layout.specFile()));
     COHORT_ASSIGN(nlohmann::json manifest, render(spec, l.job_id, l.job_dir));
-    std::optional<std::pair<std::string, std::string>> report;
+    std::optional<VolcanoReport> report;
     if (l.report) {
       // The credential leaves the job directory for the Secret, which only the pods read.
       COHORT_ASSIGN(agent::ReportTarget target, agent::reportTarget(layout, l.job_id));
-      report = std::make_pair(withHost(target.server, settings_.advertise), target.token);
+      report = VolcanoReport{withHost(target.server, settings_.advertise), target.token, target.pin};
     }
     COHORT_ASSIGN(std::string secret, randomHex(32));
     // console.log is the coordinator pod's log, line for line (a restarted server copies on
@@ -151,6 +151,7 @@ class VolcanoBackend : public Backend {
     }
     // Ended (or deleted): released. The log copy ends with the log; the Secret is not needed.
     phases_.erase(handle);
+    if (auto end = (*cluster)->coordinatorEnd(*ref); end && !end->empty()) ended_[handle] = *end;
     (void)(*cluster)->removeSecret(*ref);
     if (auto it = copies_.find(handle); it != copies_.end()) {
       LogCopy& copy = *it->second;
@@ -175,6 +176,11 @@ class VolcanoBackend : public Backend {
   std::string describe(const std::string& handle) const override {
     auto ref = VolcanoJobRef::decode(handle);
     return ref ? "Volcano Job " + ref->namespace_name + "/" + ref->name : "no Volcano Job";
+  }
+
+  std::string endWords(const std::string& handle) const override {
+    auto it = ended_.find(handle);
+    return it == ended_.end() ? "" : "its coordinator pod: " + it->second;
   }
 
  private:
@@ -220,6 +226,7 @@ class VolcanoBackend : public Backend {
   VolcanoSettings settings_;
   std::unique_ptr<VolcanoCluster> cluster_;
   std::map<std::string, std::pair<Clock::time_point, std::string>> phases_;  // by handle
+  std::map<std::string, std::string> ended_;  // by handle: how its coordinator pod ended
   std::map<std::string, std::unique_ptr<LogCopy>> copies_;                   // by handle
 };
 

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "backends/volcano.h"
+#include "backends/volcano_status.h"
 #include "util/text.h"
 
 namespace cohort::backends {
@@ -96,7 +97,7 @@ Result<void> VolcanoCluster::checkVolcano() const {
 
 Result<VolcanoJobRef> VolcanoCluster::submit(
     const Json& job, const std::string& secret,
-    const std::optional<std::pair<std::string, std::string>>& report,
+    const std::optional<VolcanoReport>& report,
     const std::vector<std::pair<std::string, std::string>>& store,
     const std::function<void(const std::string&)>& say) {
   const std::string name = job["metadata"]["name"].get<std::string>();
@@ -191,6 +192,18 @@ Result<bool> VolcanoCluster::coordinatorStarted(const VolcanoJobRef& ref) const 
                                         "get pod '" + ref.coordinatorPod() + "'"));
   const Json& state = containerState(pod);
   return jsonAt(state, {"running"}).is_object() || jsonAt(state, {"terminated"}).is_object();
+}
+
+Result<std::string> VolcanoCluster::coordinatorEnd(const VolcanoJobRef& ref) const {
+  COHORT_ASSIGN(Json pod, client_->call("GET",
+                                        "/api/v1/namespaces/" + urlEncode(ref.namespace_name) +
+                                            "/pods/" + urlEncode(ref.coordinatorPod()),
+                                        "get pod '" + ref.coordinatorPod() + "'"));
+  const Json& code = jsonAt(containerState(pod), {"terminated", "exitCode"});
+  if (!code.is_number_integer()) return std::string();
+  return coordinatorEndWords(code.get<int>(),
+                             str(containerState(pod), {"terminated", "reason"}),
+                             str(containerState(pod), {"terminated", "message"}));
 }
 
 Result<void> VolcanoCluster::remove(const VolcanoJobRef& ref, bool now) const {

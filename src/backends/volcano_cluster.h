@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "backends/kube.h"
+#include "backends/volcano.h"
 #include "backends/volcano_status.h"
 #include "util/result.h"
 
@@ -65,7 +66,7 @@ class VolcanoCluster {
   // words.
   // `store`: a server's store in S3 for the pods (storage::siteVariables), or none.
   Result<VolcanoJobRef> submit(const nlohmann::json& job, const std::string& secret,
-                               const std::optional<std::pair<std::string, std::string>>& report,
+                               const std::optional<VolcanoReport>& report,
                                const std::vector<std::pair<std::string, std::string>>& store,
                                const std::function<void(const std::string&)>& say);
 
@@ -76,6 +77,10 @@ class VolcanoCluster {
   // Whether the coordinator pod's container has started (its log can be read). Errors: those of
   // the API; kNotFound while the pod is not there.
   Result<bool> coordinatorStarted(const VolcanoJobRef& ref) const;
+
+  // How the coordinator pod's container ended, in cohort's words (coordinatorEndWords); "" while
+  // it has not. Errors: those of the API; kNotFound when the pod is gone.
+  Result<std::string> coordinatorEnd(const VolcanoJobRef& ref) const;
 
   // Deletes the Job (its pods get SIGTERM and their grace period; with `now`, the pods are
   // deleted at once, SIGKILL) and the Secret. A Job or Secret already gone is no error.

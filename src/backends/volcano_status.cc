@@ -110,7 +110,12 @@ VolcanoView volcanoView(const Json& job, const Json& podgroup, const Json& pods,
         v.coordinator_started =
             at(state, {"running"}).is_object() || at(state, {"terminated"}).is_object();
         const Json& code = at(state, {"terminated", "exitCode"});
-        if (code.is_number_integer()) v.coordinator_exit = code.get<int>();
+        if (code.is_number_integer()) {
+          v.coordinator_exit = code.get<int>();
+          v.coordinator_end =
+              coordinatorEndWords(code.get<int>(), text(state, {"terminated", "reason"}),
+                                  words(text(state, {"terminated", "message"})));
+        }
         if (!v.coordinator_exit && phase == "Failed") {
           const std::string reason = text(pod, {"status", "reason"});
           v.coordinator_gone = "its pod " + name + " failed" +
@@ -176,6 +181,24 @@ VolcanoView volcanoView(const Json& job, const Json& podgroup, const Json& pods,
                     : "waiting for Volcano to make the pods";
   }
   return v;
+}
+
+std::string coordinatorEndWords(int exit_code, const std::string& reason,
+                                const std::string& message) {
+  std::string out = "its container ended with exit code " + std::to_string(exit_code);
+  const std::string said = reason.empty() || reason == "Error" || reason == "Completed"
+                               ? message
+                               : reason + (message.empty() ? "" : ": " + message);
+  if (!said.empty()) out += " (" + said.substr(0, 300) + ")";
+  if (exit_code == 127) {
+    out += ": its command was not found: the image needs `cohort` on its PATH (and what the "
+           "job's command needs)";
+  } else if (exit_code == 126) {
+    out += ": its command could not be executed (not executable, or built for another machine)";
+  } else if (exit_code == 137) {
+    out += ": it was killed (SIGKILL: out of memory, or the pod was deleted)";
+  }
+  return out;
 }
 
 }  // namespace cohort::backends

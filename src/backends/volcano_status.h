@@ -35,6 +35,10 @@ struct VolcanoView {
   bool coordinator_started = false;     // its container runs or ran: its log can be read
   std::optional<int> coordinator_exit;  // its container's exit code, once it ended
   std::string coordinator_gone;         // why it ended without one (evicted, deleted): words
+  // Once it ended: its container's end in cohort's words, with what an exit code that the job's
+  // coordinator never gives means ("its container ended with exit code 127 (...): the image
+  // has no `cohort` on its PATH"); "" before it ended.
+  std::string coordinator_end;
   int pods = 0;                         // the Job's pods that exist
 };
 
@@ -43,6 +47,12 @@ struct VolcanoView {
 // `coordinator_pod`.
 VolcanoView volcanoView(const nlohmann::json& job, const nlohmann::json& podgroup,
                         const nlohmann::json& pods, const std::string& coordinator_pod);
+
+// A coordinator container's end (exit code, the kubelet's reason and message) in cohort's words,
+// naming what a code that cohort's coordinator does not itself exit with means (126, 127: its
+// command could not run; 137: killed, by the kernel's OOM killer or a deletion).
+std::string coordinatorEndWords(int exit_code, const std::string& reason,
+                                const std::string& message);
 
 // Volcano's gang message ("3/5 tasks in gang unschedulable: pod group is not ready, 5 Pending,
 // 5 minAvailable; Pending: 3 Unschedulable, 2 Schedulable") in cohort's words: "2 of 5 pods can

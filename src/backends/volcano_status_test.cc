@@ -125,6 +125,27 @@ TEST(VolcanoView, TheEndCarriesTheCoordinatorsExitCode) {
   EXPECT_TRUE(v.coordinator_gone.empty());
 }
 
+// A coordinator pod whose command cannot run (the image lacks cohort) ends with 127 and never
+// says the job's end: its end says what that code means.
+TEST(VolcanoView, ACoordinatorThatCouldNotRunSaysWhatItsExitCodeMeans) {
+  Json status = terminated(127);
+  status["containerStatuses"][0]["state"]["terminated"]["reason"] = "StartError";
+  status["containerStatuses"][0]["state"]["terminated"]["message"] =
+      "exec: \"cohort\": executable file not found in $PATH";
+  Json pods = {pod("ddp-coordinator-0", status)};
+  VolcanoView v = volcanoView(job("Failed"), nullptr, pods, "ddp-coordinator-0");
+  ASSERT_TRUE(v.coordinator_exit);
+  EXPECT_EQ(*v.coordinator_exit, 127);
+  EXPECT_EQ(v.coordinator_end,
+            "its container ended with exit code 127 (StartError: exec: \"cohort\": executable "
+            "file not found in $PATH): its command was not found: the image needs `cohort` on "
+            "its PATH (and what the job's command needs)");
+  EXPECT_EQ(coordinatorEndWords(137, "OOMKilled", ""),
+            "its container ended with exit code 137 (OOMKilled): it was killed (SIGKILL: out of "
+            "memory, or the pod was deleted)");
+  EXPECT_EQ(coordinatorEndWords(3, "Error", ""), "its container ended with exit code 3");
+}
+
 TEST(VolcanoView, AnEvictedCoordinatorSaysSo) {
   Json evicted = {{"phase", "Failed"},
                   {"reason", "Evicted"},

@@ -45,6 +45,7 @@ std::string parentDir(const std::string& path) {
 }
 
 struct Endpoint {
+  bool tls = false;  // https://
   std::string host;
   int port = 80;
   std::string base_path;  // "" or "/prefix", without a trailing "/"
@@ -52,7 +53,9 @@ struct Endpoint {
 
 Result<Endpoint> parseEndpoint(const std::string& normalized) {
   Endpoint e;
-  std::string rest = normalized.substr(std::strlen("http://"));
+  e.tls = startsWith(normalized, "https://");
+  if (e.tls) e.port = 443;
+  std::string rest = normalized.substr(normalized.find("://") + 3);
   auto slash = rest.find('/');
   if (slash != std::string::npos) {
     e.base_path = rest.substr(slash);
@@ -150,6 +153,9 @@ Error errorFromAnswer(int status, const std::string& body, const std::string& ta
     case 413:
       code = Code::kTooLarge;
       break;
+    case 429:
+      code = Code::kResourceExhausted;
+      break;
     case 404:
       code = Code::kNotFound;
       break;
@@ -179,11 +185,13 @@ std::string withQuery(const std::string& path, const QueryParams& query) {
 
 // A request to the server: the token, if any, goes with it.
 http::Request request(const std::string& method, const Endpoint& e, const std::string& target,
-                      const std::string& token) {
+                      const std::string& token, const std::string& ca = "") {
   http::Request r;
   r.method = method;
   const bool v6 = e.host.find(':') != std::string::npos;
-  r.url = "http://" + (v6 ? "[" + e.host + "]" : e.host) + ":" + std::to_string(e.port) + target;
+  r.url = std::string(e.tls ? "https://" : "http://") + (v6 ? "[" + e.host + "]" : e.host) + ":" +
+          std::to_string(e.port) + target;
+  r.ca_file = ca;
   r.headers.push_back("User-Agent: cohort/" COHORT_VERSION);
   if (!token.empty()) r.headers.push_back("Authorization: Bearer " + token);
   r.stall_timeout_s = kReadTimeoutSeconds;
@@ -196,6 +204,15 @@ Error transferError(const std::string& server, const Endpoint& e, const http::Re
   if (answer.too_large) {
     return Error{Code::kTooLarge,
                  "the server at " + server + " answered " + what + ": " + answer.error};
+  }
+  auto says = [&](const char* word) { return answer.error.find(word) != std::string::npos; };
+  if (answer.status == 0 && (says("SSL") || says("certificate") || says("TLS"))) {
+    return Error{Code::kUnavailable,
+                 "the server at " + server + " could not be trusted: " + answer.error +
+                     (e.tls ? " (a private certificate authority's certificates: --ca FILE or "
+                              "COHORT_CA; a self-signed server: cohort login " + server +
+                              " --fingerprint <what the server printed>)"
+                            : "")};
   }
   if (answer.connected) {
     return Error{Code::kUnavailable, "the server at " + server + " cut off its answer to " + what +
@@ -235,7 +252,8 @@ Result<ClientConfig> readClientConfig(const std::string& path) {
     return fail(Code::kInvalidArgument, "config file '" + path + "': not a JSON object");
   }
   for (auto [key, field] :
-       {std::pair<const char*, std::string*>{"server", &config.server}, {"token", &config.token}}) {
+       {std::pair<const char*, std::string*>{"server", &config.server}, {"token", &config.token},
+        {"ca", &config.ca}}) {
     if (!parsed.contains(key) || parsed[key].is_null()) continue;
     if (!parsed[key].is_string()) {
       return fail(Code::kInvalidArgument,
@@ -251,6 +269,7 @@ Result<void> writeClientConfig(const std::string& path, const ClientConfig& conf
   COHORT_TRY(makeDirs(parentDir(dir)));
   if (::mkdir(dir.c_str(), 0700) < 0 && errno != EEXIST) return failErrno("create '" + dir + "'");
   Json doc = {{"server", config.server}, {"token", config.token}};
+  if (!config.ca.empty()) doc["ca"] = config.ca;
   std::string text = doc.dump(2) + "\n";
   return writeFileAtomic(path, text, true, 0600);
 }
@@ -261,18 +280,17 @@ Result<std::string> normalizeServerUrl(const std::string& url) {
   while (!s.empty() && s.front() == ' ') s.erase(0, 1);
   if (s.empty()) return fail(Code::kInvalidArgument, "server URL is empty");
   if (s.find("://") == std::string::npos) s = "http://" + s;
-  if (!startsWith(s, "http://")) {
+  if (!startsWith(s, "http://") && !startsWith(s, "https://")) {
     return fail(Code::kInvalidArgument,
-                "server '" + url +
-                    "': only http:// is supported (put a TLS proxy in front for "
-                    "https)");
+                "server '" + url + "': expected an http:// or https:// URL");
   }
   COHORT_TRY(parseEndpoint(s));
   return s;
 }
 
 Result<ServerSettings> resolveServerSettings(const std::string& flag_server,
-                                             const std::string& flag_token) {
+                                             const std::string& flag_token,
+                                             const std::string& flag_ca) {
   const std::string path = clientConfigPath();
   COHORT_ASSIGN(ClientConfig config, readClientConfig(path));
   std::string server = !flag_server.empty()              ? flag_server
@@ -288,6 +306,16 @@ Result<ServerSettings> resolveServerSettings(const std::string& flag_server,
   if (settings.token.empty() && !config.token.empty() && !config.server.empty()) {
     auto config_server = normalizeServerUrl(config.server);
     if (config_server && *config_server == settings.server) settings.token = config.token;
+  }
+  settings.ca = !flag_ca.empty() ? flag_ca : envOr("COHORT_CA");
+  if (settings.ca.empty() && !config.ca.empty() && !config.server.empty()) {
+    auto config_server = normalizeServerUrl(config.server);
+    if (config_server && *config_server == settings.server) settings.ca = config.ca;
+  }
+  if (!settings.ca.empty() && ::access(settings.ca.c_str(), R_OK) != 0) {
+    return fail(Code::kInvalidArgument, "the certificates to trust, '" + settings.ca +
+                                            "' (--ca, COHORT_CA or cohort login): " +
+                                            std::strerror(errno));
   }
   return settings;
 }
@@ -317,7 +345,8 @@ Result<Json> ApiClient::call(const std::string& method, const std::string& path,
   }
   COHORT_ASSIGN(Endpoint endpoint, parseEndpoint(settings_.server));
   http::Request r =
-      request(method, endpoint, endpoint.base_path + withQuery(path, query), settings_.token);
+      request(method, endpoint, endpoint.base_path + withQuery(path, query), settings_.token,
+              settings_.ca);
   r.headers.push_back("Accept: application/json");
   if (!body.is_null()) {
     r.body = body.dump();
@@ -338,7 +367,8 @@ Result<Json> ApiClient::sendFile(const std::string& method, const std::string& p
     return fail(Code::kInternal, "unsupported HTTP method '" + method + "'");
   }
   COHORT_ASSIGN(Endpoint endpoint, parseEndpoint(settings_.server));
-  http::Request r = request(method, endpoint, endpoint.base_path + path, settings_.token);
+  http::Request r =
+      request(method, endpoint, endpoint.base_path + path, settings_.token, settings_.ca);
   r.headers.push_back("Accept: application/json");
   r.headers.push_back("Content-Type: " + content_type);
   uint64_t offset = 0;
@@ -386,7 +416,8 @@ Result<int> ApiClient::stream(const std::string& path, const QueryParams& query,
                               bool no_read_timeout) {
   COHORT_ASSIGN(Endpoint endpoint, parseEndpoint(settings_.server));
   http::Request r =
-      request("GET", endpoint, endpoint.base_path + withQuery(path, query), settings_.token);
+      request("GET", endpoint, endpoint.base_path + withQuery(path, query), settings_.token,
+              settings_.ca);
   if (no_read_timeout) r.stall_timeout_s = 0;
   r.on_body = sink;
   COHORT_ASSIGN(http::Response answer, send(r));
@@ -400,15 +431,24 @@ Result<int> ApiClient::stream(const std::string& path, const QueryParams& query,
   return answer.status;
 }
 
+std::vector<FlagSpec> withServerFlags(std::vector<FlagSpec> specs) {
+  for (const char* name : {"--server", "--token", "--ca"}) specs.push_back({name, "", true});
+  return specs;
+}
+
+Result<ServerSettings> resolveServerSettings(const Args& args) {
+  return resolveServerSettings(args.get("--server"), args.get("--token"), args.get("--ca"));
+}
+
 Result<JobLocation> locateJob(const std::string& id, const std::string& data_root,
-                              const std::string& flag_server, const std::string& flag_token) {
+                              const Args& server_flags) {
   if (id.empty() || id.find('/') != std::string::npos || id[0] == '.') {
     return fail(Code::kInvalidArgument, "'" + id + "' is not a job id");
   }
   const job::Layout layout = job::Layout::of(data_root, id);
   if (::access(layout.dir().c_str(), F_OK) == 0) return JobLocation{layout.dir(), {}};
   // Not a job of this machine: one of the server this machine is logged in to, if any.
-  auto settings = resolveServerSettings(flag_server, flag_token);
+  auto settings = resolveServerSettings(server_flags);
   if (!settings) {
     return fail(Code::kInvalidArgument, "no job '" + id + "' in " + job::jobsDir(data_root) +
                                             ", and no server to ask (" + settings.error().message +

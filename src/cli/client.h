@@ -1,7 +1,8 @@
 // The client side of `cohort server`'s HTTP API (docs/server-api.md): where the server is and
 // which token to send (flags, else COHORT_SERVER/COHORT_TOKEN, else the config file that
-// `cohort login` writes), and ApiClient, a small blocking HTTP/JSON client (http/client.h; plain
-// http:// only). Every failure is an Error, never an exception: a server that cannot be
+// `cohort login` writes), and ApiClient, a small blocking HTTP/JSON client (http/client.h;
+// https:// is verified against the system's certificate authorities, or the `--ca` file,
+// COHORT_CA or the one `cohort login` saved). Every failure is an Error, never an exception: a server that cannot be
 // reached is kUnavailable, an HTTP error answer carries the server's message with a code chosen
 // from the HTTP status (see ApiClient). An ApiClient opens a connection per request and holds no
 // state between calls; use it from one thread at a time.
@@ -15,14 +16,16 @@
 #include <utility>
 #include <vector>
 
+#include "cli/args.h"
 #include "util/result.h"
 
 namespace cohort::cli {
 
-// What `cohort login` saves: {"server": URL, "token": T}.
+// What `cohort login` saves: {"server": URL, "token": T, "ca": FILE}.
 struct ClientConfig {
   std::string server;
   std::string token;
+  std::string ca;  // certificates (PEM) to trust for the server's https://; "": the system's
 };
 
 // $XDG_CONFIG_HOME/cohort/config.json, or ~/.config/cohort/config.json.
@@ -36,8 +39,8 @@ Result<ClientConfig> readClientConfig(const std::string& path);
 // and rename. Errors: kIo naming the path.
 Result<void> writeClientConfig(const std::string& path, const ClientConfig& config);
 
-// "host:8600", "http://host:8600/" -> "http://host:8600". Errors: kInvalidArgument for another
-// scheme (https:// included), an empty host or a bad port.
+// "host:8600", "http://host:8600/" -> "http://host:8600" (https:// kept). Errors:
+// kInvalidArgument for another scheme, an empty host or a bad port.
 Result<std::string> normalizeServerUrl(const std::string& url);
 
 // The server and token to use: each from the flag, else the environment (COHORT_SERVER,
@@ -45,12 +48,21 @@ Result<std::string> normalizeServerUrl(const std::string& url);
 // file's server, never to one named by a flag or the environment. `source` says where the server
 // came from, for messages. Errors: kInvalidArgument "no server: ..." when none is set anywhere,
 // and those of readClientConfig and normalizeServerUrl.
+// The certificates to trust likewise: `flag_ca`, else COHORT_CA, else the config file's (for its
+// own server only).
 struct ServerSettings {
-  std::string server;  // normalised: "http://host:port"
+  std::string server;  // normalised: "http://host:port" or "https://host:port"
   std::string token;   // "" when none: requests go without Authorization
+  std::string ca;      // a PEM file of certificates to trust; "": the system's
 };
 Result<ServerSettings> resolveServerSettings(const std::string& flag_server,
-                                             const std::string& flag_token);
+                                             const std::string& flag_token,
+                                             const std::string& flag_ca = "");
+
+// The flags of every command that may speak to a server, one list: `specs` with --server,
+// --token and --ca added; and the settings their values in `args` give (as above).
+std::vector<FlagSpec> withServerFlags(std::vector<FlagSpec> specs);
+Result<ServerSettings> resolveServerSettings(const Args& args);
 
 // Where the job a command names is (cohort stacks, cohort debug): its directory under
 // `data_root` (<data_root>/jobs/<id>) when this machine has it, else the server this machine
@@ -61,7 +73,7 @@ struct JobLocation {
   ServerSettings settings;  // when dir is ""
 };
 Result<JobLocation> locateJob(const std::string& id, const std::string& data_root,
-                              const std::string& flag_server, const std::string& flag_token);
+                              const Args& server_flags);
 
 // The pid of the coordinator running the job whose directory is `job_dir` on this machine
 // (`cohort run`): the pid in its coordinator.pid while that is still this cohort binary, not a

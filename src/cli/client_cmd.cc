@@ -27,6 +27,8 @@
 #include "cli/client.h"
 #include "cli/code_upload.h"
 #include "cli/job_options.h"
+#include "http/client.h"
+#include "server/tls.h"
 #include "spec/job_spec.h"
 #include "storage/uri.h"
 #include "store/job_store.h"
@@ -45,7 +47,7 @@ using Row = std::vector<std::string>;
 constexpr const char* kLongPoll = "30s";
 // While waiting for a job, how long a server that went away (a restart) is retried, and how
 // long between two tries.
-constexpr auto kWaitRetryFor = std::chrono::seconds(30);
+constexpr auto kWaitRetryFor = std::chrono::minutes(2);  // a server restart, ridden out
 constexpr auto kRetryInterval = std::chrono::milliseconds(300);
 
 const char* const kCommands[] = {"login",  "whoami", "submit",  "rerun",    "ps",
@@ -57,7 +59,7 @@ const char* const kCommands[] = {"login",  "whoami", "submit",  "rerun",    "ps"
 
 const char* kClientCommandsHelp =
     R"(Server commands (a cohort server queues jobs for several users; start with cohort login):
-  cohort login URL [--token T]                       check a token and save it with the server
+  cohort login URL [--token T] [--fingerprint FP]    check a token and save it with the server
   cohort submit [flags] [-f job.yaml] [-- cmd...]    queue a job on the server; prints its id
   cohort rerun JOB                                   submit a job's job file again (or run it)
   cohort ps [--state S]                              list jobs
@@ -74,6 +76,9 @@ const char* kServerFlagsHelp = R"(Server:
                            cohort login)
   --token TOKEN            the token to send (default $COHORT_TOKEN, else the one saved with
                            that server)
+  --ca FILE                for an https:// server: trust the certificates in FILE (a private
+                           certificate authority's) instead of the system's (default
+                           $COHORT_CA, else what cohort login saved with that server)
 )";
 
 const char* kExitCodesHelp = R"(
@@ -88,7 +93,8 @@ std::string submitJobFlagsHelp() {
   for (const std::string& line : split(jobFlagsHelp(), '\n')) {
     bool continuation = startsWith(line, "                    ");
     if (!continuation) {
-      skipping = startsWith(line, "  --data-root") || startsWith(line, "  --isolate");
+      skipping = startsWith(line, "  --data-root") || startsWith(line, "  --isolate") ||
+                 startsWith(line, "  --input-root") || startsWith(line, "  --job-network");
     }
     if (!skipping) out += line + "\n";
   }
@@ -101,7 +107,7 @@ std::string helpFor(const std::string& command) {
   if (command == "login") {
     return std::string(R"(cohort login: check a token with a server and save both for later commands
 
-Usage: cohort login URL [--token TOKEN]
+Usage: cohort login URL [--token TOKEN] [--ca FILE | --fingerprint SHA256]
 
 The token comes from --token, else $COHORT_TOKEN, else stdin (typed without echo on a
 terminal). It is checked with the server (GET /v1/whoami), then the server and the token are
@@ -109,8 +115,18 @@ written to $XDG_CONFIG_HOME/cohort/config.json (default ~/.config/cohort/config.
 0600). Later commands use them unless --server/--token or COHORT_SERVER/COHORT_TOKEN say
 otherwise; the saved token is only ever sent to the saved server.
 
+An https:// server's certificate is always verified, against the system's certificate
+authorities unless told otherwise:
+  --ca FILE                trust the certificates in FILE (a private certificate authority's);
+                           saved with the server
+  --fingerprint SHA256     trust the certificate the server presents if its SHA-256
+                           fingerprint is this one (what cohort server --tls-self-signed
+                           printed); it is saved beside the config file and trusted from then
+                           on. A different certificate is refused before the token is sent.
+
 Examples:
   cohort login http://gpu-box:8600 --token cohort_...
+  cohort login https://gpu-box:8600 --token cohort_... --fingerprint 3A:9F:...
   echo "$TOKEN" | cohort login gpu-box:8600
 )") + kExitCodesHelp;
   }
@@ -352,14 +368,11 @@ tl::unexpected<Error> usage(const std::string& command, const std::string& messa
 // The command's flags plus the two every client command takes.
 Result<Args> parseClientArgs(const std::string& command, int argc, char** argv,
                              std::vector<FlagSpec> specs) {
-  specs.push_back({"--server", "", true});
-  specs.push_back({"--token", "", true});
-  return parseArgs(command, argc, argv, specs);
+  return parseArgs(command, argc, argv, withServerFlags(std::move(specs)));
 }
 
 Result<ApiClient> connect(const Args& args) {
-  COHORT_ASSIGN(ServerSettings settings,
-                resolveServerSettings(args.get("--server"), args.get("--token")));
+  COHORT_ASSIGN(ServerSettings settings, resolveServerSettings(args));
   return ApiClient(settings);
 }
 
@@ -642,7 +655,7 @@ void reportEnd(const Json& job, bool quiet) {
 // Commands
 
 Result<int> cmdLogin(int argc, char** argv) {
-  COHORT_ASSIGN(Args args, parseClientArgs("login", argc, argv, {}));
+  COHORT_ASSIGN(Args args, parseClientArgs("login", argc, argv, {{"--fingerprint", "", true}}));
   std::string url = args.get("--server");
   if (url.empty()) {
     if (args.positional.empty()) return usage("login", "expects the server's URL");
@@ -681,10 +694,48 @@ Result<int> cmdLogin(int argc, char** argv) {
   if (token.empty()) {
     return usage("login", "no token: pass --token TOKEN, set COHORT_TOKEN or type it on stdin");
   }
-  ApiClient api(ServerSettings{server, token});
-  COHORT_ASSIGN(Json me, api.call("GET", "/v1/whoami"));
   const std::string path = clientConfigPath();
-  COHORT_TRY(writeClientConfig(path, ClientConfig{server, token}));
+  // Whom to trust for https://: a certificate authority's certificates (--ca), or the very
+  // certificate the server presents, when its fingerprint is the one the server printed.
+  std::string ca = args.get("--ca");
+  if (!ca.empty()) {
+    char resolved[PATH_MAX];
+    if (!::realpath(ca.c_str(), resolved)) {
+      return fail(Code::kInvalidArgument, "login: --ca '" + ca + "': " + std::strerror(errno));
+    }
+    ca = resolved;
+  }
+  if (args.has("--fingerprint")) {
+    if (!startsWith(server, "https://")) {
+      return usage("login", "--fingerprint pins an https:// server's certificate");
+    }
+    const std::string want = server::normalizeFingerprint(args.get("--fingerprint"));
+    if (want.empty()) {
+      return usage("login", "--fingerprint: expected the SHA-256 fingerprint the server "
+                            "printed (64 hex digits, in pairs like AB:CD:...)");
+    }
+    COHORT_ASSIGN(std::string pem, http::serverCertificate(server));
+    COHORT_ASSIGN(std::string got, server::certificateFingerprint(pem));
+    if (got != want) {
+      return fail(Code::kPermissionDenied,
+                  "login: the server at " + server + " presents a certificate whose SHA-256 "
+                  "fingerprint is " + got + ", not " + want +
+                  ": this may not be your server (someone between you and it?); nothing was "
+                  "sent or saved");
+    }
+    // Kept beside the config file, and trusted for this server from now on.
+    std::string name = server.substr(server.find("://") + 3);
+    for (char& c : name) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-') c = '_';
+    }
+    const std::string config_dir = path.substr(0, path.rfind('/'));
+    ca = config_dir + "/servers/" + name + ".pem";
+    COHORT_TRY(makeDirs(config_dir + "/servers"));
+    COHORT_TRY(writeFileAtomic(ca, pem, true, 0644));
+  }
+  ApiClient api(ServerSettings{server, token, ca});
+  COHORT_ASSIGN(Json me, api.call("GET", "/v1/whoami"));
+  COHORT_TRY(writeClientConfig(path, ClientConfig{server, token, ca}));
   std::fprintf(stderr, "cohort: logged in to %s as %s%s (saved in %s)\n", server.c_str(),
                str(me, "account").c_str(), at(me, "admin") == true ? " (admin)" : "", path.c_str());
   return 0;
@@ -708,6 +759,9 @@ const std::map<std::string, std::string>& refusedSubmitFlags() {
   static const std::map<std::string, std::string> kRefused = {
       {"--data-root", "the server keeps jobs under its own data root"},
       {"--isolate", "the server decides how jobs are isolated"},
+      {"--input-root", "the server's admin lists where local inputs may be (cohort server "
+                       "--input-root)"},
+      {"--job-network", "the server decides its jobs' networks (cohort server --job-network)"},
       {"--log-ranks", "read a rank's output with cohort logs JOB --rank R"},
       {"--job-id", "the server picks the job id"},
       {"--run-as", "the server runs each account's ranks as that account's own user"},
@@ -768,13 +822,8 @@ Result<int> cmdSubmit(int argc, char** argv) {
     if (auto refused = refusedSubmitFlags().find(name); refused != refusedSubmitFlags().end()) {
       return usage("submit", name + " does not apply to a submitted job: " + refused->second);
     }
-    if (name == "--priority" || name == "--server" || name == "--token") {
-      if (!value) {
-        if (i + 1 >= argc) return usage("submit", name + " needs a value");
-        value = argv[++i];
-      }
-      client.flags[name].push_back(*value);
-    } else if (name == "--max-upload") {
+    if (name == "--priority" || name == "--server" || name == "--token" || name == "--ca" ||
+        name == "--max-upload") {
       if (!value) {
         if (i + 1 >= argc) return usage("submit", name + " needs a value");
         value = argv[++i];
@@ -1133,19 +1182,41 @@ Result<int> cmdLogs(int argc, char** argv) {
   if (follow) query.emplace_back("follow", "1");
   COHORT_ASSIGN(ApiClient api, connect(args));
   int write_errno = 0;  // saved at once: the HTTP client makes more calls before we report
-  auto status = api.stream(
-      jobPath(args.positional[0]) + "/logs", query,
-      [&](const char* data, size_t size) {
-        if (std::fwrite(data, 1, size, stdout) != size || std::fflush(stdout) != 0) {
-          write_errno = errno ? errno : EIO;
-          return false;
-        }
-        return true;
-      },
-      follow);
-  if (!status) return tl::unexpected<Error>(status.error());
-  if (write_errno) return failErrno("logs: write to stdout", write_errno);
-  return 0;
+  int64_t offset = 0;   // the log's bytes printed so far
+  auto failing_since = std::chrono::steady_clock::time_point::max();
+  bool said = false;
+  // A followed log ends when the server says it is complete (the stream's end); one that breaks
+  // (a server restart, a cut connection) is followed again from the byte it stopped at.
+  for (;;) {
+    QueryParams at = query;
+    if (offset > 0) at.emplace_back("offset", std::to_string(offset));
+    auto status = api.stream(
+        jobPath(args.positional[0]) + "/logs", at,
+        [&](const char* data, size_t size) {
+          if (std::fwrite(data, 1, size, stdout) != size || std::fflush(stdout) != 0) {
+            write_errno = errno ? errno : EIO;
+            return false;
+          }
+          offset += static_cast<int64_t>(size);
+          failing_since = std::chrono::steady_clock::time_point::max();
+          return true;
+        },
+        follow);
+    if (write_errno) return failErrno("logs: write to stdout", write_errno);
+    if (status) return 0;
+    const auto now = std::chrono::steady_clock::now();
+    if (!follow || status.error().code != Code::kUnavailable) {
+      return tl::unexpected<Error>(status.error());
+    }
+    if (failing_since == std::chrono::steady_clock::time_point::max()) failing_since = now;
+    if (now - failing_since > kWaitRetryFor) return tl::unexpected<Error>(status.error());
+    if (!said) {
+      std::fprintf(stderr, "cohort: %s; following again from byte %lld once it is back\n",
+                   status.error().message.c_str(), static_cast<long long>(offset));
+      said = true;
+    }
+    std::this_thread::sleep_for(kRetryInterval);
+  }
 }
 
 Result<int> cmdStop(int argc, char** argv) {

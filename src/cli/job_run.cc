@@ -1,14 +1,17 @@
 #include "cli/job_run.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 
 #include "agent/root_cause.h"
 #include "job/layout.h"
 #include "util/fd.h"
+#include "util/text.h"
 
 namespace cohort::cli {
 
@@ -28,8 +31,53 @@ Result<void> makeJobDirs(const std::string& job_dir, bool made_by_server, int ui
   return {};
 }
 
+Result<std::optional<proc::JobNetwork>> makeJobNetwork(PreparedJob& job,
+                                                      const JobOptions& options) {
+  const std::string& mode = options.job_network;
+  if (mode == "host") return std::optional<proc::JobNetwork>();
+  const bool asked = !mode.empty();
+  const auto refuse = [&](const std::string& why) -> Result<std::optional<proc::JobNetwork>> {
+    if (!asked) return std::optional<proc::JobNetwork>();
+    return fail(Code::kInvalidArgument, "--job-network " + mode + ": " + why);
+  };
+  proc::Egress egress = proc::Egress::kIsolated;
+  if (asked) {
+    auto parsed = proc::parseEgress(mode);
+    if (!parsed) return fail(Code::kInvalidArgument, "--job-network: expected isolated, nat or host, got '" + mode + "'");
+    egress = *parsed;
+  }
+  if (!job.context.isolate) return refuse("a job's own network is part of the sandbox: add --isolate");
+  if (job.spec.backend != spec::Backend::kLocal) {
+    return refuse("only the nodes simulated on this machine get a network of their own");
+  }
+  if (job.spec.debug.enabled) {
+    return refuse("a debugged rank's debugger is reached on this machine's loopback, which the "
+                  "job's own network keeps from it: use --job-network host");
+  }
+  if (!proc::JobNetwork::available()) {
+    return refuse("only root can make network namespaces");
+  }
+  const int nodes = spec::totalNodes(job.spec);
+  auto made = proc::JobNetwork::create(nodes, egress, job.context.job_id);
+  if (!made) return withContext(made.error(), "the job's network");
+  plan::PlanContext& ctx = job.context;
+  ctx.hosts.clear();
+  ctx.interfaces.clear();
+  for (int n = 0; n < nodes; ++n) {
+    ctx.hosts.push_back(made->address(n));
+    ctx.interfaces.push_back(proc::JobNetwork::kInterface);
+  }
+  ctx.master_addr = made->address(0);
+  // Fixed ports, as on a cluster: no other job is on this network.
+  ctx.ports.clear();
+  for (int i = 0; i < plan::portsNeeded(job.spec); ++i) ctx.ports.push_back(29500 + i);
+  return std::optional<proc::JobNetwork>(std::move(*made));
+}
+
 Result<void> leasePorts(PreparedJob& job, std::vector<plan::PortLease>& leases) {
-  for (int i = 0; i < plan::portsNeeded(job.spec); ++i) {
+  // A job with a network of its own has its ports there already.
+  const int own = static_cast<int>(job.context.ports.size());
+  for (int i = own; i < plan::portsNeeded(job.spec); ++i) {
     COHORT_ASSIGN(plan::PortLease lease,
                   plan::PortLease::acquire(job.context.master_addr, plan::defaultLeaseDir()));
     job.context.ports.push_back(lease.port());
@@ -79,6 +127,27 @@ agent::Placement placeOnHosts(const PreparedJob& job) {
   };
 }
 
+namespace {
+
+// The last `count` lines of the file at `path` (its last 64 KiB at most), read without following
+// a link; none when it cannot be read.
+std::vector<std::string> lastLines(const std::string& path, size_t count) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) return {};
+  const off_t size = ::lseek(fd.get(), 0, SEEK_END);
+  const off_t from = std::max<off_t>(0, size - 65536);
+  std::string text(static_cast<size_t>(size - from), '\0');
+  const ssize_t n = ::pread(fd.get(), text.data(), text.size(), from);
+  if (n <= 0) return {};
+  text.resize(static_cast<size_t>(n));
+  std::vector<std::string> lines = split(text, '\n');
+  while (!lines.empty() && lines.back().empty()) lines.pop_back();
+  if (lines.size() > count) lines.erase(lines.begin(), lines.end() - static_cast<long>(count));
+  return lines;
+}
+
+}  // namespace
+
 void printOutcome(const plan::Plan& plan, const agent::JobOutcome& outcome, bool progress) {
   if (outcome.state == agent::JobState::kSucceeded) {
     if (progress) {
@@ -93,6 +162,12 @@ void printOutcome(const plan::Plan& plan, const agent::JobOutcome& outcome, bool
   if (outcome.root_cause) {
     std::string report = agent::formatRootCause(*outcome.root_cause, outcome.exits);
     std::fprintf(stderr, "%s", report.c_str());
+  } else if (outcome.lost_node) {
+    // The lost node's ranks' last lines, from the logs this coordinator wrote for them.
+    std::vector<std::vector<std::string>> tails;
+    for (const std::string& log : outcome.lost_node->logs) tails.push_back(lastLines(log, 5));
+    std::fprintf(stderr, "%s",
+                 agent::formatLostNode(*outcome.lost_node, tails, outcome.exits).c_str());
   }
   std::fprintf(stderr, "cohort: logs in %s/logs\n", plan.job_dir.c_str());
 }

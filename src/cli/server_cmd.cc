@@ -1,9 +1,13 @@
 #include "cli/server_cmd.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -13,9 +17,13 @@
 #include "backends/slurm.h"
 #include "backends/volcano_backend.h"
 #include "cli/args.h"
+#include "cli/job_options.h"
+#include "proc/job_network.h"
 #include "server/server.h"
+#include "server/tls.h"
 #include "storage/place.h"
 #include "util/fd.h"
+#include "util/net.h"
 #include "util/text.h"
 
 extern char** environ;
@@ -35,7 +43,15 @@ of a data root it creates the account "admin" and prints its token (also saved, 
 <data-root>/server/admin.token).
 
 Flags:
-  --listen HOST:PORT       where the HTTP API listens (default 127.0.0.1:8600; port 0: any)
+  --listen HOST:PORT       where the HTTP API listens (default 127.0.0.1:8600; port 0: any).
+                           Anything but loopback needs TLS (below) or --insecure-http
+  --tls-cert FILE          speak HTTPS with this certificate (PEM, the chain leaf first) ...
+  --tls-key FILE           ... and its private key (PEM, unencrypted; keep it 0600)
+  --tls-self-signed        speak HTTPS with a certificate made for this machine's names and
+                           addresses on the first start (kept in <data-root>/server/tls/); the
+                           server prints its fingerprint, which cohort login --fingerprint pins
+  --insecure-http          listen beyond loopback without TLS: tokens and data cross the
+                           network in the clear (behind a TLS-terminating proxy only)
   --data-root DIR          database, jobs and store (default $COHORT_DATA_ROOT or ~/.cohort)
   --store s3://BUCKET/PREFIX
                            keep the accounts' buckets (store://, server://, shares) under
@@ -62,12 +78,26 @@ Flags:
                            another's processes or files
   --single-user            every account is one person: ranks run as the server's own user
                            (needed to serve several accounts without root)
+  --job-network MODE       isolated (the default as root, with the sandbox): each node of a job
+                           in a network of the job's own, which nothing else reaches, with no
+                           way out | nat: the same, with a way out through this machine (nft) |
+                           host: jobs share this machine's network (the default without root)
+  --input-root DIR         jobs may name local inputs below DIR (repeatable; default: none, use
+                           store://); each is read as the job's account, and no link below DIR
+                           is followed
   --max-upload SIZE        the largest code upload accepted (the archive cohort submit sends
                            of a job's workdir; default 1Gi, at most 4Gi)
   --threads N              HTTP worker threads (default 32; followers hold none)
-  --idle-timeout DUR       close a connection whose client keeps it waiting this long: no
-                           request, half a request, an answer not read (default 60s;
-                           followers waiting for their job are not idle)
+  --idle-timeout DUR       close a connection whose client keeps it waiting this long: half
+                           a body, an answer not read (default 60s; followers waiting for
+                           their job are not idle). A request's headers must all be in within
+                           10s of the connection (or its previous answer), or this if shorter,
+                           however slowly they come
+  --max-followers N        streams one account may follow at once: jobs' events and logs,
+                           builds' logs (default 256; more: HTTP 429)
+  --max-connections N      connections open at once, in all (default 16384)
+  --max-connections-per-address N
+                           connections open at once from one client address (default 1024)
 
 The API is described in docs/server-api.md and served at /v1/openapi.json; Prometheus metrics
 at /metrics. Clients: cohort login URL, then cohort submit/ps/status/logs/... (cohort --help).
@@ -127,6 +157,38 @@ bool bubblewrapWorks() {
   return std::system("/usr/bin/bwrap --dev-bind / / --tmpfs /tmp /bin/true >/dev/null 2>&1") == 0;
 }
 
+// Whether `host` is a loopback address or name: only this machine reaches it.
+bool isLoopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || startsWith(host, "127.");
+}
+
+// The names a self-signed certificate lists: this machine's name, localhost, the address it
+// listens on and every address of this machine's interfaces.
+std::vector<std::string> tlsNames(const std::string& listen_host) {
+  std::vector<std::string> names = {hostName(), "localhost", "127.0.0.1", "::1"};
+  const bool any = listen_host.empty() || listen_host == "0.0.0.0" || listen_host == "::";
+  if (!any) names.push_back(listen_host);
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) == 0) {
+    for (ifaddrs* i = list; i; i = i->ifa_next) {
+      if (!i->ifa_addr) continue;
+      char text[INET6_ADDRSTRLEN] = {0};
+      if (i->ifa_addr->sa_family == AF_INET) {
+        ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof text);
+      } else if (i->ifa_addr->sa_family == AF_INET6) {
+        auto* a6 = reinterpret_cast<sockaddr_in6*>(i->ifa_addr);
+        if (IN6_IS_ADDR_LINKLOCAL(&a6->sin6_addr)) continue;
+        ::inet_ntop(AF_INET6, &a6->sin6_addr, text, sizeof text);
+      } else {
+        continue;
+      }
+      if (std::find(names.begin(), names.end(), text) == names.end()) names.emplace_back(text);
+    }
+    ::freeifaddrs(list);
+  }
+  return names;
+}
+
 }  // namespace
 
 const char* serverHelp() { return kServerHelp; }
@@ -151,10 +213,19 @@ int cmdServer(int argc, char** argv) {
                            {"--threads", "", true},
                            {"--max-upload", "", true},
                            {"--idle-timeout", "", true},
+                           {"--max-followers", "", true},
+                           {"--tls-cert", "", true},
+                           {"--tls-key", "", true},
+                           {"--tls-self-signed", "", false},
+                           {"--insecure-http", "", false},
+                           {"--max-connections", "", true},
+                           {"--max-connections-per-address", "", true},
                            {"--backend", "", true},
                            {"--namespace", "", true},
                            {"--rank-uids", "", true},
                            {"--single-user", "", false},
+                           {"--input-root", "", true},
+                           {"--job-network", "", true},
                            {"--isolate", "", false},
                            {"--no-isolate", "", false}});
   if (parsed && !parsed->positional.empty()) {
@@ -236,6 +307,15 @@ int cmdServer(int argc, char** argv) {
       auto b = spec::parseBackend(value);
       if (!b) return bad("expected local, slurm or volcano");
       options.nodes = *b;
+    } else if (flag == "--max-followers") {
+      auto n = parseInt64(value);
+      if (!n || *n < 1 || *n > 1000000) return bad("expected a number from 1 to 1000000");
+      options.max_followers = static_cast<size_t>(*n);
+    } else if (flag == "--max-connections" || flag == "--max-connections-per-address") {
+      auto n = parseInt64(value);
+      if (!n || *n < 1 || *n > 1000000) return bad("expected a number from 1 to 1000000");
+      (flag == "--max-connections" ? options.http_limits.max_connections
+                                   : options.http_limits.max_per_address) = static_cast<size_t>(*n);
     } else if (flag == "--idle-timeout") {
       auto d = parseDuration(value);
       if (!d || *d < Millis(100) || *d > Millis(86400000)) {
@@ -248,6 +328,44 @@ int cmdServer(int argc, char** argv) {
     char cwd[4096];
     if (::getcwd(cwd, sizeof cwd)) options.data_root = std::string(cwd) + "/" + options.data_root;
   }
+  // TLS: a certificate given, or one made for this machine; beyond loopback, one is a must.
+  if (parsed->has("--tls-cert") != parsed->has("--tls-key")) {
+    std::fprintf(stderr, "cohort: error: server: --tls-cert and --tls-key go together\n");
+    return kExitUsage;
+  }
+  if (parsed->has("--tls-cert") && parsed->has("--tls-self-signed")) {
+    std::fprintf(stderr, "cohort: error: server: --tls-self-signed or --tls-cert/--tls-key, "
+                         "not both\n");
+    return kExitUsage;
+  }
+  bool tls_created = false;
+  std::string tls_fingerprint;
+  if (parsed->has("--tls-cert") || parsed->has("--tls-self-signed")) {
+    Result<server::TlsIdentity> identity = fail(Code::kInternal, "no identity");
+    if (parsed->has("--tls-cert")) {
+      identity = server::loadTlsIdentity(parsed->get("--tls-cert"), parsed->get("--tls-key"));
+    } else if (auto made = makeDirs(options.data_root + "/server"); !made) {
+      identity = tl::unexpected(made.error());
+    } else {
+      identity = server::selfSignedIdentity(options.data_root + "/server/tls",
+                                            tlsNames(options.host), &tls_created);
+    }
+    if (!identity) {
+      std::fprintf(stderr, "cohort: error: server: TLS: %s\n", identity.error().message.c_str());
+      return kExitUsage;
+    }
+    options.tls = {identity->cert_pem, identity->key_pem};
+    tls_fingerprint = identity->fingerprint;
+  } else if (!isLoopback(options.host) && !parsed->has("--insecure-http")) {
+    std::fprintf(stderr,
+                 "cohort: error: server: --listen %s is reachable from other machines, and "
+                 "without TLS every token and byte would cross the network in the clear: give "
+                 "--tls-cert FILE --tls-key FILE, or --tls-self-signed, or (behind a "
+                 "TLS-terminating proxy) --insecure-http\n",
+                 options.host.c_str());
+    return kExitUsage;
+  }
+  const std::string scheme = options.tls.cert_pem.empty() ? "http" : "https";
   // The GPUs handed out: those found first, then (when --gpus says more) the next indices.
   for (int64_t i = 0; i < gpus; ++i) {
     options.gpu_ids.push_back(i < static_cast<int64_t>(found_gpus.size())
@@ -304,6 +422,34 @@ int cmdServer(int argc, char** argv) {
     return kExitUsage;
   }
   options.isolate = isolate == "on" || (isolate == "auto" && sandbox);
+  // Each job's own network: possible with the sandbox, as root, for nodes on this machine.
+  const bool own_network = options.isolate && options.nodes == spec::Backend::kLocal &&
+                           proc::JobNetwork::available();
+  options.job_network = parsed->get("--job-network", own_network ? "isolated" : "host");
+  if (options.job_network != "host") {
+    if (!proc::parseEgress(options.job_network)) {
+      std::fprintf(stderr, "cohort: error: server: --job-network: expected isolated, nat or host, "
+                           "got '%s'\n", options.job_network.c_str());
+      return kExitUsage;
+    }
+    if (!own_network) {
+      std::fprintf(stderr,
+                   "cohort server: --job-network %s needs root, the sandbox (--isolate) and the "
+                   "local backend\n",
+                   options.job_network.c_str());
+      return kExitUsage;
+    }
+  }
+  for (const std::string& root : parsed->all("--input-root")) {
+    if (root.empty() || root[0] != '/') {
+      std::fprintf(stderr,
+                   "cohort: error: server: --input-root: must be an absolute path, got '%s'\n",
+                   root.c_str());
+      return kExitUsage;
+    }
+    std::string trimmed = absoluteIn(root, "/");
+    options.input_roots.push_back(trimmed);
+  }
   options.identities.single_user = parsed->has("--single-user");
   if (::geteuid() != 0) {
     if (parsed->has("--rank-uids")) {
@@ -343,8 +489,15 @@ int cmdServer(int argc, char** argv) {
   for (const std::string& line : (*server)->reconciled()) {
     std::fprintf(stderr, "cohort server: %s\n", line.c_str());
   }
-  std::printf("cohort server: listening on http://%s:%d\n", options.host.c_str(),
+  std::printf("cohort server: listening on %s://%s:%d\n", scheme.c_str(), options.host.c_str(),
               (*server)->port());
+  if (!tls_fingerprint.empty()) {
+    std::printf("cohort server: TLS certificate%s, SHA-256 fingerprint %s\n",
+                parsed->has("--tls-self-signed")
+                    ? (tls_created ? " (self-signed, made now)" : " (self-signed)")
+                    : "",
+                tls_fingerprint.c_str());
+  }
   if (options.nodes == spec::Backend::kVolcano) {
     std::printf("cohort server: data root %s; jobs are Volcano Jobs in %s; their coordinators "
                 "report to http://%s:%d\n",
@@ -368,6 +521,20 @@ int cmdServer(int argc, char** argv) {
                                  : "WITHOUT isolation: bubblewrap does not work here (apt-get "
                                    "install bubblewrap); every job can read the store and other "
                                    "jobs' files");
+  std::printf("cohort server: %s\n",
+              options.job_network == "host"
+                  ? "jobs share this machine's network (no --job-network: any process here can "
+                    "reach their ports)"
+                  : options.job_network == "nat"
+                        ? "each job has a network of its own, with a way out through this "
+                          "machine (--job-network nat)"
+                        : "each job has a network of its own, with no way out (--job-network "
+                          "isolated)");
+  std::printf("cohort server: local inputs %s\n",
+              options.input_roots.empty()
+                  ? "refused (no --input-root: jobs name store:// data)"
+                  : ("below " + join(options.input_roots, ", ") + ", read as each job's account")
+                        .c_str());
   if (options.identities.first >= 0) {
     std::printf("cohort server: each account's ranks run as a user of its own (uids %lld-%lld)\n",
                 static_cast<long long>(options.identities.first + 1),
@@ -380,8 +547,10 @@ int cmdServer(int argc, char** argv) {
     std::printf("cohort server: admin token: %s\n", (*server)->firstAdminToken().c_str());
     std::printf(
         "cohort server: (saved in %s/server/admin.token; log in with: cohort login "
-        "http://%s:%d --token <token>)\n",
-        options.data_root.c_str(), options.host.c_str(), (*server)->port());
+        "%s://%s:%d --token <token>%s%s)\n",
+        options.data_root.c_str(), scheme.c_str(), options.host.c_str(), (*server)->port(),
+        parsed->has("--tls-self-signed") ? " --fingerprint " : "",
+        parsed->has("--tls-self-signed") ? tls_fingerprint.c_str() : "");
   }
   std::fflush(stdout);
 

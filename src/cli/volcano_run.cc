@@ -36,7 +36,15 @@ int refuse(const Error& e) {
 // A line of the coordinator's log, where `cohort run` would have printed it: the ranks' (each
 // prefixed "[role/rank node]") on stdout, cohort's own (progress, the root cause) on stderr. The
 // kubelet keeps both streams in one log, so this is told by the line.
+std::atomic<bool> verdict_said{false};  // the coordinator said the job's end in its log
+
 void printLine(std::string_view line) {
+  if (startsWith(line, "cohort: job ") &&
+      (line.find(" succeeded") != std::string_view::npos ||
+       line.find(" failed: ") != std::string_view::npos ||
+       line.find(" stopped") != std::string_view::npos)) {
+    verdict_said = true;
+  }
   FILE* to = startsWith(line, "[") ? stdout : stderr;
   std::fwrite(line.data(), 1, line.size(), to);
   std::fputc('\n', to);
@@ -151,6 +159,11 @@ class Follower {
     }
     if (!log_over) return -1;
     if (v.coordinator_exit && (v.final || gone || log_done_)) {
+      if (!verdict_said) {
+        // It ended before it could say the job's end: never a job that ends without a word.
+        say("job " + ref_.job_id + ": its coordinator (pod " + ref_.coordinatorPod() +
+            ") ended before it said the job's end: " + v.coordinator_end);
+      }
       if (progress_) {
         say("the ended Volcano Job stays for kubectl get vcjob " + ref_.name + " -n " +
             ref_.namespace_name + "; a run of a job of this name replaces it");

@@ -2,6 +2,8 @@
 // cohort's own clients of `cohort server` send (the CLI's commands, the coordinator's reporter).
 // No redirect is followed (a token is never carried elsewhere), no proxy is taken from the
 // environment (the server is named directly), every request has a connection of its own.
+// https:// is verified: against the system's certificate authorities, or `ca_file`'s, or the
+// one public key `pin` names; never sent unverified.
 #pragma once
 
 #include <cstddef>
@@ -16,7 +18,11 @@ namespace cohort::http {
 
 struct Request {
   std::string method = "GET";
-  std::string url;                   // "http://host:port/target", the target encoded already
+  std::string url;                   // "http(s)://host:port/target", the target encoded already
+  std::string ca_file;               // https: trust these certificates (PEM) instead of the system's
+  // https: trust only the server whose public key this is ("sha256//BASE64"), by any name
+  // (a server that names itself by an address its certificate does not list, on loopback).
+  std::string pin;
   std::vector<std::string> headers;  // "Name: value"
   std::string body;                  // sent when there is no `upload`
   // A body read piece by piece rather than held: `upload_size` bytes, each piece put by
@@ -49,5 +55,11 @@ struct Response {
 // Sends `request` and waits for the whole answer. Errors: kFailedPrecondition when libcurl cannot
 // be loaded (the message follows "... needs "); what happened to the transfer is in Response.
 Result<Response> perform(const Request& request);
+
+// The certificate (PEM) an https:// server at `url` presents, fetched without trusting it, for
+// a person to compare its fingerprint with the one the server printed (cohort login
+// --fingerprint). Errors: kUnavailable naming why no TLS connection was made;
+// kFailedPrecondition when libcurl cannot be loaded.
+Result<std::string> serverCertificate(const std::string& url);
 
 }  // namespace cohort::http

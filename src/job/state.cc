@@ -1,15 +1,20 @@
 #include "job/state.h"
 
-#include <algorithm>
+#include "job/lifecycle.h"
 
 namespace cohort::job {
 
-bool isJobState(std::string_view state) {
-  return std::find(kJobStates.begin(), kJobStates.end(), state) != kJobStates.end();
-}
+const std::vector<std::string> kJobStates = [] {
+  std::vector<std::string> names;
+  for (JobState s : kAllJobStates) names.emplace_back(stateName(s));
+  return names;
+}();
+
+bool isJobState(std::string_view state) { return parseJobState(state).has_value(); }
 
 bool isFinalState(std::string_view state) {
-  return state == "succeeded" || state == "failed" || state == "stopped";
+  auto s = parseJobState(state);
+  return s && isFinal(*s);
 }
 
 }  // namespace cohort::job

@@ -1,5 +1,6 @@
-// The one list of job states. The store, the API (its OpenAPI document), the CLI, the SDK and
-// the console take theirs from here. Pure, thread-safe.
+// The one list of job states, by name: what the store keeps, and what the API (its OpenAPI
+// document), the CLI, the SDK and the console show. Made from the lifecycle's typed list
+// (lifecycle.h), which says how a job moves between them. Pure, thread-safe.
 #pragma once
 
 #include <string>
@@ -9,9 +10,7 @@
 namespace cohort::job {
 
 // Every state a job can be in, in the order a job goes through them; the last three are final.
-inline const std::vector<std::string> kJobStates = {"queued",    "starting",   "staging",
-                                                    "running",   "restarting", "stopping",
-                                                    "succeeded", "failed",     "stopped"};
+extern const std::vector<std::string> kJobStates;
 
 bool isJobState(std::string_view state);
 // Final states: succeeded, failed, stopped.

@@ -11,30 +11,24 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <set>
 #include <unordered_map>
+
+#include "server/mhd_lib.h"
+#include "server/request_head.h"
 
 namespace cohort::server::http {
 
 namespace {
-
-bool equalsIgnoreCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
-}
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -42,140 +36,16 @@ std::string lower(std::string_view s) {
   return out;
 }
 
-const char* reason(int status) {
-  switch (status) {
-    case 100: return "Continue";
-    case 200: return "OK";
-    case 201: return "Created";
-    case 202: return "Accepted";
-    case 204: return "No Content";
-    case 206: return "Partial Content";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 409: return "Conflict";
-    case 411: return "Length Required";
-    case 413: return "Payload Too Large";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    default: return "Status";
-  }
-}
-
-// Digits only, no sign, no overflow.
-std::optional<uint64_t> parseLength(std::string_view text) {
-  if (text.empty() || text.size() > 19) return std::nullopt;
-  uint64_t n = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return std::nullopt;
-    n = n * 10 + static_cast<uint64_t>(c - '0');
-  }
-  return n;
-}
-
-constexpr uint64_t kListenId = 1;
-constexpr uint64_t kEventId = 2;
-constexpr uint64_t kWatchBase = 16;       // kWatchBase + i: Options::watch[i]
-constexpr uint64_t kFirstConnection = 1 << 20;
-constexpr size_t kReadChunk = 64 << 10;
+constexpr uint64_t kStopId = 1;
+constexpr uint64_t kWatchBase = 16;          // kWatchBase + i: Options::watch[i]
+constexpr uint64_t kFirstStream = 1 << 20;   // a stream's hang-up watch
 constexpr size_t kStreamHighWater = 256 << 10;  // pull no more while this much waits to leave
-constexpr size_t kMaxPendingInput = 1 << 20;    // bytes a client may send ahead of its answer
+constexpr size_t kStreamBlock = 32 << 10;       // what libmicrohttpd asks a stream for at once
+constexpr auto kDeadlineCheck = std::chrono::milliseconds(50);
+constexpr size_t kLateHeadersPerCheck = 128;  // ~2,500 a second
 
 }  // namespace
 
-std::optional<std::string> percentDecode(std::string_view text, bool plus_is_space) {
-  std::string out;
-  out.reserve(text.size());
-  auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (c == '%') {
-      if (i + 2 >= text.size()) return std::nullopt;
-      int hi = hex(text[i + 1]), lo = hex(text[i + 2]);
-      if (hi < 0 || lo < 0) return std::nullopt;
-      out.push_back(static_cast<char>(hi * 16 + lo));
-      i += 2;
-    } else if (c == '+' && plus_is_space) {
-      out.push_back(' ');
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out;
-}
-
-std::string Request::header(std::string_view name) const {
-  for (const auto& [k, v] : headers) {
-    if (equalsIgnoreCase(k, name)) return v;
-  }
-  return {};
-}
-
-bool Request::hasHeader(std::string_view name) const {
-  for (const auto& [k, v] : headers) {
-    if (equalsIgnoreCase(k, name)) return true;
-  }
-  return false;
-}
-
-std::string Request::param(std::string_view name, size_t index) const {
-  for (const auto& [k, v] : params) {
-    if (k == name && index-- == 0) return v;
-  }
-  return {};
-}
-
-bool Request::hasParam(std::string_view name) const { return paramCount(name) > 0; }
-
-size_t Request::paramCount(std::string_view name) const {
-  size_t n = 0;
-  for (const auto& [k, v] : params) n += k == name;
-  return n;
-}
-
-// What workers and wakers hand to the loop, behind one mutex and the loop's eventfd.
-struct StreamWaker::Queue {
-  std::mutex mu;
-  int event_fd = -1;  // owned by the server; -1 once it stopped
-  struct Done {
-    uint64_t connection = 0;
-    std::optional<Response> response;  // a handler's answer
-    bool pulled = false;               // a stream's pull: `data` and `state`
-    std::string data;
-    StreamSource::State state = StreamSource::State::kWait;
-  };
-  std::vector<Done> done;
-  std::vector<uint64_t> wakes;
-
-  void signal() {
-    if (event_fd < 0) return;
-    uint64_t one = 1;
-    ssize_t n = ::write(event_fd, &one, sizeof one);
-    (void)n;
-  }
-  void post(Done d) {
-    std::lock_guard lock(mu);
-    done.push_back(std::move(d));
-    signal();
-  }
-};
-
-void StreamWaker::wake() const {
-  if (!queue_) return;
-  std::lock_guard lock(queue_->mu);
-  queue_->wakes.push_back(connection_);
-  queue_->signal();
-}
 
 namespace {
 
@@ -222,608 +92,539 @@ class WorkerPool {
   std::vector<std::thread> threads_;
 };
 
-enum class Phase {
-  kHeaders,    // reading a request's head
-  kBody,       // reading a Content-Length body
-  kChunked,    // reading a chunked body
-  kHandling,   // a worker has the request
-  kWriting,    // the answer is leaving
-  kStreaming,  // a streamed answer: headers sent, chunks follow
+
+// A connection, from libmicrohttpd's accept to its close: its descriptor and, while it owes
+// the server a header block, when that must be complete.
+struct ConnectionState {
+  int fd = -1;
+  std::optional<std::chrono::steady_clock::time_point> header_deadline;
 };
 
-struct Connection {
-  uint64_t id = 0;
-  UniqueFd fd;
-  Phase phase = Phase::kHeaders;
-  std::string in;  // received, not yet parsed
-  Request request;
-  size_t body_limit = 0;
-  uint64_t body_left = 0;  // kBody: bytes still to come
-  bool keep_alive = true;
-  bool head = false;          // a HEAD request: no body in the answer
-  bool peer_closed = false;   // the client shut its side
-  std::string out;            // to send
-  size_t out_pos = 0;
-  bool want_write = false;    // EPOLLOUT is on
-  std::shared_ptr<UniqueFd> file;
-  uint64_t file_offset = 0, file_left = 0;
-  std::shared_ptr<StreamSource> stream;
-  bool pulling = false;  // a worker is in stream->pull
-  bool woken = false;    // a wake came: pull again
-  bool more = false;     // the last pull said kMore
-  bool stream_ended = false;
-  std::chrono::steady_clock::time_point active = std::chrono::steady_clock::now();  // bytes moved
-
-  size_t pending() const { return out.size() - out_pos; }
-  // Whether it waits on its client rather than on the server (Limits::idle_timeout).
-  bool waitsOnClient() const {
-    return phase == Phase::kHeaders || phase == Phase::kBody || phase == Phase::kChunked ||
-           (phase == Phase::kWriting && pending() > 0);
-  }
-};
+struct Exchange;
+class StreamDriver;
 
 }  // namespace
 
 struct HttpServer::Impl {
+  const MhdLib* mhd = nullptr;
   Options options;
   UniqueFd listener;
-  UniqueFd epoll;
-  UniqueFd event;  // eventfd: completions, wake-ups, stop
   int port = 0;
+  MHD_Daemon* daemon = nullptr;
+  UniqueFd epoll;  // run()'s: the stop eventfd, Options::watch, hang-ups of waiting streams
+  UniqueFd event;
   std::atomic<bool> stopping{false};
-  std::shared_ptr<StreamWaker::Queue> queue = std::make_shared<StreamWaker::Queue>();
   std::unique_ptr<WorkerPool> workers;
-  std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections;
-  uint64_t next_id = kFirstConnection;
-  std::atomic<size_t> open_connections{0};
 
-  void accept();
-  void readable(Connection& c);
-  void close(uint64_t id);
-  // Parses what `c.in` holds and moves the connection on; false when it was closed.
-  bool advance(Connection& c);
-  void fail(Connection& c, int status, const std::string& message);
-  void dispatch(Connection& c);
-  void answer(Connection& c, Response response);
-  void pull(Connection& c);
-  // Writes what it can; false when the connection was closed.
-  bool flush(Connection& c);
-  void setWrite(Connection& c, bool on);
-  void drain();
-  // Closes the connections that waited on their clients for longer than the idle timeout.
-  void closeIdle();
-  std::chrono::steady_clock::time_point next_idle_check = std::chrono::steady_clock::now();
+  std::mutex mu;  // guards what follows
+  std::unordered_map<MHD_Connection*, ConnectionState*> connections;
+  std::unordered_map<uint64_t, std::weak_ptr<StreamDriver>> streams;  // by watch id
+  uint64_t next_stream = kFirstStream;
+  std::atomic<size_t> open_connections{0};
+  std::atomic<int> suspended{0};  // connections this layer holds suspended
+
+  // libmicrohttpd's callbacks (its polling thread).
+  static MHD_Result onRequest(void* cls, MHD_Connection* c, const char* url, const char* method,
+                              const char* version, const char* data, size_t* size, void** ctx);
+  static void onCompleted(void* cls, MHD_Connection* c, void** ctx,
+                          MHD_RequestTerminationCode why);
+  static void onConnection(void* cls, MHD_Connection* c, void** socket_context,
+                           MHD_ConnectionNotificationCode code);
+  static size_t keepEscapes(void* cls, MHD_Connection* c, char* s);
+  static void log(void* cls, const char* format, va_list args);
+
+  MHD_Result begin(MHD_Connection* c, const char* url, const char* method, const char* version,
+                   void** ctx);
+  MHD_Result queue(Exchange& x);
+  Admission admitOnWorker(Exchange& x);
+  void handleOnWorker(Exchange& x);
+  void suspend(MHD_Connection* c) {
+    ++suspended;
+    mhd->suspend_connection(c);
+  }
+  void resume(MHD_Connection* c) {
+    --suspended;
+    mhd->resume_connection(c);
+  }
+  void setHeaderDeadline(MHD_Connection* c, bool owed);
+  void closeLateHeaders();
+  void watchHangUp(const std::shared_ptr<StreamDriver>& driver, int fd);
+  void unwatchHangUp(uint64_t id, int fd);
+  void endStreams();
 };
 
-void HttpServer::Impl::closeIdle() {
-  const auto now = std::chrono::steady_clock::now();
-  if (now < next_idle_check) return;
-  next_idle_check = now + std::min(Millis(1000), options.limits.idle_timeout);
-  std::vector<uint64_t> idle;
-  for (const auto& [id, c] : connections) {
-    if (c->waitsOnClient() && now - c->active > options.limits.idle_timeout) idle.push_back(id);
-  }
-  for (uint64_t id : idle) close(id);
-}
+namespace {
 
-void HttpServer::Impl::setWrite(Connection& c, bool on) {
-  if (c.want_write == on) return;
-  c.want_write = on;
-  epoll_event ev{};
-  ev.events = (c.peer_closed ? 0u : EPOLLIN | EPOLLRDHUP) | (on ? EPOLLOUT : 0u);
-  ev.data.u64 = c.id;
-  ::epoll_ctl(epoll.get(), EPOLL_CTL_MOD, c.fd.get(), &ev);
-}
+// One request, from its header block to its answer (libmicrohttpd's per-request context).
+// While the connection is suspended a worker owns it; libmicrohttpd again once it is resumed.
+struct Exchange {
+  enum class Stage { kAdmitting, kBody, kHandling, kAnswer };
+  MHD_Connection* connection = nullptr;
+  Stage stage = Stage::kAdmitting;
+  Request request;
+  bool expects_body = false;     // a Content-Length over 0, or chunked
+  std::optional<uint64_t> length;  // the Content-Length
+  bool resumed_for_body = false;  // the next call is libmicrohttpd's repeat of the first
+  bool admit_at_end = false;      // no body: admitted with the whole request
+  size_t body_limit = 0;
+  Response response;
+};
 
-void HttpServer::Impl::accept() {
-  for (;;) {
-    int fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EMFILE || errno == ENFILE) {
-        std::fprintf(stderr, "cohort server: cannot accept a connection: %s\n",
-                     std::strerror(errno));
+// A streamed answer: what its source produced and what libmicrohttpd has not taken yet, and
+// whether the connection waits (suspended) for more. Shared by the answer (libmicrohttpd's
+// reader), the pulls in flight and the source's wakers.
+class StreamDriver : public StreamWaker::Target,
+                     public std::enable_shared_from_this<StreamDriver> {
+ public:
+  StreamDriver(HttpServer::Impl& server, MHD_Connection* connection,
+               std::shared_ptr<StreamSource> source)
+      : server_(server), connection_(connection), source_(std::move(source)) {}
+
+  // libmicrohttpd's reader (polling thread): what is ready, the end, or nothing yet (and then
+  // the connection is suspended until there is).
+  ssize_t read(char* out, size_t max) {
+    std::lock_guard lock(mu_);
+    if (dead_) return MHD_CONTENT_READER_END_WITH_ERROR;
+    const size_t ready = buffer_.size() - offset_;
+    if (ready > 0) {
+      const size_t n = std::min(ready, max);
+      std::memcpy(out, buffer_.data() + offset_, n);
+      offset_ += n;
+      if (offset_ == buffer_.size()) {
+        buffer_.clear();
+        offset_ = 0;
       }
-      return;
+      pullLocked();
+      return static_cast<ssize_t>(n);
     }
-    int yes = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof yes);
-    auto c = std::make_unique<Connection>();
-    c->id = next_id++;
-    c->fd.reset(fd);
-    epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLRDHUP;
-    ev.data.u64 = c->id;
-    if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, fd, &ev) != 0) continue;  // c closes fd
-    connections.emplace(c->id, std::move(c));
-    open_connections = connections.size();
+    if (ended_) return MHD_CONTENT_READER_END_OF_STREAM;
+    pullLocked();
+    suspended_ = true;
+    server_.suspend(connection_);
+    return 0;
   }
+
+  void wake() override {
+    std::lock_guard lock(mu_);
+    want_ = true;
+    pullLocked();
+  }
+
+  // Ends the stream now (the client hung up, the server stops, the caller lost its right).
+  void kill() {
+    std::lock_guard lock(mu_);
+    dead_ = true;
+    resumeLocked();
+  }
+
+  // libmicrohttpd is done with the answer: the connection may be gone.
+  void closed() {
+    std::shared_ptr<StreamSource> source;
+    {
+      std::lock_guard lock(mu_);
+      gone_ = true;
+      source = std::move(source_);
+    }
+    // The source (and its subscriptions) goes now, or when a pull in flight returns.
+  }
+
+  HttpServer::Impl& server() { return server_; }
+  uint64_t watch_id = 0;
+  int fd = -1;
+
+ private:
+  void pullLocked() {
+    if (pulling_ || ended_ || dead_ || gone_ || !want_ || !source_) return;
+    if (buffer_.size() - offset_ >= kStreamHighWater) return;
+    pulling_ = true;
+    want_ = false;
+    server_.workers->post([self = shared_from_this(), source = source_] {
+      std::string data;
+      StreamSource::State state = StreamSource::State::kEnd;
+      try {
+        state = source->pull(data);
+      } catch (...) {
+        state = StreamSource::State::kEnd;
+      }
+      self->pulled(std::move(data), state);
+    });
+  }
+
+  void pulled(std::string data, StreamSource::State state) {
+    std::lock_guard lock(mu_);
+    pulling_ = false;
+    if (gone_) return;
+    buffer_ += data;
+    if (state == StreamSource::State::kEnd) ended_ = true;
+    if (state == StreamSource::State::kAbort) dead_ = true;
+    if (state == StreamSource::State::kMore) want_ = true;
+    if (buffer_.size() > offset_ || ended_ || dead_) {
+      resumeLocked();
+    } else {
+      pullLocked();  // asked again at once: more was promised, or a wake came meanwhile
+    }
+  }
+
+  void resumeLocked() {
+    if (!suspended_ || gone_) return;
+    suspended_ = false;
+    server_.resume(connection_);
+  }
+
+  HttpServer::Impl& server_;
+  MHD_Connection* const connection_;
+  std::shared_ptr<StreamSource> source_;
+  std::mutex mu_;
+  std::string buffer_;
+  size_t offset_ = 0;
+  bool pulling_ = false;
+  bool want_ = true;  // ask the source (its first pull, a wake, or it said kMore)
+  bool ended_ = false;
+  bool dead_ = false;
+  bool suspended_ = false;
+  bool gone_ = false;
+};
+
+ssize_t readStream(void* cls, uint64_t, char* buf, size_t max) {
+  return (*static_cast<std::shared_ptr<StreamDriver>*>(cls))->read(buf, max);
 }
 
-void HttpServer::Impl::close(uint64_t id) {
-  auto it = connections.find(id);
+
+}  // namespace
+
+void HttpServer::Impl::setHeaderDeadline(MHD_Connection* c, bool owed) {
+  std::lock_guard lock(mu);
+  auto it = connections.find(c);
   if (it == connections.end()) return;
-  ::epoll_ctl(epoll.get(), EPOLL_CTL_DEL, it->second->fd.get(), nullptr);
-  // A pull in flight keeps the source alive until it returns; its answer is then dropped.
-  connections.erase(it);
-  open_connections = connections.size();
+  if (owed) {
+    it->second->header_deadline = std::chrono::steady_clock::now() + options.limits.header_timeout;
+  } else {
+    it->second->header_deadline.reset();
+  }
 }
 
-void HttpServer::Impl::readable(Connection& c) {
-  char buf[kReadChunk];
-  for (;;) {
-    ssize_t n = ::recv(c.fd.get(), buf, sizeof buf, 0);
-    if (n > 0) {
-      c.active = std::chrono::steady_clock::now();
-      c.in.append(buf, static_cast<size_t>(n));
-      bool reading = c.phase == Phase::kHeaders || c.phase == Phase::kBody ||
-                     c.phase == Phase::kChunked;
-      if (!reading && c.in.size() > kMaxPendingInput) {
-        close(c.id);
-        return;
-      }
-      if (static_cast<size_t>(n) < sizeof buf) break;
-      continue;
+// A client that has not finished a header block in time: its connection is shut down (not
+// closed: libmicrohttpd owns the descriptor, sees the end and closes it; the lock keeps it
+// from being closed and reused meanwhile, since libmicrohttpd tells onConnection first).
+//
+// At most kLateHeadersPerCheck a check: ten thousand connections opened at once by one client
+// are cut off over a few seconds rather than in one burst that would stall everyone else's
+// requests behind their closing (and their client's connecting again).
+void HttpServer::Impl::closeLateHeaders() {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(mu);
+  size_t cut = 0;
+  for (auto& [c, state] : connections) {
+    if (state->header_deadline && *state->header_deadline <= now) {
+      state->header_deadline.reset();
+      ::shutdown(state->fd, SHUT_RDWR);
+      if (++cut == kLateHeadersPerCheck) break;
     }
-    if (n == 0) {
-      c.peer_closed = true;
-      break;
+  }
+}
+
+void HttpServer::Impl::watchHangUp(const std::shared_ptr<StreamDriver>& driver, int fd) {
+  std::lock_guard lock(mu);
+  driver->watch_id = next_stream++;
+  driver->fd = fd;
+  streams[driver->watch_id] = driver;
+  epoll_event ev{};
+  ev.events = EPOLLRDHUP | EPOLLONESHOT;
+  ev.data.u64 = driver->watch_id;
+  ::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, fd, &ev);
+}
+
+void HttpServer::Impl::unwatchHangUp(uint64_t id, int fd) {
+  std::lock_guard lock(mu);
+  if (streams.erase(id) > 0) ::epoll_ctl(epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
+}
+
+void HttpServer::Impl::endStreams() {
+  std::vector<std::shared_ptr<StreamDriver>> all;
+  {
+    std::lock_guard lock(mu);
+    for (auto& [id, weak] : streams) {
+      if (auto d = weak.lock()) all.push_back(std::move(d));
     }
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-    close(c.id);
+  }
+  for (auto& d : all) d->kill();
+}
+
+void HttpServer::Impl::onConnection(void* cls, MHD_Connection* c, void** socket_context,
+                                    MHD_ConnectionNotificationCode code) {
+  auto* s = static_cast<Impl*>(cls);
+  if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    auto* state = new ConnectionState();
+    const MHD_ConnectionInfo* info =
+        s->mhd->get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    state->fd = info ? info->connect_fd : -1;
+    state->header_deadline =
+        std::chrono::steady_clock::now() + s->options.limits.header_timeout;
+    *socket_context = state;
+    std::lock_guard lock(s->mu);
+    s->connections[c] = state;
+    s->open_connections = s->connections.size();
     return;
   }
-  if (c.peer_closed) {
-    // A follower that hung up ends its stream; an answer being made or sent still leaves (the
-    // client may have shut only its sending side).
-    if (c.phase == Phase::kStreaming || c.phase == Phase::kHeaders || c.phase == Phase::kBody ||
-        c.phase == Phase::kChunked) {
-      if (c.phase == Phase::kHeaders && !c.in.empty()) {
-        // A whole request may have come with the hang-up: answer it, then close.
-        c.keep_alive = false;
-      } else {
-        close(c.id);
-        return;
-      }
-    }
-    // No more input events: stop watching for them (level-triggered EOF would spin).
-    epoll_event ev{};
-    ev.events = c.want_write ? EPOLLOUT : 0u;
-    ev.data.u64 = c.id;
-    ::epoll_ctl(epoll.get(), EPOLL_CTL_MOD, c.fd.get(), &ev);
-  }
-  advance(c);
-}
-
-void HttpServer::Impl::fail(Connection& c, int status, const std::string& message) {
-  Response r = options.error ? options.error(status, message) : Response{};
-  r.status = status;
-  if (r.content_type.empty()) r.setContent(message + "\n", "text/plain");
-  r.close = true;
-  c.phase = Phase::kHandling;
-  c.head = false;
-  answer(c, std::move(r));
-}
-
-bool HttpServer::Impl::advance(Connection& c) {
-  const uint64_t id = c.id;
-  if (c.phase == Phase::kHeaders) {
-    size_t end = c.in.find("\r\n\r\n");
-    if (end == std::string::npos) {
-      if (c.in.size() > options.limits.header_bytes) {
-        fail(c, 431, "the request's headers are over " +
-                         std::to_string(options.limits.header_bytes / 1024) + " KiB");
-      } else if (c.peer_closed) {
-        close(id);
-        return false;
-      }
-      return connections.count(id) > 0;
-    }
-    if (end > options.limits.header_bytes) {
-      fail(c, 431, "the request's headers are over " +
-                       std::to_string(options.limits.header_bytes / 1024) + " KiB");
-      return connections.count(id) > 0;
-    }
-    std::string_view head(c.in.data(), end);
-    Request req;
-    size_t line_end = head.find("\r\n");
-    std::string_view line = head.substr(0, line_end);
-    size_t sp1 = line.find(' ');
-    size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
-    if (sp1 == std::string_view::npos || sp2 == std::string_view::npos || sp1 == 0 ||
-        line.find(' ', sp2 + 1) != std::string_view::npos) {
-      fail(c, 400, "the request line is malformed");
-      return connections.count(id) > 0;
-    }
-    req.method = std::string(line.substr(0, sp1));
-    req.target = std::string(line.substr(sp1 + 1, sp2 - sp1 - 1));
-    req.version = std::string(line.substr(sp2 + 1));
-    if ((req.version != "HTTP/1.1" && req.version != "HTTP/1.0") || req.target.empty() ||
-        req.target[0] != '/') {
-      fail(c, 400, "the request line is malformed (expected 'METHOD /path HTTP/1.1')");
-      return connections.count(id) > 0;
-    }
-    for (char ch : req.method) {
-      if (ch < 'A' || ch > 'Z') {
-        fail(c, 400, "the request method is malformed");
-        return connections.count(id) > 0;
-      }
-    }
-    size_t pos = line_end == std::string_view::npos ? head.size() : line_end + 2;
-    while (pos < head.size()) {
-      size_t eol = head.find("\r\n", pos);
-      if (eol == std::string_view::npos) eol = head.size();
-      std::string_view h = head.substr(pos, eol - pos);
-      pos = eol + 2;
-      size_t colon = h.find(':');
-      if (colon == std::string_view::npos || colon == 0 || h[0] == ' ' || h[0] == '\t' ||
-          h.substr(0, colon).find_first_of(" \t") != std::string_view::npos) {
-        fail(c, 400, "a request header is malformed");
-        return connections.count(id) > 0;
-      }
-      if (req.headers.size() >= options.limits.header_count) {
-        fail(c, 431, "the request has over " + std::to_string(options.limits.header_count) +
-                         " headers");
-        return connections.count(id) > 0;
-      }
-      req.headers.emplace_back(lower(h.substr(0, colon)), std::string(trim(h.substr(colon + 1))));
-    }
-    c.in.erase(0, end + 4);
-    // The target: the path percent-decoded, the query as parameters.
-    size_t q = req.target.find('?');
-    auto path = percentDecode(std::string_view(req.target).substr(0, q), false);
-    if (!path) {
-      fail(c, 400, "the request path is not valid percent-encoding");
-      return connections.count(id) > 0;
-    }
-    req.path = std::move(*path);
-    if (q != std::string::npos) {
-      for (std::string_view rest = std::string_view(req.target).substr(q + 1); !rest.empty();) {
-        size_t amp = rest.find('&');
-        std::string_view pair = rest.substr(0, amp);
-        rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
-        if (pair.empty()) continue;
-        size_t eq = pair.find('=');
-        auto key = percentDecode(pair.substr(0, eq), true);
-        auto value = percentDecode(
-            eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1), true);
-        if (!key || !value) {
-          fail(c, 400, "the request's query is not valid percent-encoding");
-          return connections.count(id) > 0;
-        }
-        req.params.emplace_back(std::move(*key), std::move(*value));
-      }
-    }
-    const std::string connection = lower(req.header("connection"));
-    c.keep_alive = !c.peer_closed && (req.version == "HTTP/1.1"
-                                          ? connection.find("close") == std::string::npos
-                                          : connection.find("keep-alive") != std::string::npos);
-    c.head = req.method == "HEAD";
-    const std::string te = lower(req.header("transfer-encoding"));
-    const bool has_length = req.hasHeader("content-length");
-    std::optional<uint64_t> length = has_length ? parseLength(req.header("content-length"))
-                                                : std::optional<uint64_t>(0);
-    if (!te.empty() && te != "chunked") {
-      fail(c, 501, "Transfer-Encoding '" + te + "' is not supported (send chunked or a length)");
-      return connections.count(id) > 0;
-    }
-    if (!length || (!te.empty() && has_length)) {
-      fail(c, 400, "the request's Content-Length is malformed");
-      return connections.count(id) > 0;
-    }
-    c.request = std::move(req);
-    Admission admission;
-    admission.body_limit = 0;
-    if (options.admit) {
-      try {
-        admission = options.admit(c.request);
-      } catch (const std::exception& e) {
-        fail(c, 500, std::string("internal error: ") + e.what());
-        return connections.count(id) > 0;
-      }
-    }
-    if (admission.answer) {
-      Response r = std::move(*admission.answer);
-      r.close = true;
-      c.phase = Phase::kHandling;
-      answer(c, std::move(r));
-      return connections.count(id) > 0;
-    }
-    c.body_limit = admission.body_limit;
-    const bool chunked = !te.empty();
-    if (!chunked && *length > c.body_limit) {
-      fail(c, 413, "the request body is too large");
-      return connections.count(id) > 0;
-    }
-    if ((chunked || *length > 0) &&
-        equalsIgnoreCase(c.request.header("expect"), "100-continue")) {
-      c.out += "HTTP/1.1 100 Continue\r\n\r\n";
-      if (!flush(c)) return false;
-    }
-    if (chunked) {
-      c.phase = Phase::kChunked;
-    } else {
-      c.phase = Phase::kBody;
-      c.body_left = *length;
-    }
-  }
-  if (c.phase == Phase::kBody) {
-    size_t take = static_cast<size_t>(std::min<uint64_t>(c.body_left, c.in.size()));
-    if (take == c.in.size() && c.request.body.empty()) {
-      c.request.body = std::move(c.in);
-      c.in.clear();
-    } else {
-      c.request.body.append(c.in, 0, take);
-      c.in.erase(0, take);
-    }
-    c.body_left -= take;
-    if (c.body_left > 0) {
-      if (c.peer_closed) close(id);
-      return connections.count(id) > 0;
-    }
-    dispatch(c);
-    return true;
-  }
-  if (c.phase == Phase::kChunked) {
-    size_t pos = 0;
-    for (;;) {
-      size_t eol = c.in.find("\r\n", pos);
-      if (eol == std::string::npos) {
-        if (c.in.size() - pos > 4096) {
-          fail(c, 400, "a chunk of the request body is malformed");
-          return connections.count(id) > 0;
-        }
-        break;
-      }
-      std::string_view size_line(c.in.data() + pos, eol - pos);
-      size_line = size_line.substr(0, size_line.find(';'));
-      size_line = trim(size_line);
-      uint64_t size = 0;
-      bool ok = !size_line.empty() && size_line.size() <= 15;
-      for (char ch : size_line) {
-        int v = (ch >= '0' && ch <= '9')   ? ch - '0'
-                : (ch >= 'a' && ch <= 'f') ? ch - 'a' + 10
-                : (ch >= 'A' && ch <= 'F') ? ch - 'A' + 10
-                                           : -1;
-        if (v < 0) ok = false;
-        size = size * 16 + static_cast<uint64_t>(std::max(v, 0));
-      }
-      if (!ok) {
-        fail(c, 400, "a chunk of the request body is malformed");
-        return connections.count(id) > 0;
-      }
-      if (size == 0) {
-        // Trailers, then an empty line.
-        size_t end = c.in.find("\r\n\r\n", eol);
-        if (c.in.compare(eol, 4, "\r\n\r\n") != 0 && end == std::string::npos) break;
-        if (end == std::string::npos) end = eol;
-        c.in.erase(0, end + 4);
-        dispatch(c);
-        return true;
-      }
-      if (c.request.body.size() + size > c.body_limit) {
-        fail(c, 413, "the request body is too large");
-        return connections.count(id) > 0;
-      }
-      if (c.in.size() < eol + 2 + size + 2) break;
-      if (c.in.compare(eol + 2 + size, 2, "\r\n") != 0) {
-        fail(c, 400, "a chunk of the request body is malformed");
-        return connections.count(id) > 0;
-      }
-      c.request.body.append(c.in, eol + 2, size);
-      pos = eol + 2 + size + 2;
-    }
-    c.in.erase(0, pos);
-    if (c.peer_closed) close(id);
-    return connections.count(id) > 0;
-  }
-  return true;
-}
-
-void HttpServer::Impl::dispatch(Connection& c) {
-  c.phase = Phase::kHandling;
-  auto request = std::make_shared<Request>(std::move(c.request));
-  c.request = Request();
-  workers->post([this, request, id = c.id, q = queue] {
-    Response response;
-    try {
-      options.handle(*request, response);
-    } catch (const std::exception& e) {
-      response = options.error ? options.error(500, std::string("internal error: ") + e.what())
-                               : Response{};
-      response.status = 500;
-    } catch (...) {
-      response = options.error ? options.error(500, "internal error") : Response{};
-      response.status = 500;
-    }
-    StreamWaker::Queue::Done done;
-    done.connection = id;
-    done.response = std::move(response);
-    q->post(std::move(done));
-  });
-}
-
-void HttpServer::Impl::answer(Connection& c, Response r) {
-  if (r.close) c.keep_alive = false;
-  std::string& o = c.out;
-  o += "HTTP/1.1 " + std::to_string(r.status) + " " + reason(r.status) + "\r\n";
-  if (!r.content_type.empty()) o += "Content-Type: " + r.content_type + "\r\n";
-  for (const auto& [k, v] : r.headers) o += k + ": " + v + "\r\n";
-  const bool no_body = r.status == 204 || r.status == 304 || r.status < 200;
-  if (r.stream) {
-    o += "Transfer-Encoding: chunked\r\n";
-  } else if (!no_body) {
-    o += "Content-Length: " + std::to_string(r.file ? r.file_size : r.body.size()) + "\r\n";
-  }
-  o += c.keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
-  if (!c.head && !no_body) {
-    if (r.file) {
-      c.file = std::move(r.file);
-      c.file_offset = 0;
-      c.file_left = r.file_size;
-    } else if (!r.stream) {
-      o += r.body;
-    }
-  }
-  if (r.stream && !c.head) {
-    c.phase = Phase::kStreaming;
-    c.stream = std::move(r.stream);
-    c.stream_ended = false;
-    c.pulling = false;
-    c.more = false;
-    c.woken = true;  // the first pull
-    try {
-      c.stream->start(StreamWaker(queue, c.id));
-    } catch (const std::exception&) {
-      c.stream_ended = true;
-    }
-  } else {
-    c.phase = Phase::kWriting;
-  }
-  flush(c);
-}
-
-void HttpServer::Impl::pull(Connection& c) {
-  if (c.pulling || c.stream_ended || !c.stream || c.pending() >= kStreamHighWater) return;
-  if (!c.woken && !c.more) return;
-  c.woken = false;
-  c.more = false;
-  c.pulling = true;
-  workers->post([source = c.stream, id = c.id, q = queue] {
-    StreamWaker::Queue::Done done;
-    done.connection = id;
-    done.pulled = true;
-    try {
-      done.state = source->pull(done.data);
-    } catch (...) {
-      done.state = StreamSource::State::kEnd;
-    }
-    q->post(std::move(done));
-  });
-}
-
-bool HttpServer::Impl::flush(Connection& c) {
-  const uint64_t id = c.id;
-  for (;;) {
-    while (c.pending() > 0) {
-      ssize_t n = ::send(c.fd.get(), c.out.data() + c.out_pos, c.pending(),
-                         MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n > 0) {
-        c.out_pos += static_cast<size_t>(n);
-        c.active = std::chrono::steady_clock::now();
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        setWrite(c, true);
-        if (c.phase == Phase::kStreaming) pull(c);
-        return true;
-      }
-      close(id);
-      return false;
-    }
-    c.out.clear();
-    c.out_pos = 0;
-    if (c.file && c.file_left > 0) {
-      size_t want = static_cast<size_t>(std::min<uint64_t>(c.file_left, 256 << 10));
-      c.out.resize(want);
-      ssize_t n = ::pread(c.file->get(), c.out.data(), want, static_cast<off_t>(c.file_offset));
-      if (n <= 0) {  // the file shrank: the answer cannot be completed
-        close(id);
-        return false;
-      }
-      c.out.resize(static_cast<size_t>(n));
-      c.file_offset += static_cast<uint64_t>(n);
-      c.file_left -= static_cast<uint64_t>(n);
-      continue;
-    }
-    break;
-  }
-  setWrite(c, false);
-  if (c.phase == Phase::kStreaming) {
-    if (!c.stream_ended) {
-      pull(c);
-      return true;
-    }
-    c.stream.reset();
-  }
-  if (c.phase == Phase::kWriting || c.phase == Phase::kStreaming) {
-    c.file.reset();
-    if (!c.keep_alive) {
-      close(id);
-      return false;
-    }
-    c.phase = Phase::kHeaders;
-    if (!c.in.empty() || c.peer_closed) return advance(c);
-  }
-  return true;
-}
-
-
-void HttpServer::Impl::drain() {
-  uint64_t count;
-  ssize_t r = ::read(event.get(), &count, sizeof count);
-  (void)r;
-  std::vector<StreamWaker::Queue::Done> done;
-  std::vector<uint64_t> wakes;
+  auto* state = static_cast<ConnectionState*>(*socket_context);
   {
-    std::lock_guard lock(queue->mu);
-    done.swap(queue->done);
-    wakes.swap(queue->wakes);
+    std::lock_guard lock(s->mu);
+    s->connections.erase(c);
+    s->open_connections = s->connections.size();
   }
-  for (auto& d : done) {
-    auto it = connections.find(d.connection);
-    if (it == connections.end()) continue;
-    Connection& c = *it->second;
-    if (d.response) {
-      if (c.phase != Phase::kHandling) continue;
-      answer(c, std::move(*d.response));
-      continue;
-    }
-    if (!d.pulled || c.phase != Phase::kStreaming) continue;
-    c.pulling = false;
-    if (!d.data.empty() && !c.stream_ended) {
-      char size[32];
-      std::snprintf(size, sizeof size, "%zx\r\n", d.data.size());
-      c.out += size;
-      c.out += d.data;
-      c.out += "\r\n";
-    }
-    if (d.state == StreamSource::State::kEnd && !c.stream_ended) {
-      c.stream_ended = true;
-      c.out += "0\r\n\r\n";
-    }
-    c.more = d.state == StreamSource::State::kMore;
-    flush(c);
+  delete state;
+  *socket_context = nullptr;
+}
+
+void HttpServer::Impl::onCompleted(void* cls, MHD_Connection* c, void** ctx,
+                                   MHD_RequestTerminationCode) {
+  auto* s = static_cast<Impl*>(cls);
+  delete static_cast<Exchange*>(*ctx);
+  *ctx = nullptr;
+  s->setHeaderDeadline(c, true);  // the next request's header block is owed from now
+}
+
+size_t HttpServer::Impl::keepEscapes(void*, MHD_Connection*, char* s) { return std::strlen(s); }
+
+// libmicrohttpd's messages (a client that broke TLS, the connection cap reached), at most a
+// few a second: a flood of bad clients must not become a flood of log lines.
+void HttpServer::Impl::log(void*, const char* format, va_list args) {
+  static std::mutex mu;
+  static std::chrono::steady_clock::time_point window;
+  static int shown = 0, dropped = 0;
+  std::lock_guard lock(mu);
+  const auto now = std::chrono::steady_clock::now();
+  if (now - window > std::chrono::seconds(10)) {
+    if (dropped > 0) std::fprintf(stderr, "cohort server: http: %d more messages not shown\n", dropped);
+    window = now;
+    shown = dropped = 0;
   }
-  for (uint64_t id : wakes) {
-    auto it = connections.find(id);
-    if (it == connections.end() || it->second->phase != Phase::kStreaming) continue;
-    it->second->woken = true;
-    pull(*it->second);
+  if (++shown > 20) {
+    ++dropped;
+    return;
   }
+  char line[512];
+  std::vsnprintf(line, sizeof line, format, args);
+  std::string text = line;
+  while (!text.empty() && (text.back() == '\n' || text.back() == '.')) text.pop_back();
+  std::fprintf(stderr, "cohort server: http: %s\n", text.c_str());
+}
+
+namespace {
+
+// libmicrohttpd's header and query iterators: every pair as sent (names of headers in lower
+// case; the query not decoded yet: keepEscapes leaves it as it came).
+MHD_Result collectHeader(void* cls, MHD_ValueKind, const char* key, const char* value) {
+  static_cast<std::vector<std::pair<std::string, std::string>>*>(cls)->emplace_back(
+      lower(key ? key : ""), value ? value : "");
+  return MHD_YES;
+}
+
+MHD_Result collectArgument(void* cls, MHD_ValueKind, const char* key, const char* value) {
+  static_cast<std::vector<std::pair<std::string, std::string>>*>(cls)->emplace_back(
+      key ? key : "", value ? value : "");
+  return MHD_YES;
+}
+
+}  // namespace
+
+// A request's header block is in: check its framing, then hand it to a worker for admission.
+MHD_Result HttpServer::Impl::begin(MHD_Connection* c, const char* url, const char* method,
+                                   const char* version, void** ctx) {
+  auto* x = new Exchange();
+  *ctx = x;
+  x->connection = c;
+  setHeaderDeadline(c, false);
+  Request& req = x->request;
+  req.method = method ? method : "";
+  req.target = url ? url : "";
+  req.version = version ? version : "";
+  auto refuse = [&](int status, const std::string& message) {
+    x->response = options.error ? options.error(status, message) : Response{};
+    x->response.status = status;
+    if (x->response.content_type.empty()) x->response.setContent(message + "\n", "text/plain");
+    x->response.close = true;
+    x->stage = Exchange::Stage::kAnswer;
+    return queue(*x);
+  };
+  if (stopping) return refuse(503, "the server is stopping");
+  mhd->get_connection_values(c, MHD_HEADER_KIND, collectHeader, &req.headers);
+  std::vector<std::pair<std::string, std::string>> query;
+  mhd->get_connection_values(c, MHD_GET_ARGUMENT_KIND, collectArgument, &query);
+  auto [framing, refusal] = checkHead(req, query, options.limits.header_count);
+  if (refusal) return refuse(refusal->status, refusal->message);
+  x->expects_body = framing.expects_body;
+  x->length = framing.length;
+
+  if (!x->expects_body) {
+    // Admitted and handled at once when libmicrohttpd has the whole request (an answer queued
+    // before then would make it close the connection).
+    x->admit_at_end = true;
+    x->stage = Exchange::Stage::kBody;
+    return MHD_YES;
+  }
+  x->stage = Exchange::Stage::kAdmitting;
+  suspend(c);
+  workers->post([this, x] {
+    Admission admission = admitOnWorker(*x);
+    if (admission.answer) {
+      x->response = std::move(*admission.answer);
+      x->response.close = true;  // its body is not read
+      x->stage = Exchange::Stage::kAnswer;
+    } else {
+      x->body_limit = admission.body_limit;
+      x->request.body_file = std::move(admission.body_file);
+      x->resumed_for_body = true;
+      x->stage = Exchange::Stage::kBody;
+    }
+    resume(x->connection);
+  });
+  return MHD_YES;
+}
+
+Admission HttpServer::Impl::admitOnWorker(Exchange& x) {
+  Admission admission;
+  try {
+    if (options.admit) admission = options.admit(x.request);
+  } catch (const std::exception& e) {
+    admission.answer = options.error(500, std::string("internal error: ") + e.what());
+    admission.answer->status = 500;
+  }
+  if (!admission.answer && x.expects_body && x.length && *x.length > admission.body_limit) {
+    admission.answer = options.error(413, "the request body is too large");
+    admission.answer->status = 413;
+  }
+  return admission;
+}
+
+void HttpServer::Impl::handleOnWorker(Exchange& x) {
+  try {
+    options.handle(x.request, x.response);
+  } catch (const std::exception& e) {
+    x.response = options.error(500, std::string("internal error: ") + e.what());
+    x.response.status = 500;
+  }
+  x.request.body_file.reset();
+  x.request.body = std::string();
+}
+
+MHD_Result HttpServer::Impl::onRequest(void* cls, MHD_Connection* c, const char* url,
+                                       const char* method, const char* version,
+                                       const char* data, size_t* size, void** ctx) {
+  auto* s = static_cast<Impl*>(cls);
+  auto* x = static_cast<Exchange*>(*ctx);
+  if (!x) return s->begin(c, url, method, version, ctx);
+  switch (x->stage) {
+    case Exchange::Stage::kAnswer:
+      return s->queue(*x);
+    case Exchange::Stage::kBody: {
+      if (*size > 0) {
+        Request& req = x->request;
+        if (req.body_size + *size > x->body_limit) return MHD_NO;  // chunked, over: close
+        if (req.body_file) {
+          if (!writeAll(req.body_file->get(), std::string_view(data, *size))) return MHD_NO;
+        } else {
+          req.body.append(data, *size);
+        }
+        req.body_size += *size;
+        *size = 0;
+        return MHD_YES;
+      }
+      if (x->resumed_for_body) {  // libmicrohttpd repeats the first call after the resume
+        x->resumed_for_body = false;
+        return MHD_YES;
+      }
+      // The whole request is in: the handler's turn (after admission, for one without a body).
+      x->stage = Exchange::Stage::kHandling;
+      s->suspend(c);
+      s->workers->post([s, x] {
+        std::optional<Admission> admission;
+        if (x->admit_at_end) admission = s->admitOnWorker(*x);
+        if (admission && admission->answer) {
+          x->response = std::move(*admission->answer);
+        } else {
+          s->handleOnWorker(*x);
+        }
+        x->stage = Exchange::Stage::kAnswer;
+        s->resume(x->connection);
+      });
+      return MHD_YES;
+    }
+    case Exchange::Stage::kAdmitting:
+    case Exchange::Stage::kHandling:
+      return MHD_YES;  // suspended: not called
+  }
+  return MHD_NO;
+}
+
+// Hands `x`'s answer to libmicrohttpd.
+MHD_Result HttpServer::Impl::queue(Exchange& x) {
+  Response& r = x.response;
+  MHD_Response* answer = nullptr;
+  std::shared_ptr<StreamDriver> driver;
+  if (r.stream) {
+    driver = std::make_shared<StreamDriver>(*this, x.connection, r.stream);
+    auto* keep = new std::shared_ptr<StreamDriver>(driver);
+    answer = mhd->create_response_from_callback(
+        MHD_SIZE_UNKNOWN, kStreamBlock, readStream, keep, [](void* cls) {
+          auto* held = static_cast<std::shared_ptr<StreamDriver>*>(cls);
+          (*held)->closed();
+          (*held)->server().unwatchHangUp((*held)->watch_id, (*held)->fd);
+          delete held;
+        });
+    if (!answer) delete keep;
+  } else if (r.file) {
+    const int fd = ::fcntl(r.file->get(), F_DUPFD_CLOEXEC, 0);  // libmicrohttpd closes its own
+    if (fd >= 0) answer = mhd->create_response_from_fd_at_offset64(r.file_size, fd, 0);
+    if (!answer && fd >= 0) ::close(fd);
+  } else {
+    answer = mhd->create_response_from_buffer(r.body.size(), r.body.data(),
+                                              MHD_RESPMEM_MUST_COPY);
+  }
+  if (!answer) return MHD_NO;
+  if (!r.content_type.empty()) mhd->add_response_header(answer, "Content-Type", r.content_type.c_str());
+  for (const auto& [k, v] : r.headers) mhd->add_response_header(answer, k.c_str(), v.c_str());
+  if (r.close) mhd->add_response_header(answer, "Connection", "close");
+  const MHD_Result queued = mhd->queue_response(x.connection, static_cast<unsigned>(r.status), answer);
+  mhd->destroy_response(answer);
+  if (queued == MHD_YES && driver) {
+    const MHD_ConnectionInfo* info =
+        mhd->get_connection_info(x.connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (info) watchHangUp(driver, info->connect_fd);
+    try {
+      r.stream->start(StreamWaker(driver));
+    } catch (...) {
+      driver->kill();
+    }
+  }
+  r = Response();
+  return queued;
 }
 
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 HttpServer::~HttpServer() {
+  Impl& s = *impl_;
   stop();
-  {
-    std::lock_guard lock(impl_->queue->mu);
-    impl_->queue->event_fd = -1;  // wakers outliving the server write nowhere
+  if (s.daemon) {
+    // libmicrohttpd may not stop while a connection is suspended: new requests are refused
+    // (stopping), streams end, and the handlers in flight finish and resume theirs.
+    const MHD_socket listening = s.mhd->quiesce_daemon(s.daemon);  // now ours to close
+    if (listening != MHD_INVALID_SOCKET) ::close(listening);
+    for (int i = 0; i < 500 && s.suspended > 0; ++i) {
+      s.endStreams();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    s.mhd->stop_daemon(s.daemon);
+    s.daemon = nullptr;
   }
-  impl_->connections.clear();
-  impl_->workers.reset();  // joins: tasks in flight finish, their answers are dropped
-  std::vector<StreamWaker::Queue::Done> left;
-  {
-    std::lock_guard lock(impl_->queue->mu);
-    left.swap(impl_->queue->done);
-  }
+  s.workers.reset();  // joins: pulls still in flight find their streams gone
 }
 
 Result<std::unique_ptr<HttpServer>> HttpServer::create(Options options) {
+  COHORT_ASSIGN(const MhdLib* mhd, mhdLib());
   auto impl = std::make_unique<Impl>();
+  impl->mhd = mhd;
   impl->options = std::move(options);
   const Options& o = impl->options;
   addrinfo hints{};
@@ -836,6 +637,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(Options options) {
     return cohort::fail(Code::kIo, "cannot listen on " + where + ": unknown address");
   }
   int err = 0;
+  bool ipv6 = false;
   for (addrinfo* a = found; a && !impl->listener.valid(); a = a->ai_next) {
     UniqueFd fd(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
                          a->ai_protocol));
@@ -849,6 +651,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(Options options) {
       err = errno;
       continue;
     }
+    ipv6 = a->ai_family == AF_INET6;
     impl->listener = std::move(fd);
   }
   ::freeaddrinfo(found);
@@ -864,7 +667,6 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(Options options) {
   impl->epoll.reset(::epoll_create1(EPOLL_CLOEXEC));
   impl->event.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!impl->epoll.valid() || !impl->event.valid()) return failErrno("epoll/eventfd");
-  impl->queue->event_fd = impl->event.get();
   auto add = [&](int fd, uint64_t id) -> Result<void> {
     epoll_event ev{};
     ev.events = EPOLLIN;
@@ -872,10 +674,55 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(Options options) {
     if (::epoll_ctl(impl->epoll.get(), EPOLL_CTL_ADD, fd, &ev) != 0) return failErrno("epoll_ctl");
     return {};
   };
-  COHORT_TRY(add(impl->listener.get(), kListenId));
-  COHORT_TRY(add(impl->event.get(), kEventId));
+  COHORT_TRY(add(impl->event.get(), kStopId));
   for (size_t i = 0; i < o.watch.size(); ++i) COHORT_TRY(add(o.watch[i].first, kWatchBase + i));
   impl->workers = std::make_unique<WorkerPool>(o.threads);
+
+  const bool tls = !o.tls.cert_pem.empty();
+  if (tls && mhd->is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+    return cohort::fail(Code::kFailedPrecondition,
+                        "the libmicrohttpd found was built without TLS (GnuTLS)");
+  }
+  unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+                       MHD_USE_ERROR_LOG;
+  if (tls) flags |= MHD_USE_TLS;
+  if (ipv6) flags |= MHD_USE_IPv6;
+  const auto idle_s = static_cast<unsigned int>(
+      std::max<int64_t>(1, (o.limits.idle_timeout.count() + 999) / 1000));
+  Impl* self = impl.get();
+  const MHD_socket listen_fd = impl->listener.get();
+  const size_t memory = o.limits.header_bytes + (64 << 10);  // the header block, then answers
+  // A function pointer travels in an option's integer.
+  auto fn = [](auto f) { return reinterpret_cast<intptr_t>(f); };
+  std::vector<MHD_OptionItem> items = {
+      {MHD_OPTION_EXTERNAL_LOGGER, fn(&Impl::log), self},  // first, to have every message
+      {MHD_OPTION_LISTEN_SOCKET, listen_fd, nullptr},
+      {MHD_OPTION_NOTIFY_COMPLETED, fn(&Impl::onCompleted), self},
+      {MHD_OPTION_NOTIFY_CONNECTION, fn(&Impl::onConnection), self},
+      {MHD_OPTION_UNESCAPE_CALLBACK, fn(&Impl::keepEscapes), self},
+      {MHD_OPTION_CONNECTION_TIMEOUT, idle_s, nullptr},
+      {MHD_OPTION_CONNECTION_LIMIT, static_cast<intptr_t>(o.limits.max_connections), nullptr},
+      {MHD_OPTION_PER_IP_CONNECTION_LIMIT, static_cast<intptr_t>(o.limits.max_per_address),
+       nullptr},
+      {MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<intptr_t>(memory), nullptr},
+      {MHD_OPTION_THREAD_POOL_SIZE, std::max(1, o.polling_threads), nullptr},
+  };
+  if (tls) {
+    items.push_back({MHD_OPTION_HTTPS_MEM_CERT, 0, const_cast<char*>(o.tls.cert_pem.c_str())});
+    items.push_back({MHD_OPTION_HTTPS_MEM_KEY, 0, const_cast<char*>(o.tls.key_pem.c_str())});
+    items.push_back({MHD_OPTION_HTTPS_PRIORITIES, 0,
+                     const_cast<char*>("NORMAL:-VERS-TLS1.0:-VERS-TLS1.1:-VERS-SSL3.0")});
+  }
+  items.push_back({MHD_OPTION_END, 0, nullptr});
+  impl->daemon = mhd->start_daemon(flags, 0, nullptr, nullptr, &Impl::onRequest, self,
+                                   MHD_OPTION_ARRAY, items.data(), MHD_OPTION_END);
+  if (!impl->daemon) {
+    return cohort::fail(Code::kFailedPrecondition,
+                        tls ? "libmicrohttpd did not start: is the TLS certificate and key pair "
+                              "valid PEM, and the key the certificate's?"
+                            : "libmicrohttpd did not start on " + where);
+  }
+  (void)impl->listener.release();  // libmicrohttpd closes it when it stops
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
 }
 
@@ -892,39 +739,35 @@ void HttpServer::stop() {
 Result<void> HttpServer::run() {
   Impl& s = *impl_;
   epoll_event events[256];
+  const int tick = static_cast<int>(kDeadlineCheck.count());
+  auto next_check = std::chrono::steady_clock::now();
   while (!s.stopping) {
-    int n = ::epoll_wait(s.epoll.get(), events, 256, 1000);  // at least a look a second for idlers
+    int n = ::epoll_wait(s.epoll.get(), events, 256, tick);
     if (n < 0) {
       if (errno == EINTR) continue;
       return failErrno("epoll_wait");
     }
-    s.closeIdle();
+    if (std::chrono::steady_clock::now() >= next_check) {
+      next_check = std::chrono::steady_clock::now() + kDeadlineCheck;
+      s.closeLateHeaders();
+    }
     for (int i = 0; i < n && !s.stopping; ++i) {
       const uint64_t id = events[i].data.u64;
-      if (id == kListenId) {
-        s.accept();
-      } else if (id == kEventId) {
-        s.drain();
-      } else if (id < kFirstConnection) {
+      if (id == kStopId) break;
+      if (id < kFirstStream) {
         size_t w = static_cast<size_t>(id - kWatchBase);
         if (w < s.options.watch.size()) s.options.watch[w].second();
-      } else {
-        auto it = s.connections.find(id);
-        if (it == s.connections.end()) continue;
-        Connection& c = *it->second;
-        const uint32_t ev = events[i].events;
-        if (ev & (EPOLLERR | EPOLLHUP)) {
-          s.close(id);
-          continue;
-        }
-        if (ev & EPOLLOUT) {
-          if (!s.flush(c)) continue;
-        }
-        if (ev & (EPOLLIN | EPOLLRDHUP)) s.readable(c);
+        continue;
       }
+      std::shared_ptr<StreamDriver> driver;
+      {
+        std::lock_guard lock(s.mu);
+        auto it = s.streams.find(id);
+        if (it != s.streams.end()) driver = it->second.lock();
+      }
+      if (driver) driver->kill();  // its client hung up
     }
   }
-  s.connections.clear();
   return {};
 }
 

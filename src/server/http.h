@@ -1,19 +1,30 @@
-// Http: the server's HTTP/1.1 layer. One loop thread (epoll) accepts connections, reads and
-// parses requests (request line, headers, Content-Length and chunked bodies) within limits, and
-// hands each complete request to a fixed pool of worker threads; the answer goes back to the
-// loop, which writes it without blocking. Connections stay open (keep-alive) until the client
-// closes one or a request was malformed (400, then close).
+// Http: the server's HTTP/1.1 layer, over libmicrohttpd (server/mhd_lib.h; why that library:
+// docs/architecture.md, "The server's edge"). libmicrohttpd owns the sockets: it accepts
+// (within a global and a per-address cap), speaks TLS when given a certificate, reads a
+// request's header block within a bounded buffer, and writes answers, on two polling threads.
+// This layer adds what the service needs around it:
 //
-// A handler may answer with a stream instead of a body: the headers leave at once, then chunks
-// whenever the StreamSource has more. A waiting stream holds no thread: its source calls
-// StreamWaker::wake (from any thread; it writes the loop's eventfd) when it may have more, and
-// the loop then asks it again on a worker. The stream ends when the source says so or the client
-// hangs up, and its source is then destroyed.
+// - Nothing but the headers before the caller is known. Once a request's header block is in,
+//   the connection is suspended and `admit` runs on a worker thread: it authenticates and says
+//   how much body to accept, and where to put it (memory, or a file for an upload). Only then
+//   is any body byte read. A request with no body is admitted and handled in the same step.
+// - A deadline for the header block (Limits::header_timeout, from the connection's start or its
+//   previous answer), which each byte does not reset, so a client that sends a byte a second
+//   (slowloris) is closed like a silent one; an idle timeout for everything else a client keeps
+//   waiting (half a body, an answer it does not read).
+// - Handlers on a fixed pool of worker threads; the polling thread never waits for one.
+// - Streams: a handler may answer with a StreamSource instead of a body. Its headers leave at
+//   once, then chunks whenever the source has more. A stream waiting for its source is a
+//   suspended connection, not a thread: the source calls StreamWaker::wake (any thread) when it
+//   may have more, and a worker then asks it. A client that hangs up while its stream waits
+//   ends the stream at once (the layer watches such connections for the hang-up).
+// - Conflicting framing refused before anything else: two Content-Length headers, a
+//   Content-Length beside Transfer-Encoding, a transfer coding other than chunked.
 //
-// Thread-safety: create/run/stop as documented; handlers and StreamSource::pull run on worker
-// threads (never two pulls of one stream at once); the admission check, StreamSource::start and
-// the extra watched descriptors' callbacks run on the loop thread and must not block for long.
-// Nothing throws across the loop: a handler or a source that throws answers 500 / ends.
+// Thread-safety: create/run/stop as documented; `admit`, `handle` and StreamSource::pull run on
+// worker threads (never two pulls of one stream at once); StreamSource::start runs on the
+// polling thread and must not block. Nothing throws across the layer: a handler or a source
+// that throws answers 500 / ends its stream.
 #pragma once
 
 #include <cstdint>
@@ -38,8 +49,11 @@ struct Request {
   std::string version;  // "HTTP/1.1"
   std::vector<std::pair<std::string, std::string>> headers;  // names in lower case
   std::vector<std::pair<std::string, std::string>> params;   // the query, decoded
-  std::string body;
-  std::vector<std::string> matches;  // set by the router: [0] the path, then the captures
+  std::string body;  // the body, unless admission sent it to `body_file`
+  std::shared_ptr<UniqueFd> body_file;  // set by admission: the body was written here
+  uint64_t body_size = 0;               // bytes of the body read (into `body` or the file)
+  std::vector<std::string> matches;     // set by the router: the path's captures
+  std::shared_ptr<void> context;        // what admission decided, for the handler
 
   // The first header or parameter of that name ("" when none); names of headers ignore case.
   std::string header(std::string_view name) const;
@@ -53,15 +67,18 @@ struct Request {
 // has ended (or of a stopped server) does nothing.
 class StreamWaker {
  public:
-  struct Queue;
+  struct Target {
+    virtual ~Target() = default;
+    virtual void wake() = 0;
+  };
   StreamWaker() = default;
-  StreamWaker(std::shared_ptr<Queue> queue, uint64_t connection)
-      : queue_(std::move(queue)), connection_(connection) {}
-  void wake() const;
+  explicit StreamWaker(std::weak_ptr<Target> target) : target_(std::move(target)) {}
+  void wake() const {
+    if (auto t = target_.lock()) t->wake();
+  }
 
  private:
-  std::shared_ptr<Queue> queue_;
-  uint64_t connection_ = 0;
+  std::weak_ptr<Target> target_;
 };
 
 // The body of a streamed answer.
@@ -71,6 +88,7 @@ class StreamSource {
     kMore,  // more is ready: ask again (once the client took what was sent)
     kWait,  // nothing now: ask again after a wake()
     kEnd,   // the stream is over
+    kAbort,  // the stream is cut off: the connection closes without the stream's end
   };
   virtual ~StreamSource() = default;
   // On the loop thread, once, before the first pull: where to send wake-ups.
@@ -99,37 +117,54 @@ struct Response {
 };
 
 struct Limits {
-  size_t header_bytes = 64 << 10;  // request line and headers
+  size_t header_bytes = 64 << 10;  // request line and headers (more: 431)
   size_t header_count = 100;
-  // A connection that waits on its client (for a request, the rest of one, or to read the
-  // answer) with nothing moving for this long is closed. Not a follower waiting for its job,
-  // and not a request a worker is answering.
+  // A request's header block must be complete this long after the connection opened or its
+  // previous answer left, however slowly its bytes come; else the connection is closed.
+  Millis header_timeout{10000};
+  // A connection that waits on its client (the rest of a body, or to read the answer) with
+  // nothing moving for this long is closed. Not a follower waiting for its job, and not a
+  // request a worker is answering. Whole seconds.
   Millis idle_timeout{60000};
+  size_t max_connections = 16384;   // open at once, in all
+  size_t max_per_address = 1024;    // open at once from one client address
+};
+
+// TLS: a certificate chain and its private key, PEM. Empty: plain HTTP.
+struct Tls {
+  std::string cert_pem;
+  std::string key_pem;
 };
 
 // What the admission check decides once a request's headers are in, before its body is read.
 struct Admission {
-  std::optional<Response> answer;  // set: answered now; the body is not read, the connection
-                                   // closes
+  std::optional<Response> answer;  // set: answered now; the body is not read (the connection
+                                   // closes when one was coming)
   size_t body_limit = 0;           // the most body bytes to read (more: 413)
+  std::shared_ptr<UniqueFd> body_file;  // set: the body is written to this file, not kept
 };
 
 struct Options {
   std::string host = "127.0.0.1";
   int port = 0;  // 0: any free port
-  int threads = 8;
+  int threads = 8;          // workers: admission, handlers, streams' pulls
+  int polling_threads = 2;  // libmicrohttpd's: sockets, parsing, TLS, sending
   Limits limits;
-  std::function<Admission(const Request&)> admit;             // loop thread; may be empty
-  std::function<void(Request&, Response&)> handle;            // worker threads
+  Tls tls;
+  // Worker threads. `admit` sees the request's headers (no body yet); empty: no body is
+  // accepted. `handle` sees the whole request.
+  std::function<Admission(Request&)> admit;
+  std::function<void(Request&, Response&)> handle;
   std::function<Response(int status, std::string message)> error;  // answers the layer makes
-  // More descriptors the loop watches for input (not owned), with what to call then.
+  // More descriptors run() watches for input (not owned), with what to call then.
   std::vector<std::pair<int, std::function<void()>>> watch;
 };
 
 class HttpServer {
  public:
-  // Binds and listens (SO_REUSEADDR, never SO_REUSEPORT) and starts the worker threads.
-  // Errors: kIo naming the address when it cannot listen.
+  // Loads libmicrohttpd, binds and listens (SO_REUSEADDR, never SO_REUSEPORT), and starts
+  // the polling and worker threads. Errors: kIo naming the address when it cannot listen;
+  // kFailedPrecondition when libmicrohttpd cannot be loaded or refuses the TLS key pair.
   static Result<std::unique_ptr<HttpServer>> create(Options options);
   ~HttpServer();  // stops, closes every connection, joins the workers
   HttpServer(const HttpServer&) = delete;
@@ -138,7 +173,8 @@ class HttpServer {
   int port() const;
   // Open connections (any thread; for metrics).
   size_t connections() const;
-  // Runs the loop on the calling thread until stop(). Errors: kIo when epoll fails.
+  // Runs the layer's watch loop on the calling thread until stop(): header deadlines,
+  // hang-ups of waiting streams, Options::watch. Errors: kIo when epoll fails.
   Result<void> run();
   // Any thread, async-signal-safe.
   void stop();

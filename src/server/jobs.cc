@@ -18,6 +18,7 @@
 #include "job/events.h"
 #include "job/id.h"
 #include "job/layout.h"
+#include "job/lifecycle.h"
 #include "server/tokens.h"
 #include "server/uploads.h"
 #include "spec/job_spec.h"
@@ -33,6 +34,27 @@ namespace cohort::server {
 using Json = nlohmann::json;
 
 namespace {
+
+// Every state but the final ones.
+std::vector<std::string> liveStates() {
+  std::vector<std::string> live;
+  for (job::JobState st : job::kAllJobStates) {
+    if (!job::isFinal(st)) live.emplace_back(job::stateName(st));
+  }
+  return live;
+}
+
+// The lifecycle (job/lifecycle.h) over the store's names: the state `job` goes to on `input`,
+// by name; nothing when it stays. A name the store should not hold counts as failed.
+std::optional<std::string> next(const store::Job& job, job::JobInput input,
+                                const std::string& reported = "") {
+  const job::JobState current = job::parseJobState(job.state).value_or(job::JobState::kFailed);
+  const job::JobState word = job::parseJobState(reported).value_or(job::JobState::kQueued);
+  auto to = job::nextState(current, input, word);
+  if (!to) return std::nullopt;
+  return std::string(job::stateName(*to));
+}
+
 
 constexpr size_t kMaxReportEvents = 4096;
 constexpr size_t kMaxProgressBytes = 2u << 20;
@@ -139,8 +161,9 @@ JobService::~JobService() {
 }
 
 Result<void> JobService::writeReportUrl(const std::string& job_dir) const {
-  return writeFileAtomic(job::Layout(job_dir).reportUrlFile(), options_.report_url + "\n", false,
-                         0600);
+  const std::string pin = options_.report_pin.empty() ? "" : "pin " + options_.report_pin + "\n";
+  return writeFileAtomic(job::Layout(job_dir).reportUrlFile(), options_.report_url + "\n" + pin,
+                         false, 0600);
 }
 
 void JobService::notify(const std::string& job_id) const {
@@ -202,7 +225,7 @@ sched::Running runningOf(const store::Job& job) {
 Result<void> JobService::reconcile() {
   COHORT_ASSIGN(
       std::vector<store::Job> jobs,
-      store_.jobsInStates({"queued", "starting", "staging", "running", "restarting", "stopping"}));
+      store_.jobsInStates(liveStates()));
   for (store::Job& job : jobs) {
     if (job.state == "queued") {
       queue_[job.id] = schedJob(job);
@@ -232,12 +255,12 @@ Result<void> JobService::reconcile() {
       record("still " + job.state + " (" + where + ") after a server restart");
       reconciled_.push_back("job " + job.id + ": still " + job.state + " (" + where +
                             "), following it again");
-      supervised_[job.id] = std::move(s);
+      supervise(std::move(s));
       continue;
     }
     record("ended while the server was down");
     Supervised& ref = *s;
-    supervised_[job.id] = std::move(s);
+    supervise(std::move(s));
     finish(ref, !job.handle.empty()
                     ? "lost: its " + where +
                           " ended while the server was down, without handing over its result "
@@ -250,6 +273,18 @@ Result<void> JobService::reconcile() {
                : std::string("unknown")));
   }
   return {};
+}
+
+// Whether `path` is below one of `roots` as written: no "." or ".." part, and a root's own
+// parts first.
+bool belowInputRoot(const std::string& path, const std::vector<std::string>& roots) {
+  for (const std::string& part : split(path, '/')) {
+    if (part == "." || part == "..") return false;
+  }
+  for (const std::string& root : roots) {
+    if (path == root || startsWith(path, root == "/" ? root : root + "/")) return true;
+  }
+  return false;
 }
 
 // The job's data: store:// locations the caller may read (inputs) or write (outputs), local
@@ -307,13 +342,19 @@ Result<void> JobService::checkData(const Caller& caller, const spec::JobSpec& sp
                                               "the server's machine, got '" +
                                               path + "'");
     }
-    if (inside_root(path)) {
+    // Only below a directory the admin listed, compared as written: the job's agent opens it
+    // there without following a link, and reads it as the account (account/as_account.h). Not
+    // a look at the path here: the answer is the same whether it exists or not.
+    if (!belowInputRoot(path, options_.input_roots) || (path + "/").rfind(root, 0) == 0) {
+      const std::string roots =
+          options_.input_roots.empty()
+              ? std::string("no local inputs (cohort server --input-root DIR lists where they "
+                            "may be)")
+              : "local inputs only below " + join(options_.input_roots, ", ");
       return fail(Code::kInvalidArgument,
-                  field + ": '" + path + "' is inside the server's data root; use store://");
-    }
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) {
-      return fail(Code::kInvalidArgument, field + ": '" + path + "' does not exist");
+                  field + ": '" + path + "': this server takes " + roots +
+                      "; copy the data into the store (cohort cp DIR server://BUCKET/PATH) and "
+                      "name store://BUCKET/PATH");
     }
   }
   for (size_t i = 0; i < spec.outputs.size(); ++i) {
@@ -420,7 +461,9 @@ Result<std::string> JobService::copyOfCode(const Caller& caller, const std::stri
   }
   storage::ArchiveLimits limits;
   limits.max_bytes = options_.max_upload_bytes;
-  COHORT_ASSIGN(Upload copy, uploadTree(options_.data_root, caller.account, dir, limits));
+  COHORT_ASSIGN(auto id, identityOf(caller.account));
+  COHORT_ASSIGN(Upload copy, uploadTree(options_.data_root, caller.account,
+                                        {id.first, id.second}, dir, limits));
   return pendingUpload(options_.data_root, caller.account, copy.id);
 }
 
@@ -467,8 +510,11 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
   }
   if (!in_image) {
     if (upload_dir.empty()) COHORT_TRY(notAnotherJobsCode(spec.workdir, options_.data_root));
-    COHORT_TRY(backends::checkCommand(spec));
+    // The account's user must be able to enter the workdir before anything in it is looked
+    // at: the server looks as root, and would otherwise tell what is in a directory only
+    // root may enter.
     COHORT_TRY(checkIdentity(caller, spec, !upload_dir.empty()));
+    COHORT_TRY(backends::checkCommand(spec));
   }
   // The server's configuration decides where its jobs run.
   if (spec.backend == spec::Backend::kSlurm && options_.nodes != spec::Backend::kSlurm) {
@@ -499,7 +545,7 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
   place_code();
   job.account = caller.account;
   job.name = spec.name;
-  job.state = "queued";
+  job.state = std::string(job::stateName(job::JobState::kQueued));
   job.priority = priority;
   job.framework = spec::frameworkName(spec.framework);
   job.ranks = spec::totalProcs(spec);
@@ -581,9 +627,10 @@ Result<store::Job> JobService::stop(const std::string& id) {
   std::lock_guard lock(mu_);
   takeIncoming();
   COHORT_ASSIGN(store::Job job, store_.job(id));
+  const auto to = next(job, job::JobInput::kStopAsked);
   if (store::isFinalState(job.state)) return job;
-  if (job.state == "queued") {
-    job.state = "stopped";
+  if (job.state == "queued" && to) {
+    job.state = *to;  // stopped
     job.ended = nowUnixNanos();
     job.reason = "stopped before it started";
     job.exit_code = 143;
@@ -597,9 +644,9 @@ Result<store::Job> JobService::stop(const std::string& id) {
     wake();
     return job;
   }
-  if (!job.handle.empty()) backend_->cancel(job.handle);
-  if (job.state != "stopping") {
-    job.state = "stopping";
+  if (!job.handle.empty()) backend_->cancel(job.handle);  // again, if it was asked before
+  if (to) {
+    job.state = *to;  // stopping
     job.reason = "stopped on request";
     COHORT_TRY(store_.updateJob(job));
     notify(id);
@@ -657,7 +704,9 @@ void JobService::loop() {
         Supervised& s = *it->second;
         ++it;  // finish() erases s
         if (backend_->running(s.handle)) continue;
-        finish(s, "lost: its " + backend_->describe(s.handle) + " ended without reporting a result");
+        const std::string how = backend_->endWords(s.handle);
+        finish(s, "lost: its " + backend_->describe(s.handle) +
+                      " ended without reporting a result" + (how.empty() ? "" : ": " + how));
       }
       next_poll = Clock::now() + options_.poll_interval;
     }
@@ -724,7 +773,7 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
     std::lock_guard waiting_lock(waiting_mu_);
     waiting_.erase(job.id);
   }
-  job.state = "starting";
+  job.state = next(job, job::JobInput::kStarted).value_or(job.state);  // starting
   job.started = nowUnixNanos();
   job.job_dir = job::Layout::of(options_.data_root, job.id).dir();
   // Recorded before the coordinator exists: a server that dies now finds the job lost, never a
@@ -735,7 +784,7 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
       queued, placement, sched::TimePoint(std::chrono::milliseconds(job.started / 1000000)));
 
   auto failed = [&](const Error& e) -> Result<void> {
-    job.state = "failed";
+    job.state = next(job, job::JobInput::kStartFailed).value_or(job.state);  // failed
     job.ended = nowUnixNanos();
     job.exit_code = 1;
     job.reason = "could not start: " + e.message;
@@ -746,11 +795,15 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
     return tl::unexpected<Error>(e);
   };
   bool has_code = false;  // the job's directory exists already, holding only its code/
+  bool debugged = false;
   std::string environments;  // where its coordinator looks environments up
   {
     auto spec = spec::parseJobFile(job.spec_json, "job");
     if (!spec) return failed(spec.error());
     has_code = spec->workdir == job::Layout(job.job_dir).codeDir();
+    // A paused rank's debugger is reached on its node's loopback, which a network of the
+    // job's own would keep from it (only a server whose accounts are one person takes debug:).
+    debugged = spec->debug.enabled;
     auto account = store_.account(job.account);
     if (!account) return failed(account.error());
     if (auto data = checkData({account->name, account->admin}, *spec, job.id); !data) {
@@ -798,6 +851,8 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
   launch.gpus = freeGpus(job.gpus);
   launch.report = true;
   launch.environments = environments;
+  launch.input_roots = options_.input_roots;
+  launch.job_network = debugged ? "host" : options_.job_network;
   auto handle = backend_->submit(launch);
   if (!handle) return failed(handle.error());
   gpus_held_[job.id] = launch.gpus;
@@ -807,7 +862,7 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
   s->id = job.id;
   s->handle = job.handle;
   s->job_dir = job.job_dir;
-  supervised_[job.id] = std::move(s);
+  supervise(std::move(s));
   COHORT_TRY(store_.updateJob(job));
   notify(job.id);
   return {};
@@ -882,7 +937,7 @@ Result<JobService::ReportAnswer> JobService::report(const std::string& job_id,
   if (r != report.end() && all_in && !store::isFinalState(now.state)) {
     COHORT_ASSIGN(job::JobResult result,
                   job::decodeResult(r->dump(-1, ' ', false, Json::error_handler_t::replace)));
-    now.state = result.state;
+    now.state = next(now, job::JobInput::kReported, result.state).value_or(now.state);
     now.exit_code = result.exit_code;
     now.reason = result.reason;
     if (result.attempts > 0) now.attempts = result.attempts;
@@ -922,11 +977,17 @@ void JobService::applyEvents(const std::string& job_id, const std::vector<job::E
   auto job = store_.job(job_id);
   if (!job || store::isFinalState(job->state)) return;
   bool changed = false;
-  // A stop asked for stays "stopping" until the job ends.
-  if (state && job->state != "stopping" && (job->state != *state || job->reason != *reason)) {
-    job->state = *state;
-    job->reason = *reason;
-    changed = true;
+  // The coordinator's word moves the job as the lifecycle says (a stopping job stays stopping
+  // until it ends); the reason goes with the state it explains.
+  if (state) {
+    if (auto to = next(*job, job::JobInput::kReported, *state)) {
+      job->state = *to;
+      job->reason = *reason;
+      changed = true;
+    } else if (job->state == *state && job->reason != *reason) {
+      job->reason = *reason;
+      changed = true;
+    }
   }
   if (attempts && job->attempts != *attempts) {
     job->attempts = *attempts;
@@ -944,7 +1005,7 @@ void JobService::finish(Supervised& s, const std::string& lost_why) {
     // A stop that reached the coordinator before it blocked signals (first thing in `cohort
     // run`) ended it without a result: the job was stopped, not lost. Nothing had started.
     const bool stopped = job->state == "stopping";
-    job->state = stopped ? "stopped" : "failed";
+    job->state = next(*job, job::JobInput::kCoordinatorGone).value_or(job->state);
     job->exit_code = stopped ? 143 : 1;
     if (!stopped) job->reason = lost_why;
     if (auto u = recordEnd(store_, *job); !u) {
@@ -959,7 +1020,26 @@ void JobService::finish(Supervised& s, const std::string& lost_why) {
   running_.erase(id);
   gpus_held_.erase(id);
   supervised_.erase(id);  // destroys s
+  {
+    std::lock_guard lock(coordinators_mu_);
+    coordinators_.erase(id);
+  }
+  notify(id);  // its log is complete: followers may end
   dirty_ = true;
+}
+
+void JobService::supervise(std::unique_ptr<Supervised> s) {
+  {
+    std::lock_guard lock(coordinators_mu_);
+    coordinators_.insert(s->id);
+  }
+  const std::string id = s->id;
+  supervised_[id] = std::move(s);
+}
+
+bool JobService::coordinatorRunning(const std::string& id) const {
+  std::lock_guard lock(coordinators_mu_);
+  return coordinators_.count(id) > 0;
 }
 
 }  // namespace cohort::server

@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -65,8 +66,14 @@ struct JobServiceOptions {
   bool isolate = false;       // run ranks under bubblewrap (cohort run --isolate)
   Identities identities;
   std::string report_url;     // where coordinators report: this server, "http://host:port"
+  std::string report_pin;     // with https: its public key's pin, written beside report_url
   int64_t max_upload_bytes = int64_t{1} << 30;  // a copy of an earlier job's code, at most
   bool store_in_s3 = false;   // the store is in S3: its inputs are copied, never linked
+  // The only directories local inputs may be below (cohort server --input-root), absolute,
+  // without a trailing '/'; none: no local inputs.
+  std::vector<std::string> input_roots;
+  // Each job's network (cohort run --job-network): isolated, nat or host; "": cohort run's default.
+  std::string job_network;
   // Where a job of `caller` finds environment `name` (its coordinator's COHORT_ENVS), checked
   // that the caller may use it now (server/environments.h); unset: the server's own store.
   std::function<Result<std::string>(const Caller& caller, const std::string& name)> environments;
@@ -124,6 +131,10 @@ class JobService {
   };
   Result<ReportAnswer> report(const std::string& job_id, const std::string& token,
                               const std::string& body);
+  // Whether the job's coordinator may still write (its log's last lines come after the job's
+  // end is recorded): it was started, or found again at start, and has not ended. on_events
+  // is called when it ends. Any thread.
+  bool coordinatorRunning(const std::string& id) const;
   // The latest progress its coordinator reported (a JSON object), while the job runs.
   std::optional<std::string> progress(const std::string& job_id) const;
 
@@ -155,6 +166,7 @@ class JobService {
   // The coordinator is gone: records that it was lost when it did not report the job's end.
   void finish(Supervised& s, const std::string& lost_why);
   void wake();
+  void supervise(std::unique_ptr<Supervised> s);  // follows a started job's coordinator
   void notify(const std::string& job_id) const;  // options_.on_events
   // Names this server in the job directory's report.url, for its coordinator.
   Result<void> writeReportUrl(const std::string& job_dir) const;
@@ -182,6 +194,8 @@ class JobService {
   std::vector<sched::Job> incoming_;  // submitted, not yet in queue_
   mutable std::mutex waiting_mu_;
   std::map<std::string, sched::Waiting> waiting_;  // from the latest pass
+  mutable std::mutex coordinators_mu_;
+  std::set<std::string> coordinators_;  // the ids of supervised_, for coordinatorRunning
   mutable std::mutex progress_mu_;
   std::map<std::string, std::string> progress_;  // running jobs' latest, by id
   std::atomic<size_t> queue_length_{0};

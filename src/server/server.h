@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "sched/scheduler.h"
+#include "server/http.h"
 #include "server/jobs.h"
 #include "storage/place.h"
 #include "util/result.h"
@@ -33,10 +34,15 @@ struct ServerOptions {
   spec::Backend nodes = spec::Backend::kLocal;  // jobs' nodes: this machine's, Slurm's, Volcano's
   backends::VolcanoSettings volcano;            // with nodes kVolcano: namespace, advertise
   bool isolate = false;       // run every job's ranks under bubblewrap
+  std::vector<std::string> input_roots;  // --input-root: where local inputs may be
+  std::string job_network;  // --job-network: isolated | nat | host (each job's network)
   Identities identities;      // the Unix identities accounts' ranks run as (see jobs.h)
   int http_threads = 32;      // workers that run handlers; followers hold none
   Millis http_idle_timeout{60000};  // a client that keeps a connection waiting this long loses it
   int64_t max_upload_bytes = int64_t{1} << 30;  // a code upload's archive (POST /v1/uploads)
+  size_t max_followers = 256;  // streams one account may follow at once (jobs' events and logs)
+  http::Limits http_limits;    // connections, header block, timeouts (idle_timeout: above)
+  http::Tls tls;               // a certificate and key: the API speaks HTTPS
 };
 
 class Server {
@@ -56,6 +62,8 @@ class Server {
   // Every route served, as "METHOD /path/{param}", in the order they were registered (what
   // the OpenAPI document must describe).
   const std::vector<std::string>& routes() const;
+  // Those of them any caller may call without a token (the route table says who may).
+  const std::vector<std::string>& routesWithoutToken() const;
 
   // Serves until stop(). Errors: kIo when serving fails.
   Result<void> run();

@@ -7,11 +7,15 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 
 #include "server/access.h"
+#include "store/job_store.h"
+#include "util/text.h"
 #include "util/temp_dir_for_tests.h"
 
 namespace cohort::server {
@@ -73,15 +77,20 @@ TEST(OpenApi, DocumentIsOpenApi303WithBearerAuth) {
   }
 }
 
-TEST(OpenApi, DescribesExactlyTheRoutesTheServerServes) {
-  TempDir dir("cohort-server-test");
-  ASSERT_FALSE(dir.path().empty());
+// A server in this process on a fresh data root (its routes are what the tests read).
+Result<std::unique_ptr<Server>> inProcessServer(const std::string& data_root) {
   ServerOptions options;
-  options.data_root = dir.path();
+  options.data_root = data_root;
   options.port = 0;
   options.cohort_bin = "/bin/false";
   options.capacity.cpu_millis = 2000;
-  auto server = Server::create(options);
+  return Server::create(options);
+}
+
+TEST(OpenApi, DescribesExactlyTheRoutesTheServerServes) {
+  TempDir dir("cohort-server-test");
+  ASSERT_FALSE(dir.path().empty());
+  auto server = inProcessServer(dir.path());
   ASSERT_TRUE(server) << server.error().message;
   const std::vector<std::string>& routes = (*server)->routes();
   std::set<std::string> served(routes.begin(), routes.end());
@@ -97,7 +106,19 @@ TEST(OpenApi, DescribesExactlyTheRoutesTheServerServes) {
   EXPECT_FALSE(served.empty());
 }
 
-TEST(OpenApi, OnlyTheDocumentAndMetricsNeedNoToken) {
+TEST(OpenApi, ExactlyTheRoutesTheTableOpensNeedNoToken) {
+  TempDir dir("cohort-server-test");
+  ASSERT_FALSE(dir.path().empty());
+  auto server = inProcessServer(dir.path());
+  ASSERT_TRUE(server) << server.error().message;
+  std::set<std::string> table_open;
+  for (const std::string& route : (*server)->routesWithoutToken()) {
+    std::string lower = route;
+    for (size_t i = 0; i < lower.find(' '); ++i) {
+      lower[i] = static_cast<char>(std::tolower(static_cast<unsigned char>(lower[i])));
+    }
+    table_open.insert(lower);
+  }
   Json doc = parsedDocument();
   std::set<std::string> open;
   for (const auto& [path, item] : doc["paths"].items()) {
@@ -111,6 +132,7 @@ TEST(OpenApi, OnlyTheDocumentAndMetricsNeedNoToken) {
       }
     }
   }
+  EXPECT_EQ(open, table_open);
   EXPECT_EQ(open, (std::set<std::string>{"get /v1/openapi.json", "get /metrics"}));
 }
 
@@ -150,6 +172,58 @@ TEST(OpenApi, EveryOperationDocumentsItsSuccessAndItsErrorsUseTheErrorSchema) {
       EXPECT_TRUE(success) << method << " " << path << " documents no 2xx answer";
     }
   }
+}
+
+
+// The lifecycle's list of states (job/lifecycle.h) is the one every reader shows: the OpenAPI
+// document's, the console's and the SDK's copies are pinned to it here.
+std::string sourceFile(const std::string& relative) {
+  std::ifstream in(std::string(COHORT_SOURCE_DIR) + "/" + relative);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The double-quoted words between `start` and the next `end` in `text`.
+std::vector<std::string> quotedWords(const std::string& text, const std::string& start,
+                                     const std::string& end) {
+  std::vector<std::string> out;
+  auto at = text.find(start);
+  if (at == std::string::npos) return out;
+  const auto stop = text.find(end, at + start.size());
+  const std::string part = text.substr(at + start.size(), stop - at - start.size());
+  for (size_t q = part.find('"'); q != std::string::npos; q = part.find('"', q)) {
+    const auto close = part.find('"', q + 1);
+    if (close == std::string::npos) break;
+    out.push_back(part.substr(q + 1, close - q - 1));
+    q = close + 1;
+  }
+  return out;
+}
+
+TEST(JobStates, EveryCopyIsTheLifecyclesList) {
+  std::vector<std::string> final_states, live;
+  for (const std::string& s : store::kJobStates) {
+    (store::isFinalState(s) ? final_states : live).push_back(s);
+  }
+  Json doc = parsedDocument();
+  EXPECT_EQ(doc["components"]["schemas"]["Job"]["properties"]["state"]["enum"],
+            Json(store::kJobStates));
+  bool listed = false;
+  for (const Json& p : doc["paths"]["/v1/jobs"]["get"]["parameters"]) {
+    if (p.value("name", "") != "state") continue;
+    EXPECT_EQ(p["schema"]["items"]["enum"], Json(store::kJobStates));
+    listed = true;
+  }
+  EXPECT_TRUE(listed) << "GET /v1/jobs has no state parameter";
+  const std::string console = sourceFile("web/src/format.js");
+  EXPECT_EQ(quotedWords(console, "FINAL = new Set([", "]"), final_states) << "web/src/format.js";
+  const auto active = quotedWords(console, "ACTIVE = ", ";");
+  ASSERT_EQ(active.size(), 1u) << "web/src/format.js";
+  EXPECT_EQ(active[0], join(live, ",")) << "web/src/format.js";
+  const std::string sdk = sourceFile("python/cohort/client.py");
+  EXPECT_EQ(quotedWords(sdk, "FINAL_STATES = frozenset((", "))"), final_states)
+      << "python/cohort/client.py";
 }
 
 TEST(PrefixCovers, EmptyPrefixCoversEverything) {

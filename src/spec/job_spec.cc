@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <yaml.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 #if __has_include(<yaml-cpp/depthguard.h>)
@@ -243,110 +244,32 @@ bool mayBeNumber(const YAML::Node& node) {
   return node.Tag() == "?" || node.Tag() == "tag:yaml.org,2002:int";
 }
 
-// The line where flow collections ([ ], { }) first nest deeper than `max_depth`, or 0. yaml-cpp
-// recurses once per level of a flow collection, so this scan runs before it. It reads no
-// structure beyond what it needs: quoted scalars, comments and block scalars (| and >) are
-// skipped, and in block context a bracket only counts where a value can start, so brackets
-// inside plain text ("echo a[1]") are not counted.
-int flowTooDeepLine(std::string_view text, int max_depth) {
-  int depth = 0;
-  int line = 1;
-  bool line_start = true;
-  bool node_start = true;  // the next character may start a value
-  int indent = 0;          // of the current line
-  int block_scalar = -1;   // inside a block scalar: lines indented more than this belong to it
-  const size_t n = text.size();
-  auto spaceAt = [&](size_t j) { return j >= n || text[j] == ' ' || text[j] == '\t' ||
-                                        text[j] == '\n' || text[j] == '\r'; };
-  for (size_t i = 0; i < n;) {
-    if (line_start) {
-      size_t j = i;
-      while (j < n && text[j] == ' ') ++j;
-      const bool blank = j >= n || text[j] == '\n' || text[j] == '\r';
-      if (block_scalar >= 0 && (blank || static_cast<int>(j - i) > block_scalar)) {
-        size_t eol = text.find('\n', j);
-        if (eol == std::string_view::npos) break;
-        i = eol + 1;
-        ++line;
-        continue;
-      }
-      block_scalar = -1;
-      indent = static_cast<int>(j - i);
-      line_start = false;
-      if (depth == 0) node_start = true;
-      i = j;
-      continue;
+// The line where collections (mappings and lists, block or flow) first nest deeper than
+// `max_depth`, or 0, read by libyaml's event parser before yaml-cpp builds the tree: yaml-cpp
+// recurses once per level, libyaml keeps its own stack, so it counts the depth exactly as the
+// events arrive (brackets inside quoted or plain text are text to it) and stops at the first
+// level too deep. Text libyaml refuses is left to yaml-cpp, whose message the job file's
+// author gets; at most a bounded number of events is read.
+int tooDeepLine(std::string_view text, int max_depth) {
+  yaml_parser_t parser;
+  if (!yaml_parser_initialize(&parser)) return 0;
+  yaml_parser_set_input_string(&parser, reinterpret_cast<const unsigned char*>(text.data()),
+                               text.size());
+  int depth = 0, line = 0;
+  for (size_t events = 0; events < text.size() * 2 + 16; ++events) {
+    yaml_event_t event;
+    if (!yaml_parser_parse(&parser, &event)) break;
+    const yaml_event_type_t type = event.type;
+    if (type == YAML_SEQUENCE_START_EVENT || type == YAML_MAPPING_START_EVENT) {
+      if (++depth > max_depth) line = static_cast<int>(event.start_mark.line) + 1;
+    } else if (type == YAML_SEQUENCE_END_EVENT || type == YAML_MAPPING_END_EVENT) {
+      --depth;
     }
-    const char c = text[i];
-    if (c == '\n') {
-      ++line;
-      line_start = true;
-      ++i;
-      continue;
-    }
-    if (c == ' ' || c == '\t' || c == '\r') {
-      ++i;
-      continue;
-    }
-    if (c == '#' && (i == 0 || spaceAt(i - 1))) {
-      size_t eol = text.find('\n', i);
-      i = eol == std::string_view::npos ? n : eol;
-      continue;
-    }
-    if (node_start && (c == '"' || c == '\'')) {
-      for (++i; i < n; ++i) {
-        if (text[i] == '\n') ++line;
-        if (c == '"' && text[i] == '\\') {
-          if (i + 1 < n && text[i + 1] == '\n') ++line;
-          ++i;
-        } else if (text[i] == c) {
-          if (c == '\'' && i + 1 < n && text[i + 1] == '\'') {
-            ++i;  // '' is a quote inside single quotes
-          } else {
-            break;
-          }
-        }
-      }
-      ++i;
-      node_start = false;
-      continue;
-    }
-    if (c == '[' || c == '{') {
-      if (depth > 0 || node_start) {
-        if (++depth > max_depth) return line;
-        node_start = true;
-      }
-      ++i;
-      continue;
-    }
-    if (depth > 0) {
-      if (c == ']' || c == '}') {
-        --depth;
-        node_start = false;
-      } else {
-        node_start = c == ',' || c == ':' || c == '?';
-      }
-      ++i;
-      continue;
-    }
-    // Block context.
-    if (node_start && (c == '-' || c == '?') && spaceAt(i + 1)) {
-      ++i;  // a list entry or a complex key: a value may follow
-    } else if (c == ':' && spaceAt(i + 1)) {
-      node_start = true;
-      ++i;
-    } else if (node_start && (c == '|' || c == '>')) {
-      block_scalar = indent;
-      size_t eol = text.find('\n', i);
-      i = eol == std::string_view::npos ? n : eol;
-    } else if (node_start && (c == '&' || c == '!')) {
-      while (i < n && !spaceAt(i)) ++i;  // an anchor or a tag: the value comes after it
-    } else {
-      node_start = false;
-      ++i;
-    }
+    yaml_event_delete(&event);
+    if (line || type == YAML_STREAM_END_EVENT) break;
   }
-  return 0;
+  yaml_parser_delete(&parser);
+  return line;
 }
 
 int lineOfOffset(std::string_view text, size_t offset) {
@@ -974,7 +897,7 @@ Result<JobSpec> parseYaml(const std::string& text, const std::string& file_name)
     const size_t at = jsonTooDeepAt(text, kMaxNestingDepth);
     if (at != std::string::npos) return refuse(lineOfOffset(text, at), "job: " + deep);
   }
-  if (int line = flowTooDeepLine(text, kMaxNestingDepth)) return refuse(line, "job: " + deep);
+  if (int line = tooDeepLine(text, kMaxNestingDepth)) return refuse(line, "job: " + deep);
 
   YAML::Node root;
   try {

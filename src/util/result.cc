@@ -14,6 +14,7 @@ const char* codeName(Code code) {
     case Code::kUnauthenticated: return "unauthenticated";
     case Code::kPermissionDenied: return "permission_denied";
     case Code::kTooLarge: return "too_large";
+    case Code::kResourceExhausted: return "resource_exhausted";
     case Code::kUnavailable: return "unavailable";
     case Code::kDeadlineExceeded: return "deadline_exceeded";
     case Code::kIo: return "io";

@@ -21,6 +21,7 @@ enum class Code {
   kUnauthenticated,     // no credentials, or credentials that are not (any more) valid
   kPermissionDenied,    // known caller, not allowed
   kTooLarge,            // a request or file over a limit
+  kResourceExhausted,   // a caller holds as much of something as it may (followers, uploads)
   kUnavailable,         // a peer or service cannot be reached (yet)
   kDeadlineExceeded,    // a timeout ran out
   kIo,                  // the operating system refused (disk full, permission, ...)

@@ -202,11 +202,14 @@ TEST(ClientServer, UnreachableServerExitsOneNamingIt) {
   EXPECT_EQ(r.out, "");
 }
 
-TEST(ClientServer, HttpsIsRefusedAsBadUsage) {
+TEST(ClientServer, OtherSchemesAndAMissingCertificateFileAreBadUsage) {
   ClientEnv env;
-  RunResult r = env.run({"ps", "--server", "https://example.org"});
+  RunResult r = env.run({"ps", "--server", "ftp://example.org"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_TRUE(Contains(r.err, "only http:// is supported"));
+  EXPECT_TRUE(Contains(r.err, "expected an http:// or https:// URL")) << r.err;
+  r = env.run({"ps", "--server", "https://127.0.0.1:1", "--ca", "/nonexistent/ca.pem"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(Contains(r.err, "'/nonexistent/ca.pem' (--ca, COHORT_CA or cohort login)")) << r.err;
 }
 
 TEST(ClientServer, FlagBeatsEnvironmentBeatsConfigFile) {
@@ -415,8 +418,9 @@ class LiveClient : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string why;
-    // Two-rank jobs must fit whatever this machine's core count.
-    server_ = startServer(&why, {"--cpus", "4"});
+    // Two-rank jobs must fit whatever this machine's core count. The tests' local inputs are
+    // in their temporary directories.
+    server_ = startServer(&why, {"--cpus", "4", "--input-root", "/tmp"});
     ASSERT_TRUE(server_) << why;
   }
 

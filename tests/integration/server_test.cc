@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -254,7 +255,10 @@ class ServerFixture : public ::testing::Test {
     bool up = waitFor(
         [&] {
           std::string text = readText(out);
-          const std::string listening = "listening on http://127.0.0.1:";
+          std::string listening = "listening on http://127.0.0.1:";
+          if (text.find("listening on https://") != std::string::npos) {
+            listening = "listening on https://127.0.0.1:";
+          }
           auto at = text.find(listening);
           if (at == std::string::npos || text.find('\n', at) == std::string::npos) return false;
           port_ = std::atoi(text.c_str() + at + listening.size());
@@ -634,14 +638,24 @@ TEST_F(ServerIsolation, StorePathsAreNormalisedAsSharesAreAndAFileIsNoDirectory)
   EXPECT_FALSE(contains(under.body, data_root_)) << under;
 }
 
+// A server takes local inputs only below its --input-roots (here none): a path that leads into
+// the data root by "..", or anywhere else, is refused with the same words whether it exists or
+// not. (attack_test.cc tries links below an input root.)
 TEST_F(ServerIsolation, ALocalInputCannotReachIntoTheDataRootByDotDotOrALink) {
   std::filesystem::create_symlink(data_root_ + "/server", work_ + "/sneak");
-  for (const std::string& source : {work_ + "/../data/server", work_ + "/sneak"}) {
+  for (const std::string& source : {work_ + "/../data/server", work_ + "/sneak",
+                                    data_root_ + "/server/admin.token", std::string("/etc/shadow"),
+                                    std::string("/no/such/file")}) {
     Json job = rankJob("sneaky", {});
     job["inputs"] = Json::array({{{"source", source}, {"target", "in"}}});
     Answer a = post("/v1/jobs", admin_, {{"job", job}});
     EXPECT_EQ(a.status, 400) << source << ": " << a;
-    EXPECT_TRUE(contains(a.message(), "inside the server's data root")) << a;
+    EXPECT_EQ(a.message(), "inputs[0].source: '" + source +
+                               "': this server takes no local inputs (cohort server "
+                               "--input-root DIR lists where they may be); copy the data into "
+                               "the store (cohort cp DIR server://BUCKET/PATH) and name "
+                               "store://BUCKET/PATH")
+        << a;
   }
 }
 
@@ -845,10 +859,26 @@ TEST_F(ServerGpus, EachJobGetsGpusNoOtherRunningJobHolds) {
   waitJob(admin_, b, isRunning);
   openGate("go");
   for (const std::string& id : {a, b, none}) waitFinal(admin_, id);
-  const std::string gpu_a = envValue(get("/v1/jobs/" + a + "/logs?rank=0", admin_).body,
-                                     "CUDA_VISIBLE_DEVICES");
-  const std::string gpu_b = envValue(get("/v1/jobs/" + b + "/logs?rank=0", admin_).body,
-                                     "CUDA_VISIBLE_DEVICES");
+  // Which of the machine's GPUs each has: its CUDA_VISIBLE_DEVICES, or in the sandbox, where a
+  // job's GPUs are numbered from 0 as in a container, the one device file put back for it.
+  auto machineGpu = [&](const std::string& id) {
+    const std::string seen =
+        envValue(get("/v1/jobs/" + id + "/logs?rank=0", admin_).body, "CUDA_VISIBLE_DEVICES");
+    Json plan = readJson(data_root_ + "/jobs/" + id + "/plan.json");
+    std::string bound;
+    for (const Json& arg : plan["nodes"][0]["ranks"][0]["argv"]) {
+      const std::string text = arg.is_string() ? arg.get<std::string>() : "";
+      if (text.rfind("/dev/nvidia", 0) == 0 && std::isdigit(static_cast<unsigned char>(text.back()))) {
+        bound = text.substr(11);
+      }
+    }
+    if (!bound.empty()) {
+      EXPECT_EQ(seen, "0") << "in its sandbox a job's one GPU is its first";
+    }
+    return bound.empty() ? seen : bound;
+  };
+  const std::string gpu_a = machineGpu(a);
+  const std::string gpu_b = machineGpu(b);
   EXPECT_TRUE(gpu_a == "0" || gpu_a == "1") << gpu_a;
   EXPECT_TRUE(gpu_b == "0" || gpu_b == "1") << gpu_b;
   EXPECT_NE(gpu_a, gpu_b);
@@ -1845,7 +1875,7 @@ TEST_F(ServerRecovery, AJobItsCoordinatorRefusesIsRecordedWithTheCause) {
   std::filesystem::copy_file(testRank(), program);
   ::chmod(program.c_str(), 0755);
   Json blocker = rankJob("blocker", {gate("go")});
-  blocker["roles"] = {{"worker", {{"resources", {{"cpus", 2}}}}}};
+  blocker["roles"] = {{"worker", {{"resources", {{"cpus", 4}}}}}};  // the whole server: the next waits
   const std::string first = submit(admin_, blocker);
   ASSERT_FALSE(first.empty());
   waitJob(admin_, first, isRunning);
@@ -2312,6 +2342,415 @@ TEST_F(RealServerEnvironments, APackageThatDoesNotExistFailsThePushInPipsWords) 
   Answer job = post("/v1/jobs", alice, {{"job", envJob("in-broken", "broken")}});
   EXPECT_EQ(job.status, 409) << job;
   EXPECT_TRUE(contains(job.message(), "environment 'broken' failed to build")) << job;
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// The edge: what anyone who reaches the port can send. Nothing but a bounded header block is
+// read before the token is checked, and nothing a stranger sends takes the server down or
+// holds what others need.
+
+// The server's resident memory, in MiB (VmRSS).
+int64_t residentMiB(pid_t pid) {
+  const std::string status = readText("/proc/" + std::to_string(pid) + "/status");
+  auto at = status.find("VmRSS:");
+  return at == std::string::npos ? -1 : std::strtoll(status.c_str() + at + 6, nullptr, 10) / 1024;
+}
+
+// A connection from a chosen loopback address (127.0.0.N), to test per-address limits.
+int connectFrom(int port, const std::string& from) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  ::inet_pton(AF_INET, from.c_str(), &local.sin_addr);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof local) != 0 ||
+      ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Whether the server closed `fd` within `deadline` (reads and drops whatever comes first).
+bool closedWithin(int fd, std::chrono::milliseconds deadline) {
+  auto until = std::chrono::steady_clock::now() + deadline;
+  char buf[4096];
+  while (std::chrono::steady_clock::now() < until) {
+    timeval timeout{0, 100000};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+using ServerEdge = ServerFixture;
+
+TEST_F(ServerEdge, ALongUrlIsAnsweredAndTheServerStaysUp) {
+  // std::regex recursed once per byte of these, before any token was asked for: a segfault.
+  const std::string as(30000, 'a');
+  for (const std::string& path :
+       {"/v1/jobs/" + as, "/v1/jobs/" + as + "/logs", "/v1/store/b/" + as,
+        "/v1/environments/" + as + "/log", "/v1/shares/" + as, "/" + as}) {
+    for (const std::string& token : {std::string(), admin_}) {
+      Answer a = get(path, token);
+      EXPECT_TRUE(a.status == 400 || a.status == 401 || a.status == 404 || a.status == 431 ||
+                  a.status == 200)
+          << path.substr(0, 40) << "...: " << a.status << " " << a.body.substr(0, 200);
+    }
+  }
+  // Over the header block's bound: 431 (or the connection closed), never a crash.
+  std::string huge = hangUpAfter(port_, "GET /v1/jobs/" + std::string(200000, 'a') +
+                                            " HTTP/1.1\r\nHost: x\r\n\r\n",
+                                 "\r\n\r\n");
+  EXPECT_TRUE(huge.empty() || contains(huge, " 431 ") || contains(huge, " 414 ")) << huge;
+  EXPECT_EQ(get("/v1/whoami", admin_).status, 200);
+  EXPECT_EQ(::kill(server_, 0), 0) << "the server died";
+}
+
+TEST_F(ServerEdge, NoBodyByteIsReadBeforeTheTokenIsChecked) {
+  const int64_t before = residentMiB(server_);
+  // 30 strangers announce 64 MiB bodies and send 1 MiB of each: each is answered 401 at once,
+  // from the headers alone, and the connection closes.
+  std::vector<int> fds;
+  const std::string megabyte(1 << 20, 'x');
+  for (int i = 0; i < 30; ++i) {
+    int fd = connectFrom(port_, "127.0.0.1");
+    ASSERT_GE(fd, 0);
+    const std::string head = "PUT /v1/store/b/f HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                             std::to_string(64 << 20) + "\r\n\r\n";
+    ASSERT_EQ(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
+    ::send(fd, megabyte.data(), megabyte.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    fds.push_back(fd);
+  }
+  for (int fd : fds) {
+    char buf[4096];
+    timeval timeout{10, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    ASSERT_GT(n, 0) << "no answer";
+    EXPECT_TRUE(contains(std::string(buf, static_cast<size_t>(n)), "HTTP/1.1 401"))
+        << std::string(buf, static_cast<size_t>(n));
+    ::close(fd);
+  }
+  // Chunked too, and on every route that takes a body.
+  for (std::string route : {"POST /v1/jobs", "POST /v1/uploads", "PUT /v1/store/b/f",
+                                   "POST /v1/tokens", "PUT /v1/environments/e",
+                                   "POST /v1/jobs/x/report"}) {
+    std::string got = hangUpAfter(port_, route + " HTTP/1.1\r\nHost: x\r\n"
+                                         "Transfer-Encoding: chunked\r\n\r\n",
+                                  "\r\n\r\n");
+    EXPECT_TRUE(contains(got, "HTTP/1.1 401")) << route << ": " << got;
+  }
+  EXPECT_LT(residentMiB(server_) - before, 64) << "the bodies were read";
+  EXPECT_EQ(get("/v1/whoami", admin_).status, 200);
+}
+
+TEST_F(ServerEdge, ConflictingFramingIsRefusedBeforeAnythingElse) {
+  for (const std::string& framing :
+       {std::string("Content-Length: 5\r\nContent-Length: 6\r\n"),
+        std::string("Content-Length: 5\r\nContent-Length: 5\r\n"),
+        std::string("Content-Length: 5\r\nTransfer-Encoding: chunked\r\n"),
+        std::string("Transfer-Encoding: gzip, chunked\r\n"),
+        std::string("Content-Length: -5\r\n"), std::string("Content-Length: 5x\r\n")}) {
+    std::string got = hangUpAfter(port_,
+                                  "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                                      admin_ + "\r\n" + framing + "\r\n{}{}{}",
+                                  "\r\n\r\n");
+    EXPECT_TRUE(contains(got, "HTTP/1.1 400") || contains(got, "HTTP/1.1 501")) << framing << got;
+    EXPECT_FALSE(contains(got, "HTTP/1.1 201")) << framing;
+  }
+  EXPECT_EQ(get("/v1/whoami", admin_).status, 200);
+}
+
+TEST_F(ServerEdge, SlowHeadersAreCutOffAtTheirDeadlineAndBystandersAreServed) {
+  stopServer();
+  ASSERT_TRUE(startServer({"--cpus", "4", "--idle-timeout", "2s"}));
+  // Slowloris: a byte every 200 ms keeps resetting an idle timer, never the header deadline.
+  std::vector<int> slow;
+  for (int i = 0; i < 50; ++i) {
+    int fd = connectFrom(port_, "127.0.0.1");
+    ASSERT_GE(fd, 0);
+    slow.push_back(fd);
+  }
+  const std::string request = "GET /v1/whoami HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<bool> closed(slow.size(), false);
+  size_t closed_count = 0;
+  for (size_t byte = 0; closed_count < slow.size() &&
+                        std::chrono::steady_clock::now() - start < std::chrono::seconds(8);
+       ++byte) {
+    for (size_t i = 0; i < slow.size(); ++i) {
+      if (closed[i]) continue;
+      const char c = byte < request.size() ? request[byte] : 'a';
+      if (::send(slow[i], &c, 1, MSG_NOSIGNAL) != 1 || closedWithin(slow[i], 1ms)) {
+        closed[i] = true;
+        ++closed_count;
+      }
+    }
+    EXPECT_EQ(get("/v1/whoami", admin_).status, 200) << "a bystander was not served";
+    std::this_thread::sleep_for(200ms);
+  }
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(closed_count, slow.size()) << "slow header blocks outlived their deadline";
+  EXPECT_LT(took, std::chrono::seconds(6));
+  for (int fd : slow) ::close(fd);
+}
+
+TEST_F(ServerEdge, ConnectionsArePerAddressAndInAllCapped) {
+  stopServer();
+  ASSERT_TRUE(startServer({"--cpus", "4", "--max-connections-per-address", "8"}));
+  std::vector<int> mine;
+  for (int i = 0; i < 8; ++i) {
+    int fd = connectFrom(port_, "127.0.0.2");
+    ASSERT_GE(fd, 0);
+    mine.push_back(fd);
+  }
+  // The ninth from that address is closed at once; another address is served.
+  int ninth = connectFrom(port_, "127.0.0.2");
+  ASSERT_GE(ninth, 0);
+  const std::string whoami = "GET /v1/whoami HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                             admin_ + "\r\n\r\n";
+  ::send(ninth, whoami.data(), whoami.size(), MSG_NOSIGNAL);
+  EXPECT_TRUE(closedWithin(ninth, 5s));
+  ::close(ninth);
+  EXPECT_EQ(get("/v1/whoami", admin_).status, 200);
+  for (int fd : mine) ::close(fd);
+}
+
+TEST_F(ServerEdge, UploadsGoToAFileNotMemoryAndThePendingLimitHoldsUnderARace) {
+  const std::string alice = createAccount("alice");
+  const int64_t before = residentMiB(server_);
+  // Four 128 MiB store files at once: streamed to disk as they come.
+  std::vector<std::thread> puts;
+  std::vector<int> statuses(4, 0);
+  const std::string big(128 << 20, 'z');
+  for (int i = 0; i < 4; ++i) {
+    puts.emplace_back([&, i] {
+      statuses[static_cast<size_t>(i)] =
+          call("PUT", "/v1/store/alice-big/f" + std::to_string(i), alice, big,
+               "application/octet-stream")
+              .status;
+    });
+  }
+  for (auto& t : puts) t.join();
+  for (int s : statuses) EXPECT_EQ(s, 201);
+  EXPECT_LT(residentMiB(server_) - before, 100) << "the uploads were held in memory";
+  // 24 code uploads at once: never more than 16 wait for their job.
+  const std::string archive = tarEntry("run.sh", '0', "true\n") + tarEnd();
+  std::vector<std::thread> uploads;
+  std::vector<Answer> answers(24);
+  for (size_t i = 0; i < answers.size(); ++i) {
+    uploads.emplace_back([&, i] {
+      answers[i] = call("POST", "/v1/uploads", alice, archive, "application/x-tar");
+    });
+  }
+  for (auto& t : uploads) t.join();
+  int accepted = 0;
+  for (const Answer& a : answers) {
+    if (a.status == 201) {
+      ++accepted;
+    } else {
+      EXPECT_TRUE(a.status == 429 || a.status == 409) << a;
+    }
+  }
+  EXPECT_LE(accepted, 16);
+  EXPECT_GE(accepted, 1);
+  std::error_code ec;
+  int waiting = 0;
+  for (const auto& e : std::filesystem::directory_iterator(data_root_ + "/uploads/alice", ec)) {
+    waiting += e.path().filename().string().rfind("up-", 0) == 0;
+  }
+  EXPECT_LE(waiting, 16);
+}
+
+TEST_F(ServerEdge, AnAccountsFollowersAreCappedAndFreedWhenTheyHangUp) {
+  stopServer();
+  ASSERT_TRUE(startServer({"--cpus", "4", "--max-followers", "5"}));
+  const std::string bob = createAccount("bob");
+  const std::string id = submit(admin_, rankJob("followed", {"echo=before", gate("go")}));
+  ASSERT_FALSE(id.empty());
+  waitJob(admin_, id, isRunning);
+  const std::string request = "GET /v1/jobs/" + id + "/logs?follow=1 HTTP/1.1\r\nHost: x\r\n"
+                              "Authorization: Bearer " + admin_ + "\r\n\r\n";
+  std::vector<std::unique_ptr<RawConnection>> followers;
+  for (int i = 0; i < 5; ++i) {
+    followers.push_back(std::make_unique<RawConnection>(port_));
+    ASSERT_TRUE(followers.back()->send(request));
+    ASSERT_TRUE(contains(followers.back()->readUntilContains("before"), "before"));
+  }
+  Answer sixth = get("/v1/jobs/" + id + "/logs?follow=1", admin_);
+  EXPECT_EQ(sixth.status, 429) << sixth;
+  EXPECT_EQ(sixth.code(), "resource_exhausted");
+  EXPECT_TRUE(contains(sixth.message(), "--max-followers")) << sixth;
+  // Another account's limit is its own; what is not a follower is not counted.
+  EXPECT_EQ(get("/v1/jobs/" + id + "/logs", admin_).status, 200);
+  // One hangs up: its slot is free again at once.
+  followers.pop_back();
+  bool again = waitFor(
+      [&] {
+        RawConnection c(port_);
+        c.send(request);
+        return contains(c.readUntilContains("before", 2s), "before");
+      },
+      kDeadline, 100ms);
+  EXPECT_TRUE(again);
+  EXPECT_EQ(get("/v1/whoami", bob).status, 200);
+  openGate("go");
+}
+
+TEST_F(ServerEdge, ARevokedTokensOpenStreamsEndWithinASecond) {
+  const std::string id = submit(admin_, rankJob("followed", {"echo=before", gate("go")}));
+  ASSERT_FALSE(id.empty());
+  waitJob(admin_, id, isRunning);
+  Answer made = post("/v1/tokens", admin_, {{"label", "laptop"}});
+  ASSERT_EQ(made.status, 201) << made;
+  const std::string token = made.json.value("token", "");
+  RawConnection logs(port_), events(port_);
+  ASSERT_TRUE(logs.send("GET /v1/jobs/" + id + "/logs?follow=1 HTTP/1.1\r\nHost: x\r\n"
+                        "Authorization: Bearer " + token + "\r\n\r\n"));
+  ASSERT_TRUE(events.send("GET /v1/jobs/" + id + "/events HTTP/1.1\r\nHost: x\r\n"
+                          "Accept: text/event-stream\r\nAuthorization: Bearer " + token +
+                          "\r\n\r\n"));
+  ASSERT_TRUE(contains(logs.readUntilContains("before"), "before"));
+  ASSERT_TRUE(contains(events.readUntilContains("data:"), "data:"));
+  const auto revoked = std::chrono::steady_clock::now();
+  EXPECT_EQ(call("DELETE", "/v1/tokens/" + std::to_string(made.json.value("id", 0)), admin_)
+                .status,
+            204);
+  logs.readUntil([](const std::string&) { return false; }, 3s);
+  events.readUntil([](const std::string&) { return false; }, 3s);
+  EXPECT_TRUE(logs.closedByServer());
+  EXPECT_TRUE(events.closedByServer());
+  EXPECT_LT(std::chrono::steady_clock::now() - revoked, std::chrono::seconds(4));
+  EXPECT_FALSE(streamEnded(logs.received())) << "a cut-off stream must not look finished";
+  EXPECT_EQ(get("/v1/whoami", token).status, 401);
+  openGate("go");
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// TLS: beyond loopback the server speaks HTTPS or refuses to start, and every client verifies.
+
+using ServerTls = ServerFixture;
+
+TEST_F(ServerTls, BeyondLoopbackWithoutTlsTheServerRefusesToStartUnlessTold) {
+  RunResult refused = CohortProcess({"server", "--listen", "0.0.0.0:0",
+                                     "--data-root", dir_ + "/other"})
+                          .wait(30s);
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_TRUE(contains(refused.err, "--tls-self-signed")) << refused.err;
+  EXPECT_TRUE(contains(refused.err, "--insecure-http")) << refused.err;
+  RunResult mismatched = CohortProcess({"server", "--listen", "127.0.0.1:0",
+                                        "--data-root", dir_ + "/other", "--tls-cert",
+                                        "/etc/hostname", "--tls-key", "/etc/hostname"})
+                             .wait(30s);
+  EXPECT_EQ(mismatched.exit_code, 2) << mismatched.err;
+  EXPECT_TRUE(contains(mismatched.err, "holds no PEM certificate")) << mismatched.err;
+}
+
+TEST_F(ServerTls, ASelfSignedServerIsPinnedByFingerprintAndItsJobsReportOverTls) {
+  stopServer();
+  ASSERT_TRUE(startServer({"--cpus", "4", "--tls-self-signed"}));
+  const std::string out = readText(dir_ + "/server-2.out");
+  const std::string marker = "SHA-256 fingerprint ";
+  auto at = out.find(marker);
+  ASSERT_NE(at, std::string::npos) << out;
+  const std::string fingerprint = out.substr(at + marker.size(), 95);
+  const std::string url = "https://127.0.0.1:" + std::to_string(port_);
+  // Plain HTTP gets nothing from it.
+  EXPECT_NE(get("/v1/whoami", admin_).status, 200);
+  const std::string config = dir_ + "/config";
+  auto cohort = [&](std::vector<std::string> args) {
+    return CohortProcess(args, {"XDG_CONFIG_HOME=" + config}).wait(60s);
+  };
+  // Unverified, nothing is sent; a wrong fingerprint is refused and nothing is saved.
+  RunResult unpinned = cohort({"login", url, "--token", admin_});
+  EXPECT_EQ(unpinned.exit_code, 1) << unpinned.err;
+  EXPECT_TRUE(contains(unpinned.err, "could not be trusted")) << unpinned.err;
+  std::string wrong = fingerprint;
+  wrong[0] = wrong[0] == 'A' ? 'B' : 'A';
+  RunResult mitm = cohort({"login", url, "--token", admin_, "--fingerprint", wrong});
+  EXPECT_NE(mitm.exit_code, 0) << mitm.err;
+  EXPECT_TRUE(contains(mitm.err, "this may not be your server")) << mitm.err;
+  EXPECT_FALSE(std::filesystem::exists(config + "/cohort/config.json"));
+  RunResult pinned = cohort({"login", url, "--token", admin_, "--fingerprint", fingerprint});
+  ASSERT_EQ(pinned.exit_code, 0) << pinned.err;
+  RunResult who = cohort({"whoami"});
+  EXPECT_EQ(who.exit_code, 0) << who.err;
+  EXPECT_TRUE(contains(who.out, "admin")) << who.out;
+  // A job's coordinator reports over TLS, trusting the server's key; logs follow over TLS.
+  RunResult submitted = cohort({"submit", "--wait", "--name", "tls", "--workdir", work_, "--",
+                                testRank(), "echo=over-tls", "exit=0"});
+  EXPECT_EQ(submitted.exit_code, 0) << submitted.err;
+  RunResult ps = cohort({"ps"});
+  EXPECT_TRUE(contains(ps.out, "succeeded")) << ps.out;
+  const std::string id = ps.out.substr(ps.out.find("tls-"), ps.out.find(' ', ps.out.find("tls-")) - ps.out.find("tls-"));
+  RunResult logs = cohort({"logs", id, "-f"});
+  EXPECT_EQ(logs.exit_code, 0) << logs.err;
+  EXPECT_TRUE(contains(logs.out, "over-tls")) << logs.out;
+  // The certificate file is the CA for the SDK and for COHORT_CA.
+  RunResult with_ca = CohortProcess({"whoami", "--server", url, "--token", admin_,
+                                     "--ca", data_root_ + "/server/tls/cert.pem"},
+                                    {"XDG_CONFIG_HOME=" + dir_ + "/empty"})
+                          .wait(30s);
+  EXPECT_EQ(with_ca.exit_code, 0) << with_ca.err;
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// Followers that survive and finish: a server restart does not end `cohort logs -f` or
+// `--wait`, and a follower ends only after the job's last line.
+
+TEST_F(ServerRecovery, FollowersRideOutARestartAndEndAfterTheJobsLastLine) {
+  const std::string id =
+      submit(admin_, rankJob("restarted", {"echo=before", gate("go"), "echo=after"}));
+  ASSERT_FALSE(id.empty());
+  waitJob(admin_, id, isRunning);
+  const std::vector<std::string> env = {
+      "COHORT_SERVER=http://127.0.0.1:" + std::to_string(port_), "COHORT_TOKEN=" + admin_,
+      "XDG_CONFIG_HOME=" + dir_ + "/no-config"};
+  CohortProcess logs({"logs", id, "-f"}, env);
+  CohortProcess wait({"status", id, "--wait"}, env);
+  // The follower has the first line, then the server goes away and comes back on its port.
+  ASSERT_TRUE(waitFor([&] { return contains(get("/v1/jobs/" + id + "/logs", admin_).body,
+                                            "before"); },
+                      kDeadline, 50ms));
+  std::this_thread::sleep_for(500ms);  // lets the follower read it before the server goes
+  const int port = port_;
+  stopServer();
+  ASSERT_TRUE(startServer({"--cpus", "4", "--listen", "127.0.0.1:" + std::to_string(port)}));
+  ASSERT_EQ(port_, port);
+  openGate("go");
+  RunResult followed = logs.wait(120s);
+  EXPECT_EQ(followed.exit_code, 0) << followed.err;
+  EXPECT_TRUE(contains(followed.out, "[worker/0 node0] before")) << followed.out;
+  EXPECT_TRUE(contains(followed.out, "[worker/0 node0] after")) << followed.out;
+  // Nothing twice, and the job's own last line is there.
+  EXPECT_EQ(followed.out.find("before"), followed.out.rfind("before")) << followed.out;
+  EXPECT_TRUE(contains(followed.out, "cohort: job " + id + " succeeded")) << followed.out;
+  RunResult waited = wait.wait(120s);
+  EXPECT_EQ(waited.exit_code, 0) << waited.err;
+}
+
+TEST_F(ServerStreams, AFollowedLogEndsOnlyAfterTheJobsLastLine) {
+  const std::vector<std::string> env = {
+      "COHORT_SERVER=http://127.0.0.1:" + std::to_string(port_), "COHORT_TOKEN=" + admin_,
+      "XDG_CONFIG_HOME=" + dir_ + "/no-config"};
+  for (int i = 0; i < 5; ++i) {
+    const std::string id = submit(admin_, rankJob("short" + std::to_string(i), {"echo=only"}));
+    ASSERT_FALSE(id.empty());
+    RunResult followed = CohortProcess({"logs", id, "-f"}, env).wait(60s);
+    EXPECT_EQ(followed.exit_code, 0) << followed.err;
+    EXPECT_TRUE(contains(followed.out, "cohort: job " + id + " succeeded"))
+        << "follow " << i << " ended before the job's last line:\n" << followed.out;
+  }
 }
 
 }  // namespace

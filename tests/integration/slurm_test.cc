@@ -226,6 +226,10 @@ TEST_F(Slurm, AKilledAgentAndACutNetworkAreEachNamed) {
     EXPECT_EQ(r.exit_code, 1) << r.err;
     EXPECT_TRUE(contains(r.err, "node 2's agent was lost (n3 at 10.77.0.13: its connection closed)"))
         << r.err;
+    // Slurm's accounting agrees with cohort (srun alone would say 137, the killed agent's).
+    const std::string job = slurmJobOf(r.err);
+    ASSERT_FALSE(job.empty()) << r.err;
+    EXPECT_EQ(accounted(job), "FAILED|1:0");
   }
   {
     const std::string data = tempDir();
@@ -238,8 +242,12 @@ TEST_F(Slurm, AKilledAgentAndACutNetworkAreEachNamed) {
     RunResult r = cohort.wait(60s);
     EXPECT_EQ(std::system((cluster + " link n2 up").c_str()), 0);
     EXPECT_EQ(r.exit_code, 1) << r.err;
-    EXPECT_TRUE(contains(r.err, "node 1's agent was lost (n2 at 10.77.0.12: no word from it in 2.0s)"))
+    EXPECT_TRUE(contains(r.err, "node 1's agent was lost (n2 at 10.77.0.12: no word from it in 2.0s"))
         << r.err;
+    // The verdict is known: cohort returns without waiting for Slurm to give the node up.
+    EXPECT_TRUE(contains(r.err, "is cancelled; Slurm ends it once it can reach every node again"))
+        << r.err;
+    EXPECT_TRUE(contains(r.err, "root cause: node 1's agent was lost")) << r.err;
   }
 }
 

@@ -410,6 +410,11 @@ TEST(Supervision, ANodeThatSaysNothingIsLostByItsHeartbeatsAndNamed) {
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("node 1's agent was lost (no word from it in 2.0s)"), std::string::npos)
       << r.err;
+  // The same root cause block as for a failed rank: the node, its ranks, a hint.
+  EXPECT_NE(r.err.find("root cause: node 1's agent was lost (no word from it in 2.0s) (the first "
+                       "failure)\n  its rank(s): worker/1\n"),
+            std::string::npos)
+      << r.err;
   expectAllGone(readPids(root + "/pids"));
 }
 

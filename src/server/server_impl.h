@@ -1,0 +1,108 @@
+// Server::Impl: the state of one `cohort server` that its parts share: the store, the job
+// and environment services, the event hub, the route table, authentication and per-account
+// limits. server.cc admits, authenticates and routes; api_*.cc hold the handlers, one file per
+// resource (jobs, store, accounts, environments, operations). Internal to src/server.
+#pragma once
+
+#include "server/api.h"
+
+namespace cohort::server {
+
+// A follower's stream, holding one of its account's follower slots while it is open, and cut
+// off as soon as the token it was opened with is revoked.
+class FollowerStream : public http::StreamSource {
+ public:
+  FollowerStream(std::shared_ptr<http::StreamSource> inner,
+                 std::shared_ptr<AccountLimits::Slot> slot)
+      : inner_(std::move(inner)), slot_(std::move(slot)) {}
+  void start(http::StreamWaker waker) override {
+    slot_->onRevoke([waker] { waker.wake(); });
+    inner_->start(std::move(waker));
+  }
+  State pull(std::string& out) override {
+    if (slot_->revoked()) return State::kAbort;
+    return inner_->pull(out);
+  }
+
+ private:
+  std::shared_ptr<http::StreamSource> inner_;
+  std::shared_ptr<AccountLimits::Slot> slot_;
+};
+
+struct Server::Impl {
+  ServerOptions options;
+  storage::StoreSite site;  // where the accounts' buckets are: options.store, or on disk
+  std::unique_ptr<store::JobStore> store;
+  sched::SystemClock clock;
+  std::unique_ptr<EventHub> hub;  // before `jobs`, which notifies it
+  std::unique_ptr<EnvironmentService> environments;  // before `jobs`, which asks it
+  std::unique_ptr<JobService> jobs;
+  HttpMetrics metrics;
+  int port = 0;
+  std::string first_admin_token;
+  std::atomic<bool> stopping{false};
+  std::vector<std::string> route_names;  // "METHOD /path/{param}", as the table has them
+  std::vector<std::string> open_routes;  // those Who::kAnyone may call
+  UniqueFd lock;  // flock'd <data_root>/server/server.lock, held while the server lives
+
+  AccountLimits limits;  // followers and uploads each account holds
+  std::mutex auth_mu;
+  std::unordered_map<std::string, Caller> auth_cache;  // by token hash
+  uint64_t auth_generation = 0;                        // bumped when a token is revoked
+
+  using Handler = std::function<Result<void>(const Request&, Response&, const Caller&)>;
+  RouteTable<Handler> table;
+  // Last: destroyed first, so that no handler or stream runs once the rest is gone.
+  std::unique_ptr<http::HttpServer> http;
+
+  // What admission decided for a request, for its handler.
+  struct Admitted {
+    const RouteTable<Handler>::Route* route = nullptr;
+    Caller caller;
+    std::string token_hash;  // the caller's token's
+    std::shared_ptr<AccountLimits::Slot> upload;  // an upload's slot, held while it is received
+  };
+
+  // Before any of a request's body is read (on a worker thread): its route, then its caller as
+  // the route says, then what body it may send and where that goes. Only then is the body read.
+  http::Admission admit(Request& req);
+
+  // A file for an upload's body, in the server's own directory, with no name: it is gone when
+  // its descriptor is closed, whatever happens to the request.
+  Result<UniqueFd> bodyFile();
+
+  // A coordinator's report names its job's own token: checked before the report is read.
+  Result<void> checkReportToken(const Request& req);
+
+  // Routes `req` (on a worker thread, after admit): its handler, with the caller admission
+  // found. A stream that follows a job or a build takes a follower slot of the caller's.
+  void handle(Request& req, Response& res);
+
+  // Whether the answer to `req` waits for what is to come (a follower), rather than sending
+  // what there is: logs with follow=1, events as a stream or a long poll.
+  static bool isFollower(const Request& req);
+
+  // The account of the request's bearer token; its hash in `token_hash`.
+  Result<Caller> authenticate(const Request& req, std::string* token_hash = nullptr);
+
+  void forgetTokens();
+
+  void route(RoutePattern spec, Handler handler);
+
+  Result<store::Job> visibleJob(const Caller& caller, const std::string& id);
+
+  Json jobJson(const store::Job& job);
+
+  // The file a job's logs come from: the merged console, or a rank's log. The plan only says
+  // which role and index the rank is; the path is built from those, never read from a file.
+  // "" when the job has not started. Errors: kInvalidArgument (rank not a number), kNotFound.
+  Result<std::string> logPath(const store::Job& job, const std::string& rank);
+
+  void routes();
+  void jobRoutes();
+  void storeRoutes();
+  void accountRoutes();
+  void environmentRoutes();
+};
+
+}  // namespace cohort::server
