@@ -985,6 +985,7 @@ class Agent {
     req.netns_fd = options_.netns_fd;
     req.cwd = workdir_;
     req.stdout_fd = write_end.get();
+    if (p.stdin_forwarded) req.stdin_fd = STDIN_FILENO;  // cohort run's, as mpirun's rank 0
     req.uid = p.uid;
     req.gid = p.gid;
     req.no_new_privs = p.uid >= 0;  // an account's rank gains nothing by exec (set-uid files)

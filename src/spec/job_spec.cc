@@ -33,6 +33,13 @@ const char* frameworkName(Framework f) {
   return "generic";
 }
 
+bool taskFlags(const JobSpec& spec) {
+  if (spec.task_flags) return *spec.task_flags;
+  return spec.compat_modelarts &&
+         std::any_of(spec.roles.begin(), spec.roles.end(),
+                     [](const Role& r) { return r.name == "ps"; });
+}
+
 const char* launcherName(Launcher l) {
   switch (l) {
     case Launcher::kDirect: return "direct";
@@ -685,6 +692,7 @@ class Parser {
          "mode",
          "rank_table_version",
          "compat",
+         "task_flags",
          "workdir",
          "command",
          "hyperparameters",
@@ -736,6 +744,9 @@ class Parser {
               return bad(value, key, "unknown compat '" + clip(text) + "' (modelarts, none)");
             }
             spec.compat_modelarts = text == "modelarts";
+          } else if (key == "task_flags") {
+            COHORT_ASSIGN(bool on, boolean(value, key));
+            spec.task_flags = on;
           } else if (key == "workdir") {
             COHORT_ASSIGN(spec.workdir, scalar(value, key));
           } else if (key == "command") {
@@ -882,6 +893,10 @@ Result<void> validateFramework(const JobSpec& spec) {
       spec.launcher == Launcher::kTorchrun || spec.launcher == Launcher::kSpawn;
   if (torch_launcher && spec.framework != Framework::kPyTorch) {
     return bad("launcher", "'" + launcher + "' is for framework pytorch");
+  }
+  if (spec.task_flags && spec.framework != Framework::kTensorFlow) {
+    return bad("task_flags", "appends --task_name/--task_index to TensorFlow's tasks; this job's "
+                             "framework is '" + std::string(frameworkName(spec.framework)) + "'");
   }
   if (spec.launcher == Launcher::kMpirun && spec.framework != Framework::kMpi) {
     return bad("launcher", "'mpirun' is for framework mpi");
@@ -1526,6 +1541,7 @@ std::string toJobFile(const JobSpec& spec) {
               {"outputs", outputs},
               {"policy", policy}};
   if (spec.preload_given) job["preload"] = spec.preload;
+  if (spec.task_flags) job["task_flags"] = *spec.task_flags;
   if (spec.debug.enabled) {
     const Debug& d = spec.debug;
     Json debug = {{"ranks", d.all ? Json("all") : Json(d.ranks)},

@@ -225,6 +225,10 @@ struct JobSpec {
   MindSporeMode mindspore_mode = MindSporeMode::kDynamicCluster;
   std::string rank_table_version = "1.0";  // or "0.1"
   bool compat_modelarts = true;  // set the managed service's MA_*/VC_* variables too
+  // TensorFlow: append --task_name=<role> --task_index=<i> to every task's command (the managed
+  // service's convention). Unset: on for a ps/worker job (one with a `ps` role) with compat
+  // modelarts, off otherwise (taskFlags()).
+  std::optional<bool> task_flags;
   Backend backend = Backend::kLocal;
   Network network;
   SlurmOptions slurm;
@@ -237,6 +241,10 @@ struct JobSpec {
 // [HOST[:PORT]/]PATH[:TAG][@ALGORITHM:HEX], PATH's components lower-case letters and digits
 // joined by '.', '_', '__' or dashes; or an image id (hex).
 bool validImageReference(const std::string& ref);
+
+// Whether a TensorFlow job's tasks get --task_name/--task_index appended: its `task_flags`,
+// or by default when it is a ps/worker job under compat modelarts.
+bool taskFlags(const JobSpec& spec);
 
 Result<Framework> parseFramework(const std::string& text);
 Result<Launcher> parseLauncher(const std::string& text);

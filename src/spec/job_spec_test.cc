@@ -50,7 +50,8 @@ policy:
   EXPECT_EQ(spec->policy.max_restarts, 2);
   EXPECT_EQ(spec->policy.grace_period.count(), 30000);
   EXPECT_EQ(spec->policy.max_runtime->count(), 7200000);
-  EXPECT_TRUE(validate(*spec));
+  auto valid = validate(*spec);
+  EXPECT_TRUE(valid) << valid.error().message;
 }
 
 TEST(ParseJobFile, KeepsRoleOrder) {
