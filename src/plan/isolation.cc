@@ -12,9 +12,13 @@
 // - a /tmp, /var/tmp, /run/lock and /dev/shm of the job's own on each node, shared by its ranks
 //   there and by no other job: the machine's are writable by everyone, and another account's
 //   job would read what this one leaves in them, or plant links for it to follow. The agent
-//   makes them before the ranks start and removes them when it leaves (NodePlan::scratch_dirs);
-//   /dev/shm's is on the machine's /dev/shm, so it stays memory. A workdir, program or virtual
+//   makes them before the ranks start and removes them when it leaves (NodePlan::scratch_dirs).
+//   As root, /tmp and /dev/shm are memory of the node's own (NodePlan::tmpfs_dirs: a tmpfs no
+//   larger than the node's ranks' memory, charged to the rank that writes it); otherwise
+//   /dev/shm's is a directory on the machine's /dev/shm, so that it stays memory. A workdir, program or virtual
 //   environment of the job's in the machine's /tmp is put back (putBack).
+// - the machine's cgroup file systems, read-only: a rank stays in the cgroups that hold it to
+//   its limits (proc/cgroup.h), even one that runs as root.
 // The rest of the machine stays as it is (devices, network), so GPUs and rendezvous over the
 // network work unchanged.
 //
@@ -76,7 +80,10 @@ void isolate(Builder& b) {
   if (std::find(defaults.begin(), defaults.end(), stop) == defaults.end()) stops += "," + stop;
   const std::vector<std::string> sandbox = {
       "env", "--ignore-signal=" + stops, "bwrap", "--dev-bind", "/", "/"};
-  std::vector<std::string> common = {"--tmpfs", root};
+  // The cgroup file systems read-only: a rank that runs as root (its capabilities dropped)
+  // could otherwise write itself into another cgroup, out of its limits.
+  std::vector<std::string> common = {"--ro-bind-try", "/sys/fs/cgroup", "/sys/fs/cgroup",
+                                     "--tmpfs", root};
   const std::pair<const char*, std::string> binds[] = {{"--ro-bind", layout.filesDir()},
                                                        {"--ro-bind", layout.logsDir()},
                                                        {"--bind", layout.workDir()},
@@ -92,9 +99,23 @@ void isolate(Builder& b) {
     // data root in /tmp), and its mounts must then land in the job's /tmp, not under it.
     std::vector<std::string> scratch_args;
     const std::string scratch = node.work_dir + "/.scratch";
-    const std::string shm =
-        "/dev/shm/cohort-" + b.plan.job_id + "-node" + std::to_string(node.node);
+    // As root, the agent mounts memory of the node's own on its /tmp and /dev/shm, limited to
+    // the ranks' memory; otherwise /dev/shm's is a directory on the machine's /dev/shm.
+    const std::string shm = b.ctx.as_root ? scratch + "/shm"
+                                          : "/dev/shm/cohort-" + b.plan.job_id + "-node" +
+                                                std::to_string(node.node);
     node.scratch_dirs = {scratch + "/tmp", scratch + "/var-tmp", scratch + "/run-lock", shm};
+    if (b.ctx.as_root) {
+      node.tmpfs_dirs = {scratch + "/tmp", shm};
+      node.tmpfs_bytes = 0;
+      for (const RankPlan& r : node.ranks) {
+        if (r.memory_bytes <= 0) {
+          node.tmpfs_bytes = 0;
+          break;
+        }
+        node.tmpfs_bytes += r.memory_bytes;
+      }
+    }
     for (size_t i = 0; i < node.scratch_dirs.size(); ++i) {
       for (const std::string& arg :
            {std::string("--bind"), node.scratch_dirs[i], std::string(kScratchAt[i])}) {

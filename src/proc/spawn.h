@@ -33,6 +33,9 @@ struct SpawnRequest {
   int uid = -1;
   int gid = -1;
   int cgroup_fd = -1;  // a cgroup v2 directory the child joins before exec; -1: ours
+  // Directories of cgroup v1 hierarchies (where the controllers of its limits are: proc/
+  // cgroup.h) that the child joins too, before exec and before it takes its identity.
+  std::vector<int> v1_cgroup_fds;
   int fd3 = -1;        // >= 0: given to the child as its descriptor 3
 };
 
@@ -55,7 +58,7 @@ struct Child {
 // must not run glibc's setuid family, which signals every thread of the parent), then the death
 // signal (a change of identity clears it), the signal mask, the directory and the descriptors.
 // Errors: kNotFound when the program is not found on PATH (of `env`) or in `cwd`;
-// kFailedPrecondition when the child cannot join `cgroup_fd`; kPermissionDenied when the
+// kFailedPrecondition when the child cannot join `cgroup_fd` or one of `v1_cgroup_fds`; kPermissionDenied when the
 // identity cannot be taken (naming the uid or gid); kIo for other exec or fork failures, naming
 // the program.
 Result<Child> spawn(const SpawnRequest& request);
