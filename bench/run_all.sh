@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every benchmark in order (launch, teardown, preload, scale, logs, observe, copy, server,
-# the scheduler) and
+# network as root, the scheduler) and
 # prints their tables. copy.sh needs about 6 GiB of free disk and takes about 15 minutes.
 # Run: bench/run_all.sh   (each script's settings can be passed through the environment;
 # see the comment at the top of each). Measure on an otherwise idle machine.
@@ -13,5 +13,10 @@ for b in launch teardown preload scale logs observe copy server; do
   echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"; echo
   ./$b.sh
 done
+if [ "$(id -u)" = 0 ]; then
+  echo; echo "## network"; echo
+  echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"; echo
+  ./network.sh
+fi
 echo; echo "## scheduler"; echo
 ../build/sched_bench

@@ -23,6 +23,7 @@
 #include "agent/channel.h"
 #include "agent/hang.h"
 #include "agent/liveness.h"
+#include "agent/protocol.h"
 #include "agent/metrics.h"
 #include "agent/rank_output.h"
 #include "agent/staging.h"
@@ -227,15 +228,11 @@ class Coordinator {
         lost = agent.stopped_since && now - *agent.stopped_since >= timeout && silent > timeout;
       }
       if (lost) {
-        loop_.remove(agent.channel->fd());
-        agent.channel.reset();
-        launcher_.abandon(static_cast<int>(n));
-        feed(AgentLost{static_cast<int>(n), whereIs(n) + "no word from it in " +
-                                                formatDuration(timeout) +
-                                                (agent.local ? std::string() : loadNote())});
+        drop(static_cast<int>(n), "no word from it in " + formatDuration(timeout) +
+                                      (agent.local ? std::string() : loadNote()));
         continue;
       }
-      (void)agent.channel->send({{"type", "heartbeat"}});
+      (void)agent.channel->send(protocol::encode(protocol::Heartbeat{}));
     }
     if (!finished_) heartbeat_.arm(heartbeatEvery());
   }
@@ -294,30 +291,26 @@ class Coordinator {
   // Node `n`'s "plan" message, encoded: its node plan (kilobytes per rank) is put in as the JSON
   // text it is printed to, not parsed and printed again.
   std::string planLine(size_t n) const {
-    const Message head = {{"type", "plan"},
-                          {"workdir", plan_.workdir},
-                          {"job_dir", plan_.job_dir},
-                          {"mark", mark_},
-                          {"heartbeat_ms", heartbeatEvery().count()},
-                          {"heartbeat_timeout_ms", plan_.heartbeat_timeout_ms},
-                          // For a stop the agent is told from outside (a cluster preempting it).
-                          {"stop_signal", plan_.stop_signal},
-                          {"grace_ms", plan_.grace_period_ms}};
-    std::string line = head.dump(-1, ' ', false, Message::error_handler_t::replace);
-    line.pop_back();  // its '}'
-    line += ",\"node\":" + plan::nodeToJson(plan_.nodes[n]) + "}";
-    return line;
+    protocol::PlanMessage head;
+    head.workdir = plan_.workdir;
+    head.job_dir = plan_.job_dir;
+    head.mark = mark_;
+    head.heartbeat_ms = heartbeatEvery().count();
+    head.heartbeat_timeout_ms = plan_.heartbeat_timeout_ms;
+    head.stop_signal = plan_.stop_signal;  // for a stop the agent is told from outside
+    head.grace_ms = plan_.grace_period_ms;
+    return protocol::encodePlan(head, plan::nodeToJson(plan_.nodes[n]));
   }
 
   void act(const SendStage&) {
     plan_lines_.clear();
     plan_lines_.shrink_to_fit();
     ::malloc_trim(0);  // the nodes' plans were sent; their JSON is garbage now
-    broadcast({{"type", "stage"}});
+    broadcast(protocol::encode(protocol::Stage{}));
   }
 
   void act(const SendStart& a) {
-    broadcast({{"type", "start"}, {"attempt", a.attempt}});
+    broadcast(protocol::encode(protocol::Start{a.attempt}));
     // While the agents start their ranks: this loop reads no output before the logs are open.
     openLogs();
     // The attempt's startup, node by node (result.json's "startup"): spawned, first output,
@@ -376,21 +369,13 @@ class Coordinator {
   }
 
   void act(const SendStop& a) {
-    Message stop = {{"type", "stop"}, {"grace_ms", a.grace_ms}, {"signal", a.signal}};
-    if (a.exit_code) stop["exit"] = *a.exit_code;
-    broadcast(stop);
+    broadcast(protocol::encode(protocol::Stop{a.grace_ms, a.signal, a.exit_code}));
   }
 
   void act(const SendExit& a) {
-    Message exit = {{"type", "exit"}, {"code", a.code}};
-    if (!a.outputs.empty()) {
-      Message outputs = Message::array();
-      for (size_t i : a.outputs) {
-        const plan::OutputPlan& o = plan_.outputs[i];
-        outputs.push_back({{"source", o.source}, {"target", o.target}});
-      }
-      exit["outputs"] = std::move(outputs);
-    }
+    protocol::Exit message{a.code, {}};
+    for (size_t i : a.outputs) message.outputs.push_back(plan_.outputs[i]);
+    const Message exit = protocol::encode(message);
     if (!a.node) {
       broadcast(exit);
     } else if (agents_[*a.node].channel) {
@@ -434,7 +419,8 @@ class Coordinator {
     stacks_.clear();
     stacks_waiting_.clear();
     for (size_t n = 0; n < agents_.size(); ++n) {
-      if (agents_[n].channel && agents_[n].channel->send({{"type", "stacks"}})) {
+      if (agents_[n].channel &&
+          agents_[n].channel->send(protocol::encode(protocol::StacksRequest{}))) {
         stacks_waiting_.insert(static_cast<int>(n));
       }
     }
@@ -446,24 +432,19 @@ class Coordinator {
     }
   }
 
-  void onStacks(int node, const Message& m) {
+  void onStacks(int node, const protocol::Stacks& m) {
     if (!collecting_ || !stacks_waiting_.erase(node)) return;
     const plan::NodePlan& plan = plan_.nodes[node];
-    if (m.contains("ranks") && m["ranks"].is_array()) {
-      for (const Message& r : m["ranks"]) {
-        if (!r.is_object()) continue;
-        const int64_t index = field(r, "index", int64_t{-1});
-        if (index < 0 || static_cast<size_t>(index) >= plan.ranks.size()) continue;
-        const plan::RankPlan& rp = plan.ranks[index];
-        RankStack s;
-        s.rank = rp.rank;
-        s.label = rp.name + " on node " + std::to_string(node);
-        const std::string state = field(r, "state", std::string("?"));
-        s.state = state.size() == 1 ? state[0] : '?';
-        s.frames = framesOfPySpy(field(r, "stack", std::string()).substr(0, 64 * 1024));
-        s.error = field(r, "error", std::string()).substr(0, 512);
-        stacks_.push_back(std::move(s));
-      }
+    for (const protocol::RankStack& r : m.ranks) {
+      if (r.index < 0 || static_cast<size_t>(r.index) >= plan.ranks.size()) continue;
+      const plan::RankPlan& rp = plan.ranks[r.index];
+      RankStack s;
+      s.rank = rp.rank;
+      s.label = rp.name + " on node " + std::to_string(node);
+      s.state = r.state.size() == 1 ? r.state[0] : '?';
+      s.frames = framesOfPySpy(r.stack.substr(0, 64 * 1024));
+      s.error = r.error.substr(0, 512);
+      stacks_.push_back(std::move(s));
     }
     if (stacks_waiting_.empty()) diagnoseHang();
   }
@@ -528,7 +509,10 @@ class Coordinator {
 
   // After the ranks: the job's results go where the job file says, verified.
   void act(const CopyOutput& a) {
-    if (auto copied = copyOutput(plan_.outputs[a.index])) {
+    // As the ranks' user: their output/ is theirs (agent/staging.h).
+    const account::Identity ranks =
+        plan_.nodes.empty() ? account::Identity{} : ranksIdentity(plan_.nodes.front());
+    if (auto copied = copyOutput(plan_.outputs[a.index], ranks)) {
       feed(OutputCopied{a.index, copied->files, copied->bytes});
     } else {
       feed(OutputCopyFailed{a.index, copied.error().message});
@@ -692,21 +676,19 @@ class Coordinator {
   }
 
   // A rank's GPU use, where its agent sampled one (agent/gpu.h): utilisation in percent, memory.
-  static void copyGpuUse(const Message& from, Message& to) {
-    if (!from.contains("gpu_memory_bytes")) return;
-    to["gpu_util"] = std::clamp(field(from, "gpu_util", 0.0), 0.0, 100.0);
-    to["gpu_memory_bytes"] = std::max<int64_t>(0, field(from, "gpu_memory_bytes", int64_t{0}));
+  static void copyGpuUse(const protocol::RankProgress& from, Message& to) {
+    if (!from.gpu_util) return;
+    to["gpu_util"] = std::clamp(*from.gpu_util, 0.0, 100.0);
+    to["gpu_memory_bytes"] = std::max<int64_t>(0, from.gpu_memory_bytes);
   }
 
   // A node's latest word on its ranks: the job's snapshot, by rank, goes to the server.
-  void onProgress(int node, const Message& m) {
-    auto ranks = m.find("ranks");
-    if (ranks == m.end() || !ranks->is_array()) return;
+  void onProgress(int node, const protocol::Progress& m) {
     const plan::NodePlan& plan = plan_.nodes[node];
     // Which ranks made progress since the node's last report: for hang detection.
     last_output_.resize(plan_.nodes.size());
     last_output_[node].resize(plan.ranks.size(), 0);
-    const int attempt = field(m, "attempt", 0);
+    const int attempt = m.attempt;
     if (attempt != progress_attempt_) {
       for (auto& node_outputs : last_output_)
         std::fill(node_outputs.begin(), node_outputs.end(), 0);
@@ -714,23 +696,34 @@ class Coordinator {
     }
     RanksProgressed progressed{node, attempt, {}};
     Message sampled = Message::array();  // for resources.jsonl
-    for (const Message& r : *ranks) {
-      if (!r.is_object()) continue;
-      const int64_t index = field(r, "index", int64_t{-1});
-      if (index < 0 || static_cast<size_t>(index) >= plan.ranks.size()) continue;
+    Message mine = Message::array();     // for the server
+    for (const protocol::RankProgress& r : m.ranks) {
+      if (r.index < 0 || static_cast<size_t>(r.index) >= plan.ranks.size()) continue;
+      const plan::RankPlan& rp = plan.ranks[r.index];
       // Output, or a cohort.heartbeat() (its file's change, as the agent saw it): either is
       // the rank's latest sign of life.
-      const int64_t last =
-          std::max(field(r, "last_output", int64_t{0}), field(r, "last_heartbeat", int64_t{0}));
-      if (last != 0 && last != last_output_[node][index])
-        progressed.ranks.push_back(plan.ranks[index].rank);
-      last_output_[node][index] = last;
-      if (field(r, "running", false) && r.contains("cpu_seconds")) {
-        sampled.push_back({{"rank", plan.ranks[index].rank},
-                           {"cpu_seconds", field(r, "cpu_seconds", 0.0)},
-                           {"rss_bytes", field(r, "rss_bytes", int64_t{0})}});
+      const int64_t last = std::max(r.last_output, r.last_heartbeat);
+      if (last != 0 && last != last_output_[node][r.index]) progressed.ranks.push_back(rp.rank);
+      last_output_[node][r.index] = last;
+      if (r.running && r.cpu_seconds) {
+        sampled.push_back(
+            {{"rank", rp.rank}, {"cpu_seconds", *r.cpu_seconds}, {"rss_bytes", r.rss_bytes}});
         copyGpuUse(r, sampled.back());
       }
+      if (!reporter_) continue;
+      Message out = {{"rank", rp.rank},
+                     {"name", rp.name},
+                     {"node", node},
+                     {"running", r.running},
+                     {"last_output", r.last_output}};
+      if (r.last_heartbeat) out["last_heartbeat"] = r.last_heartbeat;
+      if (r.cpu_seconds) {
+        out["cpu_seconds"] = *r.cpu_seconds;
+        out["rss_bytes"] = r.rss_bytes;
+      }
+      copyGpuUse(r, out);
+      out["role"] = rp.role;
+      mine.push_back(std::move(out));
     }
     if (!sampled.empty()) {
       Message line = {{"t", nowUnixNanos()},
@@ -741,35 +734,13 @@ class Coordinator {
     }
     if (!progressed.ranks.empty()) feed(std::move(progressed));
     if (!reporter_) return;
-    Message mine = Message::array();
-    for (const Message& r : *ranks) {
-      if (!r.is_object()) continue;
-      const int64_t index = field(r, "index", int64_t{-1});
-      if (index < 0 || static_cast<size_t>(index) >= plan.ranks.size()) continue;
-      const plan::RankPlan& rp = plan.ranks[index];
-      Message out = {{"rank", rp.rank},
-                     {"name", rp.name},
-                     {"node", node},
-                     {"running", field(r, "running", false)},
-                     {"last_output", field(r, "last_output", int64_t{0})}};
-      if (r.contains("last_heartbeat")) {
-        out["last_heartbeat"] = field(r, "last_heartbeat", int64_t{0});
-      }
-      if (r.contains("cpu_seconds")) out["cpu_seconds"] = field(r, "cpu_seconds", 0.0);
-      if (r.contains("rss_bytes")) out["rss_bytes"] = field(r, "rss_bytes", int64_t{0});
-      copyGpuUse(r, out);
-      out["role"] = rp.role;
-      mine.push_back(std::move(out));
-    }
     progress_.resize(plan_.nodes.size());
     progress_[node] = std::move(mine);
     Message all = Message::array();
     for (const Message& ranks_of_node : progress_) {
       for (const Message& r : ranks_of_node) all.push_back(r);
     }
-    Message snapshot = {{"time", nowUnixNanos()},
-                        {"attempt", field(m, "attempt", 0)},
-                        {"ranks", std::move(all)}};
+    Message snapshot = {{"time", nowUnixNanos()}, {"attempt", attempt}, {"ranks", std::move(all)}};
     reporter_->progress(snapshot.dump());
   }
 
@@ -821,33 +792,31 @@ class Coordinator {
     size_t used = 0;
     for (const Message& m : *messages) {
       ++used;
-      const std::string type = field(m, "type", std::string());
+      auto decoded = protocol::decodeToCoordinator(m);
+      if (!decoded) return drop();
       if (p->node < 0) {
-        const int node = field(m, "node", -1);
-        const std::string nonce = field(m, "nonce", std::string());
-        if (type != "hello" || node < 0 || node >= static_cast<int>(agents_.size()) ||
-            agents_[node].channel || nonce.size() != 32) {
+        const auto* hello = std::get_if<protocol::Hello>(&*decoded);
+        if (!hello || hello->node < 0 || hello->node >= static_cast<int>(agents_.size()) ||
+            agents_[hello->node].channel || hello->nonce.size() != 32) {
           return drop();
         }
         auto ours = makeSecret();
         if (!ours) return drop();
-        p->node = node;
+        p->node = hello->node;
         p->nonce = *ours;
-        p->host = {field(m, "interface", std::string()), field(m, "host", std::string())};
-        p->hostname = field(m, "hostname", std::string()).substr(0, 255);
-        p->pid = field(m, "pid", -1);
-        if (!p->channel->send({{"type", "challenge"},
-                               {"nonce", p->nonce},
-                               {"pid", ::getpid()},  // an agent we started knows us as its parent
-                               {"proof", handshakeProof(secret_, "coordinator", nonce, node)}})) {
-          return drop();
-        }
+        p->host = {hello->interface, hello->host};
+        p->hostname = hello->hostname.substr(0, 255);
+        p->pid = hello->pid;
+        // An agent we started knows us as its parent by our pid.
+        const protocol::Challenge challenge{
+            p->nonce, handshakeProof(secret_, "coordinator", hello->nonce, hello->node), ::getpid()};
+        if (!p->channel->send(protocol::encode(challenge))) return drop();
         continue;
       }
       const int node = p->node;
-      if (type != "auth" || agents_[node].channel ||
-          !secretsEqual(field(m, "proof", std::string()),
-                        handshakeProof(secret_, "agent", p->nonce, node))) {
+      const auto* auth = std::get_if<protocol::Auth>(&*decoded);
+      if (!auth || agents_[node].channel ||
+          !secretsEqual(auth->proof, handshakeProof(secret_, "agent", p->nonce, node))) {
         return drop();
       }
       loop_.remove(fd);
@@ -938,70 +907,85 @@ class Coordinator {
   }
 
   // One message of an agent, as an event for the decisions.
+  // One message of an agent, decoded by the channel's one codec (agent/protocol.h), as an event
+  // for the decisions. A message that cannot be read is from an agent that cannot be trusted to
+  // report its ranks: it is lost.
   void handle(int node, const Message& m) {
-    std::string type = field(m, "type", std::string());
-    int attempt = field(m, "attempt", -1);
-    if (type == "started") {
-      if (static_cast<size_t>(node) < startup_.size()) startup_[node].spawned = sinceStart();
-      feed(NodeStarted{node, attempt, field(m, "count", 0)});
-    } else if (type == "staged") {
-      const bool own_dir = field(m, "own_dir", false);
-      // Its job directory is not this one: it gets the files cohort wrote for the ranks here,
-      // before its "start".
-      if (own_dir && !plan_.files.empty()) {
-        Message files = Message::array();
-        for (const plan::GeneratedFile& f : plan_.files) {
-          files.push_back({{"path", f.path}, {"content", f.content}});
-        }
-        (void)agents_[node].channel->send({{"type", "files"}, {"files", std::move(files)}});
-      }
-      staged_seconds_.resize(plan_.nodes.size(), -1);
-      staged_seconds_[node] = field(m, "seconds", 0.0);
-      feed(NodeStaged{node, field(m, "files", int64_t{0}), field(m, "bytes", int64_t{0}),
-                      field(m, "seconds", 0.0), own_dir});
-    } else if (type == "outputs_copied") {
-      std::vector<OutputResult> results;
-      if (m.contains("results") && m["results"].is_array()) {
-        for (const Message& r : m["results"]) {
-          results.push_back({"", "", field(r, "files", int64_t{0}), field(r, "bytes", int64_t{0}),
-                             field(r, "error", std::string()).substr(0, 4096)});
-        }
-      }
-      feed(NodeOutputsCopied{node, std::move(results)});
-    } else if (type == "stage_failed") {
-      feed(StagingFailed{node, field(m, "error", std::string())});
-    } else if (type == "exited") {
-      endOutput(node, field(m, "rank", -1));
-      // Who stopped it: "coordinator" for a stop this coordinator decided, "agent" for one its
-      // agent made on its own; absent when nobody signalled it.
-      const std::string stopped_by = field(m, "stopped_by", std::string());
-      const StoppedBy by = stopped_by == "coordinator" ? StoppedBy::kCoordinator
-                           : stopped_by.empty()        ? StoppedBy::kNobody
-                                                       : StoppedBy::kAgent;
-      feed(RankExited{node, attempt, field(m, "rank", -1), field(m, "code", 0),
-                      field(m, "signal", 0), by, field(m, "time", int64_t{0}),
-                      field(m, "tail", std::vector<std::string>{}),
-                      std::max<int64_t>(0, field(m, "memory_limit", int64_t{0})),
-                      field(m, "stop_reason", std::string()).substr(0, 512)});
-    } else if (type == "limits") {
-      feed(LimitsNotEnforced{node, field(m, "why", std::string()).substr(0, 1024)});
-    } else if (type == "idle") {
-      feed(NodeIdle{node, attempt});
-    } else if (type == "progress") {
-      onProgress(node, m);
-    } else if (type == "stacks") {
-      onStacks(node, m);
-    } else if (type == "signalled") {
-      feed(NodeSignalled{node, field(m, "signal", SIGTERM)});
-    } else if (type == "debug") {
-      const int64_t index = field(m, "index", int64_t{-1});
-      const plan::NodePlan& plan = plan_.nodes[node];
-      if (index < 0 || static_cast<size_t>(index) >= plan.ranks.size()) return;
-      feed(RankDebugged{node, attempt, plan.ranks[index].rank, field(m, "state", std::string()),
-                        field(m, "reason", std::string()).substr(0, 32),
-                        field(m, "where", std::string()).substr(0, 512),
-                        field(m, "time", int64_t{0})});
+    auto decoded = protocol::decodeToCoordinator(m);
+    if (!decoded) {
+      std::fprintf(stderr, "cohort: node %d: %s\n", node, decoded.error().message.c_str());
+      drop(node, "it sent what cannot be read: " + decoded.error().message);
+      return;
     }
+    std::visit([this, node](const auto& message) { on(node, message); }, *decoded);
+  }
+
+  void on(int, const protocol::Heartbeat&) {}  // word from it is all it says
+  // Said once, before the handshake's end (onPending); again, it is not for us.
+  void on(int, const protocol::Hello&) {}
+  void on(int, const protocol::Auth&) {}
+
+  void on(int node, const protocol::Started& m) {
+    if (static_cast<size_t>(node) < startup_.size()) startup_[node].spawned = sinceStart();
+    feed(NodeStarted{node, m.attempt, m.count});
+  }
+
+  void on(int node, const protocol::Staged& m) {
+    // Its job directory is not this one: it gets the files cohort wrote for the ranks here,
+    // before its "start".
+    if (m.own_dir && !plan_.files.empty()) {
+      (void)agents_[node].channel->send(protocol::encode(protocol::Files{plan_.files}));
+    }
+    staged_seconds_.resize(plan_.nodes.size(), -1);
+    staged_seconds_[node] = m.seconds;
+    feed(NodeStaged{node, m.files, m.bytes, m.seconds, m.own_dir});
+  }
+
+  void on(int node, const protocol::OutputsCopied& m) {
+    std::vector<OutputResult> results;
+    for (const protocol::OutputCopied& r : m.results) {
+      results.push_back({"", "", r.files, r.bytes, r.error});
+    }
+    feed(NodeOutputsCopied{node, std::move(results)});
+  }
+
+  void on(int node, const protocol::StageFailed& m) { feed(StagingFailed{node, m.error}); }
+
+  void on(int node, const protocol::Exited& m) {
+    endOutput(node, m.rank);
+    // Who stopped it: this coordinator's decision, its agent on its own, or nobody.
+    const StoppedBy by = m.stopped_by == "coordinator" ? StoppedBy::kCoordinator
+                         : m.stopped_by == "agent"     ? StoppedBy::kAgent
+                         : m.by_cohort                 ? StoppedBy::kCoordinator
+                                                       : StoppedBy::kNobody;
+    feed(RankExited{node, m.attempt, m.rank, m.code, m.signal, by, m.time, m.tail,
+                    m.memory_limit, m.stop_reason.substr(0, 512)});
+  }
+
+  void on(int node, const protocol::Limits& m) {
+    feed(LimitsNotEnforced{node, m.why.substr(0, 1024)});
+  }
+
+  void on(int node, const protocol::Idle& m) { feed(NodeIdle{node, m.attempt}); }
+  void on(int node, const protocol::Progress& m) { onProgress(node, m); }
+  void on(int node, const protocol::Stacks& m) { onStacks(node, m); }
+  void on(int node, const protocol::Signalled& m) { feed(NodeSignalled{node, m.signal}); }
+
+  void on(int node, const protocol::Debug& m) {
+    const plan::NodePlan& plan = plan_.nodes[node];
+    if (m.index < 0 || static_cast<size_t>(m.index) >= plan.ranks.size()) return;
+    feed(RankDebugged{node, m.attempt, plan.ranks[m.index].rank, m.state, m.reason.substr(0, 32),
+                      m.where.substr(0, 512), m.time});
+  }
+
+  // Agent `node` cannot be heard any more (`why`): it is lost.
+  void drop(int node, const std::string& why) {
+    Agent& agent = agents_[node];
+    if (!agent.channel) return;
+    loop_.remove(agent.channel->fd());
+    agent.channel.reset();
+    launcher_.abandon(node);
+    feed(AgentLost{node, whereIs(static_cast<size_t>(node)) + why});
   }
 
   void onSignal() {

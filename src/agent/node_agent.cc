@@ -21,11 +21,14 @@
 #include <optional>
 #include <thread>
 
+#include "agent/agent_decisions.h"
 #include "agent/channel.h"
 #include "agent/debug_status.h"
 #include "agent/gpu.h"
 #include "agent/liveness.h"
 #include "agent/preload.h"
+#include "agent/protocol.h"
+#include "agent/rank_env.h"
 #include "agent/rank_output.h"
 #include "agent/staging.h"
 #include "plan/plan.h"
@@ -33,12 +36,9 @@
 #include "proc/event_loop.h"
 #include "proc/spawn.h"
 #include "proc/tmpfs.h"
-#include "storage/place.h"
 #include "util/fd.h"
 #include "util/net.h"
 #include "util/text.h"
-
-extern char** environ;
 
 namespace cohort::agent {
 
@@ -82,23 +82,29 @@ std::string processState(pid_t pid) {
 }
 
 // What a rank's py-spy dump said: the stack, or why there is none.
-Message dumpStack(const std::string& py_spy, pid_t pid,
-                  std::chrono::steady_clock::time_point deadline) {
-  if (py_spy.empty()) return {{"error", "py-spy is not installed (pip install py-spy)"}};
-  if (std::chrono::steady_clock::now() >= deadline) return {{"error", "out of time"}};
+protocol::RankStack dumpStack(const std::string& py_spy, pid_t pid,
+                              std::chrono::steady_clock::time_point deadline) {
+  protocol::RankStack out;
+  auto error = [&out](std::string why) {
+    out.error = std::move(why);
+    return out;
+  };
+  if (py_spy.empty()) return error("py-spy is not installed (pip install py-spy)");
+  if (std::chrono::steady_clock::now() >= deadline) return error("out of time");
   proc::SpawnRequest req;
   req.argv = {py_spy, "dump", "--pid", std::to_string(pid), "--nonblocking"};
   req.env = {"PATH=/usr/bin:/bin"};
   req.cwd = "/";
   auto got = proc::runCaptured(req, kStackDumpTimeout);
-  if (!got) return {{"error", got.error().message}};
+  if (!got) return error(got.error().message);
   if (got->status.shellCode() != 0) {
     // py-spy's first line says why ("Error: Failed to find python version...").
     std::string why = got->err.substr(0, got->err.find('\n'));
     if (startsWith(why, "Error: ")) why = why.substr(7);
-    return {{"error", "py-spy: " + (why.empty() ? got->status.describe() : why.substr(0, 300))}};
+    return error("py-spy: " + (why.empty() ? got->status.describe() : why.substr(0, 300)));
   }
-  return {{"stack", got->out.substr(0, 16 * 1024)}};  // 1,024 ranks fit in one message
+  out.stack = got->out.substr(0, 16 * 1024);  // 1,024 ranks fit in one message
+  return out;
 }
 
 // Calls `fn(pid, fields)` for every process in /proc, or only for those in the cgroup at
@@ -286,13 +292,8 @@ class Agent {
     // Where this node's ranks are reached: the coordinator places the job with it.
     COHORT_ASSIGN(HostAddress self, chooseAddress(options_.interface, options_.cidr,
                                                   options_.coordinator_addr));
-    COHORT_TRY(channel_.send({{"type", "hello"},
-                              {"node", options_.node},
-                              {"nonce", nonce_},
-                              {"pid", ::getpid()},
-                              {"host", self.address},
-                              {"interface", self.interface},
-                              {"hostname", hostName()}}));
+    COHORT_TRY(channel_.send(protocol::encode(protocol::Hello{
+        options_.node, nonce_, ::getpid(), self.address, self.interface, hostName()})));
     channel_.setOnPending([this](bool pending) {
       (void)loop_.modify(channel_.fd(), EPOLLIN | (pending ? uint32_t{EPOLLOUT} : 0u));
     });
@@ -330,10 +331,50 @@ class Agent {
       std::fprintf(stderr, "cohort exec: node %d: %s\n", options_.node,
                    removed.error().message.c_str());
     }
-    return lost_coordinator_ ? 1 : exit_code_;
+    return decisions_.exitCode();
   }
 
  private:
+  // What the agent's decisions (agent/agent_decisions.h) say to what happened, done in order.
+  void decide(const AgentInput& input) {
+    for (const AgentAction& action : decisions_.on(input)) {
+      std::visit([this](const auto& a) { act(a); }, action);
+    }
+  }
+
+  // Every running rank's process group gets the signal (the rank's one notice, never repeated
+  // but for a sandbox that could not take it yet, or SIGKILL); SIGKILL follows a notice when its
+  // grace ends. A rank is stopped by whoever decided its first signal.
+  void act(const SignalRanks& a) {
+    const bool notice = a.grace.count() > 0;
+    for (Rank& rank : ranks_) {
+      if (!rank.running) continue;
+      if (!rank.signalled) {
+        rank.stopped_by = a.stopped_by;
+        rank.stop_reason = a.reason;
+      }
+      rank.signalled = true;
+      // Looked at before the signal: a process that takes it then gets it.
+      if (notice && mayLoseStop(rank)) {
+        rank.stop_lost = !groupTakes(rank.child.pid, a.signal, cgroupPath());
+      }
+      ::kill(-rank.child.pid, a.signal);
+      // A stopped rank (SIGSTOP, Ctrl-Z) takes the signal only once it runs again: as systemd
+      // does, SIGCONT follows.
+      if (notice) ::kill(-rank.child.pid, SIGCONT);
+    }
+    if (notice) grace_.arm(a.grace);
+  }
+  void act(const KillRanks&) {
+    for (Rank& rank : ranks_) {
+      if (rank.running) ::kill(-rank.child.pid, SIGKILL);
+    }
+  }
+  void act(const DisarmGrace&) { grace_.disarm(); }
+  void act(const TellSignalled& a) { send(protocol::Signalled{a.signal}); }
+  void act(const StopListening&) { loop_.remove(channel_.fd()); }
+  void act(const Leave&) { leave(); }
+
   // Says it is alive, and gives up on a coordinator on another machine that has said nothing
   // for the heartbeat timeout while we were there to hear it (its machine hung, the network
   // between them went away): the ranks stop. A coordinator on this machine (our parent, over a
@@ -341,9 +382,9 @@ class Agent {
   // coordinator that was stopped or starved finds its job as it was (agent/liveness.h).
   void onHeartbeatTime() {
     heartbeat_.consume();
-    if (lost_coordinator_) return;
+    if (decisions_.lostCoordinator()) return;
     onChannel();  // what came while the loop was busy counts
-    if (lost_coordinator_) return;
+    if (decisions_.lostCoordinator()) return;
     const Millis silent = silence_.tick(std::chrono::steady_clock::now());
     if (!coordinator_local_ && silent > heartbeat_timeout_) {
       const std::string why =
@@ -373,13 +414,8 @@ class Agent {
                                                               : static_cast<uid_t>(-1));
       if (!status || (rank.debug_said && *rank.debug_said == *status)) continue;
       auto say = [&](const std::string& state) {
-        (void)channel_.send({{"type", "debug"},
-                             {"attempt", attempt_},
-                             {"index", i},
-                             {"state", state},
-                             {"reason", status->reason},
-                             {"where", status->where},
-                             {"time", nowUnixNanos()}});
+        send(protocol::Debug{attempt_, static_cast<int64_t>(i), state, status->reason,
+                             status->where, nowUnixNanos()});
       };
       // A debugger that attached and left between two looks is told as having been there.
       const int64_t attaches_seen = rank.debug_said ? rank.debug_said->attaches : 0;
@@ -398,12 +434,12 @@ class Agent {
   // A stop signal that reached a rank's group before any of its processes could take it (a
   // sandbox still starting) is sent again once one can, until the grace period ends in SIGKILL.
   void resendLostStops() {
-    if (!stopping_ || !grace_armed_) return;
+    if (!decisions_.stopping() || !decisions_.graceArmed()) return;
+    const int sig = decisions_.sentSignal();
     for (Rank& rank : ranks_) {
-      if (rank.running && rank.stop_lost &&
-          groupTakes(rank.child.pid, sent_signal_, cgroupPath())) {
+      if (rank.running && rank.stop_lost && groupTakes(rank.child.pid, sig, cgroupPath())) {
         rank.stop_lost = false;
-        ::kill(-rank.child.pid, sent_signal_);
+        ::kill(-rank.child.pid, sig);
       }
     }
   }
@@ -414,20 +450,21 @@ class Agent {
   // plan/isolation.cc) can, just after its start, have every process ignore them.
   static bool mayLoseStop(const Rank& rank) {
     const std::vector<std::string>& argv = rank.plan.argv;
-    return argv.size() > 1 && argv[0] == "env" && startsWith(argv[1], "--ignore-signal=") &&
+    return argv.size() > 1 && argv[0] == plan::kSandboxEnv &&
+           startsWith(argv[1], "--ignore-signal=") &&
            std::chrono::steady_clock::now() - rank.spawned < std::chrono::seconds(10);
   }
 
   // Also called from loops that may take long (spawning many ranks): silence is loss.
   void heartbeatIfDue() {
     const auto now = std::chrono::steady_clock::now();
-    if (lost_coordinator_ || now - last_sent_ < heartbeat_every_) return;
+    if (decisions_.lostCoordinator() || now - last_sent_ < heartbeat_every_) return;
     last_sent_ = now;
-    (void)channel_.send({{"type", "heartbeat"}});
+    (void)channel_.send(protocol::encode(protocol::Heartbeat{}));
   }
 
   void onChannel() {
-    if (lost_coordinator_) return;
+    if (decisions_.lostCoordinator()) return;
     const uint64_t before = channel_.bytesReceived();
     auto messages = channel_.receive();
     if (channel_.bytesReceived() != before || channel_.closed()) {
@@ -451,10 +488,9 @@ class Agent {
   }
 
   // The coordinator's answer to hello: it proves it knows the job's secret, and so do we.
-  void onChallenge(const Message& m) {
+  void onChallenge(const protocol::Challenge& m) {
     const std::string expected = handshakeProof(options_.secret, "coordinator", nonce_, options_.node);
-    if (field(m, "type", std::string()) != "challenge" ||
-        !secretsEqual(field(m, "proof", std::string()), expected)) {
+    if (!secretsEqual(m.proof, expected)) {
       std::fprintf(stderr,
                    "cohort exec: node %d: the coordinator at %s:%d did not prove that it knows "
                    "the job's secret; leaving it\n",
@@ -464,112 +500,98 @@ class Agent {
     }
     // A coordinator that started us on this machine is our parent: it is watched as a process
     // (agent/liveness.h), and never given up for silence.
-    coordinator_local_ = options_.coordinator_fd >= 0 || field(m, "pid", -1) == ::getppid();
-    const std::string proof =
-        handshakeProof(options_.secret, "agent", field(m, "nonce", std::string()), options_.node);
-    (void)channel_.send({{"type", "auth"}, {"proof", proof}});
+    coordinator_local_ = options_.coordinator_fd >= 0 || m.pid == ::getppid();
+    send(protocol::Auth{handshakeProof(options_.secret, "agent", m.nonce, options_.node)});
     authenticated_ = true;
   }
 
+  // One message of the coordinator, decoded by the channel's one codec (agent/protocol.h). What
+  // cannot be read, or comes before the coordinator proved the secret, ends the agent's trust in
+  // it.
   void handle(const Message& m) {
-    if (!authenticated_) {
-      onChallenge(m);
+    auto decoded = protocol::decodeToAgent(m);
+    if (!decoded) {
+      std::fprintf(stderr, "cohort exec: node %d: %s\n", options_.node,
+                   decoded.error().message.c_str());
+      lostCoordinator("what the coordinator sent could not be read: " + decoded.error().message);
       return;
     }
-    std::string type = field(m, "type", std::string());
-    if (type == "plan") {
-      static const Message kNone = Message::object();
-      auto node = plan::nodeFromJsonValue(m.contains("node") ? m.at("node") : kNone);
-      if (!node) {
-        std::fprintf(stderr, "cohort exec: %s\n", node.error().message.c_str());
-        lostCoordinator("the coordinator's plan could not be read");
-        return;
+    if (!authenticated_) {
+      const auto* challenge = std::get_if<protocol::Challenge>(&*decoded);
+      if (challenge) {
+        onChallenge(*challenge);
+      } else {
+        onChallenge(protocol::Challenge{});  // no proof: it is left
       }
-      node_ = std::move(*node);
-      workdir_ = field(m, "workdir", std::string("."));
-      job_dir_ = field(m, "job_dir", std::string());
-      // An agent that finds no mark (no shared filesystem) makes the job directory itself.
-      own_dir_ = startsWith(job_dir_, "/") && !sharesJobDir(job_dir_, field(m, "mark", std::string()));
-      heartbeat_every_ = Millis(std::max<int64_t>(100, field(m, "heartbeat_ms", int64_t{1000})));
-      heartbeat_timeout_ =
-          Millis(std::max<int64_t>(1000, field(m, "heartbeat_timeout_ms", int64_t{5000})));
-      silence_ = Silence(tickEvery(), std::chrono::steady_clock::now());
-      stop_signal_ = field(m, "stop_signal", int{SIGTERM});
-      outside_grace_ = Millis(std::max<int64_t>(0, field(m, "grace_ms", int64_t{3000})));
-      heartbeat_.arm(tickEvery());
-      trim_after_message_ = true;  // the plan's JSON was large and is garbage now
-      setUpCgroup();
-    } else if (type == "stage") {
-      startStaging();
-    } else if (type == "files") {
-      writeFiles(m);
-    } else if (type == "start") {
-      startAttempt(field(m, "attempt", 0));
-    } else if (type == "stop") {
-      if (pending_attempt_) {
-        // Stopped while the preload template still imports: the attempt starts nothing.
-        attempt_ = *pending_attempt_;
-        pending_attempt_.reset();
-        ranks_.clear();
-        (void)channel_.send({{"type", "started"},
-                             {"attempt", attempt_},
-                             {"count", 0},
-                             {"time", nowUnixNanos()}});
-        attemptOver();
-      }
-      const Millis grace(field(m, "grace_ms", int64_t{30000}));
-      stopRanks(grace, field(m, "signal", stop_signal_));
-      if (m.contains("exit")) {  // the job's end: leave once the ranks are gone
-        exit_code_ = std::clamp(field(m, "exit", 0), 0, 255);
-        exitWhenDone(grace);
-      }
-    } else if (type == "stacks") {
-      sendStacks();
-    } else if (type == "exit") {
-      // Exiting with the job's code makes a cluster's accounting (sacct) agree with cohort.
-      exit_code_ = std::clamp(field(m, "code", 0), 0, 255);
-      if (m.contains("outputs") && m["outputs"].is_array()) {
-        for (const Message& o : m["outputs"]) {
-          outputs_.push_back({field(o, "source", std::string()), field(o, "target", std::string())});
-        }
-      }
-      exitWhenDone(Millis(field(m, "grace_ms", int64_t{3000})));
+      return;
     }
+    std::visit([this](const auto& message) { on(message); }, *decoded);
   }
 
-  // The agent's one way out: leave now if nothing runs; otherwise stop the ranks (the stop
-  // signal, then SIGKILL after `grace`) and leave when the last is gone (attemptOver), or when
-  // the chore under way (staging, which cannot be interrupted) is over.
-  void exitWhenDone(Millis grace) {
-    exiting_ = true;
-    if (chore_.joinable()) return;
-    if (running_count_ == 0) {
-      leave();
-    } else {
-      stopRanks(grace, stop_signal_);
-    }
+  void on(const protocol::Heartbeat&) {}  // word from it is all it says
+  void on(const protocol::Challenge&) {}  // once is enough
+
+  void on(const protocol::PlanMessage& m) {
+    node_ = m.node;
+    workdir_ = m.workdir.empty() ? "." : m.workdir;
+    job_dir_ = m.job_dir;
+    // An agent that finds no mark (no shared filesystem) makes the job directory itself.
+    own_dir_ = startsWith(job_dir_, "/") && !sharesJobDir(job_dir_, m.mark);
+    heartbeat_every_ = Millis(std::max<int64_t>(100, m.heartbeat_ms));
+    heartbeat_timeout_ = Millis(std::max<int64_t>(1000, m.heartbeat_timeout_ms));
+    silence_ = Silence(tickEvery(), std::chrono::steady_clock::now());
+    decisions_.configure(m.stop_signal, Millis(m.grace_ms));
+    heartbeat_.arm(tickEvery());
+    trim_after_message_ = true;  // the plan's JSON was large and is garbage now
+    setUpCgroup();
   }
+
+  void on(const protocol::Stage&) { startStaging(); }
+  void on(const protocol::Files& m) { writeFiles(m); }
+  void on(const protocol::Start& m) { startAttempt(m.attempt); }
+  void on(const protocol::StacksRequest&) { sendStacks(); }
+
+  void on(const protocol::Stop& m) {
+    if (pending_attempt_) {
+      // Stopped while the preload template still imports: the attempt starts nothing.
+      attempt_ = *pending_attempt_;
+      pending_attempt_.reset();
+      ranks_.clear();
+      send(protocol::Started{attempt_, 0, nowUnixNanos()});
+      attemptOver();
+    }
+    decide(StopAsked{Millis(m.grace_ms), m.signal, m.exit.has_value(), m.exit.value_or(0)});
+  }
+
+  void on(const protocol::Exit& m) {
+    outputs_.insert(outputs_.end(), m.outputs.begin(), m.outputs.end());
+    decide(ExitAsked{m.code});
+  }
+
+  // Sends one message to the coordinator; one that has gone is found by the loop.
+  void send(const protocol::ToCoordinator& message) { (void)channel_.send(protocol::encode(message)); }
 
   // Nothing of the job runs here any more. A node whose job directory is its own copies the
   // outputs it was given first, and says what it copied.
   void leave() {
-    if (outputs_.empty() || lost_coordinator_) {
+    if (outputs_.empty() || decisions_.lostCoordinator()) {
       loop_.quit();
       return;
     }
     std::vector<plan::OutputPlan> outputs = std::move(outputs_);
     outputs_.clear();
-    auto results = std::make_shared<Message>(Message::array());
+    auto results = std::make_shared<protocol::OutputsCopied>();
     runChore(
-        [outputs, results] {
+        [outputs, results, as = ranksIdentity(node_)] {
           for (const plan::OutputPlan& o : outputs) {
-            auto copied = copyOutput(o);
-            results->push_back(copied ? Message{{"files", copied->files}, {"bytes", copied->bytes}}
-                                      : Message{{"error", copied.error().message}});
+            auto copied = copyOutput(o, as);
+            results->results.push_back(
+                copied ? protocol::OutputCopied{copied->files, copied->bytes, ""}
+                       : protocol::OutputCopied{0, 0, copied.error().message});
           }
         },
         [this, results] {
-          (void)channel_.send({{"type", "outputs_copied"}, {"results", std::move(*results)}});
+          send(std::move(*results));
           loop_.quit();
         });
   }
@@ -579,7 +601,7 @@ class Agent {
   // process group: the leader may be a wrapper (a sandbox, a shell) with Python below it, and a
   // stopped or D-state process anywhere in it is what holds the rank up.
   void sendStacks() {
-    auto answer = std::make_shared<Message>(Message::array());
+    auto answer = std::make_shared<std::vector<protocol::RankStack>>();
     std::map<pid_t, std::pair<size_t, std::vector<pid_t>>> groups;  // leader -> index, leader first
     for (size_t i = 0; i < ranks_.size(); ++i) {
       if (ranks_[i].running) groups[ranks_[i].child.pid] = {i, {ranks_[i].child.pid}};
@@ -606,22 +628,19 @@ class Agent {
           }
           if (s == "D") state = s;
         }
-        Message r = busy ? Message{{"error", "the agent was busy staging or copying"}}
-                         : Message{{"error", "no process"}};
+        protocol::RankStack r;
+        r.error = busy ? "the agent was busy staging or copying" : "no process";
         for (size_t k = 0; !busy && k < pids.size() && k < kTries; ++k) {
-          Message dumped = dumpStack(py_spy, pids[k], deadline);
-          if (k == 0 || dumped.contains("stack")) r = std::move(dumped);
-          if (r.contains("stack") || py_spy.empty()) break;
+          protocol::RankStack dumped = dumpStack(py_spy, pids[k], deadline);
+          if (k == 0 || !dumped.stack.empty()) r = std::move(dumped);
+          if (!r.stack.empty() || py_spy.empty()) break;
         }
-        r["index"] = index;
-        r["state"] = state;
+        r.index = static_cast<int64_t>(index);
+        r.state = state;
         answer->push_back(std::move(r));
       }
     };
-    auto over = [this, answer] {
-      (void)channel_.send(
-          {{"type", "stacks"}, {"attempt", attempt_}, {"ranks", std::move(*answer)}});
-    };
+    auto over = [this, answer] { send(protocol::Stacks{attempt_, std::move(*answer)}); };
     if (chore_.joinable()) {  // states only: they cannot block
       work();
       over();
@@ -633,7 +652,6 @@ class Agent {
       dumping_ = false;
       reapOrphans();
       over();
-      if (exiting_) exitWhenDone(Millis(3000));
     });
   }
 
@@ -642,12 +660,14 @@ class Agent {
   void runChore(std::function<void()> work, std::function<void()> over) {
     chore_done_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     chore_over_ = std::move(over);
+    decide(ChoreBegins{});
     (void)loop_.add(chore_done_.get(), EPOLLIN, [this](uint32_t) {
       chore_.join();
       loop_.remove(chore_done_.get());
       chore_done_.reset();
       std::function<void()> over = std::move(chore_over_);
       over();
+      decide(ChoreOver{});
     });
     chore_ = std::thread([this, work = std::move(work)] {
       work();
@@ -689,25 +709,20 @@ class Agent {
       }
     }
     if (!staging_result_) {
-      (void)channel_.send({{"type", "stage_failed"}, {"error", staging_result_.error().message}});
+      send(protocol::StageFailed{staging_result_.error().message});
     } else {
-      (void)channel_.send({{"type", "staged"},
-                           {"files", staging_result_->files},
-                           {"bytes", staging_result_->bytes},
-                           {"seconds", staging_result_->seconds},
-                           {"own_dir", own_dir_}});
+      send(protocol::Staged{staging_result_->files, staging_result_->bytes,
+                            staging_result_->seconds, own_dir_});
     }
-    if (exiting_) exitWhenDone(Millis(3000));
   }
 
   // The files cohort generated for the ranks, for a job directory of its own.
-  void writeFiles(const Message& m) {
-    if (!own_dir_ || !m.contains("files") || !m["files"].is_array()) return;
-    for (const Message& f : m["files"]) {
-      auto written = writeJobFile(job_dir_, field(f, "path", std::string()),
-                                  field(f, "content", std::string()));
+  void writeFiles(const protocol::Files& m) {
+    if (!own_dir_) return;
+    for (const plan::GeneratedFile& f : m.files) {
+      auto written = writeJobFile(job_dir_, f.path, f.content);
       if (!written) {
-        (void)channel_.send({{"type", "stage_failed"}, {"error", written.error().message}});
+        send(protocol::StageFailed{written.error().message});
         return;
       }
     }
@@ -715,13 +730,7 @@ class Agent {
 
   // `why` is what the ranks it stops are told to the coordinator (if it is there after all) as:
   // a stop the agent made on its own, never one the coordinator decided.
-  void lostCoordinator(const std::string& why) {
-    if (lost_coordinator_) return;
-    lost_coordinator_ = true;
-    if (own_stop_reason_.empty()) own_stop_reason_ = "it lost its coordinator: " + why;
-    loop_.remove(channel_.fd());
-    exitWhenDone(Millis(3000));
-  }
+  void lostCoordinator(const std::string& why) { decide(CoordinatorLost{why}); }
 
   // The node's cgroup, made before any rank starts, and handed to the watchdog.
   void setUpCgroup() {
@@ -795,7 +804,7 @@ class Agent {
     limits_enforced_ = false;
     if (limits_said_ || !anyRequests()) return;
     limits_said_ = true;
-    (void)channel_.send({{"type", "limits"}, {"why", why}});
+    send(protocol::Limits{why});
   }
 
   // The cgroup a rank starts in: where limits are enforced, one of its own below the node's, held
@@ -867,49 +876,17 @@ class Agent {
     while (int sig = signals_.next()) {
       if (sig == SIGCHLD) reapOrphans();
       if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP) {
-        // A coordinator that died closed its connection before its death signal came.
+        // A coordinator that died closed its connection before its death signal came. With the
+        // coordinator there, it is a preemption (Slurm signals its tasks, a cluster deletes the
+        // job): agent/agent_decisions.h.
         onChannel();
-        if (lost_coordinator_ || !authenticated_) {
-          if (own_stop_reason_.empty()) {
-            own_stop_reason_ = spec::stopSignalName(sig) + " came from outside";
-          }
-          exitWhenDone(stopping_ ? Millis(0) : Millis(3000));
-          continue;
-        }
-        // The coordinator is there, so it was not our parent going away: a cluster preempts or
-        // cancels the job (Slurm signals its tasks), the machine shuts down. The ranks get
-        // their notice and grace period, and the coordinator stops every other node's too. A
-        // second signal kills at once; the first does not cut short a stop the coordinator
-        // began (a cluster that deletes the job signals every pod, coordinator's included).
-        if (!stopping_) (void)channel_.send({{"type", "signalled"}, {"signal", sig}});
-        if (!stopping_ && own_stop_reason_.empty()) {
-          own_stop_reason_ = spec::stopSignalName(sig) + " came from outside";
-        }
-        exitWhenDone(signalled_ ? Millis(0) : outside_grace_);
-        signalled_ = true;
+        decide(SignalCame{sig, !decisions_.lostCoordinator() && authenticated_});
       }
     }
   }
 
   std::vector<std::string> rankEnvironment(const plan::RankPlan& r) const {
-    std::vector<std::string> env;
-    std::vector<std::pair<std::string, std::string>> overrides = r.env;
-    for (const char* name : plan::kRestartCountVars) {
-      for (auto& kv : overrides) {
-        if (kv.first == name) kv.second = std::to_string(attempt_);
-      }
-    }
-    for (char** e = environ; *e; ++e) {
-      std::string_view entry(*e);
-      std::string_view key = entry.substr(0, entry.find('='));
-      // The job's secret and the server's store (its credentials) are cohort's, not the job's.
-      if (key == "COHORT_JOB_SECRET" || storage::isSiteVariable(key)) continue;
-      bool overridden = false;
-      for (const auto& kv : overrides) overridden = overridden || kv.first == key;
-      if (!overridden) env.emplace_back(entry);
-    }
-    for (const auto& [k, v] : overrides) env.push_back(k + "=" + v);
-    return env;
+    return agent::rankEnvironment(r, attempt_, processEnvironment());
   }
 
   // launcher: preload: the node's template, in a cgroup of its own (an attempt's end kills the
@@ -963,9 +940,7 @@ class Agent {
       }
     }
     attempt_ = attempt;
-    stopping_ = false;
-    grace_.disarm();  // the last attempt's stop is over: its SIGKILL must not hit this one
-    grace_armed_ = false;
+    decide(AttemptBegins{});  // the last attempt's stop is over: its SIGKILL must not hit this one
     ranks_.clear();
     ranks_.resize(node_.ranks.size());
     for (size_t i = 0; i < node_.ranks.size(); ++i) {
@@ -989,11 +964,11 @@ class Agent {
       if (r) r = watch(i, std::move(rank.child));
       if (!r) neverRan(rank, rank.plan.name + ": " + r.error().message);
     }
-    (void)channel_.send({{"type", "started"},
-                         {"attempt", attempt_},
-                         {"count", running_count_},
-                         {"time", nowUnixNanos()}});
-    if (running_count_ == 0) {
+    const int running = static_cast<int>(
+        std::count_if(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; }));
+    decide(RanksStarted{running});
+    send(protocol::Started{attempt_, running, nowUnixNanos()});
+    if (running == 0) {
       attemptOver();
     } else {
       progress_.arm(kFirstProgress);  // a short job's ranks are sampled too
@@ -1010,13 +985,13 @@ class Agent {
   // Every few seconds while ranks run: when each last wrote output, and what it uses.
   void onProgressTime() {
     progress_.consume();
-    if (running_count_ == 0) return;
+    if (decisions_.running() == 0) return;
     std::map<pid_t, pid_t> group_of;
     const bool gpus = gpu_ && gpu_->available() && gpu_->latest();
     std::map<pid_t, Usage> usage = usageByProcessGroup(cgroupPath(), gpus ? &group_of : nullptr);
     std::map<pid_t, RankGpu> gpu_use;
     if (gpus) gpu_use = gpuUseByGroup(gpu_->latest()->first, gpu_->latest()->second, group_of);
-    Message ranks = Message::array();
+    protocol::Progress report{attempt_, 0, {}};
     const int64_t now = nowUnixNanos();
     for (size_t i = 0; i < ranks_.size(); ++i) {
       Rank& rank = ranks_[i];
@@ -1025,24 +1000,25 @@ class Agent {
         if (!sameTimes(times, rank.heartbeat_seen) && times) rank.last_heartbeat = now;
         rank.heartbeat_seen = times;
       }
-      Message r = {{"index", i}, {"running", rank.running}, {"last_output", rank.last_output}};
-      if (rank.last_heartbeat) r["last_heartbeat"] = rank.last_heartbeat;
+      protocol::RankProgress r;
+      r.index = static_cast<int64_t>(i);
+      r.running = rank.running;
+      r.last_output = rank.last_output;
+      r.last_heartbeat = rank.last_heartbeat;
       if (rank.running) {
         // Every rank leads a process group of its own (proc/spawn.h).
         const Usage u = usage[rank.child.pid];
-        r["cpu_seconds"] = u.cpu_seconds;
-        r["rss_bytes"] = u.rss_bytes;
+        r.cpu_seconds = u.cpu_seconds;
+        r.rss_bytes = u.rss_bytes;
         if (auto g = gpu_use.find(rank.child.pid); g != gpu_use.end()) {
-          r["gpu_util"] = g->second.utilization;
-          r["gpu_memory_bytes"] = g->second.memory_bytes;
+          r.gpu_util = g->second.utilization;
+          r.gpu_memory_bytes = g->second.memory_bytes;
         }
       }
-      ranks.push_back(std::move(r));
+      report.ranks.push_back(r);
     }
-    (void)channel_.send({{"type", "progress"},
-                         {"attempt", attempt_},
-                         {"time", nowUnixNanos()},
-                         {"ranks", std::move(ranks)}});
+    report.time = nowUnixNanos();
+    send(std::move(report));
     if (gpu_) gpu_->poll();  // its answer is the next sample's; it never waits here
     progress_.arm(kProgressEvery);
   }
@@ -1062,11 +1038,15 @@ class Agent {
     if (p.preload) return forkRank(index, std::move(write_end));
     proc::SpawnRequest req;
     req.argv = p.argv;
-    req.env = rankEnvironment(p);
+    COHORT_ASSIGN(RankLaunch launch, rankLaunch(p, attempt_, processEnvironment()));
+    req.env = std::move(launch.env);
+    req.fd3 = launch.sandbox_args.get();
+    req.netns_fd = options_.netns_fd;
     req.cwd = workdir_;
     req.stdout_fd = write_end.get();
     req.uid = p.uid;
     req.gid = p.gid;
+    req.no_new_privs = p.uid >= 0;  // an account's rank gains nothing by exec (set-uid files)
     COHORT_ASSIGN(const proc::Cgroup* cgroup, rankCgroup(rank));
     req.cgroup_fd = cgroup ? cgroup->fd() : -1;
     if (cgroup) req.v1_cgroup_fds = cgroup->v1Fds();
@@ -1095,13 +1075,17 @@ class Agent {
     const plan::RankPlan& p = rank.plan;
     proc::SpawnRequest req;
     req.argv = p.argv;
-    req.env = rankEnvironment(p);
+    COHORT_ASSIGN(RankLaunch launch, rankLaunch(p, attempt_, processEnvironment()));
+    req.env = std::move(launch.env);
+    req.fd3 = launch.sandbox_args.get();
+    req.netns_fd = options_.netns_fd;
     req.cwd = workdir_;
     req.stdin_fd = STDIN_FILENO;
     req.stdout_fd = STDOUT_FILENO;
     req.stderr_fd = STDERR_FILENO;
     req.uid = p.uid;
     req.gid = p.gid;
+    req.no_new_privs = p.uid >= 0;  // an account's rank gains nothing by exec (set-uid files)
     COHORT_ASSIGN(const proc::Cgroup* cgroup, rankCgroup(rank));
     req.cgroup_fd = cgroup ? cgroup->fd() : -1;
     if (cgroup) req.v1_cgroup_fds = cgroup->v1Fds();
@@ -1129,7 +1113,6 @@ class Agent {
     rank.child = std::move(child);
     rank.running = true;
     rank.spawned = std::chrono::steady_clock::now();
-    ++running_count_;
     COHORT_TRY(loop_.add(rank.child.pidfd.get(), EPOLLIN, [this, index](uint32_t) { onExit(index); }));
     if (rank.out.valid() && !output_held_) COHORT_TRY(watchOutput(index));
     return {};
@@ -1264,7 +1247,7 @@ class Agent {
     auto status = proc::reap(rank.child.pidfd.get());
     rank.child.pidfd.reset();
     rank.running = false;
-    --running_count_;
+    decide(RankGone{});
     // All the rank wrote is in the pipe now: read it up to EAGAIN (an escaped child may keep
     // the pipe open) or end of output.
     pump(index, std::numeric_limits<int>::max());
@@ -1288,7 +1271,7 @@ class Agent {
     }
     report(rank, exit, time, "", memory_limit);
     reapOrphans();  // what waited behind this rank's exit
-    if (running_count_ == 0) attemptOver();
+    if (decisions_.running() == 0) attemptOver();
   }
 
   // The fallback without a cgroup: kill and reap every child we still have (found in /proc),
@@ -1336,72 +1319,31 @@ class Agent {
     std::vector<std::string> tail = rank.output ? rank.output->tail(kTailLines)
                                                 : std::vector<std::string>{};
     if (!error.empty()) tail.push_back("cohort: " + error);
-    (void)channel_.send({{"type", "exited"},
-                         {"attempt", attempt_},
-                         {"rank", rank.plan.rank},
-                         {"code", status.code},
-                         {"signal", status.signal},
-                         {"by_cohort", rank.signalled},
-                         {"stopped_by", rank.stopped_by},
-                         {"stop_reason", rank.stop_reason},
-                         {"time", time},
-                         {"tail", tail},
-                         {"error", error},
-                         {"memory_limit", memory_limit}});
-  }
-
-  // Sends every running rank's process group `stop_signal` (policy.stop_signal: the rank's one
-  // notice, never repeated but for a sandbox that could not take it yet), and SIGKILL after
-  // `grace`; a grace of 0 is SIGKILL at once. Once stopping, only that SIGKILL is left to send.
-  void stopRanks(Millis grace, int stop_signal) {
-    if (stop_signal == SIGKILL || stop_signal == SIGSTOP || stop_signal <= 0 || stop_signal >= 65) {
-      stop_signal = SIGTERM;  // the plan allows neither; never a stop that gives no notice
-    }
-    if (!stopping_ || grace.count() == 0) {
-      const bool notice = grace.count() > 0;
-      const int sig = notice ? stop_signal : SIGKILL;
-      bool any = false;
-      for (Rank& rank : ranks_) {
-        if (!rank.running) continue;
-        if (!rank.signalled) {
-          rank.stopped_by = own_stop_reason_.empty() ? "coordinator" : "agent";
-          rank.stop_reason = own_stop_reason_;
-        }
-        rank.signalled = true;
-        // Looked at before the signal: a process that takes it then gets it.
-        if (notice && mayLoseStop(rank)) {
-          rank.stop_lost = !groupTakes(rank.child.pid, sig, cgroupPath());
-        }
-        ::kill(-rank.child.pid, sig);
-        // A stopped rank (SIGSTOP, Ctrl-Z) takes the signal only once it runs again: as
-        // systemd does, SIGCONT follows.
-        if (notice) ::kill(-rank.child.pid, SIGCONT);
-        any = true;
-      }
-      // Only ranks that got the notice need the SIGKILL: a timer armed with nothing running
-      // would go off in the next attempt and kill its ranks.
-      if (notice && any) grace_.arm(grace);
-      grace_armed_ = notice && any;
-      if (notice) sent_signal_ = sig;
-    }
-    stopping_ = true;
+    protocol::Exited exited;
+    exited.attempt = attempt_;
+    exited.rank = rank.plan.rank;
+    exited.code = status.code;
+    exited.signal = status.signal;
+    exited.by_cohort = rank.signalled;
+    exited.stopped_by = rank.stopped_by;
+    exited.stop_reason = rank.stop_reason;
+    exited.time = time;
+    exited.tail = std::move(tail);
+    exited.error = error;
+    exited.memory_limit = memory_limit;
+    send(std::move(exited));
   }
 
   void onGraceOver() {
     grace_.consume();
-    grace_armed_ = false;
-    if (!stopping_) return;
-    for (Rank& rank : ranks_) {
-      if (rank.running) ::kill(-rank.child.pid, SIGKILL);
-    }
+    decide(GraceOver{});
   }
 
   // Every rank has exited: kill what they left behind (everything still in the node's cgroup;
   // without one, the escaped children that came back to us as the subreaper), close their
   // pipes, and tell the coordinator.
   void attemptOver() {
-    grace_.disarm();
-    grace_armed_ = false;
+    grace_.disarm();  // before the kills below: the attempt's stop is over
     progress_.disarm();
     if (cgroup_) {
       if (auto killed = cgroup_->killAll(Millis(10000)); !killed) {
@@ -1420,8 +1362,8 @@ class Agent {
         ranks_[i].out.reset();
       }
     }
-    (void)channel_.send({{"type", "idle"}, {"attempt", attempt_}, {"time", nowUnixNanos()}});
-    if (exiting_) leave();
+    send(protocol::Idle{attempt_, nowUnixNanos()});
+    decide(AttemptOver{});  // the agent leaves now if it was to
   }
 
   const AgentOptions& options_;
@@ -1432,9 +1374,6 @@ class Agent {
   proc::Timer heartbeat_;
   Millis heartbeat_every_{1000};
   Millis heartbeat_timeout_{5000};
-  int stop_signal_ = SIGTERM;   // policy.stop_signal, from the plan
-  int sent_signal_ = SIGTERM;   // what the current stop sent
-  Millis outside_grace_{3000};  // policy.grace_period: for a stop that comes from outside
   Silence silence_{heartbeat_every_, std::chrono::steady_clock::now()};  // the coordinator's
   std::chrono::steady_clock::time_point last_sent_{};
   Channel channel_;
@@ -1463,23 +1402,14 @@ class Agent {
   std::function<void()> chore_over_;
   Result<StagingResult> staging_result_ = StagingResult{};
   int attempt_ = 0;
-  int running_count_ = 0;
-  bool stopping_ = false;
-  bool exiting_ = false;
   bool trim_after_message_ = false;
-  bool lost_coordinator_ = false;
-  int exit_code_ = 0;  // the job's, from the coordinator's "exit"
+  AgentDecisions decisions_;  // when to stop the ranks, who stops them, when to leave
   bool dumping_ = false;      // the chore runs py-spy (sendStacks)
-  bool grace_armed_ = false;  // the stop signal was sent; SIGKILL follows when the grace ends
   pid_t terminal_owner_ = -1;   // --pdb: the terminal's foreground group before the rank took it
   std::string nonce_;           // ours, for the coordinator's proof
   bool authenticated_ = false;  // the coordinator proved it knows the secret
-  bool signalled_ = false;      // a stop signal came from outside while the coordinator was there
   bool output_held_ = false;    // the ranks' pipes are not read: the channel is full (holdOutput)
   bool coordinator_local_ = false;  // the coordinator is our parent, on this machine
-  // Why this agent stops its ranks on its own (it lost its coordinator, a signal from outside);
-  // "" while every stop is the coordinator's.
-  std::string own_stop_reason_;
 };
 
 // Runs the agent until the coordinator says "exit" or is gone, then ends the process with the

@@ -11,7 +11,8 @@
 // killed when the attempt ends. Either way no process of the job survives the job. If the
 // coordinator disappears, or the agent gets SIGTERM, it stops its ranks and exits (telling a
 // coordinator that is still there, which stops every other node's ranks too: a preemption).
-// Single-threaded except for the console writer.
+// What it decides about stopping its ranks and leaving is agent/agent_decisions.h; this is the
+// shell that does it. Single-threaded except for the console writer.
 #pragma once
 
 #include <string>
@@ -33,6 +34,8 @@ struct AgentOptions {
   std::string cgroup_base;
   // How this node's address is chosen (spec::Network); it is sent with hello.
   std::string interface, cidr;
+  // The node's own network namespace (proc/job_network.h) its ranks join; -1: the agent's.
+  int netns_fd = -1;
 };
 
 // Runs the node agent as the process's whole work: until the coordinator says "exit" or is gone,

@@ -6,8 +6,11 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
+#include <tuple>
 
 #include "env/node_copy.h"
+#include "storage/dir_store.h"
 #include "job/layout.h"
 #include "storage/copy.h"
 #include "storage/place.h"
@@ -26,19 +29,33 @@ Result<storage::Place> placeOf(const std::string& uri) {
   return storage::openPlace(uri, /*data_root=*/"");
 }
 
-// A sandboxed job's own /tmp and the rest (NodePlan::scratch_dirs), empty and for the ranks'
-// user alone. One that is there already is not this job's (a name taken on the machine's
-// /dev/shm): refused rather than used.
-Result<void> makeScratchDirs(const plan::NodePlan& node) {
-  for (const std::string& dir : node.scratch_dirs) {
-    COHORT_TRY(makeDirs(dir.substr(0, dir.rfind('/'))));
-    if (::mkdir(dir.c_str(), 0700) != 0) return failErrno("create '" + dir + "'");
-    if (!node.ranks.empty() && node.ranks.front().uid >= 0 &&
-        ::lchown(dir.c_str(), node.ranks.front().uid, node.ranks.front().gid) < 0) {
-      return failErrno("chown '" + dir + "'");
-    }
+// The stores a node's inputs come from, handed to the work done as the ranks' user: an object
+// store (s3://, store:// in S3) for each input that names one, and the store on disk's bucket
+// for each input in it when the work is done by a process of the account's own (which cannot
+// read the store's files: the caller reads them for it, account/as_account.h).
+struct Grants {
+  std::vector<std::unique_ptr<storage::ObjectStore>> owned;
+  std::vector<account::StoreGrant> list;
+
+  int add(std::unique_ptr<storage::ObjectStore> store, const std::string& key, bool write) {
+    list.push_back({store.get(), key, write});
+    owned.push_back(std::move(store));
+    return static_cast<int>(list.size()) - 1;
   }
-  return {};
+};
+
+// Where one side of a copy is, for the work: a local path, or a key of a granted store.
+Result<std::pair<std::string, int>> side(const std::string& path, const plan::InStore& in_store,
+                                         bool as_worker, bool write, Grants& grants) {
+  if (as_worker && !in_store.empty()) {
+    const std::string name = "store://" + in_store.bucket_dir.substr(in_store.bucket_dir.rfind('/') + 1);
+    return std::pair{in_store.key, grants.add(storage::makeDirStore(in_store.bucket_dir, name),
+                                              in_store.key, write)};
+  }
+  COHORT_ASSIGN(storage::Place place, placeOf(path));
+  if (place.local()) return std::pair{place.path, -1};
+  std::string key = place.key;
+  return std::pair{key, grants.add(std::move(place.store), key, write)};
 }
 
 // The cohort binary this agent runs: what builds a saved environment as the ranks' user.
@@ -65,12 +82,14 @@ env::Confinement buildConfinement(const plan::NodePlan& node) {
 
 }  // namespace
 
+account::Identity ranksIdentity(const plan::NodePlan& node) {
+  if (node.ranks.empty()) return {};
+  return {node.ranks.front().uid, node.ranks.front().gid};
+}
+
 Result<void> removeScratchDirs(const plan::NodePlan& node) {
-  for (const std::string& dir : node.scratch_dirs) {
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);  // a link is removed, not followed
-    if (ec) return fail(Code::kIo, "remove '" + dir + "': " + ec.message());
-  }
+  if (node.scratch_dirs.empty()) return {};
+  COHORT_TRY(account::runAs(ranksIdentity(node), account::Remove{node.scratch_dirs}, {}));
   return {};
 }
 
@@ -89,8 +108,11 @@ Result<StagingResult> stageInputs(const plan::NodePlan& node) {
     }
   }
   // A virtual environment the job names itself (VIRTUAL_ENV in its env): there, or no rank
-  // starts. Without it the ranks would find another python3.
+  // starts. Without it the ranks would find another python3. (Looked at by this process only
+  // where it is the ranks' own user: it would tell an account what is where it may not look.)
+  const account::Identity who = ranksIdentity(node);
   for (const plan::RankPlan& rank : node.ranks) {
+    if (account::needsWorker(who)) break;
     for (const auto& [key, venv] : rank.env) {
       if (key != "VIRTUAL_ENV" || ::access((venv + "/bin/python").c_str(), X_OK) == 0) continue;
       return fail(Code::kFailedPrecondition,
@@ -117,34 +139,35 @@ Result<StagingResult> stageInputs(const plan::NodePlan& node) {
                       " on every node, or keep podman's storage on a file system they share");
     }
   }
-  COHORT_TRY(makeDirs(node.work_dir));
-  COHORT_TRY(makeScratchDirs(node));
-  StagingResult result;
+  // The work directory, the job's own /tmp and the rest, and every input: made, read and
+  // written as the ranks' user (account/as_account.h).
+  const bool as_worker = account::needsWorker(who);
+  account::StageInputs work{node.work_dir, node.scratch_dirs, {}};
+  Grants grants;
   for (const plan::StagedInput& in : node.inputs) {
-    COHORT_TRY(makeDirs(in.target.substr(0, in.target.rfind('/'))));
+    account::Input input;
+    input.target = in.target;
+    input.link = in.link;
+    input.beneath = in.beneath;
     if (in.link) {
+      // A link's target: the caller's to check where it is not the account's (its own store);
+      // below an input root the work checks it as the account.
+      input.source = in.source;
       struct stat st{};
-      if (::stat(in.source.c_str(), &st) < 0) return failErrno("input '" + in.source + "'");
-      if (::symlink(in.source.c_str(), in.target.c_str()) < 0) {
-        return failErrno("link '" + in.target + "' to '" + in.source + "'");
+      if (in.beneath.empty() && ::stat(in.source.c_str(), &st) < 0) {
+        return failErrno("input '" + in.source + "'");
       }
-      ++result.files;
-      continue;
+    } else {
+      auto where = side(in.source, in.store, as_worker, false, grants);
+      if (!where) return withContext(where.error(), "input '" + in.source + "'");
+      std::tie(input.source, input.store) = *where;
     }
-    auto copied = [&]() -> Result<storage::CopyStats> {
-      COHORT_ASSIGN(storage::Place from, placeOf(in.source));
-      if (from.local()) return storage::copyTree(from.path, in.target);
-      return storage::download(*from.store, from.key, in.target);
-    }();
-    if (!copied) return withContext(copied.error(), "input '" + in.source + "'");
-    result.files += copied->files_copied + copied->files_skipped;
-    result.bytes += copied->bytes_copied;
+    work.inputs.push_back(std::move(input));
   }
-  // Ranks that run as a user of their own may write beside their inputs (not into them).
-  if (!node.ranks.empty() && node.ranks.front().uid >= 0 &&
-      ::lchown(node.work_dir.c_str(), node.ranks.front().uid, node.ranks.front().gid) < 0) {
-    return failErrno("chown '" + node.work_dir + "'");
-  }
+  COHORT_ASSIGN(account::Done done, account::runAs(who, work, grants.list));
+  StagingResult result;
+  result.files = done.files;
+  result.bytes = done.bytes;
   result.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
@@ -179,19 +202,13 @@ Result<void> writeJobFile(const std::string& job_dir, const std::string& path,
   return writeFileAtomic(path, content, /*durable=*/false);
 }
 
-Result<Copied> copyOutput(const plan::OutputPlan& output) {
-  storage::CopyStats copied;
-  COHORT_ASSIGN(storage::Place to, placeOf(output.target));
-  if (!to.local()) {
-    storage::TransferOptions untrusted;
-    untrusted.refuse_links = true;
-    COHORT_ASSIGN(copied, storage::upload(output.source, *to.store, to.key, untrusted));
-  } else {
-    storage::CopyOptions untrusted;
-    untrusted.refuse_links = true;
-    COHORT_ASSIGN(copied, storage::copyTree(output.source, to.path, untrusted));
-  }
-  return Copied{copied.files_copied + copied.files_skipped, copied.bytes_copied};
+Result<Copied> copyOutput(const plan::OutputPlan& output, const account::Identity& as) {
+  Grants grants;
+  COHORT_ASSIGN(auto to, side(output.target, output.store, account::needsWorker(as), true, grants));
+  COHORT_ASSIGN(account::Done done,
+                account::runAs(as, account::CopyOutput{output.source, to.first, to.second},
+                               grants.list));
+  return Copied{done.files, done.bytes};
 }
 
 }  // namespace cohort::agent

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "account/as_account.h"
 #include "plan/plan.h"
 #include "util/result.h"
 
@@ -21,14 +22,19 @@ struct StagingResult {
   double seconds = 0;
 };
 
-// Creates the node's work directory and its scratch directories, and stages its inputs. Errors
-// name the input and the file: "input 'store://datasets/digits': copy 'a.bin': No space left on
-// device".
+// The identity the node's ranks run as: everything done with their files is done as it
+// (account/as_account.h).
+account::Identity ranksIdentity(const plan::NodePlan& node);
+
+// Creates the node's work directory and its scratch directories, and stages its inputs, all of
+// it as the ranks' user (a process of the account's own when that is not the agent's user).
+// Errors name the input and the file: "input 'store://datasets/digits': copy 'a.bin': No space
+// left on device".
 Result<StagingResult> stageInputs(const plan::NodePlan& node);
 
 // Removes the node's scratch directories (a sandboxed job's own /tmp, /dev/shm, ...) with all
-// the ranks left in them, links removed, never followed. Call once no rank runs. Errors: kIo
-// naming the directory.
+// the ranks left in them, links removed, never followed, as the ranks' user. Call once no rank
+// runs. Errors: kIo naming the directory.
 Result<void> removeScratchDirs(const plan::NodePlan& node);
 
 // True when `job_dir` holds the mark the coordinator wrote there (job::Layout::markFile()): this
@@ -49,8 +55,8 @@ struct Copied {
   int64_t bytes = 0;  // bytes copied
 };
 
-// Copies one output to its target. The ranks wrote its source: no link in it is followed
-// (docs/security.md).
-Result<Copied> copyOutput(const plan::OutputPlan& output);
+// Copies one output to its target as `as` (the ranks' user). The ranks wrote its source: no
+// link in it is followed (docs/security.md).
+Result<Copied> copyOutput(const plan::OutputPlan& output, const account::Identity& as);
 
 }  // namespace cohort::agent

@@ -26,6 +26,8 @@ struct JobLaunch {
   bool report = false;    // its coordinator reports to the server (job::Layout's report.url)
   std::string environments;  // where its coordinator looks environments up (COHORT_ENVS); "":
                              // the server's own
+  std::vector<std::string> input_roots;  // local inputs only below these (--input-root)
+  std::string job_network;  // its coordinator's --job-network (isolated, nat, host); "": its default
 };
 
 // What a backend finds behind a handle.

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 #include "agent/channel.h"
 #include "agent/node_agent.h"
@@ -80,6 +81,23 @@ std::vector<int> localGpus() {
   return gpus;
 }
 
+std::vector<std::string> sharedDevices() {
+  std::vector<std::string> found;
+  for (const char* name : {"davinci_manager", "devmm_svm", "hisi_hdc", "infiniband", "kfd", "dri"}) {
+    const std::string path = std::string("/dev/") + name;
+    if (::access(path.c_str(), F_OK) == 0) found.push_back(path);
+  }
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("davinci", 0) == 0 && name.size() > 7 &&
+        name.find_first_not_of("0123456789", 7) == std::string::npos) {
+      found.push_back(entry.path().string());
+    }
+  }
+  return found;
+}
+
 std::vector<std::string> localAscendAddresses() {
   std::vector<std::string> ips;
   auto text = readFile("/etc/hccn.conf");
@@ -133,6 +151,7 @@ Result<void> LocalLauncher::launch(int nodes, const agent::Dial& dial) {
   };
   auto start = [&](int node) -> Result<proc::Child> {
     options.node = node;
+    const int netns = network_ ? network_->nodeNamespace(node) : -1;
     if (!copy) {
       req.argv = {exe_,
                   "exec",
@@ -140,13 +159,17 @@ Result<void> LocalLauncher::launch(int nodes, const agent::Dial& dial) {
                   dial.addr + ":" + std::to_string(dial.port),
                   "--node",
                   std::to_string(node)};
+      req.fd3 = netns;
+      if (netns >= 0) req.argv.insert(req.argv.end(), {"--netns-fd", "3"});
       return proc::spawn(req);
     }
     // No dialling, and no TCP to cross.
     COHORT_ASSIGN(auto ends, agent::socketPair());
     options.coordinator_fd = ends.second.get();
-    COHORT_ASSIGN(proc::Child child, proc::forkCall(req.death_signal, req.stdin_fd, run_agent,
-                                                    {ends.second.get(), options.watchdog_fd}));
+    options.netns_fd = netns;
+    COHORT_ASSIGN(proc::Child child,
+                  proc::forkCall(req.death_signal, req.stdin_fd, run_agent,
+                                 {ends.second.get(), options.watchdog_fd, netns}));
     dial.adopt(std::move(ends.first));
     return child;
   };

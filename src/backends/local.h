@@ -11,6 +11,7 @@
 
 #include "agent/coordinator.h"
 #include "proc/cgroup.h"
+#include "proc/job_network.h"
 #include "proc/spawn.h"
 #include "spec/job_spec.h"
 
@@ -23,6 +24,10 @@ class LocalLauncher : public agent::AgentLauncher {
   explicit LocalLauncher(std::string cohort_exe, bool terminal = false)
       : exe_(std::move(cohort_exe)), terminal_(terminal) {}
 
+  // Each node's ranks join the node's namespace of `network` (proc/job_network.h), which must
+  // outlive the agents.
+  void useNetwork(const proc::JobNetwork* network) { network_ = network; }
+
   Result<void> launch(int nodes, const agent::Dial& dial) override;
   void abandon(int node) override;
   void reap(Millis deadline) override;
@@ -30,6 +35,7 @@ class LocalLauncher : public agent::AgentLauncher {
  private:
   std::string exe_;
   bool terminal_ = false;
+  const proc::JobNetwork* network_ = nullptr;
   std::vector<proc::Child> agents_;
   // One for every forked agent's cgroups, started before them; an agent of `cohort exec` starts
   // its own.
@@ -53,6 +59,11 @@ std::string selfExecutable();
 // The GPUs ranks may use on this machine: CUDA_VISIBLE_DEVICES when the user set it, else what
 // `nvidia-smi` lists; empty without GPUs.
 std::vector<int> localGpus();
+
+// The device files of this machine that every sandboxed job gets, since cohort does not hand
+// them out per job: Ascend NPUs (/dev/davinci*, their manager files), RDMA (/dev/infiniband),
+// AMD GPUs (/dev/kfd, /dev/dri). NVIDIA GPUs are not among them: each job gets its own.
+std::vector<std::string> sharedDevices();
 
 // Ascend NIC addresses by device index, from /etc/hccn.conf (address_<i>=<ip>); empty elsewhere.
 std::vector<std::string> localAscendAddresses();

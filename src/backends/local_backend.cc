@@ -95,6 +95,14 @@ class LocalBackend : public Backend {
     }
     if (l.isolate) args.push_back("--isolate");
     if (l.report) args.push_back("--report");
+    if (!l.job_network.empty() && nodes_ == spec::Backend::kLocal) {
+      args.push_back("--job-network");
+      args.push_back(l.job_network);
+    }
+    for (const std::string& root : l.input_roots) {
+      args.push_back("--input-root");
+      args.push_back(root);
+    }
     if (l.uid >= 0) {
       args.push_back("--run-as");
       args.push_back(std::to_string(l.uid) + ":" + std::to_string(l.gid));

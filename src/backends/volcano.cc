@@ -270,7 +270,8 @@ Result<Json> volcanoJob(const spec::JobSpec& spec, const plan::Plan& plan) {
         {{"name", "COHORT_JOB"}, {"value", job_file}},
         secretVariable("COHORT_JOB_SECRET", secret, kVolcanoSecretKey),
         secretVariable("COHORT_REPORT_URL", secret, kVolcanoReportUrlKey, true),
-        secretVariable("COHORT_REPORT_TOKEN", secret, kVolcanoReportTokenKey, true)}},
+        secretVariable("COHORT_REPORT_TOKEN", secret, kVolcanoReportTokenKey, true),
+        secretVariable("COHORT_REPORT_PIN", secret, kVolcanoReportPinKey, true)}},
       {"ports", {{{"name", "coordinator"}, {"containerPort", kVolcanoCoordinatorPort}}}},
       {"resources", {{"requests", {{"cpu", "500m"}, {"memory", "512Mi"}}}}}};
   // A server's store in S3, for both the coordinator and the agents: from the Secret, when the
@@ -356,13 +357,14 @@ Result<Json> volcanoJob(const spec::JobSpec& spec, const plan::Plan& plan) {
 }
 
 Json volcanoSecret(const Json& job, const std::string& secret,
-                   const std::optional<std::pair<std::string, std::string>>& report,
+                   const std::optional<VolcanoReport>& report,
                    const std::vector<std::pair<std::string, std::string>>& store) {
   const std::string name = job["metadata"]["name"].get<std::string>();
   Json data = {{kVolcanoSecretKey, secret}};
   if (report) {
-    data[kVolcanoReportUrlKey] = report->first;
-    data[kVolcanoReportTokenKey] = report->second;
+    data[kVolcanoReportUrlKey] = report->url;
+    data[kVolcanoReportTokenKey] = report->token;
+    if (!report->pin.empty()) data[kVolcanoReportPinKey] = report->pin;
   }
   for (const auto& [variable, value] : store) {
     if (storage::isSiteVariable(variable)) data[variable] = value;

@@ -26,12 +26,23 @@ inline constexpr int kVolcanoCoordinatorPort = 7070;
 // The Volcano task of the coordinator's pod; no role may be named so.
 inline constexpr const char* kVolcanoCoordinatorTask = "coordinator";
 // The keys of the job's Secret (<job>-secret): the secret the agents prove they know, and for a
-// job of `cohort server`, where its coordinator reports and with which credential. A server whose
+// job of `cohort server`, where its coordinator reports, with which credential, and (a server with
+// TLS) the certificate's pin it trusts. A server whose
 // store is in S3 adds it too, each of storage::siteVariableNames() a key of its own, which the
 // coordinator's and the agents' pods get as variables of that name (never the ranks).
 inline constexpr const char* kVolcanoSecretKey = "secret";
 inline constexpr const char* kVolcanoReportUrlKey = "report-url";
 inline constexpr const char* kVolcanoReportTokenKey = "report-token";
+inline constexpr const char* kVolcanoReportPinKey = "report-pin";
+
+// Where the coordinator of a server's job reports: the server's URL, the job's report credential,
+// and, for an https:// server, the SHA-256 pin of the public key it presents ("" to trust the
+// system's certificate authorities).
+struct VolcanoReport {
+  std::string url;
+  std::string token;
+  std::string pin;
+};
 // Seconds a stopped pod gets beyond the job's grace period before the kubelet kills it: the
 // agents' to report their ranks' ends, the coordinator's to copy outputs and report the record.
 inline constexpr int64_t kAgentGraceS = 15;
@@ -54,11 +65,11 @@ Result<nlohmann::json> volcanoJob(const spec::JobSpec& spec, const plan::Plan& p
 // The name of the Secret of the Job named `job`.
 inline std::string volcanoSecretName(const std::string& job) { return job + "-secret"; }
 
-// The Secret the pods of `job` (a volcanoJob) read: the job's `secret`, with `report` the URL and
-// credential its coordinator reports to the server with, and the server's store (`store`:
+// The Secret the pods of `job` (a volcanoJob) read: the job's `secret`, with `report` where and
+// how its coordinator reports to the server, and the server's store (`store`:
 // storage::siteVariables). Labelled and annotated as the Job is. Pure.
 nlohmann::json volcanoSecret(const nlohmann::json& job, const std::string& secret,
-                             const std::optional<std::pair<std::string, std::string>>& report,
+                             const std::optional<VolcanoReport>& report,
                              const std::vector<std::pair<std::string, std::string>>& store = {});
 
 // A manifest as YAML for `kubectl create -f -`: block style, keys in the JSON's order, strings

@@ -92,11 +92,11 @@ class VolcanoBackend : public Backend {
     COHORT_ASSIGN(std::string text, readFile(layout.specFile()));
     COHORT_ASSIGN(spec::JobSpec spec, spec::parseJobFile(text, layout.specFile()));
     COHORT_ASSIGN(nlohmann::json manifest, render(spec, l.job_id, l.job_dir));
-    std::optional<std::pair<std::string, std::string>> report;
+    std::optional<VolcanoReport> report;
     if (l.report) {
       // The credential leaves the job directory for the Secret, which only the pods read.
       COHORT_ASSIGN(agent::ReportTarget target, agent::reportTarget(layout, l.job_id));
-      report = std::make_pair(withHost(target.server, settings_.advertise), target.token);
+      report = VolcanoReport{withHost(target.server, settings_.advertise), target.token, target.pin};
     }
     COHORT_ASSIGN(std::string secret, randomHex(32));
     // console.log is the coordinator pod's log, line for line (a restarted server copies on

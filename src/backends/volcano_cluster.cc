@@ -97,7 +97,7 @@ Result<void> VolcanoCluster::checkVolcano() const {
 
 Result<VolcanoJobRef> VolcanoCluster::submit(
     const Json& job, const std::string& secret,
-    const std::optional<std::pair<std::string, std::string>>& report,
+    const std::optional<VolcanoReport>& report,
     const std::vector<std::pair<std::string, std::string>>& store,
     const std::function<void(const std::string&)>& say) {
   const std::string name = job["metadata"]["name"].get<std::string>();

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "backends/kube.h"
+#include "backends/volcano.h"
 #include "backends/volcano_status.h"
 #include "util/result.h"
 
@@ -65,7 +66,7 @@ class VolcanoCluster {
   // words.
   // `store`: a server's store in S3 for the pods (storage::siteVariables), or none.
   Result<VolcanoJobRef> submit(const nlohmann::json& job, const std::string& secret,
-                               const std::optional<std::pair<std::string, std::string>>& report,
+                               const std::optional<VolcanoReport>& report,
                                const std::vector<std::pair<std::string, std::string>>& store,
                                const std::function<void(const std::string&)>& say);
 

@@ -248,9 +248,14 @@ TEST(VolcanoJob, TheSecretHoldsWhatThePodsReadAndOnlyThat) {
   EXPECT_EQ(secret["metadata"]["name"], "x-secret");
   EXPECT_EQ(secret["stringData"], Json::parse(R"({"secret": "s3cr3t"})"));
   EXPECT_EQ(secret["metadata"]["labels"], job["metadata"]["labels"]);
-  Json reported = volcanoSecret(job, "s3cr3t", std::make_pair("http://10.0.0.1:8600", "tok"));
+  Json reported = volcanoSecret(job, "s3cr3t", VolcanoReport{"http://10.0.0.1:8600", "tok", ""});
   EXPECT_EQ(reported["stringData"]["report-url"], "http://10.0.0.1:8600");
   EXPECT_EQ(reported["stringData"]["report-token"], "tok");
+  EXPECT_FALSE(reported["stringData"].contains("report-pin"));
+  // A server with TLS: the pin its coordinator verifies the server's certificate by.
+  Json pinned =
+      volcanoSecret(job, "s3cr3t", VolcanoReport{"https://10.0.0.1:8600", "tok", "sha256//AAAA"});
+  EXPECT_EQ(pinned["stringData"]["report-pin"], "sha256//AAAA");
   // A server's store in S3: its variables, and nothing else its environment holds.
   Json stored = volcanoSecret(job, "s3cr3t", std::nullopt,
                               {{"COHORT_STORE", "s3://b/p"},

@@ -1,6 +1,10 @@
 #include "cli/cli.h"
 
+#include <fcntl.h>
+#include <linux/nsfs.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "account/as_account.h"
 #include "agent/coordinator.h"
 #include "agent/node_agent.h"
 #include "agent/reporter.h"
@@ -184,20 +189,21 @@ int cmdRerun(int argc, char** argv) {
     return kExitUsage;
   }
   const std::string id = argv[2];
-  std::map<std::string, std::string> flags;  // --data-root, --server, --token
+  Args flags;  // --data-root, --server, --token, --ca
   for (int i = 3; i < argc && std::strcmp(argv[i], "--") != 0; ++i) {
     const std::string arg = argv[i];
-    for (const char* name : {"--data-root", "--server", "--token"}) {
-      if (arg == name && i + 1 < argc) flags[name] = argv[i + 1];
-      if (startsWith(arg, std::string(name) + "=")) flags[name] = arg.substr(strlen(name) + 1);
+    for (const char* name : {"--data-root", "--server", "--token", "--ca"}) {
+      if (arg == name && i + 1 < argc) flags.flags[name].push_back(argv[i + 1]);
+      if (startsWith(arg, std::string(name) + "="))
+        flags.flags[name].push_back(arg.substr(strlen(name) + 1));
     }
   }
-  const std::string root = dataRoot(flags["--data-root"]);
+  const std::string root = dataRoot(flags.get("--data-root"));
   const job::Layout layout = job::Layout::of(root, id);
   if (id.find('/') != std::string::npos || id[0] == '.' ||
       ::access(layout.dir().c_str(), F_OK) != 0) {
     // Not a job of this machine: one of the server this machine is logged in to, if any.
-    if (auto server = resolveServerSettings(flags["--server"], flags["--token"]); !server) {
+    if (auto server = resolveServerSettings(flags); !server) {
       std::fprintf(stderr, "cohort rerun: no job '%s' in %s, and no server to ask (%s)\n",
                    id.c_str(), job::jobsDir(root).c_str(), server.error().message.c_str());
       return kExitUsage;
@@ -279,6 +285,8 @@ int cmdRun(int argc, char** argv) {
   };
   auto job = prepareJob(*options);
   if (!job) return refuse(job.error());
+  auto network = makeJobNetwork(*job, *options);  // held until cohort exits
+  if (!network) return refuse(network.error());
   std::vector<plan::PortLease> leases;  // held until cohort exits
   if (auto leased = leasePorts(*job, leases); !leased) return refuse(leased.error());
   auto plan = plan::makePlan(job->spec, job->context);
@@ -322,13 +330,20 @@ int cmdRun(int argc, char** argv) {
     for (const plan::NodePlan& node : plan->nodes) {
       for (const plan::RankPlan& r : node.ranks) terminal = terminal || r.terminal;
     }
-    launcher = std::make_unique<backends::LocalLauncher>(backends::selfExecutable(), terminal);
+    auto local = std::make_unique<backends::LocalLauncher>(backends::selfExecutable(), terminal);
+    if (*network) local->useNetwork(&**network);
+    launcher = std::move(local);
   }
   if (progress) {
     int nodes = static_cast<int>(plan->nodes.size());
-    std::fprintf(stderr, "cohort: job %s: %s, %d node(s), %d rank(s), master port %d\n",
+    std::fprintf(stderr, "cohort: job %s: %s, %d node(s), %d rank(s), master port %d%s\n",
                  plan->job_id.c_str(), plan->framework.c_str(), nodes, plan->world_size,
-                 job->context.ports[0]);
+                 job->context.ports[0],
+                 *network ? (" on the job's own network (" +
+                             std::string(proc::egressName((*network)->egress())) +
+                             ", node 0 at " + (*network)->address(0) + ")")
+                                .c_str()
+                          : "");
     std::fprintf(stderr, "cohort: job directory %s\n", plan->job_dir.c_str());
   }
   std::fflush(stdout);
@@ -352,6 +367,7 @@ int cmdRun(int argc, char** argv) {
   if (!outcome) return refuse(outcome.error());
   printOutcome(*plan, *outcome, progress);
   std::fflush(nullptr);
+  network->reset();  // what it made outside its namespaces (a nat network's rule) goes now
   ::_exit(outcome->exit_code);
 }
 
@@ -392,6 +408,16 @@ int cmdExec(int argc, char** argv) {
       options.interface = value;
     } else if (arg == "--cidr") {
       options.cidr = value;
+    } else if (arg == "--netns-fd") {
+      // Internal: `cohort run` hands an agent it starts its node's network namespace.
+      auto fd = parseInt(value);
+      if (!fd || *fd < 3 || ::ioctl(*fd, NS_GET_NSTYPE) != CLONE_NEWNET) {
+        std::fprintf(stderr, "cohort exec: --netns-fd: %s is not a network namespace\n",
+                     value.c_str());
+        return kExitUsage;
+      }
+      ::fcntl(*fd, F_SETFD, FD_CLOEXEC);
+      options.netns_fd = *fd;
     } else {
       std::fprintf(stderr, "cohort exec: unknown flag '%s'\n", arg.c_str());
       return kExitUsage;
@@ -477,6 +503,8 @@ int main(int argc, char** argv) {
     std::printf("cohort %s\n", COHORT_VERSION);
     return 0;
   }
+  // Internal: started by cohort itself, as an account (account/as_account.h).
+  if (command == "account-worker") return account::accountWorkerMain();
   if (command == "cp") return cmdCp(argc, argv);
   if (command == "coordinate") return cmdCoordinate(argc, argv);
   if (command == "env") return cmdEnv(argc, argv);

@@ -431,15 +431,24 @@ Result<int> ApiClient::stream(const std::string& path, const QueryParams& query,
   return answer.status;
 }
 
+std::vector<FlagSpec> withServerFlags(std::vector<FlagSpec> specs) {
+  for (const char* name : {"--server", "--token", "--ca"}) specs.push_back({name, "", true});
+  return specs;
+}
+
+Result<ServerSettings> resolveServerSettings(const Args& args) {
+  return resolveServerSettings(args.get("--server"), args.get("--token"), args.get("--ca"));
+}
+
 Result<JobLocation> locateJob(const std::string& id, const std::string& data_root,
-                              const std::string& flag_server, const std::string& flag_token) {
+                              const Args& server_flags) {
   if (id.empty() || id.find('/') != std::string::npos || id[0] == '.') {
     return fail(Code::kInvalidArgument, "'" + id + "' is not a job id");
   }
   const job::Layout layout = job::Layout::of(data_root, id);
   if (::access(layout.dir().c_str(), F_OK) == 0) return JobLocation{layout.dir(), {}};
   // Not a job of this machine: one of the server this machine is logged in to, if any.
-  auto settings = resolveServerSettings(flag_server, flag_token);
+  auto settings = resolveServerSettings(server_flags);
   if (!settings) {
     return fail(Code::kInvalidArgument, "no job '" + id + "' in " + job::jobsDir(data_root) +
                                             ", and no server to ask (" + settings.error().message +

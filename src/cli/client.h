@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli/args.h"
 #include "util/result.h"
 
 namespace cohort::cli {
@@ -58,6 +59,11 @@ Result<ServerSettings> resolveServerSettings(const std::string& flag_server,
                                              const std::string& flag_token,
                                              const std::string& flag_ca = "");
 
+// The flags of every command that may speak to a server, one list: `specs` with --server,
+// --token and --ca added; and the settings their values in `args` give (as above).
+std::vector<FlagSpec> withServerFlags(std::vector<FlagSpec> specs);
+Result<ServerSettings> resolveServerSettings(const Args& args);
+
 // Where the job a command names is (cohort stacks, cohort debug): its directory under
 // `data_root` (<data_root>/jobs/<id>) when this machine has it, else the server this machine
 // is logged in to (flags, environment, config file, as above). Errors: kInvalidArgument for an
@@ -67,7 +73,7 @@ struct JobLocation {
   ServerSettings settings;  // when dir is ""
 };
 Result<JobLocation> locateJob(const std::string& id, const std::string& data_root,
-                              const std::string& flag_server, const std::string& flag_token);
+                              const Args& server_flags);
 
 // The pid of the coordinator running the job whose directory is `job_dir` on this machine
 // (`cohort run`): the pid in its coordinator.pid while that is still this cohort binary, not a

@@ -93,7 +93,8 @@ std::string submitJobFlagsHelp() {
   for (const std::string& line : split(jobFlagsHelp(), '\n')) {
     bool continuation = startsWith(line, "                    ");
     if (!continuation) {
-      skipping = startsWith(line, "  --data-root") || startsWith(line, "  --isolate");
+      skipping = startsWith(line, "  --data-root") || startsWith(line, "  --isolate") ||
+                 startsWith(line, "  --input-root") || startsWith(line, "  --job-network");
     }
     if (!skipping) out += line + "\n";
   }
@@ -379,16 +380,11 @@ tl::unexpected<Error> usage(const std::string& command, const std::string& messa
 // The command's flags plus the two every client command takes.
 Result<Args> parseClientArgs(const std::string& command, int argc, char** argv,
                              std::vector<FlagSpec> specs) {
-  specs.push_back({"--server", "", true});
-  specs.push_back({"--token", "", true});
-  specs.push_back({"--ca", "", true});
-  return parseArgs(command, argc, argv, specs);
+  return parseArgs(command, argc, argv, withServerFlags(std::move(specs)));
 }
 
 Result<ApiClient> connect(const Args& args) {
-  COHORT_ASSIGN(ServerSettings settings, resolveServerSettings(args.get("--server"),
-                                                               args.get("--token"),
-                                                               args.get("--ca")));
+  COHORT_ASSIGN(ServerSettings settings, resolveServerSettings(args));
   return ApiClient(settings);
 }
 
@@ -775,6 +771,9 @@ const std::map<std::string, std::string>& refusedSubmitFlags() {
   static const std::map<std::string, std::string> kRefused = {
       {"--data-root", "the server keeps jobs under its own data root"},
       {"--isolate", "the server decides how jobs are isolated"},
+      {"--input-root", "the server's admin lists where local inputs may be (cohort server "
+                       "--input-root)"},
+      {"--job-network", "the server decides its jobs' networks (cohort server --job-network)"},
       {"--log-ranks", "read a rank's output with cohort logs JOB --rank R"},
       {"--job-id", "the server picks the job id"},
       {"--run-as", "the server runs each account's ranks as that account's own user"},
@@ -835,13 +834,8 @@ Result<int> cmdSubmit(int argc, char** argv) {
     if (auto refused = refusedSubmitFlags().find(name); refused != refusedSubmitFlags().end()) {
       return usage("submit", name + " does not apply to a submitted job: " + refused->second);
     }
-    if (name == "--priority" || name == "--server" || name == "--token") {
-      if (!value) {
-        if (i + 1 >= argc) return usage("submit", name + " needs a value");
-        value = argv[++i];
-      }
-      client.flags[name].push_back(*value);
-    } else if (name == "--max-upload") {
+    if (name == "--priority" || name == "--server" || name == "--token" || name == "--ca" ||
+        name == "--max-upload") {
       if (!value) {
         if (i + 1 >= argc) return usage("submit", name + " needs a value");
         value = argv[++i];

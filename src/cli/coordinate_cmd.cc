@@ -27,7 +27,7 @@ Usage: cohort coordinate [--listen ADDR:PORT]
 
 Reads the job from its environment: COHORT_JOB (the job file, as JSON), COHORT_JOB_ID and
 COHORT_JOB_SECRET; with COHORT_REPORT_URL and COHORT_REPORT_TOKEN it reports the job to that
-server. Waits for every node's agent (cohort exec, in the job's other pods) to dial in, runs the
+server (an https:// one verified by COHORT_REPORT_PIN, its key's pin, when given). Waits for every node's agent (cohort exec, in the job's other pods) to dial in, runs the
 job as cohort run does, prints its merged log, and exits with the job's exit code.
   --listen ADDR:PORT   where the agents dial (default 0.0.0.0:7070)
 )";
@@ -125,11 +125,13 @@ int cmdCoordinate(int argc, char** argv) {
   copts.connect_timeout = kAgentsWithin;
   const char* report_url = env("COHORT_REPORT_URL");
   const char* report_token = env("COHORT_REPORT_TOKEN");
+  const char* report_pin = env("COHORT_REPORT_PIN");
   if (report_url && report_token) {
-    // Where the reporter reads them (job::Layout), the token for the coordinator alone.
-    if (auto w =
-            writeFileAtomic(layout.reportUrlFile(), std::string(report_url) + "\n", false, 0600);
-        !w) {
+    // Where the reporter reads them (job::Layout), the token for the coordinator alone; an
+    // https:// server's pin on a line of its own, as the server writes it for its local jobs.
+    std::string url_file = std::string(report_url) + "\n";
+    if (report_pin && *report_pin) url_file += "pin " + std::string(report_pin) + "\n";
+    if (auto w = writeFileAtomic(layout.reportUrlFile(), url_file, false, 0600); !w) {
       return fail(w.error());
     }
     if (auto w = writeFileAtomic(layout.reportTokenFile(), std::string(report_token) + "\n", false,

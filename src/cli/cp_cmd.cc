@@ -61,6 +61,8 @@ Flags:
   -q, --quiet        no progress line and no summary on stderr
   --server URL       with server://: the server (default: COHORT_SERVER, else cohort login's)
   --token TOKEN      with server://: the token (default: COHORT_TOKEN, else cohort login's)
+  --ca FILE          with an https:// server: the certificates to trust (default: COHORT_CA,
+                     else cohort login's)
 
 Examples:
   cohort cp ./mnist store://datasets/mnist
@@ -103,23 +105,20 @@ struct CpArgs {
   storage::CopyOptions options;
   std::string data_root;
   std::vector<std::string> paths;
-  std::string server, token;  // with server://
+  Args server_flags;  // --server, --token, --ca: with server://
   bool quiet = false;
   bool help = false;
 };
 
 Result<CpArgs> parseCpArgs(int argc, char** argv) {
-  COHORT_ASSIGN(Args parsed, parseArgs("cp", argc, argv,
-                                       {{"--help", "-h", false},
-                                        {"--quiet", "-q", false},
-                                        {"--checksum", "", false},
-                                        {"--workers", "", true},
-                                        {"--data-root", "", true},
-                                        {"--server", "", true},
-                                        {"--token", "", true}}));
+  const std::vector<FlagSpec> specs = withServerFlags({{"--help", "-h", false},
+                                                       {"--quiet", "-q", false},
+                                                       {"--checksum", "", false},
+                                                       {"--workers", "", true},
+                                                       {"--data-root", "", true}});
+  COHORT_ASSIGN(Args parsed, parseArgs("cp", argc, argv, specs));
   CpArgs args;
-  args.server = parsed.get("--server");
-  args.token = parsed.get("--token");
+  args.server_flags = parsed;
   args.paths = parsed.positional;
   args.help = parsed.has("--help");
   args.quiet = parsed.has("--quiet");
@@ -185,7 +184,7 @@ int finish(const Result<storage::CopyStats>& stats, bool quiet, bool live) {
 
 // cohort cp with a server:// side, through the server's API.
 int copyServer(const CpArgs& args) {
-  auto settings = resolveServerSettings(args.server, args.token);
+  auto settings = resolveServerSettings(args.server_flags);
   if (!settings) return usageError(settings.error().message);
   ApiClient api(*settings);
   const bool live = !args.quiet && ::isatty(STDERR_FILENO);

@@ -185,19 +185,19 @@ nothing caught. Each listens on 127.0.0.1 of its node only: from another machine
   --data-root DIR    where job directories are (default $COHORT_DATA_ROOT or ~/.cohort)
   --server URL       the server to ask (default: COHORT_SERVER, else cohort login's)
   --token T          its token (default: COHORT_TOKEN, else cohort login's)
+  --ca FILE          an https:// server's certificates to trust (default: COHORT_CA, else
+                     cohort login's)
 )";
 }
 
 int cmdDebug(int argc, char** argv) {
   auto args = parseArgs("debug", argc, argv,
-                        {{"--json", "", false},
+                        withServerFlags({{"--json", "", false},
                          {"--vscode", "", false},
                          {"--write", "", false},
                          {"--local-root", "", true},
                          {"--data-root", "", true},
-                         {"--server", "", true},
-                         {"--token", "", true},
-                         {"--help", "-h", false}});
+                         {"--help", "-h", false}}));
   if (!args) return failWith(kExitUsage, args.error().message);
   if (args->has("--help")) {
     std::fputs(debugHelp(), stdout);
@@ -217,8 +217,7 @@ int cmdDebug(int argc, char** argv) {
   } else {
     id = args->positional[0];
   }
-  auto where = locateJob(id, dataRoot(args->get("--data-root")), args->get("--server"),
-                         args->get("--token"));
+  auto where = locateJob(id, dataRoot(args->get("--data-root")), *args);
   if (!where) return failWith(kExitUsage, where.error().message);
   const bool remote = where->dir.empty();
   const std::string server = where->settings.server;

@@ -204,7 +204,7 @@ Result<int> push(const Args& args, env::Store& store) {
   }
   COHORT_ASSIGN(std::string lock, env::readBuiltFile(e.dir + "/lock.txt", 1 << 20));
   COHORT_ASSIGN(ServerSettings settings,
-                resolveServerSettings(args.get("--server"), args.get("--token")));
+                resolveServerSettings(args));
   ApiClient api(settings);
   Json body = {{"base", e.from}, {"requirements", e.requirements}, {"lock", lock}};
   COHORT_TRY(api.call("PUT", environmentPath(as), body));
@@ -226,7 +226,7 @@ Result<int> push(const Args& args, env::Store& store) {
 Result<int> onServer(const std::string& verb, const Args& args, env::Store& store) {
   if (verb == "push" && args.positional.size() == 1) return push(args, store);
   COHORT_ASSIGN(ServerSettings settings,
-                resolveServerSettings(args.get("--server"), args.get("--token")));
+                resolveServerSettings(args));
   ApiClient api(settings);
   const bool json = args.has("--json");
   if (verb == "ls" && args.positional.empty()) {
@@ -323,6 +323,8 @@ every account's. ls/show/rm --on-server list, show and remove what the server ha
   --on-server          ls, show, rm: the server's environments, not this machine's
   --server URL         the server (default $COHORT_SERVER, else the one cohort login saved);
   --token TOKEN        and the token to send (default $COHORT_TOKEN, else the saved one)
+  --ca FILE            an https:// server's certificates to trust (default $COHORT_CA, else
+                       the saved ones)
   --json               machine-readable output (ls, show)
   --data-root DIR      environments are kept in DIR/envs (default $COHORT_DATA_ROOT or
                        ~/.cohort), or in $COHORT_ENVS (DIR[:DIR...]: made in the first, looked
@@ -343,24 +345,23 @@ int cmdEnv(int argc, char** argv) {
   if (verb == "exec") return execInImage(argc, argv);
   // The verb's own arguments: argv[1] becomes "env VERB" for the messages.
   auto args = parseArgs("env " + verb, argc - 1, argv + 1,
-                        {{"--from", "", true},
+                        withServerFlags({{"--from", "", true},
                          {"--pip", "", true},
                          {"--requirements", "", true},
                          {"--lock", "", true},
                          {"--as", "", true},
                          {"--on-server", "", false},
-                         {"--server", "", true},
-                         {"--token", "", true},
                          {"--json", "", false},
                          {"--data-root", "", true},
-                         {"--help", "-h", false}});
+                         {"--help", "-h", false}}));
   if (!args) return failWith(kExitUsage, args.error().message);
   if (args->has("--help")) {
     std::fputs(envHelp(), stdout);
     return 0;
   }
   env::Store store(env::storeDirs(dataRoot(args->get("--data-root"))));
-  if (verb == "push" || args->has("--on-server") || args->has("--server") || args->has("--token")) {
+  if (verb == "push" || args->has("--on-server") || args->has("--server") || args->has("--token") ||
+      args->has("--ca")) {
     if (verb == "push" && args->positional.size() != 1) {
       return failWith(kExitUsage, "push takes one name: cohort env push NAME [--as NAME]");
     }

@@ -217,6 +217,12 @@ std::string jobFlagsHelp() {
   --data-root DIR          where job directories go (default $COHORT_DATA_ROOT or ~/.cohort)
   --isolate                run ranks under bubblewrap: other jobs' directories and the store
                            are not visible to them, only this job's directory
+  --input-root DIR         local inputs only below DIR (repeatable), opened and copied without
+                           following a link
+  --job-network MODE       with --isolate: isolated (the default as root) puts each node's ranks
+                           in a network of the job's own, with no way out and nothing of the
+                           machine's reaching in, MASTER_ADDR node 0's address there; nat lets
+                           them out through the machine; host keeps the machine's network
   -- COMMAND...            the command every rank runs
 )";
 }
@@ -320,6 +326,11 @@ Result<JobOptions> parseJobOptions(int argc, char** argv, int first) {
       COHORT_ASSIGN(o.job_id, next());
     } else if (arg == "--run-as") {
       COHORT_ASSIGN(o.run_as, next());
+    } else if (arg == "--job-network") {
+      COHORT_ASSIGN(o.job_network, next());
+    } else if (arg == "--input-root") {
+      COHORT_ASSIGN(std::string root, next());
+      o.input_roots.push_back(std::move(root));
     } else if (arg == "--report") {
       o.report = true;
     } else if (arg == "--isolate") {
@@ -372,7 +383,8 @@ bool jobFlagTakesValue(const std::string& flag) {
       "--launcher", "--preload", "--backend", "--mode", "--compat", "--workdir", "--environment", "--image", "--namespace", "--env",
       "--hp", "--max-restarts", "--grace-period", "--heartbeat-timeout", "--max-runtime",
       "--hang-timeout", "--startup-timeout", "--stop-signal", "--success", "--data-root",
-      "--log-ranks", "--job-id", "--run-as", "--debug"};
+      "--log-ranks", "--job-id", "--run-as", "--input-root", "--job-network",
+      "--debug"};
   // clang-format on
   return kValueFlags.count(flag) > 0;
 }
@@ -679,8 +691,11 @@ Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
     if (!path) {
       return fail(path.error().code, spec::fieldLabel(s, field) + path.error().message);
     }
+    // A server's job: its inputs are the account's to read, which staging does as the account
+    // (account/as_account.h), not this process: a look here would tell what it sees.
+    const bool as_account = !o.run_as.empty() || !o.input_roots.empty();
     struct stat st{};
-    if (::stat(path->c_str(), &st) < 0) {
+    if (!as_account && ::stat(path->c_str(), &st) < 0) {
       return fail(Code::kInvalidArgument, spec::fieldLabel(s, field) + "'" + in.source +
                                               "' does not exist (" + *path + ")");
     }
@@ -808,6 +823,7 @@ Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
   } else {
     ctx.gpus = backends::localGpus();
     ctx.device_ips = backends::localAscendAddresses();
+    if (o.isolate) ctx.shared_devices = backends::sharedDevices();
   }
   for (spec::Role& role : s.roles) {
     if (role.procs_per_node != spec::kAutoProcs) continue;
@@ -817,6 +833,14 @@ Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
   }
   ctx.job_id = job_id;
   ctx.data_root = job.data_root;
+  if (auto site = storage::storeSite(job.data_root); site && !site->inS3()) ctx.store_dir = site->dir;
+  for (const std::string& root : o.input_roots) {
+    if (root.empty() || root[0] != '/') {
+      return fail(Code::kInvalidArgument, "--input-root: must be an absolute path, got '" + root + "'");
+    }
+    std::string trimmed = absoluteIn(root, "/");
+    ctx.input_roots.push_back(trimmed);
+  }
   ctx.cohort_bin = backends::selfExecutable();
   if (o.isolate) {
     if (::access("/usr/bin/bwrap", X_OK) != 0) {

@@ -30,6 +30,13 @@ struct JobOptions {
   bool post_mortem = false, pdb = false;
   std::string job_id;  // --job-id: set by `cohort server`, whose job directory already exists
   std::string run_as;  // --run-as UID:GID: set by `cohort server`, the account's identity
+  // --input-root DIR (repeatable): local inputs only below these, opened without a link (a
+  // server passes its own)
+  std::vector<std::string> input_roots;
+  // --job-network isolated|nat|host: each simulated node's ranks in a network of the job's own
+  // (proc/job_network.h), with or without a way out, or the machine's. Default: isolated with
+  // --isolate where this process may make one (root), else host.
+  std::string job_network;
   int nodes = 0, procs_per_node = 0, max_restarts = -1;  // procs_per_node may be kAutoProcs
   std::vector<std::string> env, hyperparameters;  // KEY=VALUE
   std::vector<std::string> command;               // after "--"

@@ -31,8 +31,53 @@ Result<void> makeJobDirs(const std::string& job_dir, bool made_by_server, int ui
   return {};
 }
 
+Result<std::optional<proc::JobNetwork>> makeJobNetwork(PreparedJob& job,
+                                                      const JobOptions& options) {
+  const std::string& mode = options.job_network;
+  if (mode == "host") return std::optional<proc::JobNetwork>();
+  const bool asked = !mode.empty();
+  const auto refuse = [&](const std::string& why) -> Result<std::optional<proc::JobNetwork>> {
+    if (!asked) return std::optional<proc::JobNetwork>();
+    return fail(Code::kInvalidArgument, "--job-network " + mode + ": " + why);
+  };
+  proc::Egress egress = proc::Egress::kIsolated;
+  if (asked) {
+    auto parsed = proc::parseEgress(mode);
+    if (!parsed) return fail(Code::kInvalidArgument, "--job-network: expected isolated, nat or host, got '" + mode + "'");
+    egress = *parsed;
+  }
+  if (!job.context.isolate) return refuse("a job's own network is part of the sandbox: add --isolate");
+  if (job.spec.backend != spec::Backend::kLocal) {
+    return refuse("only the nodes simulated on this machine get a network of their own");
+  }
+  if (job.spec.debug.enabled) {
+    return refuse("a debugged rank's debugger is reached on this machine's loopback, which the "
+                  "job's own network keeps from it: use --job-network host");
+  }
+  if (!proc::JobNetwork::available()) {
+    return refuse("only root can make network namespaces");
+  }
+  const int nodes = spec::totalNodes(job.spec);
+  auto made = proc::JobNetwork::create(nodes, egress, job.context.job_id);
+  if (!made) return withContext(made.error(), "the job's network");
+  plan::PlanContext& ctx = job.context;
+  ctx.hosts.clear();
+  ctx.interfaces.clear();
+  for (int n = 0; n < nodes; ++n) {
+    ctx.hosts.push_back(made->address(n));
+    ctx.interfaces.push_back(proc::JobNetwork::kInterface);
+  }
+  ctx.master_addr = made->address(0);
+  // Fixed ports, as on a cluster: no other job is on this network.
+  ctx.ports.clear();
+  for (int i = 0; i < plan::portsNeeded(job.spec); ++i) ctx.ports.push_back(29500 + i);
+  return std::optional<proc::JobNetwork>(std::move(*made));
+}
+
 Result<void> leasePorts(PreparedJob& job, std::vector<plan::PortLease>& leases) {
-  for (int i = 0; i < plan::portsNeeded(job.spec); ++i) {
+  // A job with a network of its own has its ports there already.
+  const int own = static_cast<int>(job.context.ports.size());
+  for (int i = own; i < plan::portsNeeded(job.spec); ++i) {
     COHORT_ASSIGN(plan::PortLease lease,
                   plan::PortLease::acquire(job.context.master_addr, plan::defaultLeaseDir()));
     job.context.ports.push_back(lease.port());

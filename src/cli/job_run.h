@@ -5,6 +5,7 @@
 // coordinator runs.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "cli/job_options.h"
 #include "plan/plan.h"
 #include "plan/port_lease.h"
+#include "proc/job_network.h"
 
 namespace cohort::cli {
 
@@ -20,6 +22,15 @@ namespace cohort::cli {
 // there. Ranks that run as an identity of their own (`uid` >= 0) own work/ and output/ and
 // nothing else. Errors: kIo naming the directory.
 Result<void> makeJobDirs(const std::string& job_dir, bool made_by_server, int uid, int gid);
+
+// The job's own network (proc/job_network.h), when it gets one (--job-network; by default with
+// --isolate as root on this machine, unless it is debugged: a debugger reaches its ranks on
+// this machine's loopback): each node's address goes into job.context (MASTER_ADDR is node
+// 0's, the interface eth0), and the master ports are fixed ones there (29500 and up), leased on
+// no machine's loopback. Errors: kInvalidArgument for a --job-network that cannot be had
+// (without --isolate, not root, another backend, with debug:), kIo when it cannot be made.
+Result<std::optional<proc::JobNetwork>> makeJobNetwork(PreparedJob& job,
+                                                      const JobOptions& options);
 
 // The job's master ports (a free port each, leased on this machine) and, with debug:, a port for
 // each rank's debugger (debug.port + rank when the job names one), into job.context; held until

@@ -18,6 +18,8 @@
 #include "backends/slurm.h"
 #include "backends/volcano_backend.h"
 #include "cli/args.h"
+#include "cli/job_options.h"
+#include "proc/job_network.h"
 #include "server/server.h"
 #include "server/tls.h"
 #include "storage/place.h"
@@ -77,6 +79,13 @@ Flags:
                            another's processes or files
   --single-user            every account is one person: ranks run as the server's own user
                            (needed to serve several accounts without root)
+  --job-network MODE       isolated (the default as root, with the sandbox): each node of a job
+                           in a network of the job's own, which nothing else reaches, with no
+                           way out | nat: the same, with a way out through this machine (nft) |
+                           host: jobs share this machine's network (the default without root)
+  --input-root DIR         jobs may name local inputs below DIR (repeatable; default: none, use
+                           store://); each is read as the job's account, and no link below DIR
+                           is followed
   --max-upload SIZE        the largest code upload accepted (the archive cohort submit sends
                            of a job's workdir; default 1Gi, at most 4Gi)
   --threads N              HTTP worker threads (default 32; followers hold none)
@@ -235,6 +244,8 @@ int cmdServer(int argc, char** argv) {
                            {"--namespace", "", true},
                            {"--rank-uids", "", true},
                            {"--single-user", "", false},
+                           {"--input-root", "", true},
+                           {"--job-network", "", true},
                            {"--isolate", "", false},
                            {"--no-isolate", "", false}});
   if (parsed && !parsed->positional.empty()) {
@@ -466,6 +477,34 @@ int cmdServer(int argc, char** argv) {
     return kExitUsage;
   }
   options.isolate = isolate == "on" || (isolate == "auto" && sandbox);
+  // Each job's own network: possible with the sandbox, as root, for nodes on this machine.
+  const bool own_network = options.isolate && options.nodes == spec::Backend::kLocal &&
+                           proc::JobNetwork::available();
+  options.job_network = parsed->get("--job-network", own_network ? "isolated" : "host");
+  if (options.job_network != "host") {
+    if (!proc::parseEgress(options.job_network)) {
+      std::fprintf(stderr, "cohort: error: server: --job-network: expected isolated, nat or host, "
+                           "got '%s'\n", options.job_network.c_str());
+      return kExitUsage;
+    }
+    if (!own_network) {
+      std::fprintf(stderr,
+                   "cohort server: --job-network %s needs root, the sandbox (--isolate) and the "
+                   "local backend\n",
+                   options.job_network.c_str());
+      return kExitUsage;
+    }
+  }
+  for (const std::string& root : parsed->all("--input-root")) {
+    if (root.empty() || root[0] != '/') {
+      std::fprintf(stderr,
+                   "cohort: error: server: --input-root: must be an absolute path, got '%s'\n",
+                   root.c_str());
+      return kExitUsage;
+    }
+    std::string trimmed = absoluteIn(root, "/");
+    options.input_roots.push_back(trimmed);
+  }
   options.identities.single_user = parsed->has("--single-user");
   if (::geteuid() != 0) {
     if (parsed->has("--rank-uids")) {
@@ -537,6 +576,20 @@ int cmdServer(int argc, char** argv) {
                                  : "WITHOUT isolation: bubblewrap does not work here (apt-get "
                                    "install bubblewrap); every job can read the store and other "
                                    "jobs' files");
+  std::printf("cohort server: %s\n",
+              options.job_network == "host"
+                  ? "jobs share this machine's network (no --job-network: any process here can "
+                    "reach their ports)"
+                  : options.job_network == "nat"
+                        ? "each job has a network of its own, with a way out through this "
+                          "machine (--job-network nat)"
+                        : "each job has a network of its own, with no way out (--job-network "
+                          "isolated)");
+  std::printf("cohort server: local inputs %s\n",
+              options.input_roots.empty()
+                  ? "refused (no --input-root: jobs name store:// data)"
+                  : ("below " + join(options.input_roots, ", ") + ", read as each job's account")
+                        .c_str());
   if (options.identities.first >= 0) {
     std::printf("cohort server: each account's ranks run as a user of its own (uids %lld-%lld)\n",
                 static_cast<long long>(options.identities.first + 1),

@@ -72,15 +72,15 @@ policy.hang_timeout has its stacks of that moment in its stacks.txt.
   --data-root DIR    where job directories are (default $COHORT_DATA_ROOT or ~/.cohort)
   --server URL       the server to ask (default: COHORT_SERVER, else cohort login's)
   --token T          its token (default: COHORT_TOKEN, else cohort login's)
+  --ca FILE          an https:// server's certificates to trust (default: COHORT_CA, else
+                     cohort login's)
 )";
 }
 
 int cmdStacks(int argc, char** argv) {
   auto args = parseArgs("stacks", argc, argv,
-                        {{"--data-root", "", true},
-                         {"--server", "", true},
-                         {"--token", "", true},
-                         {"--help", "-h", false}});
+                        withServerFlags({{"--data-root", "", true},
+                         {"--help", "-h", false}}));
   if (!args) return failWith(kExitUsage, args.error().message);
   if (args->has("--help")) {
     std::fputs(stacksHelp(), stdout);
@@ -90,8 +90,7 @@ int cmdStacks(int argc, char** argv) {
     return failWith(kExitUsage, "give one job id (see cohort stacks --help)");
   }
   const std::string id = args->positional[0];
-  auto where = locateJob(id, dataRoot(args->get("--data-root")), args->get("--server"),
-                         args->get("--token"));
+  auto where = locateJob(id, dataRoot(args->get("--data-root")), *args);
   if (!where) return failWith(kExitUsage, where.error().message);
   if (where->dir.empty()) return serverStacks(ApiClient(where->settings), id);
   const job::Layout layout(where->dir);

@@ -214,13 +214,15 @@ metrics.jsonl.
   --data-root DIR    where job directories are (default $COHORT_DATA_ROOT or ~/.cohort)
   --server URL       the server to ask (default: COHORT_SERVER, else cohort login's)
   --token T          its token (default: COHORT_TOKEN, else cohort login's)
+  --ca FILE          an https:// server's certificates to trust (default: COHORT_CA, else
+                     cohort login's)
 )";
 }
 
 int cmdTop(int argc, char** argv) {
   auto args =
       parseArgs("top", argc, argv,
-                {{"--data-root", "", true}, {"--once", "", false}, {"--help", "-h", false}});
+                withServerFlags({{"--data-root", "", true}, {"--once", "", false}, {"--help", "-h", false}}));
   if (!args) {
     std::fprintf(stderr, "cohort top: %s\n", args.error().message.c_str());
     return kExitUsage;
@@ -241,7 +243,7 @@ int cmdTop(int argc, char** argv) {
   std::optional<ApiClient> api;
   if (!local) {
     // Not here: a job of the server this machine is logged in to (cohort login), if any.
-    auto settings = resolveServerSettings(args->get("--server"), args->get("--token"));
+    auto settings = resolveServerSettings(*args);
     if (!settings) {
       std::fprintf(stderr, "cohort top: no job '%s' in %s, and no server to ask (%s)\n",
                    id.c_str(), job::jobsDir(root).c_str(), settings.error().message.c_str());

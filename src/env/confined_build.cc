@@ -11,6 +11,7 @@
 #include <deque>
 #include <filesystem>
 
+#include "account/as_account.h"
 #include "env/tools.h"
 #include "proc/spawn.h"
 #include "util/fd.h"
@@ -23,8 +24,9 @@ constexpr const char* kBwrap = "/usr/bin/bwrap";
 constexpr size_t kTailLines = 20;
 
 // The build's directory, empty, the build's user's; the lock file it takes and the pins it
-// installs, beside it, this process's and readable. Nothing here follows a link: the build's
-// user owned what was there.
+// installs, beside it, this process's and readable. Nothing here follows a link, and what an
+// earlier build left (the build's user's, which that user may have changed since) is emptied
+// by that user (account/as_account.h), not walked by this process.
 Result<void> prepare(const ConfinedBuild& build, const Confinement& how, const std::string& dir,
                      const std::string& pins) {
   const std::string& store = build.stores.front();
@@ -32,9 +34,15 @@ Result<void> prepare(const ConfinedBuild& build, const Confinement& how, const s
   if (::lstat(store.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return fail(Code::kIo, "'" + store + "' is not a directory");
   }
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
-  if (ec) return fail(Code::kIo, "remove '" + dir + "': " + ec.message());
+  const account::Identity builder{how.uid, how.gid};
+  if (::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && account::needsWorker(builder)) {
+    COHORT_TRY(account::runAs(builder, account::Remove{{dir}, true}, {}));
+    if (::rmdir(dir.c_str()) != 0) return failErrno("remove '" + dir + "'");
+  } else {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);  // this process's own, or a link or file: not followed
+    if (ec) return fail(Code::kIo, "remove '" + dir + "': " + ec.message());
+  }
   if (::mkdir(dir.c_str(), 0755) != 0) return failErrno("create '" + dir + "'");
   if (how.uid >= 0 && ::lchown(dir.c_str(), how.uid, how.gid) != 0) {
     return failErrno("give '" + dir + "' to uid " + std::to_string(how.uid));
@@ -46,13 +54,29 @@ Result<void> prepare(const ConfinedBuild& build, const Confinement& how, const s
   return {};
 }
 
-// What the build runs with: this process's environment for tools, less every cohort and AWS
-// setting (the server's store credentials among them), with where to look environments up.
+}  // namespace
+
+bool buildMayKeep(std::string_view entry) {
+  const std::string_view name = entry.substr(0, entry.find('='));
+  static constexpr std::string_view kKept[] = {
+      "PATH",        "LANG",          "LANGUAGE",      "TZ",          "http_proxy",
+      "https_proxy", "no_proxy",      "HTTP_PROXY",    "HTTPS_PROXY", "NO_PROXY",
+      "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"};
+  for (std::string_view kept : kKept) {
+    if (name == kept) return true;
+  }
+  return startsWith(name, "PIP_") || startsWith(name, "LC_");
+}
+
+namespace {
+
+// What the build runs with: an allowlist of this process's environment (buildMayKeep: the
+// tools' path, the locale, and how pip reaches its index), nothing else of the server's, with
+// where to look environments up.
 std::vector<std::string> buildEnvironment(const ConfinedBuild& build) {
   std::vector<std::string> env;
   for (const std::string& kv : toolEnvironment()) {
-    if (startsWith(kv, "COHORT_") || startsWith(kv, "AWS_") || startsWith(kv, "HOME=")) continue;
-    env.push_back(kv);
+    if (buildMayKeep(kv)) env.push_back(kv);
   }
   env.push_back("COHORT_ENVS=" + join(build.stores, ":"));
   env.push_back("HOME=/tmp");
@@ -118,6 +142,7 @@ Result<void> buildConfined(const std::string& cohort_bin, const ConfinedBuild& b
   req.cwd = "/";
   req.uid = how.uid;
   req.gid = how.gid;
+  req.no_new_privs = true;  // pip runs the packages' code: it gains nothing by exec
   req.stdout_fd = write_end.get();
   COHORT_ASSIGN(proc::Child child, proc::spawn(req));
   write_end.reset();

@@ -16,6 +16,7 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "env/environments.h"
@@ -50,6 +51,12 @@ struct ConfinedBuild {
 Result<void> buildConfined(const std::string& cohort_bin, const ConfinedBuild& build,
                            const Confinement& how, Millis timeout, const Progress& progress,
                            const std::function<bool()>& cancelled = nullptr);
+
+// Whether a variable of this process's environment ("NAME=VALUE") reaches a build: the tools'
+// PATH, the locale (LANG, LC_*, TZ), and how pip reaches its index (PIP_*, the proxies, the CA
+// bundles). Nothing else of the server's environment does: a build runs the packages' code as
+// the account. (An index credential in PIP_INDEX_URL reaches every account's builds.)
+bool buildMayKeep(std::string_view entry);
 
 // The argv that runs `command` under `how`'s sandbox, writable only in `writable` (what
 // buildConfined runs; exposed for its test).

@@ -244,5 +244,20 @@ TEST(ConfinedBuilds, OnlyTheEnvironmentsDirectoryIsWritableAndTheDataRootIsHidde
   EXPECT_EQ(argv[argv.size() - 4], "--");
 }
 
+// pip runs the packages' own code as the account: nothing of the server's environment reaches
+// it but the tools' path, the locale and how pip reaches its index.
+TEST(ConfinedBuilds, TheServersSecretsDoNotReachABuild) {
+  for (const char* kept : {"PATH=/usr/bin:/bin", "LANG=C.UTF-8", "LC_ALL=C", "TZ=UTC",
+                           "PIP_INDEX_URL=https://pypi.example/simple", "https_proxy=http://p:3128",
+                           "SSL_CERT_FILE=/etc/ssl/certs/ca.pem"}) {
+    EXPECT_TRUE(buildMayKeep(kept)) << kept;
+  }
+  for (const char* dropped : {"HF_TOKEN=hf_x", "GITHUB_TOKEN=ghp_x", "AWS_SECRET_ACCESS_KEY=k",
+                              "COHORT_STORE=s3://b", "DATABASE_URL=postgres://u:p@h/db",
+                              "LD_PRELOAD=/x.so", "PYTHONPATH=/root/lib", "HOME=/root"}) {
+    EXPECT_FALSE(buildMayKeep(dropped)) << dropped;
+  }
+}
+
 }  // namespace
 }  // namespace cohort::env

@@ -7,6 +7,7 @@
 
 #include "job/state.h"
 #include "util/json_limits.h"
+#include "util/json_reader.h"
 #include "util/text.h"
 
 namespace cohort::job {
@@ -27,84 +28,7 @@ constexpr KindName kKinds[] = {
     {EventKind::kDebug, "debug"},
 };
 
-// Reads typed fields out of a parsed object without ever throwing.
-class Reader {
- public:
-  explicit Reader(const Json& object) : object_(object) {}
-
-  const std::string& error() const { return error_; }
-
-  bool has(const char* key) const { return object_.contains(key); }
-
-  template <class Int>
-  void integer(const char* key, Int& out, bool required = false) {
-    auto it = object_.find(key);
-    if (it == object_.end()) {
-      if (required) wrong(key, "is missing");
-      return;
-    }
-    if (!it->is_number_integer()) return wrong(key, "must be an integer");
-    if (it->is_number_unsigned()) {
-      auto v = it->template get<uint64_t>();
-      if (v > static_cast<uint64_t>(std::numeric_limits<Int>::max())) {
-        return wrong(key, "is out of range");
-      }
-      out = static_cast<Int>(v);
-      return;
-    }
-    auto v = it->template get<int64_t>();
-    if (v < static_cast<int64_t>(std::numeric_limits<Int>::min()) ||
-        v > static_cast<int64_t>(std::numeric_limits<Int>::max())) {
-      return wrong(key, "is out of range");
-    }
-    out = static_cast<Int>(v);
-  }
-
-  void optionalInt(const char* key, std::optional<int>& out) {
-    if (!has(key)) return;
-    int v = 0;
-    integer(key, v);
-    if (error_.empty()) out = v;
-  }
-
-  void number(const char* key, double& out) {
-    auto it = object_.find(key);
-    if (it == object_.end()) return;
-    if (!it->is_number()) return wrong(key, "must be a number");
-    double v = it->template get<double>();
-    if (!std::isfinite(v)) return wrong(key, "must be finite");
-    out = v;
-  }
-
-  void boolean(const char* key, bool& out) {
-    auto it = object_.find(key);
-    if (it == object_.end()) return;
-    if (!it->is_boolean()) return wrong(key, "must be true or false");
-    out = it->template get<bool>();
-  }
-
-  void text(const char* key, std::string& out, bool required = false) {
-    auto it = object_.find(key);
-    if (it == object_.end()) {
-      if (required) wrong(key, "is missing");
-      return;
-    }
-    if (!it->is_string()) return wrong(key, "must be a string");
-    const auto& s = it->template get_ref<const std::string&>();
-    if (s.size() > kMaxEventString) {
-      return wrong(key, "is longer than " + std::to_string(kMaxEventString) + " bytes");
-    }
-    out = s;
-  }
-
- private:
-  void wrong(const char* key, const std::string& what) {
-    if (error_.empty()) error_ = std::string("'") + key + "' " + what;
-  }
-
-  const Json& object_;
-  std::string error_;
-};
+using Reader = JsonReader<Json>;
 
 }  // namespace
 
@@ -206,7 +130,7 @@ Result<Event> decodeEvent(std::string_view line) {
   if (j.is_discarded()) return bad("not JSON");
   if (!j.is_object()) return bad("not a JSON object");
   Event e;
-  Reader r(j);
+  Reader r(j, kMaxEventString);
   std::string kind;
   r.integer("t", e.t, true);
   r.text("event", kind, true);
@@ -260,7 +184,7 @@ Result<Event> decodeEvent(std::string_view line) {
     case EventKind::kOutput: {
       auto it = j.find("output");
       if (it == j.end() || !it->is_object()) return bad("'output' must be an object");
-      Reader o(*it);
+      Reader o(*it, kMaxEventString);
       o.text("source", e.source);
       o.text("target", e.target);
       o.integer("files", e.files);
@@ -301,7 +225,7 @@ Result<JobResult> decodeResult(std::string_view text) {
   Json j = Json::parse(text.begin(), text.end(), nullptr, false);
   if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
   JobResult out;
-  Reader r(j);
+  Reader r(j, kMaxEventString);
   r.text("state", out.state, true);
   r.integer("exit_code", out.exit_code);
   r.text("reason", out.reason);

@@ -17,10 +17,22 @@
 //   larger than the node's ranks' memory, charged to the rank that writes it); otherwise
 //   /dev/shm's is a directory on the machine's /dev/shm, so that it stays memory. A workdir, program or virtual
 //   environment of the job's in the machine's /tmp is put back (putBack).
+// - a /dev of its own (bubblewrap's: null, zero, random, a tty, its own pts), where of the
+//   machine's GPUs only the node's own (those its ranks' CUDA_VISIBLE_DEVICES name) are put back
+//   with the driver's shared control files: another job's GPU cannot be opened. Inside, as in a
+//   container, the node's GPUs are numbered from 0 in the order of their device files, and each
+//   rank's CUDA_VISIBLE_DEVICES says so. The devices cohort does not hand out per job (NPUs,
+//   RDMA, AMD's: PlanContext::shared_devices) are put back as the machine has them.
+// - cohort's own programs (bubblewrap, env) by their absolute paths, started with an
+//   environment of cohort's (kSandboxLauncherEnvironment): nothing of the job's reaches them (a
+//   PATH or LD_PRELOAD in its `env:` would run the job's code outside the sandbox). The rank's
+//   environment is handed to bubblewrap on descriptor kSandboxArgsFd (`--args`: `--clearenv`,
+//   then a `--setenv` per variable), never on a command line, where every user's `ps` would
+//   read it; bubblewrap applies it to what it runs inside.
 // - the machine's cgroup file systems, read-only: a rank stays in the cgroups that hold it to
 //   its limits (proc/cgroup.h), even one that runs as root.
-// The rest of the machine stays as it is (devices, network), so GPUs and rendezvous over the
-// network work unchanged.
+// The machine's network is the ranks' unless the agent puts each node in a namespace of its
+// own (proc/job_network.h).
 //
 // Signals: cohort stops a rank by signalling its process group, which holds the outer
 // bubblewrap as well as the rank inside. bubblewrap would die of SIGTERM and take the rank with
@@ -30,6 +42,7 @@
 // (SIGUSR1's default would end bubblewrap as well). A rank killed by a signal inside exits with
 // 128 + the signal.
 #include <algorithm>
+#include <set>
 
 #include "plan/wiring.h"
 #include "util/text.h"
@@ -69,6 +82,49 @@ std::vector<std::string> putBack(const RankPlan& r, const std::string& workdir,
   return args;
 }
 
+// The device files of the machine's GPU `index` and those every GPU process needs: the
+// driver's control files are shared by all GPUs (NVIDIA's).
+constexpr const char* kSharedDeviceFiles[] = {"/dev/nvidiactl", "/dev/nvidia-uvm",
+                                              "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"};
+
+// The node's own GPUs: those of the job's (`given`, what cohort handed it) that its ranks'
+// CUDA_VISIBLE_DEVICES name, in the order of their device files. A GPU the job's own `env:`
+// names that it was not given is not one of them. Each rank's CUDA_VISIBLE_DEVICES becomes its
+// GPUs' places in that order, as the ranks see them in the sandbox, where the node's GPUs are the
+// only ones. Returns the device files to put back (none without GPUs).
+std::vector<std::string> ownDevices(NodePlan& node, const std::vector<int>& given) {
+  std::set<int> gpus;
+  for (const RankPlan& r : node.ranks) {
+    for (const auto& [key, value] : r.env) {
+      if (key != "CUDA_VISIBLE_DEVICES") continue;
+      for (const std::string& id : split(value, ',')) {
+        auto n = parseInt(id);
+        if (n && std::find(given.begin(), given.end(), *n) != given.end()) {
+          gpus.insert(static_cast<int>(*n));
+        }
+      }
+    }
+  }
+  const std::vector<int> order(gpus.begin(), gpus.end());
+  for (RankPlan& r : node.ranks) {
+    for (auto& [key, value] : r.env) {
+      if (key != "CUDA_VISIBLE_DEVICES") continue;
+      std::vector<std::string> inside;
+      for (const std::string& id : split(value, ',')) {
+        auto n = parseInt(id);
+        if (!n) continue;
+        auto at = std::find(order.begin(), order.end(), static_cast<int>(*n));
+        if (at != order.end()) inside.push_back(std::to_string(at - order.begin()));
+      }
+      value = join(inside, ",");
+    }
+  }
+  if (order.empty()) return {};
+  std::vector<std::string> files(std::begin(kSharedDeviceFiles), std::end(kSharedDeviceFiles));
+  for (int gpu : order) files.push_back("/dev/nvidia" + std::to_string(gpu));
+  return files;
+}
+
 }  // namespace
 
 void isolate(Builder& b) {
@@ -78,8 +134,16 @@ void isolate(Builder& b) {
   const std::string stop = spec::stopSignalName(b.plan.stop_signal).substr(3);
   const std::vector<std::string> defaults = split(stops, ',');
   if (std::find(defaults.begin(), defaults.end(), stop) == defaults.end()) stops += "," + stop;
-  const std::vector<std::string> sandbox = {
-      "env", "--ignore-signal=" + stops, "bwrap", "--dev-bind", "/", "/"};
+  const std::vector<std::string> sandbox = {kSandboxEnv,
+                                            "--ignore-signal=" + stops,
+                                            kSandboxBwrap,
+                                            "--args",
+                                            std::to_string(kSandboxArgsFd),
+                                            "--dev-bind",
+                                            "/",
+                                            "/",
+                                            "--dev",
+                                            "/dev"};
   // The cgroup file systems read-only: a rank that runs as root (its capabilities dropped)
   // could otherwise write itself into another cgroup, out of its limits.
   std::vector<std::string> common = {"--ro-bind-try", "/sys/fs/cgroup", "/sys/fs/cgroup",
@@ -123,6 +187,13 @@ void isolate(Builder& b) {
       }
     }
     std::vector<std::string> node_args = common;
+    std::vector<std::string> devices = ownDevices(node, b.ctx.gpus);
+    devices.insert(devices.end(), b.ctx.shared_devices.begin(), b.ctx.shared_devices.end());
+    for (const std::string& device : devices) {
+      for (const std::string& arg : {std::string("--dev-bind-try"), device, device}) {
+        node_args.push_back(arg);
+      }
+    }
     for (const StagedInput& in : node.inputs) {
       if (in.link && startsWith(in.source, root + "/")) {
         for (const std::string& arg : {std::string("--ro-bind"), in.source, in.source}) {
@@ -155,7 +226,7 @@ void isolate(Builder& b) {
         argv.emplace_back("ALL");
       }
       for (const std::string& arg :
-           {std::string("--"), std::string("env"), "--default-signal=" + stops}) {
+           {std::string("--"), std::string(kSandboxEnv), "--default-signal=" + stops}) {
         argv.push_back(arg);
       }
       argv.insert(argv.end(), r.argv.begin(), r.argv.end());

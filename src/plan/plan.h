@@ -48,11 +48,33 @@ struct RankPlan {
   bool sandboxed = false;
 };
 
+// How a sandboxed rank starts (isolation.cc): cohort's own programs by absolute path, with
+// kSandboxLauncherEnvironment, and the rank's environment handed to bubblewrap as `--args` on
+// descriptor kSandboxArgsFd (sandboxArguments), never through the launcher's environment.
+inline constexpr const char* kSandboxEnv = "/usr/bin/env";
+inline constexpr const char* kSandboxBwrap = "/usr/bin/bwrap";
+inline constexpr int kSandboxArgsFd = 3;
+inline constexpr const char* kSandboxLauncherEnvironment[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+                                                              "LANG=C.UTF-8"};
+
+// Where a path of the store on disk is as an object store (storage/dir_store.h): the bucket's
+// directory and the key below it. Empty for anything else. Staging and outputs reach the store
+// through it when they run as an account, which cannot read the store's files (account/).
+struct InStore {
+  std::string bucket_dir;
+  std::string key;  // "" for the whole bucket
+  bool empty() const { return bucket_dir.empty(); }
+};
+
 // One input to stage on a node before any rank starts: a copy, or a symbolic link.
 struct StagedInput {
   std::string source;  // absolute
   std::string target;  // absolute, inside the node's work directory
   bool link = false;
+  // A server's job: the input root (cohort server --input-root) `source` is below, opened
+  // without following a link; "" for a user's own job.
+  std::string beneath;
+  InStore store;  // `source` is in the store on disk
 };
 
 // launcher: preload: one Python process per node that imports `modules` once, then forks each
@@ -114,6 +136,7 @@ struct OutputPlan {
   std::string source;  // absolute, inside the job directory
   std::string target;  // absolute
   bool always = false;  // also when the job failed
+  InStore store;        // `target` is in the store on disk
 };
 
 struct GeneratedFile {
@@ -160,10 +183,16 @@ struct PlanContext {
   std::vector<std::string> interfaces;
   std::set<int> console_ranks;     // global ranks echoed on the console; empty: all
   std::vector<int> gpus;           // device indices; each rank gets one in CUDA_VISIBLE_DEVICES
+  // The machine's device files that every job's sandbox gets (backends::sharedDevices: NPUs,
+  // RDMA, AMD's): cohort does not hand them out per job.
+  std::vector<std::string> shared_devices;
   bool nodes_share_machine = true;  // simulated nodes: spread ranks over the machine's devices
   bool as_root = false;             // mpirun needs --allow-run-as-root
   std::vector<std::string> device_ips;  // Ascend NIC address per device (from /etc/hccn.conf)
   std::string data_root;  // absolute; hidden from the ranks when isolated
+  std::string store_dir;  // the store on disk (storage/place.h), "" when it is in S3
+  // Directories local inputs must be below (a server's --input-root); none: anywhere.
+  std::vector<std::string> input_roots;
   std::string cohort_bin;  // the cohort binary, for cohort.copy() inside ranks
   bool isolate = false;   // run every process under bubblewrap (see isolation.cc)
   int uid = -1;           // every rank's Unix identity (cohort server gives each account its

@@ -72,7 +72,10 @@ Json nodeJson(const NodePlan& node, const std::unordered_set<std::string>* skip 
   }
   Json inputs = Json::array();
   for (const StagedInput& in : node.inputs) {
-    inputs.push_back(Json{{"source", in.source}, {"target", in.target}, {"link", in.link}});
+    Json j{{"source", in.source}, {"target", in.target}, {"link", in.link}};
+    if (!in.beneath.empty()) j["beneath"] = in.beneath;
+    if (!in.store.empty()) j["store"] = Json{{"bucket_dir", in.store.bucket_dir}, {"key", in.store.key}};
+    inputs.push_back(std::move(j));
   }
   Json out = {{"node", node.node}, {"host", node.host}, {"work_dir", node.work_dir}};
   out["inputs"] = std::move(inputs);
@@ -116,7 +119,9 @@ std::string toJson(const Plan& plan, int indent) {
   }
   Json outputs = Json::array();
   for (const OutputPlan& o : plan.outputs) {
-    outputs.push_back(Json{{"source", o.source}, {"target", o.target}, {"always", o.always}});
+    Json j{{"source", o.source}, {"target", o.target}, {"always", o.always}};
+    if (!o.store.empty()) j["store"] = Json{{"bucket_dir", o.store.bucket_dir}, {"key", o.store.key}};
+    outputs.push_back(std::move(j));
   }
   Json out = {{"job_id", plan.job_id},
               {"job_name", plan.job_name},
@@ -165,8 +170,14 @@ Result<NodePlan> nodeFrom(const Json& j) {
       node.tmpfs_bytes = j.at("tmpfs").at("bytes").get<int64_t>();
     }
     for (const auto& in : j.at("inputs")) {
-      node.inputs.push_back({in.at("source").get<std::string>(), in.at("target").get<std::string>(),
-                             in.at("link").get<bool>()});
+      StagedInput staged{in.at("source").get<std::string>(), in.at("target").get<std::string>(),
+                         in.at("link").get<bool>()};
+      if (in.contains("beneath")) staged.beneath = in.at("beneath").get<std::string>();
+      if (in.contains("store")) {
+        staged.store.bucket_dir = in.at("store").at("bucket_dir").get<std::string>();
+        staged.store.key = in.at("store").at("key").get<std::string>();
+      }
+      node.inputs.push_back(std::move(staged));
     }
     // The variables every rank has (nodeToJson), then each rank's own.
     const Json common = j.contains("env") ? j.at("env") : Json::object();

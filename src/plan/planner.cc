@@ -115,6 +115,39 @@ std::string rankTable(const Plan& plan) {
   return table.dump(2) + "\n";
 }
 
+// Where `path` is in the store on disk, if it is there.
+InStore inStore(const PlanContext& ctx, const std::string& path) {
+  const std::string top = ctx.store_dir + "/";
+  if (ctx.store_dir.empty() || !startsWith(path, top) || path.size() == top.size()) return {};
+  const std::string rest = path.substr(top.size());
+  const size_t slash = rest.find('/');
+  InStore in;
+  in.bucket_dir = top + rest.substr(0, slash);
+  if (slash != std::string::npos) in.key = rest.substr(slash + 1);
+  while (!in.key.empty() && in.key.back() == '/') in.key.pop_back();
+  return in;
+}
+
+// The input root a local input of a job that has them must be below, compared part by part as
+// written (".." and "." refused: the path is opened below the root without following a link, so
+// that what is written is what is read). "" for an input of the store, an URI, or a job without
+// input roots.
+Result<std::string> inputRoot(const PlanContext& ctx, const spec::Input& in, size_t index) {
+  const std::string& path = in.source_path;
+  if (ctx.input_roots.empty() || path.empty() || path[0] != '/' || !inStore(ctx, path).empty()) {
+    return std::string();
+  }
+  bool plain = true;
+  for (const std::string& part : split(path, '/')) plain = plain && part != "." && part != "..";
+  for (const std::string& root : ctx.input_roots) {
+    if (plain && (path == root || startsWith(path, root == "/" ? root : root + "/"))) return root;
+  }
+  return fail(Code::kInvalidArgument,
+              "inputs[" + std::to_string(index) + "].source: '" + in.source +
+                  "' is not below a directory this server takes inputs from (" +
+                  join(ctx.input_roots, ", ") + ")");
+}
+
 // One device per rank: on simulated nodes the machine's devices are spread over every rank of
 // the job; on real nodes each node's ranks use that node's devices by local rank.
 void assignDevices(Builder& b) {
@@ -177,7 +210,12 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
   for (const spec::Output& out : spec.outputs) {
     std::string source = ctx.job_dir + "/" + out.source;
     while (source.size() > 1 && source.back() == '/') source.pop_back();
-    plan.outputs.push_back({source, out.target_path, out.always});
+    plan.outputs.push_back({source, out.target_path, out.always, inStore(ctx, out.target_path)});
+  }
+  std::vector<std::string> beneath;
+  for (size_t i = 0; i < spec.inputs.size(); ++i) {
+    COHORT_ASSIGN(std::string root, inputRoot(ctx, spec.inputs[i], i));
+    beneath.push_back(std::move(root));
   }
 
   int node_index = 0;
@@ -188,10 +226,12 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
     for (int n = 0; n < role.nodes; ++n, ++node_index) {
       NodePlan node{node_index, b.hosts[node_index], layout.nodeWorkDir(node_index), {}, {}};
       std::vector<std::string> node_argv = argv;
-      for (const spec::Input& in : spec.inputs) {
+      for (size_t i = 0; i < spec.inputs.size(); ++i) {
+        const spec::Input& in = spec.inputs[i];
         std::string target = node.work_dir + "/" + in.target;
         while (target.back() == '/') target.pop_back();
-        node.inputs.push_back({in.source_path, target, in.mode == spec::Input::Mode::kLink});
+        node.inputs.push_back({in.source_path, target, in.mode == spec::Input::Mode::kLink,
+                               beneath[i], inStore(ctx, in.source_path)});
         if (!in.arg.empty()) node_argv.push_back("--" + in.arg + "=" + target);
       }
       for (int local = 0; local < role.procs_per_node; ++local, ++rank) {

@@ -448,6 +448,48 @@ TEST(Planner, ASandboxedJobHasItsOwnTmpAndShmOnEachNode) {
   EXPECT_TRUE(plain->nodes[1].scratch_dirs.empty());
 }
 
+// In the sandbox a node sees only its own GPUs' device files, numbered from 0 as in a
+// container; a GPU the job's env names that the job was not given is not put back.
+TEST(Planner, ASandboxedNodeGetsOnlyItsOwnGpusDeviceFiles) {
+  PlanContext ctx = context();
+  ctx.isolate = true;
+  ctx.data_root = "/data";
+  ctx.gpus = {2, 3, 5, 7};
+  ctx.shared_devices = {"/dev/infiniband"};
+  auto plan = makePlan(parse(kDdp), ctx);
+  ASSERT_TRUE(plan) << plan.error().message;
+  auto bound = [](const RankPlan& r) {
+    std::vector<std::string> devices;
+    for (size_t i = 0; i + 2 < r.argv.size(); ++i) {
+      if (r.argv[i] == "--dev-bind-try") devices.push_back(r.argv[i + 1]);
+    }
+    return devices;
+  };
+  const std::vector<std::string> shared = {"/dev/nvidiactl", "/dev/nvidia-uvm",
+                                           "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"};
+  auto with = [&](std::vector<std::string> own) {
+    std::vector<std::string> all = shared;
+    all.insert(all.end(), own.begin(), own.end());
+    all.push_back("/dev/infiniband");
+    return all;
+  };
+  EXPECT_EQ(bound(onlyRank(*plan, "worker/0")), with({"/dev/nvidia2", "/dev/nvidia3"}));
+  EXPECT_EQ(bound(onlyRank(*plan, "worker/3")), with({"/dev/nvidia5", "/dev/nvidia7"}));
+  EXPECT_EQ(envOf(onlyRank(*plan, "worker/0"), "CUDA_VISIBLE_DEVICES"), "0");
+  EXPECT_EQ(envOf(onlyRank(*plan, "worker/1"), "CUDA_VISIBLE_DEVICES"), "1");
+  EXPECT_EQ(envOf(onlyRank(*plan, "worker/3"), "CUDA_VISIBLE_DEVICES"), "1");
+  const std::vector<std::string>& argv = onlyRank(*plan, "worker/0").argv;
+  EXPECT_LT(std::find(argv.begin(), argv.end(), "--dev") - argv.begin(),
+            std::find(argv.begin(), argv.end(), "/dev/nvidia2") - argv.begin())
+      << "a /dev of its own first";
+  // A job given no GPU that names one in its env gets none.
+  ctx.gpus.clear();
+  auto thief = makePlan(parse(kDdp + "env: {CUDA_VISIBLE_DEVICES: \"3\"}\n"), ctx);
+  ASSERT_TRUE(thief) << thief.error().message;
+  EXPECT_EQ(bound(onlyRank(*thief, "worker/0")), std::vector<std::string>{"/dev/infiniband"});
+  EXPECT_EQ(envOf(onlyRank(*thief, "worker/0"), "CUDA_VISIBLE_DEVICES"), "");
+}
+
 TEST(Planner, RanksAreNumberedNodeByNode) {
   auto plan = makePlan(parse(kDdp), context());
   ASSERT_TRUE(plan);

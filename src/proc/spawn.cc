@@ -41,6 +41,8 @@ enum Stage {
   kStageSetgroups,
   kStageSetresgid,
   kStageSetresuid,
+  kStageSetns,
+  kStageNoNewPrivs,
 };
 
 // The 32-bit-id calls where an architecture has both.
@@ -56,18 +58,19 @@ constexpr long kSysSetresuid = SYS_setresuid;
 
 // A system call that leaves errno alone. A child started by start() runs beside its parent in
 // the parent's memory, thread-local errno included, so it must not write errno.
-long sys(long n, long a = 0, long b = 0, long c = 0, long d = 0) {
+long sys(long n, long a = 0, long b = 0, long c = 0, long d = 0, long e = 0) {
 #if defined(__x86_64__)
   long ret;
   register long r10 asm("r10") = d;
+  register long r8 asm("r8") = e;
   asm volatile("syscall"
                : "=a"(ret)
-               : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10)
+               : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8)
                : "rcx", "r11", "memory");
   return ret;
 #else
   // Elsewhere children share the parent's memory only while it waits (vfork).
-  long ret = ::syscall(n, a, b, c, d);
+  long ret = ::syscall(n, a, b, c, d, e);
   return ret < 0 ? -errno : ret;
 #endif
 }
@@ -112,6 +115,10 @@ struct ChildSetup {
       die(kStageCgroup, r < 0 ? r : -EIO);
     }
   }
+  // The network namespace first: joining one takes the privilege the identity below gives up.
+  if (req.netns_fd >= 0 && (r = sys(SYS_setns, req.netns_fd, CLONE_NEWNET)) < 0) {
+    die(kStageSetns, r);
+  }
   // Raw system calls: glibc's wrappers would make every thread of the parent change identity
   // too, by signalling them, which a child that shares the parent's memory must never do.
   if (change_identity && (r = sys(kSysSetgroups, 0, 0)) < 0) die(kStageSetgroups, r);
@@ -120,6 +127,9 @@ struct ChildSetup {
   // After the identity: changing it clears the death signal.
   if (req.death_signal && (r = sys(SYS_prctl, PR_SET_PDEATHSIG, req.death_signal)) < 0) {
     die(kStagePrctl, r);
+  }
+  if (req.no_new_privs && (r = sys(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) < 0) {
+    die(kStageNoNewPrivs, r);
   }
   if (sys(SYS_getppid) != c.parent) sys(SYS_exit_group, 127);
   // Every handler back to the default (SIGKILL and SIGSTOP refuse, harmlessly), nothing blocked:
@@ -239,6 +249,11 @@ tl::unexpected<Error> childError(const SpawnRequest& req, const int code[2]) {
                   "set uid " + std::to_string(req.uid) + " for " + program_name + ": " + reason);
     case kStagePrctl:
       return failErrno("prctl " + program_name, code[1]);
+    case kStageSetns:
+      return fail(Code::kPermissionDenied,
+                  "join the node's network namespace for " + program_name + ": " + reason);
+    case kStageNoNewPrivs:
+      return failErrno("prctl(PR_SET_NO_NEW_PRIVS) " + program_name, code[1]);
     case kStageSetpgid:
       return failErrno("setpgid " + program_name, code[1]);
     case kStageDup2:

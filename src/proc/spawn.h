@@ -32,6 +32,12 @@ struct SpawnRequest {
   // supplementary groups. Needs the privilege to change identity (root).
   int uid = -1;
   int gid = -1;
+  // No exec of the child's may give it more privilege than it has (PR_SET_NO_NEW_PRIVS: set-uid
+  // and file capabilities do nothing), set after the identity.
+  bool no_new_privs = false;
+  // A network namespace the child joins before it takes its identity (needs the privilege to,
+  // root); -1: ours.
+  int netns_fd = -1;
   int cgroup_fd = -1;  // a cgroup v2 directory the child joins before exec; -1: ours
   // Directories of cgroup v1 hierarchies (where the controllers of its limits are: proc/
   // cgroup.h) that the child joins too, before exec and before it takes its identity.
@@ -53,10 +59,11 @@ struct Child {
   ~Child();
 };
 
-// Starts the process. In the child, before exec: its own process group, the cgroup, then the
-// identity (supplementary groups, gid, uid, with raw system calls: a child sharing our memory
-// must not run glibc's setuid family, which signals every thread of the parent), then the death
-// signal (a change of identity clears it), the signal mask, the directory and the descriptors.
+// Starts the process. In the child, before exec: its own process group, the cgroup, the network
+// namespace, then the identity (supplementary groups, gid, uid, with raw system calls: a child
+// sharing our memory must not run glibc's setuid family, which signals every thread of the
+// parent), then the death signal (a change of identity clears it), no new privileges, the signal
+// mask, the directory and the descriptors.
 // Errors: kNotFound when the program is not found on PATH (of `env`) or in `cwd`;
 // kFailedPrecondition when the child cannot join `cgroup_fd` or one of `v1_cgroup_fds`; kPermissionDenied when the
 // identity cannot be taken (naming the uid or gid); kIo for other exec or fork failures, naming

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -142,28 +143,82 @@ TEST(Start, AnExecThatFailsLaterIsFinishsError) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(Spawn, ChildRunsUnderTheRequestedIdentityWithNoSupplementaryGroups) {
-  if (::geteuid() != 0) GTEST_SKIP() << "changing a child's identity needs root";
+// What `req` (as uid and gid 12345, its stdout a pipe) printed, once it exited with 0.
+std::string outputAs12345(SpawnRequest req) {
   int fds[2];
-  ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+  if (::pipe2(fds, O_CLOEXEC) != 0) return "<no pipe>";
   UniqueFd read_end(fds[0]), write_end(fds[1]);
-  SpawnRequest req;
-  req.argv = {"/bin/sh", "-c", "id -u; id -g; grep '^Groups:' /proc/self/status"};
   req.env = {"PATH=/usr/bin:/bin"};
   req.cwd = "/";
   req.stdout_fd = write_end.get();
   req.uid = 12345;
   req.gid = 12345;
   auto child = spawn(req);
-  ASSERT_TRUE(child) << child.error().message;
+  if (!child) return "<" + child.error().message + ">";
   write_end.reset();
   std::string out = readAll(read_end.get());
-  EXPECT_EQ(reap(child->pidfd.get())->code, 0) << out;
+  auto status = reap(child->pidfd.get());
+  return status && status->code == 0 ? out : "<failed> " + out;
+}
+
+TEST(Spawn, ChildRunsUnderTheRequestedIdentityWithNoSupplementaryGroups) {
+  if (::geteuid() != 0) GTEST_SKIP() << "changing a child's identity needs root";
+  SpawnRequest req;
+  req.argv = {"/bin/sh", "-c", "id -u; id -g; grep '^Groups:' /proc/self/status"};
+  const std::string out = outputAs12345(req);
   // The kernel prints "Groups:\t" then one "N " per supplementary group: none here.
   auto groups = out.find("Groups:");
   ASSERT_NE(groups, std::string::npos) << out;
   EXPECT_EQ(out.substr(0, groups), "12345\n12345\n");
   EXPECT_EQ(out.substr(groups + 7).find_first_not_of(" \t\n"), std::string::npos) << out;
+}
+
+// An account's process gains nothing by exec: no set-uid bit, no file capability works for it,
+// and it holds no capability.
+TEST(Spawn, ChildWithNoNewPrivilegesKeepsNoneAndGainsNone) {
+  if (::geteuid() != 0) GTEST_SKIP() << "changing a child's identity needs root";
+  SpawnRequest req;
+  req.argv = {"/bin/sh", "-c", "grep -E '^(NoNewPrivs|CapEff|CapPrm|CapAmb):' /proc/self/status"};
+  req.no_new_privs = true;
+  const std::string out = outputAs12345(req);
+  EXPECT_NE(out.find("NoNewPrivs:\t1"), std::string::npos) << out;
+  for (const char* cap : {"CapEff:\t0000000000000000", "CapPrm:\t0000000000000000",
+                          "CapAmb:\t0000000000000000"}) {
+    EXPECT_NE(out.find(cap), std::string::npos) << cap << " in " << out;
+  }
+}
+
+// A child joins the network namespace it is given before it drops its identity.
+TEST(Spawn, ChildJoinsTheNetworkNamespaceItIsGiven) {
+  if (::geteuid() != 0) GTEST_SKIP() << "joining a network namespace needs root";
+  pid_t holder = ::fork();  // a process in a namespace of its own, to name it
+  ASSERT_GE(holder, 0);
+  if (holder == 0) {
+    if (::unshare(CLONE_NEWNET) != 0) _exit(1);
+    ::pause();
+    _exit(0);
+  }
+  const std::string ns = "/proc/" + std::to_string(holder) + "/ns/net";
+  std::string theirs;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    char buf[64] = {}, mine[64] = {};
+    ssize_t n = ::readlink(ns.c_str(), buf, sizeof buf - 1);
+    ssize_t m = ::readlink("/proc/self/ns/net", mine, sizeof mine - 1);
+    theirs = n > 0 ? buf : "";
+    if (n > 0 && m > 0 && std::string(buf) != std::string(mine)) break;
+    ASSERT_LT(std::chrono::steady_clock::now(), until) << "the holder made no namespace";
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  UniqueFd fd(::open(ns.c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(fd.valid());
+  SpawnRequest req;
+  req.argv = {"/usr/bin/readlink", "/proc/self/ns/net"};
+  req.netns_fd = fd.get();
+  const std::string out = outputAs12345(req);
+  ::kill(holder, SIGKILL);
+  ::waitpid(holder, nullptr, 0);
+  EXPECT_EQ(out, theirs + "\n");
 }
 
 TEST(Spawn, ChildThatChangedIdentityStillDiesWithItsParent) {

@@ -269,8 +269,9 @@ void Server::Impl::jobRoutes() {
               quotas.inodes && *quotas.inodes - use.inodes < limits.max_entries;
           if (by_bytes) limits.max_bytes = std::max<int64_t>(0, *quotas.bytes - use.bytes);
           if (by_inodes) limits.max_entries = std::max<int64_t>(0, *quotas.inodes - use.inodes);
-          auto received = receiveUploadFile(options.data_root, c.account, req.body_file->get(),
-                                            limits);
+          COHORT_ASSIGN(auto id, accountIdentity(*store, options.identities, c.account));
+          auto received = receiveUploadFile(options.data_root, c.account, {id.first, id.second},
+                                            req.body_file->get(), limits);
           if (!received && received.error().code == Code::kTooLarge && (by_bytes || by_inodes)) {
             const bool bytes =
                 by_bytes && received.error().message.find("entries") == std::string::npos;

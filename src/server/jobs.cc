@@ -275,6 +275,18 @@ Result<void> JobService::reconcile() {
   return {};
 }
 
+// Whether `path` is below one of `roots` as written: no "." or ".." part, and a root's own
+// parts first.
+bool belowInputRoot(const std::string& path, const std::vector<std::string>& roots) {
+  for (const std::string& part : split(path, '/')) {
+    if (part == "." || part == "..") return false;
+  }
+  for (const std::string& root : roots) {
+    if (path == root || startsWith(path, root == "/" ? root : root + "/")) return true;
+  }
+  return false;
+}
+
 // The job's data: store:// locations the caller may read (inputs) or write (outputs), local
 // inputs outside the server's data root. Checked at submission and again at the start, so that
 // a share revoked in between stops the job from reading through it.
@@ -330,13 +342,19 @@ Result<void> JobService::checkData(const Caller& caller, const spec::JobSpec& sp
                                               "the server's machine, got '" +
                                               path + "'");
     }
-    if (inside_root(path)) {
+    // Only below a directory the admin listed, compared as written: the job's agent opens it
+    // there without following a link, and reads it as the account (account/as_account.h). Not
+    // a look at the path here: the answer is the same whether it exists or not.
+    if (!belowInputRoot(path, options_.input_roots) || (path + "/").rfind(root, 0) == 0) {
+      const std::string roots =
+          options_.input_roots.empty()
+              ? std::string("no local inputs (cohort server --input-root DIR lists where they "
+                            "may be)")
+              : "local inputs only below " + join(options_.input_roots, ", ");
       return fail(Code::kInvalidArgument,
-                  field + ": '" + path + "' is inside the server's data root; use store://");
-    }
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) {
-      return fail(Code::kInvalidArgument, field + ": '" + path + "' does not exist");
+                  field + ": '" + path + "': this server takes " + roots +
+                      "; copy the data into the store (cohort cp DIR server://BUCKET/PATH) and "
+                      "name store://BUCKET/PATH");
     }
   }
   for (size_t i = 0; i < spec.outputs.size(); ++i) {
@@ -443,7 +461,9 @@ Result<std::string> JobService::copyOfCode(const Caller& caller, const std::stri
   }
   storage::ArchiveLimits limits;
   limits.max_bytes = options_.max_upload_bytes;
-  COHORT_ASSIGN(Upload copy, uploadTree(options_.data_root, caller.account, dir, limits));
+  COHORT_ASSIGN(auto id, identityOf(caller.account));
+  COHORT_ASSIGN(Upload copy, uploadTree(options_.data_root, caller.account,
+                                        {id.first, id.second}, dir, limits));
   return pendingUpload(options_.data_root, caller.account, copy.id);
 }
 
@@ -490,8 +510,11 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
   }
   if (!in_image) {
     if (upload_dir.empty()) COHORT_TRY(notAnotherJobsCode(spec.workdir, options_.data_root));
-    COHORT_TRY(backends::checkCommand(spec));
+    // The account's user must be able to enter the workdir before anything in it is looked
+    // at: the server looks as root, and would otherwise tell what is in a directory only
+    // root may enter.
     COHORT_TRY(checkIdentity(caller, spec, !upload_dir.empty()));
+    COHORT_TRY(backends::checkCommand(spec));
   }
   // The server's configuration decides where its jobs run.
   if (spec.backend == spec::Backend::kSlurm && options_.nodes != spec::Backend::kSlurm) {
@@ -786,11 +809,15 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
     return tl::unexpected<Error>(e);
   };
   bool has_code = false;  // the job's directory exists already, holding only its code/
+  bool debugged = false;
   std::string environments;  // where its coordinator looks environments up
   {
     auto spec = spec::parseJobFile(job.spec_json, "job");
     if (!spec) return failed(spec.error());
     has_code = spec->workdir == job::Layout(job.job_dir).codeDir();
+    // A paused rank's debugger is reached on its node's loopback, which a network of the
+    // job's own would keep from it (only a server whose accounts are one person takes debug:).
+    debugged = spec->debug.enabled;
     auto account = store_.account(job.account);
     if (!account) return failed(account.error());
     if (auto data = checkData({account->name, account->admin}, *spec, job.id); !data) {
@@ -838,6 +865,8 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
   launch.gpus = freeGpus(job.gpus);
   launch.report = true;
   launch.environments = environments;
+  launch.input_roots = options_.input_roots;
+  launch.job_network = debugged ? "host" : options_.job_network;
   auto handle = backend_->submit(launch);
   if (!handle) return failed(handle.error());
   gpus_held_[job.id] = launch.gpus;

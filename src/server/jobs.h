@@ -72,6 +72,11 @@ struct JobServiceOptions {
   // this where a job names none); 0: no limit.
   int64_t rank_pids = 0;
   bool store_in_s3 = false;   // the store is in S3: its inputs are copied, never linked
+  // The only directories local inputs may be below (cohort server --input-root), absolute,
+  // without a trailing '/'; none: no local inputs.
+  std::vector<std::string> input_roots;
+  // Each job's network (cohort run --job-network): isolated, nat or host; "": cohort run's default.
+  std::string job_network;
   // Where a job of `caller` finds environment `name` (its coordinator's COHORT_ENVS), checked
   // that the caller may use it now (server/environments.h); unset: the server's own store.
   std::function<Result<std::string>(const Caller& caller, const std::string& name)> environments;

@@ -78,7 +78,7 @@ http::Admission Server::Impl::admit(Request& req) {
                               quotas->uploads, waiting);
       if (!slot) return refuse(slot.error());
       admitted->upload = std::move(*slot);
-      auto file = bodyFile(account);
+      auto file = bodyFile();
       if (!file) return refuse(file.error());
       a.body_file = std::make_shared<UniqueFd>(std::move(*file));
       a.body_limit = limit;
@@ -88,14 +88,10 @@ http::Admission Server::Impl::admit(Request& req) {
   return a;
 }
 
-Result<UniqueFd> Server::Impl::bodyFile(const std::string& account) {
-  const std::string root = job::uploadsDir(options.data_root);
-  for (const std::string& dir : {root, root + "/" + account}) {
-    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-      return failErrno("create '" + dir + "'");
-    }
-  }
-  const std::string dir = root + "/" + account;
+Result<UniqueFd> Server::Impl::bodyFile() {
+  // The server's own directory (0700): a body is the server's until the account's process is
+  // handed its descriptor, and the account's directories stay as the account's work made them.
+  const std::string dir = options.data_root + "/server";
   UniqueFd fd(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (fd.valid()) return fd;
   std::string name = dir + "/.body-XXXXXX";  // a file system without O_TMPFILE
@@ -417,6 +413,8 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   jopts.nodes = options.nodes;
   jopts.volcano = options.volcano;
   jopts.isolate = options.isolate;
+  jopts.input_roots = options.input_roots;
+  jopts.job_network = options.job_network;
   jopts.identities = options.identities;
   jopts.max_upload_bytes = options.max_upload_bytes;
   jopts.rank_pids = options.rank_pids;

@@ -35,6 +35,8 @@ struct ServerOptions {
   spec::Backend nodes = spec::Backend::kLocal;  // jobs' nodes: this machine's, Slurm's, Volcano's
   backends::VolcanoSettings volcano;            // with nodes kVolcano: namespace, advertise
   bool isolate = false;       // run every job's ranks under bubblewrap
+  std::vector<std::string> input_roots;  // --input-root: where local inputs may be
+  std::string job_network;  // --job-network: isolated | nat | host (each job's network)
   Identities identities;      // the Unix identities accounts' ranks run as (see jobs.h)
   int http_threads = 32;      // workers that run handlers; followers hold none
   Millis http_idle_timeout{60000};  // a client that keeps a connection waiting this long loses it

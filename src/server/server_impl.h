@@ -76,9 +76,9 @@ struct Server::Impl {
   // the route says, then what body it may send and where that goes. Only then is the body read.
   http::Admission admit(Request& req);
 
-  // A file for an upload's body, in the account's upload area, with no name: it is gone when
+  // A file for an upload's body, in the server's own directory, with no name: it is gone when
   // its descriptor is closed, whatever happens to the request.
-  Result<UniqueFd> bodyFile(const std::string& account);
+  Result<UniqueFd> bodyFile();
 
   // A coordinator's report names its job's own token: checked before the report is read.
   Result<void> checkReportToken(const Request& req);

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <ctime>
 #include <filesystem>
+#include <functional>
 #include <memory>
 
 #include "job/layout.h"
@@ -30,7 +31,10 @@ bool validId(const std::string& id) {
   return true;
 }
 
-Result<void> makePrivateDir(const std::string& path) {
+// A directory of root's that the account's own process (and no other account's) may pass
+// through: mode 0710 with the account's group, or 0700 where the server gives accounts no
+// identity of their own.
+Result<void> makeDirFor(const std::string& path, const account::Identity& as) {
   if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
     return failErrno("create '" + path + "'");
   }
@@ -38,11 +42,48 @@ Result<void> makePrivateDir(const std::string& path) {
   if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return fail(Code::kIo, "'" + path + "' is not a directory");
   }
+  if (account::needsWorker(as) &&
+      (::lchown(path.c_str(), ::geteuid(), as.gid) != 0 || ::chmod(path.c_str(), 0710) != 0)) {
+    return failErrno("give '" + path + "' to gid " + std::to_string(as.gid));
+  }
   return {};
 }
 
-// Removes the account's expired uploads (and extractions a crash left); returns how many wait.
-int sweep(const std::string& dir) {
+// Where a new upload is extracted, as the account: in a directory of its own, under a name no
+// job can take. Made empty, the account's; its tree is `partial + "/tree"`.
+Result<std::string> makePartial(const std::string& dir, const std::string& id,
+                                const account::Identity& as) {
+  const std::string partial = dir + "/.partial-" + id;
+  if (::mkdir(partial.c_str(), 0700) != 0) return failErrno("create '" + partial + "'");
+  if (account::needsWorker(as) && ::lchown(partial.c_str(), as.uid, as.gid) != 0) {
+    auto err = failErrno("give '" + partial + "' to uid " + std::to_string(as.uid));
+    ::rmdir(partial.c_str());
+    return err;
+  }
+  return partial;
+}
+
+// The extracted tree named as the upload, once the work is done: a directory (what the account's
+// process left there is checked, never followed), renamed by this process.
+Result<void> publish(const std::string& partial, const std::string& final_path) {
+  const std::string tree = partial + "/tree";
+  struct stat st {};
+  if (::lstat(tree.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return fail(Code::kIo, "the upload's tree is not a directory");
+  }
+  if (::rename(tree.c_str(), final_path.c_str()) != 0) return failErrno("rename '" + tree + "'");
+  return {};
+}
+
+void removeAs(const std::string& path, const account::Identity& as) {
+  (void)account::runAs(as, account::Remove{{path}}, {});
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);  // what is left: this process's own (the partial dir)
+}
+
+// Removes the account's expired uploads (and extractions a crash left), as the account `as`;
+// returns how many wait. Without `as`, only counts them.
+int sweep(const std::string& dir, const account::Identity* as) {
   std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
   if (!d) return 0;
   const time_t now = ::time(nullptr);
@@ -58,70 +99,67 @@ int sweep(const std::string& dir) {
       if (validId(name)) ++waiting;
       continue;
     }
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
+    if (as) removeAs(path, *as);
   }
   return waiting;
 }
 
-}  // namespace
-
-Result<Upload> receiveUpload(const std::string& data_root, const std::string& account,
-                             std::string_view archive, const storage::ArchiveLimits& limits) {
+// A new upload of `account`: `extract` (done as the account) fills the tree it is given, which
+// then becomes the upload. A job finds a whole upload or none.
+Result<Upload> place(const std::string& data_root, const std::string& account,
+                     const account::Identity& as,
+                     const std::function<Result<account::Done>(const std::string&)>& extract) {
   const std::string root = job::uploadsDir(data_root);
-  COHORT_TRY(makePrivateDir(root));
+  if (::mkdir(root.c_str(), 0711) != 0 && errno != EEXIST) return failErrno("create '" + root + "'");
   const std::string dir = root + "/" + account;
-  COHORT_TRY(makePrivateDir(dir));
-  (void)sweep(dir);  // how many may wait is the account's uploads quota (server/quotas.h)
+  COHORT_TRY(makeDirFor(dir, as));
+  (void)sweep(dir, &as);  // how many may wait is the account's uploads quota (server/quotas.h)
   Upload upload;
   COHORT_ASSIGN(std::string hex, randomHex(kIdHexDigits / 2));
   upload.id = std::string(kIdPrefix) + hex;
-  // Extracted under a name no job can take, then renamed: a job finds a whole upload or none.
-  const std::string partial = dir + "/.partial-" + upload.id;
-  COHORT_ASSIGN(upload.stats, storage::extractArchive(archive, partial, limits));
-  if (::rename(partial.c_str(), (dir + "/" + upload.id).c_str()) != 0) {
-    auto err = failErrno("rename '" + partial + "'");
-    std::error_code ec;
-    std::filesystem::remove_all(partial, ec);
-    return err;
-  }
+  COHORT_ASSIGN(std::string partial, makePartial(dir, upload.id, as));
+  auto done = extract(partial + "/tree");
+  Result<void> published = done ? publish(partial, dir + "/" + upload.id)
+                                : Result<void>(tl::unexpected<Error>(done.error()));
+  removeAs(partial, as);
+  if (!published) return tl::unexpected<Error>(published.error());
+  upload.stats = {done->files, done->dirs, done->links, done->bytes};
   return upload;
 }
 
+}  // namespace
+
 Result<Upload> receiveUploadFile(const std::string& data_root, const std::string& account,
-                                 int fd, const storage::ArchiveLimits& limits) {
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return failErrno("stat the upload");
-  const size_t size = static_cast<size_t>(st.st_size);
-  if (size == 0) return receiveUpload(data_root, account, std::string_view(), limits);
-  void* data = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  if (data == MAP_FAILED) return failErrno("map the upload");
-  auto upload = receiveUpload(data_root, account,
-                              std::string_view(static_cast<const char*>(data), size), limits);
-  ::munmap(data, size);
-  return upload;
+                                 const account::Identity& as, int fd,
+                                 const storage::ArchiveLimits& limits) {
+  if (::lseek(fd, 0, SEEK_SET) != 0) return failErrno("lseek the upload");
+  return place(data_root, account, as, [&](const std::string& dest) {
+    return account::runAs(as, account::Extract{dest, limits}, {}, fd);
+  });
 }
 
 int waitingUploads(const std::string& data_root, const std::string& account) {
-  return sweep(job::uploadsDir(data_root) + "/" + account);
+  return sweep(job::uploadsDir(data_root) + "/" + account, nullptr);
+}
+
+Result<Upload> receiveUpload(const std::string& data_root, const std::string& account,
+                             const account::Identity& as, std::string_view archive,
+                             const storage::ArchiveLimits& limits) {
+  UniqueFd fd(::memfd_create("cohort-upload", MFD_CLOEXEC));
+  if (!fd.valid()) return failErrno("memfd_create");
+  COHORT_TRY(writeAll(fd.get(), archive));
+  if (::lseek(fd.get(), 0, SEEK_SET) != 0) return failErrno("lseek");
+  return place(data_root, account, as, [&](const std::string& dest) {
+    return account::runAs(as, account::Extract{dest, limits}, {}, fd.get());
+  });
 }
 
 Result<Upload> uploadTree(const std::string& data_root, const std::string& account,
-                          const std::string& dir, const storage::ArchiveLimits& limits) {
-  COHORT_ASSIGN(storage::TreeListing listing,
-                storage::listTree(dir, storage::IgnoreRules::fromText(""), limits));
-  UniqueFd fd(::memfd_create("cohort-code", MFD_CLOEXEC));
-  if (!fd.valid()) return failErrno("memfd_create");
-  COHORT_TRY(storage::writeArchive(dir, listing, fd.get()));
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return failErrno("stat the copy of '" + dir + "'");
-  const size_t size = static_cast<size_t>(st.st_size);
-  void* data = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
-  if (data == MAP_FAILED) return failErrno("map the copy of '" + dir + "'");
-  auto upload = receiveUpload(data_root, account,
-                              std::string_view(static_cast<const char*>(data), size), limits);
-  ::munmap(data, size);
-  return upload;
+                          const account::Identity& as, const std::string& dir,
+                          const storage::ArchiveLimits& limits) {
+  return place(data_root, account, as, [&](const std::string& dest) {
+    return account::runAs(as, account::Snapshot{dir, dest, limits}, {});
+  });
 }
 
 Result<std::string> pendingUpload(const std::string& data_root, const std::string& account,

@@ -105,12 +105,13 @@ struct Tree {
 // Why an untrusted source's entry is refused, or "" when it may be copied.
 std::string refusal(const struct stat& st) {
   if (S_ISLNK(st.st_mode)) {
-    return "a symbolic link: only regular files and directories are copied out of a job, "
-           "never what a link points to (copy the file itself into the directory)";
+    return "a symbolic link: only regular files and directories are copied from what a job "
+           "or an account named, never what a link points to (copy the file itself there)";
   }
   if (S_ISREG(st.st_mode) && st.st_nlink > 1) {
     return "a file with " + std::to_string(st.st_nlink) +
-           " hard links: only files with one link are copied out of a job (copy it instead)";
+           " hard links: only files with one name are copied from what a job or an account "
+           "named (copy it instead)";
   }
   if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
     return "not a regular file or directory (socket, FIFO or device)";

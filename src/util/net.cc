@@ -19,22 +19,7 @@ namespace cohort {
 
 namespace {
 
-struct Entry {
-  std::string interface;
-  in_addr_t address;  // network order
-};
-
-std::vector<Entry> ipv4Addresses() {
-  std::vector<Entry> out;
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) return out;
-  for (ifaddrs* i = list; i; i = i->ifa_next) {
-    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
-    out.push_back({i->ifa_name, reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr});
-  }
-  ::freeifaddrs(list);
-  return out;
-}
+using Entry = InterfaceAddress;
 
 std::string text(in_addr_t address) {
   char buf[INET_ADDRSTRLEN];
@@ -49,6 +34,18 @@ std::string known(const std::vector<Entry>& all) {
 }
 
 }  // namespace
+
+std::vector<InterfaceAddress> ipv4Addresses() {
+  std::vector<InterfaceAddress> out;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return out;
+  for (ifaddrs* i = list; i; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+    out.push_back({i->ifa_name, reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr});
+  }
+  ::freeifaddrs(list);
+  return out;
+}
 
 std::string hostName() {
   char name[256] = {};

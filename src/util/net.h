@@ -4,7 +4,9 @@
 // that resolves to 127.0.1.1 cannot mislead it. And a peer's address from its name. Thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "util/result.h"
 #include "util/text.h"
@@ -15,6 +17,14 @@ struct HostAddress {
   std::string interface;  // "eth0"; "" when no interface carries the address
   std::string address;    // "10.77.0.11"
 };
+
+struct InterfaceAddress {
+  std::string interface;
+  uint32_t address;  // network order (in_addr_t)
+};
+
+// Every IPv4 address of this host's interfaces (getifaddrs), in the kernel's order.
+std::vector<InterfaceAddress> ipv4Addresses();
 
 // This host's name (gethostname), for people; never used to find an address.
 std::string hostName();

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "tests/tar_entry.h"
 #include "tests/integration/httplib.h"
 
 namespace cohort::testing {
@@ -29,7 +31,12 @@ class Attack : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string why;
-    server_ = startServer(&why, {"--cpus", "8"});
+    // The admin's datasets, the one place jobs may name local inputs, and secrets the server
+    // was started with that no job may see.
+    datasets_ = tempDir();
+    for (const auto& [name, value] : kServerSecrets) ::setenv(name, value, 1);
+    server_ = startServer(&why, {"--cpus", "8", "--input-root", datasets_});
+    for (const auto& [name, value] : kServerSecrets) ::unsetenv(name);
     ASSERT_TRUE(server_) << why;
     const std::string log = server_->log();
     isolated_ = contains(log, "jobs run isolated");
@@ -100,11 +107,27 @@ class Attack : public ::testing::Test {
     EXPECT_EQ(::kill(server_->pid(), 0), 0) << server_->log();
   }
 
+  // The job's own network: where the server says its jobs have one.
+  bool ownNetwork() const { return contains(server_->log(), "each job has a network of its own"); }
+
+  static constexpr std::pair<const char*, const char*> kServerSecrets[] = {
+      {"HF_TOKEN", "hf_attack_secret_1"},
+      {"GITHUB_TOKEN", "ghp_attack_secret_2"},
+      {"DATABASE_PASSWORD", "attack_secret_3"}};
+
   std::unique_ptr<ServerProcess> server_;
   bool isolated_ = false;
   bool separate_users_ = false;
-  std::string work_, alice_, bob_;
+  std::string work_, alice_, bob_, datasets_;
 };
+
+// `text` with each "@KEY@" replaced.
+std::string fill(std::string text, const std::vector<std::pair<std::string, std::string>>& with) {
+  for (const auto& [from, to] : with) {
+    for (size_t at; (at = text.find(from)) != std::string::npos;) text.replace(at, from.size(), to);
+  }
+  return text;
+}
 
 std::vector<std::string> attempts(const std::string& log, const std::string& verdict) {
   std::vector<std::string> out;
@@ -338,6 +361,445 @@ TEST_F(Attack, ForgedReportsAndAForgedEventsFileNeitherEndAJobNorHurtTheServer) 
   EXPECT_EQ(record.value("state", ""), "succeeded") << record.dump();
   EXPECT_EQ(record["exit_code"], Json(0)) << record.dump();
   expectServerHealthy();
+}
+
+
+// Route: a job names as its input what an earlier job (or anyone) planted below an input root —
+// links to the server's database, another account's bucket, the whole data root — or files only
+// root may read. The agent stages inputs as the job's account, opening them below the input root
+// with no link followed: each attempt fails naming the link or the refusal, and nothing of it
+// reaches the job. What is not below an input root is refused at submission with the same words
+// whether it exists or not.
+TEST_F(Attack, LinksPlantedForALaterJobAndRootOnlyInputsAreNeitherFollowedNorRead) {
+  if (!isolated_ || !separate_users_) GTEST_SKIP() << "needs root and bubblewrap";
+  const std::string root = server_->dataRoot();
+  ASSERT_EQ(call("PUT", "/v1/store/alice-data/secret.txt", alice_, "alice-secret",
+                 "application/octet-stream").first, 201);
+  // A scratch area of the admin's that every user may write.
+  const std::string shared = datasets_ + "/shared";
+  std::filesystem::create_directory(shared);
+  ASSERT_EQ(::chmod(shared.c_str(), 01777), 0);
+  const std::string plant = fill(R"SH(
+ln -s @ROOT@/server/cohort.db @SHARED@/db
+ln -s @ROOT@/store/alice-data @SHARED@/alice
+ln -s @ROOT@ @SHARED@/everything
+mkdir @SHARED@/dir && echo mine > @SHARED@/dir/mine.txt && ln -s @ROOT@/server/admin.token @SHARED@/dir/token
+echo planted
+)SH", {{"@ROOT@", root}, {"@SHARED@", shared}});
+  // Its workdir there: the sandbox puts a workdir in the machine's /tmp back in the job's.
+  auto [p_status, p_json] = submit(bob_, shellJob("plant", plant, {{"workdir", shared}}));
+  ASSERT_EQ(p_status, 201) << p_json.dump();
+  EXPECT_EQ(waitFinal(bob_, p_json.value("id", "")).value("state", ""), "succeeded");
+  ASSERT_TRUE(std::filesystem::is_symlink(shared + "/db")) << logOf(bob_, p_json.value("id", ""));
+  // Files of root's below the input root, and a second name of the admin token.
+  std::filesystem::create_directory(datasets_ + "/private");
+  ASSERT_EQ(::chmod((datasets_ + "/private").c_str(), 0700), 0);
+  std::ofstream(datasets_ + "/private/notes.txt") << "root-notes\n";
+  ::chmod((datasets_ + "/private/notes.txt").c_str(), 0644);
+  std::ofstream(datasets_ + "/rootonly.txt") << "root-only\n";
+  ::chmod((datasets_ + "/rootonly.txt").c_str(), 0600);
+  ASSERT_EQ(::link((root + "/server/admin.token").c_str(), (datasets_ + "/hard").c_str()), 0);
+  std::ofstream(datasets_ + "/public.txt") << "public-data\n";
+  ::chmod((datasets_ + "/public.txt").c_str(), 0644);
+  const std::string token = readText(root + "/server/admin.token");
+  ASSERT_FALSE(token.empty());
+
+  const std::vector<std::pair<std::string, std::string>> routes = {
+      {shared + "/db", "symbolic link"},
+      {shared + "/alice", "symbolic link"},
+      {shared + "/everything/server/cohort.db", "symbolic link"},
+      {shared + "/dir", "symbolic link"},
+      {datasets_ + "/private/notes.txt", "Permission denied"},
+      {datasets_ + "/rootonly.txt", "Permission denied"},
+      {datasets_ + "/hard", "hard links"}};
+  for (const auto& [source, why] : routes) {
+    Json job = shellJob("loot", "find $COHORT_WORK_DIR/in -type f -exec cat {} +; true",
+                        {{"inputs", {{{"source", source}, {"target", "in"}}}}});
+    auto [status, json] = submit(bob_, job);
+    ASSERT_EQ(status, 201) << source << ": " << json.dump();
+    const std::string id = json.value("id", "");
+    Json record = waitFinal(bob_, id);
+    EXPECT_EQ(record.value("state", ""), "failed") << source << ": " << record.dump();
+    EXPECT_TRUE(contains(record.value("reason", ""), why)) << source << ": " << record.dump();
+    const std::string log = logOf(bob_, id);
+    for (const std::string& secret : {std::string("alice-secret"), std::string("root-notes"),
+                                      std::string("root-only"), token, std::string("SQLite")}) {
+      EXPECT_FALSE(contains(log, secret)) << source << " leaked " << secret;
+    }
+    std::error_code ec;
+    for (const auto& entry :
+         std::filesystem::recursive_directory_iterator(root + "/jobs/" + id + "/work", ec)) {
+      if (!entry.is_regular_file() || entry.is_symlink()) continue;
+      const std::string text = readText(entry.path());
+      EXPECT_FALSE(contains(text, "alice-secret") || contains(text, "root-") ||
+                   contains(text, token) || contains(text, "SQLite"))
+          << source << " reached " << entry.path();
+    }
+  }
+  // What the account may read is staged, as the account.
+  Json ok = shellJob("fine", "cat $COHORT_WORK_DIR/in; stat -c 'OWNER %u' $COHORT_WORK_DIR/in",
+                     {{"inputs", {{{"source", datasets_ + "/public.txt"}, {"target", "in"}}}}});
+  auto [ok_status, ok_json] = submit(bob_, ok);
+  ASSERT_EQ(ok_status, 201) << ok_json.dump();
+  Json ok_record = waitFinal(bob_, ok_json.value("id", ""));
+  EXPECT_EQ(ok_record.value("state", ""), "succeeded") << ok_record.dump();
+  const std::string ok_log = logOf(bob_, ok_json.value("id", ""));
+  EXPECT_TRUE(contains(ok_log, "public-data")) << ok_log;
+  EXPECT_FALSE(contains(ok_log, "OWNER 0")) << "staged by root: " << ok_log;
+
+  // Anywhere else: one answer, whether the path exists or not.
+  for (const std::string& source : {std::string("/etc/shadow"), root + "/server/cohort.db",
+                                    std::string("/no/such/file"), datasets_ + "/../etc",
+                                    std::string("/dev/shm")}) {
+    auto [status, json] = submit(bob_, shellJob("probe", "true",
+                                                {{"inputs", {{{"source", source}, {"target", "in"}}}}}));
+    EXPECT_EQ(status, 400) << source;
+    EXPECT_EQ(json["error"].value("message", ""),
+              "inputs[0].source: '" + source + "': this server takes local inputs only below " +
+                  datasets_ + "; copy the data into the store (cohort cp DIR " +
+                  "server://BUCKET/PATH) and name store://BUCKET/PATH")
+        << json.dump();
+  }
+  expectServerHealthy();
+}
+
+// Route: the job's own `env:` steering cohort's programs. A PATH that puts the job's own `env`
+// and `bwrap` first and an LD_PRELOAD of the job's library apply inside the sandbox only: cohort
+// starts bubblewrap and env by their absolute paths with an environment of its own.
+TEST_F(Attack, TheJobsEnvCannotSteerTheSandbox) {
+  if (!isolated_) GTEST_SKIP() << "bubblewrap does not work here: jobs run without the sandbox";
+  const std::string evil = work_ + "/evil", marks = work_ + "/marks";
+  std::filesystem::create_directories(evil);
+  std::filesystem::create_directories(marks);
+  ASSERT_EQ(::chmod(marks.c_str(), 0777), 0);
+  for (const char* tool : {"env", "bwrap"}) {
+    const std::string path = evil + "/" + tool;
+    std::ofstream(path) << "#!/bin/sh\necho \"$0 $(id -u)\" >> " << marks
+                        << "/path\nexec /usr/bin/" << tool << " \"$@\"\n";
+    ::chmod(path.c_str(), 0755);
+  }
+  Json job = shellJob("steer", "echo PROCS $(ls /proc | grep -c '^[0-9]'); echo ranks-own",
+                      {{"env",
+                        {{"PATH", evil + ":/usr/bin:/bin"},
+                         {"LD_PRELOAD", COHORT_TEST_PRELOAD},
+                         {"TEST_MARKER_FILE", marks + "/preload"}}}});
+  auto [status, json] = submit(bob_, job);
+  ASSERT_EQ(status, 201) << json.dump();
+  const std::string id = json.value("id", "");
+  Json record = waitFinal(bob_, id);
+  EXPECT_EQ(record.value("state", ""), "succeeded") << record.dump();
+  const std::string log = logOf(bob_, id);
+  EXPECT_TRUE(contains(log, "ranks-own")) << log;
+  EXPECT_FALSE(std::filesystem::exists(marks + "/path"))
+      << "the job's PATH chose cohort's programs: " << readText(marks + "/path");
+  // The job's library was loaded, but only by what runs inside (where process 1 is the
+  // sandbox's own).
+  const std::string preloaded = readText(marks + "/preload");
+  EXPECT_TRUE(contains(preloaded, " bwrap\n")) << "LD_PRELOAD did not reach the rank: " << preloaded;
+  std::istringstream lines(preloaded);
+  for (std::string line; std::getline(lines, line);) {
+    EXPECT_TRUE(line.size() > 6 && line.substr(line.size() - 6) == " bwrap")
+        << "the job's code ran outside its sandbox: " << line;
+  }
+  auto at = log.find("PROCS ");
+  ASSERT_NE(at, std::string::npos) << log;
+  EXPECT_LT(std::atoi(log.c_str() + at + 6), 8) << "the rank sees the machine's processes: " << log;
+  // No rank sees the other's variables on a command line either.
+  EXPECT_FALSE(contains(readText(server_->dataRoot() + "/jobs/" + id + "/plan.json"),
+                        "--setenv"));
+}
+
+// Route: the server's own environment (tokens and passwords its admin started it with) in a
+// rank's. A rank's environment is an allowlist: the job's, cohort's and a small base.
+TEST_F(Attack, TheServersEnvironmentReachesNoRank) {
+  auto [status, json] = submit(bob_, shellJob("environ", "env; echo END"));
+  ASSERT_EQ(status, 201) << json.dump();
+  const std::string id = json.value("id", "");
+  EXPECT_EQ(waitFinal(bob_, id).value("state", ""), "succeeded");
+  const std::string log = logOf(bob_, id);
+  ASSERT_TRUE(contains(log, "END")) << log;
+  for (const auto& [name, value] : kServerSecrets) {
+    EXPECT_FALSE(contains(log, value)) << name << " reached a rank: " << log;
+    EXPECT_FALSE(contains(log, std::string(name) + "=")) << log;
+  }
+  EXPECT_TRUE(contains(log, "PATH=/usr/local/bin:/usr/bin:/bin")) << log;
+  EXPECT_TRUE(contains(log, "COHORT_RANK=0")) << log;
+}
+
+// The machine's IPv4 addresses (not loopback): where a rank outside a network of its own would
+// find the server and other jobs.
+std::vector<std::string> machineAddresses() {
+  std::vector<std::string> out;
+  std::istringstream in(shellOutput("hostname -I 2>/dev/null"));
+  for (std::string a; in >> a;) {
+    if (a.find(':') == std::string::npos) out.push_back(a);
+  }
+  return out;
+}
+
+// More of what a hostile rank tries from inside: the server's port and the machine's addresses
+// (its network is its own, with no way out), a set-uid or file-capability program (no new
+// privileges), a device node of its own making, and the environment of the sandbox's first
+// process (cohort's, not the job's or the server's).
+TEST_F(Attack, AHostileRankFindsNoWayOutOfItsSandboxOrItsNetwork) {
+  if (!isolated_ || ::geteuid() != 0) GTEST_SKIP() << "needs root and bubblewrap";
+  ASSERT_TRUE(ownNetwork()) << server_->log();
+  const std::string url = server_->url();
+  const std::string port = url.substr(url.rfind(':') + 1);
+  std::string targets;
+  for (const std::string& a : machineAddresses()) targets += " " + a;
+  const std::string script = fill(R"SH(
+try() { name=$1; shift; if "$@" >/tmp/attempt 2>&1; then echo "ATTEMPT $name ok $(head -c 120 /tmp/attempt)"; else echo "ATTEMPT $name blocked"; fi; }
+reach() { python3 -c "import socket,sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2)" "$@"; }
+try server-on-loopback reach 127.0.0.1 @PORT@
+for a in @TARGETS@; do try server-on-$a reach $a @PORT@; done
+try ping ping -c1 -W1 127.0.0.1
+try mknod-gpu mknod /tmp/nv c 195 0
+try first-process-environ sh -c 'tr "\0" "\n" < /proc/1/environ | grep -v -e "^PATH=" -e "^LANG=" | grep .'
+grep NoNewPrivs /proc/self/status
+)SH", {{"@PORT@", port}, {"@TARGETS@", targets}});
+  auto [status, json] = submit(bob_, shellJob("way-out", script, {{"env", {{"SECRET_OF_MINE", "x"}}}}));
+  ASSERT_EQ(status, 201) << json.dump();
+  const std::string id = json.value("id", "");
+  waitFinal(bob_, id);
+  const std::string log = logOf(bob_, id);
+  EXPECT_TRUE(attempts(log, "ok").empty()) << log;
+  EXPECT_EQ(attempts(log, "blocked").size(), 4u + machineAddresses().size()) << log;
+  EXPECT_TRUE(contains(log, "NoNewPrivs:\t1")) << log;
+  expectServerHealthy();
+}
+
+// Route: another account's job's rendezvous: its TCPStore on its master port. Each job has a
+// network of its own: Alice's master is node 0's address on hers, which on Bob's is his own
+// node; neither the machine's addresses nor its loopback lead to it.
+TEST_F(Attack, AnotherJobsTcpStoreAndMasterPortAreOutOfReach) {
+  if (!isolated_ || ::geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
+  ASSERT_TRUE(ownNetwork()) << "a root server with the sandbox gives each job a network of its "
+                               "own: "
+                            << server_->log();
+  REQUIRE("/usr/bin/python3 -c 'import torch.distributed'", "needs python3-torch");
+  const std::string go = work_ + "/go";
+  const std::string alice_script = fill(R"PY(
+import datetime, os, time
+import torch.distributed as d
+r = int(os.environ["RANK"])
+s = d.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), 2, r == 0,
+               timeout=datetime.timedelta(seconds=60))
+print("MASTER", os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"], flush=True)
+s.set("alice-%d" % r, "1")
+while not os.path.exists("@GO@"):
+    time.sleep(0.05)
+try:
+    s.wait(["bob"], datetime.timedelta(milliseconds=300))
+    print("BOBKEY True", flush=True)
+except Exception:
+    print("BOBKEY False", flush=True)
+s.set("done-%d" % r, "1")
+s.wait(["done-0", "done-1"])
+)PY", {{"@GO@", go}});
+  Json alice_job = shellJob("rendezvous", "", {{"framework", "pytorch"},
+                                               {"command", {"/usr/bin/python3", "-c", alice_script}},
+                                               {"roles", {{"worker", {{"nodes", 2}}}}}});
+  auto [a_status, a_json] = submit(alice_, alice_job);
+  ASSERT_EQ(a_status, 201) << a_json.dump();
+  const std::string alice_id = a_json.value("id", "");
+  std::string master;
+  ASSERT_TRUE(waitFor(
+      [&] {
+        const std::string log = logOf(alice_, alice_id);
+        auto at = log.find("MASTER ");
+        if (at == std::string::npos || log.find('\n', at) == std::string::npos) return false;
+        master = log.substr(at + 7, log.find('\n', at) - at - 7);
+        return true;
+      },
+      kDeadline, 50ms))
+      << logOf(alice_, alice_id);
+  const std::string addr = master.substr(0, master.find(' '));
+  const std::string port = master.substr(master.find(' ') + 1);
+  EXPECT_EQ(port, "29500") << "a fixed port on the job's own network";
+  std::vector<std::string> targets = {addr, "127.0.0.1", "10.88.0.1"};
+  for (const std::string& a : machineAddresses()) targets.push_back(a);
+  std::string bob_script = R"PY(
+import datetime, sys
+import torch.distributed as d
+for addr in sys.argv[1].split(","):
+    try:
+        s = d.TCPStore(addr, int(sys.argv[2]), 1, False, timeout=datetime.timedelta(seconds=2),
+                       wait_for_workers=False)
+        s.set("bob", "was here")
+        print("ATTEMPT store-%s ok" % addr, flush=True)
+    except Exception as e:
+        print("ATTEMPT store-%s blocked %s" % (addr, str(e).splitlines()[0][:80]), flush=True)
+)PY";
+  std::string list;
+  for (const std::string& t : targets) list += (list.empty() ? "" : ",") + t;
+  auto [b_status, b_json] = submit(
+      bob_, shellJob("steal-store", "", {{"command", {"/usr/bin/python3", "-c", bob_script, list, port}}}));
+  ASSERT_EQ(b_status, 201) << b_json.dump();
+  const std::string bob_id = b_json.value("id", "");
+  waitFinal(bob_, bob_id);
+  const std::string bob_log = logOf(bob_, bob_id);
+  EXPECT_TRUE(attempts(bob_log, "ok").empty()) << bob_log;
+  EXPECT_EQ(attempts(bob_log, "blocked").size(), targets.size()) << bob_log;
+  std::ofstream(go).put('\n');
+  Json alice_record = waitFinal(alice_, alice_id);
+  EXPECT_EQ(alice_record.value("state", ""), "succeeded") << alice_record.dump();
+  EXPECT_TRUE(contains(logOf(alice_, alice_id), "BOBKEY False")) << logOf(alice_, alice_id);
+  expectServerHealthy();
+}
+
+// Route: squatting ports. Bob's job binds every port near the usual master ports, on its
+// loopback and on every address it has; Alice's two-node DDP job, started meanwhile, runs as if
+// Bob were not there.
+TEST_F(Attack, SquattingPortsHarmsNoOtherJob) {
+  if (!isolated_ || ::geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
+  ASSERT_TRUE(ownNetwork()) << "a root server with the sandbox gives each job a network of its "
+                               "own: "
+                            << server_->log();
+  REQUIRE("/usr/bin/python3 -c 'import torch.distributed'", "needs python3-torch");
+  const std::string release = work_ + "/release";
+  const std::string squat = fill(R"PY(
+import os, socket, time
+held = []
+for host in ("127.0.0.1", "0.0.0.0"):
+    for port in range(29400, 29700):
+        s = socket.socket()
+        try:
+            s.bind((host, port)); s.listen(1); held.append(s)
+        except OSError:
+            s.close()
+print("SQUATTED", len(held), flush=True)
+while not os.path.exists("@RELEASE@"):
+    time.sleep(0.05)
+)PY", {{"@RELEASE@", release}});
+  auto [b_status, b_json] =
+      submit(bob_, shellJob("squat", "", {{"command", {"/usr/bin/python3", "-c", squat}}}));
+  ASSERT_EQ(b_status, 201) << b_json.dump();
+  const std::string bob_id = b_json.value("id", "");
+  ASSERT_TRUE(waitFor([&] { return contains(logOf(bob_, bob_id), "SQUATTED"); }, kDeadline, 50ms))
+      << logOf(bob_, bob_id);
+  const std::string ddp = R"PY(
+import os, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(1) * (dist.get_rank() + 1)
+dist.all_reduce(t)
+print("SUM", t.item(), os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"], flush=True)
+dist.destroy_process_group()
+)PY";
+  auto [a_status, a_json] = submit(
+      alice_, shellJob("ddp", "", {{"framework", "pytorch"},
+                                   {"command", {"/usr/bin/python3", "-c", ddp}},
+                                   {"roles", {{"worker", {{"nodes", 2}, {"procs_per_node", 2}}}}}}));
+  ASSERT_EQ(a_status, 201) << a_json.dump();
+  const std::string alice_id = a_json.value("id", "");
+  Json record = waitFinal(alice_, alice_id);
+  EXPECT_EQ(record.value("state", ""), "succeeded") << record.dump() << logOf(alice_, alice_id);
+  EXPECT_TRUE(contains(logOf(alice_, alice_id), "SUM 10.0 10.88.0.2 29500")) << logOf(alice_, alice_id);
+  std::ofstream(release).put('\n');
+  EXPECT_EQ(waitFinal(bob_, bob_id).value("state", ""), "succeeded");
+  expectServerHealthy();
+}
+
+// Route: another job's GPU. A sandboxed job has a /dev of its own in which only its own GPUs'
+// device files are put back. There is no GPU here: the test makes stand-in device files (the
+// null device's numbers under NVIDIA's names) and checks the mechanism, not CUDA.
+TEST_F(Attack, AJobSeesOnlyItsOwnGpusDeviceFiles) {
+  if (!isolated_ || ::geteuid() != 0) GTEST_SKIP() << "needs root and bubblewrap";
+  std::vector<std::string> made;
+  for (const char* name : {"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl"}) {
+    if (std::filesystem::exists(name)) continue;
+    if (::mknod(name, S_IFCHR | 0666, makedev(1, 3)) != 0) {
+      for (const std::string& m : made) ::unlink(m.c_str());
+      GTEST_SKIP() << "cannot make a stand-in device file " << name;
+    }
+    made.push_back(name);
+  }
+  struct Cleanup {
+    std::vector<std::string>& made;
+    ~Cleanup() {
+      for (const std::string& m : made) ::unlink(m.c_str());
+    }
+  } cleanup{made};
+  std::string why;
+  auto server = startServer(&why, {"--cpus", "8", "--gpus", "2"});
+  ASSERT_TRUE(server) << why;
+  const std::string url = server->url();
+  httplib::Client client("127.0.0.1", std::atoi(url.c_str() + url.rfind(':') + 1));
+  const httplib::Headers admin = {{"Authorization", "Bearer " + server->adminToken()}};
+  const std::string gate = work_ + "/gpus-go";
+  auto gpuJob = [&](const std::string& name) {
+    Json job = shellJob(name, "while [ ! -e " + gate + " ]; do sleep 0.05; done; "
+                              "for f in /dev/nvidia0 /dev/nvidia1 /dev/nvidiactl; do "
+                              "[ -e $f ] && echo HAS $f; done; echo CVD=$CUDA_VISIBLE_DEVICES; "
+                              "cat /dev/nvidia1 /dev/nvidia0 >/dev/null 2>&1; true",
+                        {{"roles", {{"worker", {{"resources", {{"gpus", 1}}}}}}}});
+    auto res = client.Post("/v1/jobs", admin, Json{{"job", job}}.dump(), "application/json");
+    EXPECT_TRUE(res && res->status == 201) << (res ? res->body : "no answer");
+    return res ? Json::parse(res->body, nullptr, false).value("id", "") : std::string();
+  };
+  const std::string a = gpuJob("gpu-a"), b = gpuJob("gpu-b");
+  // A job given no GPU that names them all in its own env: gets none.
+  Json thief = shellJob("gpu-thief", "for f in /dev/nvidia0 /dev/nvidia1; do [ -e $f ] && echo HAS $f; "
+                                     "done; echo CVD=$CUDA_VISIBLE_DEVICES; true",
+                        {{"env", {{"CUDA_VISIBLE_DEVICES", "0,1"}}}});
+  auto stolen = client.Post("/v1/jobs", admin, Json{{"job", thief}}.dump(), "application/json");
+  ASSERT_TRUE(stolen && stolen->status == 201) << (stolen ? stolen->body : "no answer");
+  const std::string c = Json::parse(stolen->body, nullptr, false).value("id", "");
+  auto state = [&](const std::string& id) {
+    auto res = client.Get("/v1/jobs/" + id, admin);
+    return res ? Json::parse(res->body, nullptr, false).value("state", "") : std::string();
+  };
+  ASSERT_TRUE(waitFor([&] { return state(a) == "running" && state(b) == "running"; }, kDeadline,
+                      50ms));
+  std::ofstream(gate).put('\n');
+  ASSERT_TRUE(waitFor([&] { return state(a) == "succeeded" && state(b) == "succeeded"; },
+                      kDeadline, 50ms))
+      << state(a) << " " << state(b);
+  auto log = [&](const std::string& id) {
+    auto res = client.Get("/v1/jobs/" + id + "/logs?rank=0", admin);
+    return res ? res->body : std::string();
+  };
+  const std::string la = log(a), lb = log(b);
+  for (const std::string& l : {la, lb}) {
+    EXPECT_TRUE(contains(l, "HAS /dev/nvidiactl")) << l;
+    EXPECT_TRUE(contains(l, "CVD=0")) << "its one GPU is its first: " << l;
+    EXPECT_EQ(contains(l, "HAS /dev/nvidia0") + contains(l, "HAS /dev/nvidia1"), 1)
+        << "exactly its own GPU: " << l;
+  }
+  EXPECT_NE(contains(la, "HAS /dev/nvidia0"), contains(lb, "HAS /dev/nvidia0")) << la << lb;
+  ASSERT_TRUE(waitFor([&] { return state(c) == "succeeded"; }, kDeadline, 50ms)) << state(c);
+  const std::string lc = log(c);
+  EXPECT_TRUE(contains(lc, "CVD=")) << lc;
+  EXPECT_FALSE(contains(lc, "HAS /dev/nvidia")) << "a GPU it was not given: " << lc;
+}
+
+// Route: a code upload, which the account chose byte for byte, extracted by root. It is
+// extracted by a process of the account's, into a directory no other account can enter.
+TEST_F(Attack, AnUploadIsExtractedAsItsAccount) {
+  if (!separate_users_) GTEST_SKIP() << "the server is not root: accounts share its user";
+  const std::string archive = tarEntry("run.sh", '0', "echo from-upload\n") + tarEntry("lib", '5') +
+                              tarEntry("lib/data.txt", '0', "data\n") + tarEnd();
+  auto [status, json] = call("POST", "/v1/uploads", bob_, archive, "application/x-tar");
+  ASSERT_EQ(status, 201) << json.dump();
+  const std::string dir = server_->dataRoot() + "/uploads/bob";
+  const std::string upload = dir + "/" + json.value("id", "");
+  struct stat st {}, file {}, parent {};
+  ASSERT_EQ(::lstat(upload.c_str(), &st), 0);
+  ASSERT_EQ(::lstat((upload + "/lib/data.txt").c_str(), &file), 0);
+  ASSERT_EQ(::lstat(dir.c_str(), &parent), 0);
+  EXPECT_NE(st.st_uid, 0u) << "extracted by root";
+  EXPECT_EQ(file.st_uid, st.st_uid);
+  EXPECT_EQ(parent.st_uid, 0u);
+  EXPECT_EQ(parent.st_gid, st.st_gid) << "the account's group enters it";
+  EXPECT_EQ(parent.st_mode & 07777, 0710u);
+  // And the job that takes it runs it as the same user.
+  auto [j_status, j_json] = call("POST", "/v1/jobs", bob_,
+                                 Json{{"job", {{"name", "up"}, {"framework", "generic"},
+                                               {"command", {"/bin/sh", "run.sh"}}}},
+                                      {"code", json.value("id", "")}}.dump());
+  ASSERT_EQ(j_status, 201) << j_json.dump();
+  EXPECT_EQ(waitFinal(bob_, j_json.value("id", "")).value("state", ""), "succeeded");
+  EXPECT_TRUE(contains(logOf(bob_, j_json.value("id", "")), "from-upload"));
 }
 
 }  // namespace

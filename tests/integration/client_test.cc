@@ -418,8 +418,9 @@ class LiveClient : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string why;
-    // Two-rank jobs must fit whatever this machine's core count.
-    server_ = startServer(&why, {"--cpus", "4"});
+    // Two-rank jobs must fit whatever this machine's core count. The tests' local inputs are
+    // in their temporary directories.
+    server_ = startServer(&why, {"--cpus", "4", "--input-root", "/tmp"});
     ASSERT_TRUE(server_) << why;
   }
 
