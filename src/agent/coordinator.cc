@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <set>
 
@@ -27,6 +28,7 @@
 #include "agent/metrics.h"
 #include "agent/rank_output.h"
 #include "agent/staging.h"
+#include "agent/strangers.h"
 #include "job/events.h"
 #include "job/layout.h"
 #include "proc/event_loop.h"
@@ -751,8 +753,10 @@ class Coordinator {
   }
 
   // A connection that has not finished the handshake (channel.h): it may send no more than a
-  // hello and an answer to its challenge.
+  // hello and an answer to its challenge, within Strangers::kDeadline, as one of a bounded
+  // number (agent/strangers.h).
   struct Pending {
+    uint64_t id = 0;     // among strangers_; 0: a socket pair to an agent of ours
     std::unique_ptr<Channel> channel;
     int node = -1;      // from its hello; -1 until then
     std::string nonce;  // ours, for its proof
@@ -765,6 +769,14 @@ class Coordinator {
   void onAccept() {
     for (;;) {
       int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0 && (errno == EMFILE || errno == ENFILE) && spare_fd_.valid()) {
+        // Out of descriptors: the connection would stay in the backlog, the listener readable,
+        // and the loop spinning. The spare one makes room to take it and close it at once.
+        spare_fd_.reset();
+        UniqueFd refused(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+        spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+        if (refused.valid()) continue;
+      }
       if (fd < 0) return;
       int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -780,14 +792,58 @@ class Coordinator {
     auto pending = std::make_shared<Pending>();
     pending->local = local;
     const int raw = fd.get();
-    pending->channel = std::make_unique<Channel>(std::move(fd), 64 * 1024);
+    // A hello and a proof are a few hundred bytes.
+    pending->channel = std::make_unique<Channel>(std::move(fd), local ? 64 * 1024 : 4096);
+    if (!local) {
+      if (!strangers_deadline_) {
+        // The first stranger: what bounds them from now on.
+        auto timer = proc::Timer::create();
+        if (!timer) return;  // `fd` goes: no stranger is kept unbounded
+        strangers_deadline_ = std::make_unique<proc::Timer>(std::move(*timer));
+        (void)loop_.add(strangers_deadline_->fd(), EPOLLIN, [this](uint32_t) {
+          strangers_deadline_->consume();
+          for (uint64_t id : strangers_.expired(std::chrono::steady_clock::now())) dropStranger(id);
+          armStrangersDeadline();
+        });
+        spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+      }
+      pending->id = ++last_stranger_;
+      for (uint64_t id : strangers_.admit(pending->id, std::chrono::steady_clock::now())) {
+        dropStranger(id);
+      }
+      strangers_by_id_[pending->id] = pending;
+      armStrangersDeadline();
+    }
     (void)loop_.add(raw, EPOLLIN, [this, pending](uint32_t) { onPending(pending); });
+  }
+
+  // Closes the stranger `id` without a word.
+  void dropStranger(uint64_t id) {
+    auto it = strangers_by_id_.find(id);
+    if (it == strangers_by_id_.end()) return;
+    const std::shared_ptr<Pending> p = it->second;
+    strangers_by_id_.erase(it);
+    strangers_.forget(id);
+    loop_.remove(p->channel->fd());  // the loop's copy of `p` goes, and with the last, the socket
+  }
+
+  void armStrangersDeadline() {
+    auto next = strangers_.nextDeadline();
+    if (!next) return strangers_deadline_->disarm();
+    const auto left = std::chrono::duration_cast<Millis>(*next - std::chrono::steady_clock::now());
+    strangers_deadline_->arm(std::max(left, Millis(1)));
   }
 
   void onPending(const std::shared_ptr<Pending>& p) {
     auto messages = p->channel->receive();
     const int fd = p->channel->fd();
-    auto drop = [&] { loop_.remove(fd); };  // not one of ours: drop it without a word
+    auto drop = [&] {  // not one of ours: drop it without a word
+      if (p->id) {
+        strangers_by_id_.erase(p->id);
+        strangers_.forget(p->id);
+      }
+      loop_.remove(fd);
+    };
     if (!messages || (p->channel->closed() && messages->empty())) return drop();
     size_t used = 0;
     for (const Message& m : *messages) {
@@ -807,6 +863,7 @@ class Coordinator {
         p->host = {hello->interface, hello->host};
         p->hostname = hello->hostname.substr(0, 255);
         p->pid = hello->pid;
+        if (p->id) strangers_.saidHello(p->id);
         // An agent we started knows us as its parent by our pid.
         const protocol::Challenge challenge{
             p->nonce, handshakeProof(secret_, "coordinator", hello->nonce, hello->node), ::getpid()};
@@ -819,7 +876,7 @@ class Coordinator {
           !secretsEqual(auth->proof, handshakeProof(secret_, "agent", p->nonce, node))) {
         return drop();
       }
-      loop_.remove(fd);
+      drop();  // no stranger any more: its socket goes on in the agent's channel (a copy)
       Agent& agent = agents_[node];
       agent.channel = std::make_unique<Channel>(UniqueFd(dup(fd)));
       agent.silence = Silence(heartbeatEvery(), std::chrono::steady_clock::now());
@@ -1017,6 +1074,14 @@ class Coordinator {
   JobDecisions decisions_;
   std::vector<Agent> agents_;
   UniqueFd listener_;
+  // Connections that have not proved the job's secret (agent/strangers.h), the timer of the
+  // next one's deadline (made with the first), and a descriptor to give up when there is no
+  // other to accept and close one with.
+  Strangers strangers_{Strangers::capacityFor(plan_.nodes.size()), Strangers::kDeadline};
+  std::map<uint64_t, std::shared_ptr<Pending>> strangers_by_id_;
+  uint64_t last_stranger_ = 0;
+  std::unique_ptr<proc::Timer> strangers_deadline_;
+  UniqueFd spare_fd_;
   UniqueFd events_;
   std::optional<PreparedFile> result_file_;  // result.json until it is first written
   std::unique_ptr<Reporter> reporter_;  // null when no server follows the job

@@ -608,7 +608,7 @@ void JobDecisions::on(const LimitsNotEnforced& e, Actions& out) {
   ev.error = e.why;
   out.push_back(WriteEvent{std::move(ev)});
   say(out, "node " + std::to_string(e.node) +
-               ": resource requests (resources.cpus, resources.memory) are not enforced: " + e.why);
+               ": resource requests (resources.cpus, .memory, .pids) are not enforced: " + e.why);
 }
 
 void JobDecisions::on(const NodeIdle& e, Actions& out) {

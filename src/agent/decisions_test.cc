@@ -471,8 +471,8 @@ TEST(JobDecisions, LimitsNotEnforcedAreSaidOncePerReasonWithAnEvent) {
   job.connectAll();
   auto first = job.feed(LimitsNotEnforced{0, "cgroup 'x' has no memory controller"});
   EXPECT_TRUE(saidSomething(first,
-                            "node 0: resource requests (resources.cpus, "
-                            "resources.memory) are not enforced: cgroup 'x' has no "
+                            "node 0: resource requests (resources.cpus, .memory, "
+                            ".pids) are not enforced: cgroup 'x' has no "
                             "memory controller"));
   auto events = all<WriteEvent>(first);
   ASSERT_EQ(events.size(), 1u);

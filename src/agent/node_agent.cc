@@ -35,6 +35,7 @@
 #include "proc/cgroup.h"
 #include "proc/event_loop.h"
 #include "proc/spawn.h"
+#include "proc/tmpfs.h"
 #include "util/fd.h"
 #include "util/net.h"
 #include "util/text.h"
@@ -265,6 +266,8 @@ struct Rank {
   std::chrono::steady_clock::time_point spawned;
   std::optional<proc::Cgroup> cgroup;  // its own, below the node's
   bool memory_limited = false;         // cgroup holds it to plan.memory_bytes
+  UniqueFd oom_events;                 // cgroup v1: readable when the kernel kills in it for memory
+  bool over_memory = false;            // it said so: the agent killed the rest of the rank
 };
 
 class Agent {
@@ -323,6 +326,7 @@ class Agent {
     // Nothing is left for the watchdog to remove, unless a removal failed: then it tries again
     // once we are gone.
     if (cgroups_.watchdog && !cgroups_left) cgroups_.watchdog->retire();
+    proc::unmountTmpfs(node_.tmpfs_dirs);
     if (auto removed = removeScratchDirs(node_); !removed) {
       std::fprintf(stderr, "cohort exec: node %d: %s\n", options_.node,
                    removed.error().message.c_str());
@@ -691,6 +695,15 @@ class Agent {
   }
 
   void onStaged() {
+    if (staging_result_ && !node_.tmpfs_dirs.empty()) {
+      // The job's /tmp and /dev/shm: memory of the node's own, seen by its ranks alone.
+      const plan::RankPlan* r = node_.ranks.empty() ? nullptr : &node_.ranks.front();
+      if (auto mounted = proc::mountTmpfs(node_.tmpfs_dirs, node_.tmpfs_bytes, r ? r->uid : -1,
+                                          r ? r->gid : -1);
+          !mounted) {
+        staging_result_ = tl::unexpected<Error>(mounted.error());
+      }
+    }
     if (!staging_result_) {
       send(protocol::StageFailed{staging_result_.error().message});
     } else {
@@ -735,18 +748,34 @@ class Agent {
       withoutCgroup(cgroup.error().message);
       return;
     }
-    if (auto watched = cgroups_.watchdog->watch(*cgroup); !watched) {
-      withoutCgroup(watched.error().message);  // the cgroup goes with `cgroup`
+    cgroup_ = std::move(*cgroup);
+    if (anyRequests()) enableLimits();
+    // With its mirrors in cgroup v1 hierarchies, where it has them.
+    if (auto watched = cgroups_.watchdog->watch(*cgroup_); !watched) {
+      withoutCgroup(watched.error().message);  // the cgroup goes with cgroup_
       return;
     }
-    cgroup_ = std::move(*cgroup);
-    if (!anyRequests()) return;
-    if (auto enabled = proc::enableLimitControllers(*cgroups_.base, cgroup_->path()); !enabled) {
-      notLimited(enabled.error().message);
-    } else {
-      limits_enforced_ = true;
-      rank_cgroups_ = true;
+  }
+
+  // The controllers of the ranks' limits, in cgroup v2 or in cgroup v1 hierarchies (where the
+  // node's cgroup then has mirrors, proc/cgroup.h); the node's share of contended CPU time is
+  // its ranks' together, and its job's is its nodes' together.
+  void enableLimits() {
+    std::vector<std::string> controllers = {"memory", "cpu"};
+    double share = 0;
+    for (const plan::RankPlan& r : node_.ranks) {
+      if (r.pids > 0 && controllers.size() == 2) controllers.emplace_back("pids");
+      share += r.cpus > 0 ? r.cpus : 1;
     }
+    auto v1 = proc::enableLimitControllers(*cgroups_.base, cgroup_->path(), controllers);
+    if (!v1) return notLimited(v1.error().message);
+    if (auto mirrored = cgroup_->mirrorIn(*v1); !mirrored) return notLimited(mirrored.error().message);
+    if (auto shared = cgroup_->setLimits({.cpu_share = share}); !shared) {
+      return notLimited(shared.error().message);
+    }
+    (void)cgroup_->shareParent();  // a refinement between jobs: the limits hold without it
+    limits_enforced_ = true;
+    rank_cgroups_ = true;
   }
 
   // Says once why this node runs without a cgroup, and from then on does without.
@@ -758,10 +787,12 @@ class Agent {
     cgroup_.reset();
   }
 
-  // Whether some rank of the node asks for CPUs or memory (a launcher's may not).
+  // Whether some rank of the node asks for CPUs, memory or processes (a launcher's may not).
   bool anyRequests() const {
     return std::any_of(node_.ranks.begin(), node_.ranks.end(),
-                       [](const plan::RankPlan& r) { return r.cpus > 0 || r.memory_bytes > 0; });
+                       [](const plan::RankPlan& r) {
+                         return r.cpus > 0 || r.memory_bytes > 0 || r.pids > 0;
+                       });
   }
 
   // Tells the coordinator once why this node's ranks run without their requests enforced.
@@ -784,7 +815,7 @@ class Agent {
       if (cgroup_->kills() == 0) return &*cgroup_;
       if (!attempt_cgroup_ || attempt_cgroup_kills_ != cgroup_->kills()) {
         attempt_cgroup_.reset();
-        auto made = proc::Cgroup::create(cgroup_->path(), "attempt" + std::to_string(attempt_));
+        auto made = cgroup_->child("attempt" + std::to_string(attempt_));
         if (!made) return withContext(made.error(), "the attempt's cgroup");
         attempt_cgroup_ = std::move(*made);
         attempt_cgroup_kills_ = cgroup_->kills();
@@ -792,10 +823,10 @@ class Agent {
       return &*attempt_cgroup_;
     }
     const std::string name = "rank" + std::to_string(rank.plan.rank);
-    auto made = proc::Cgroup::create(cgroup_->path(), name);
+    auto made = cgroup_->child(name);
     if (!made && made.error().code == Code::kAlreadyExists) {
       // An earlier attempt's that could not be removed yet (a process slow to go).
-      made = proc::Cgroup::create(cgroup_->path(), name + "-" + std::to_string(attempt_));
+      made = cgroup_->child(name + "-" + std::to_string(attempt_));
     }
     if (!made) {
       if (!limits_enforced_) return &*cgroup_;
@@ -803,14 +834,38 @@ class Agent {
     }
     rank.cgroup = std::move(*made);
     if (limits_enforced_) {
-      auto limited = rank.cgroup->setLimits({rank.plan.memory_bytes, rank.plan.cpus});
+      const plan::RankPlan& p = rank.plan;
+      auto limited = rank.cgroup->setLimits(
+          {p.memory_bytes, p.cpus, p.cpus > 0 ? p.cpus : 1, p.pids});
       if (!limited) {
         notLimited(limited.error().message);
       } else {
-        rank.memory_limited = rank.plan.memory_bytes > 0;
+        rank.memory_limited = p.memory_bytes > 0;
+        if (rank.memory_limited) watchMemory(rank);
       }
     }
     return &*rank.cgroup;
+  }
+
+  // cgroup v1 has no memory.oom.group: when the kernel's out-of-memory killer takes one process
+  // of a rank (a DataLoader worker, the rank inside its sandbox), the agent kills the rest, so
+  // that the rank dies of its memory as a whole, as under cgroup v2.
+  void watchMemory(Rank& rank) {
+    auto notifier = rank.cgroup->oomNotifier();
+    if (!notifier || !notifier->valid()) return;
+    if (rank.oom_events.valid()) loop_.remove(rank.oom_events.get());
+    rank.oom_events = std::move(*notifier);
+    const size_t index = static_cast<size_t>(&rank - ranks_.data());
+    (void)loop_.add(rank.oom_events.get(), EPOLLIN, [this, index](uint32_t) {
+      Rank& r = ranks_[index];
+      uint64_t count = 0;
+      (void)!::read(r.oom_events.get(), &count, sizeof count);
+      // The kernel may not count its own kill when ours came first: the rank is known to have
+      // gone over its memory all the same.
+      if (!r.running || !r.cgroup) return;
+      r.over_memory = true;
+      (void)r.cgroup->killAll(Millis(10000));
+    });
   }
 
   void onSignal() {
@@ -991,12 +1046,14 @@ class Agent {
     req.no_new_privs = p.uid >= 0;  // an account's rank gains nothing by exec (set-uid files)
     COHORT_ASSIGN(const proc::Cgroup* cgroup, rankCgroup(rank));
     req.cgroup_fd = cgroup ? cgroup->fd() : -1;
+    if (cgroup) req.v1_cgroup_fds = cgroup->v1Fds();
     const bool may_retry = cgroup_ && !cgroup_joined_;
     auto child = may_retry ? proc::start(req) : proc::start(std::move(req));
     if (!child && child.error().code == Code::kFailedPrecondition && may_retry) {
       // The cgroup could be made but not joined (a delegation that stops short): do without.
       withoutCgroup(child.error().message);
       req.cgroup_fd = -1;
+      req.v1_cgroup_fds.clear();
       child = proc::start(std::move(req));
     }
     if (child && cgroup_) cgroup_joined_ = true;
@@ -1028,6 +1085,7 @@ class Agent {
     req.no_new_privs = p.uid >= 0;  // an account's rank gains nothing by exec (set-uid files)
     COHORT_ASSIGN(const proc::Cgroup* cgroup, rankCgroup(rank));
     req.cgroup_fd = cgroup ? cgroup->fd() : -1;
+    if (cgroup) req.v1_cgroup_fds = cgroup->v1Fds();
     auto child = proc::spawn(req);
     if (!child) return withContext(child.error(), p.name);
     if (::isatty(STDIN_FILENO)) {
@@ -1179,6 +1237,10 @@ class Agent {
     int64_t time = nowUnixNanos();
     Rank& rank = ranks_[index];
     loop_.remove(rank.child.pidfd.get());
+    if (rank.oom_events.valid()) {
+      loop_.remove(rank.oom_events.get());
+      rank.oom_events.reset();
+    }
     auto status = proc::reap(rank.child.pidfd.get());
     rank.child.pidfd.reset();
     rank.running = false;
@@ -1196,7 +1258,7 @@ class Agent {
     // Killed by the kernel for going over its memory limit, rather than by someone's SIGKILL.
     int64_t memory_limit = 0;
     if (exit.signal == SIGKILL && rank.memory_limited && rank.cgroup) {
-      if (auto kills = rank.cgroup->oomKills(); kills && *kills > 0) {
+      if (auto kills = rank.cgroup->oomKills(); rank.over_memory || (kills && *kills > 0)) {
         memory_limit = rank.plan.memory_bytes;
       }
     }

@@ -181,7 +181,8 @@ needs 4 CPUs, 2 free").
 )" + submitJobFlagsHelp() +
            R"(
 Submit:
-  --priority N             queued jobs with a higher priority start first (default 0)
+  --priority N             queued jobs with a higher priority start first (default 0; at most
+                           your account's max_priority quota, cohort accounts quota)
   --wait                   wait until the job ends, then exit with its exit code; Ctrl-C
                            stops waiting, not the job (cohort stop JOB does)
   --json                   print the job record instead of the id
@@ -320,17 +321,28 @@ Usage: cohort unshare ID
            kExitCodesHelp;
   }
   if (command == "accounts") {
-    return R"(cohort accounts: the server's accounts (admin only)
+    return R"(cohort accounts: the server's accounts (admin only, but for your own quotas)
 
 Usage: cohort accounts [list] [--json]
        cohort accounts create NAME [--admin] [--max-gpus N] [--max-cpus N]
+       cohort accounts quota [NAME] [--bytes SIZE] [--inodes N] [--queued-jobs N]
+                             [--uploads N] [--followers N] [--max-priority N] [--json]
 
 create prints the new account's first token on stdout; the server never shows it again.
+quota shows an account's quotas (yours without NAME) and what it uses of each; with flags an
+admin sets them (`default`: back to the server's, cohort server --quota-*).
 
 Flags:
   --admin                  the account may see every job and manage accounts
   --max-gpus N             at most N GPUs held by the account's running jobs
   --max-cpus N             at most N CPUs held by the account's running jobs
+  --bytes SIZE             bytes it may hold in the data root (store files, uploads, jobs'
+                           directories, environments), e.g. 200Gi
+  --inodes N               files, directories and links it may hold there
+  --queued-jobs N          jobs it may have waiting in the queue at once
+  --uploads N              uploads it may have being received or waiting for their job
+  --followers N            streams (jobs' events and logs) it may follow at once
+  --max-priority N         the highest priority it may give its jobs
   --json                   print the answer as JSON
 
 )" + server +
@@ -1438,13 +1450,82 @@ Result<int> cmdUnshare(int argc, char** argv) {
   return 0;
 }
 
+// The flags of `cohort accounts quota`, with the field each sets.
+constexpr std::pair<const char*, const char*> kQuotaFlags[] = {
+    {"--bytes", "bytes"},       {"--inodes", "inodes"},       {"--queued-jobs", "queued_jobs"},
+    {"--uploads", "uploads"},   {"--followers", "followers"}, {"--max-priority", "max_priority"}};
+
+// cohort accounts quota [NAME] [flags]: shows an account's quotas, or sets them (an admin).
+Result<int> accountQuota(const Args& args) {
+  if (args.positional.size() > 2) {
+    return usage("accounts", "quota takes one account name, got '" + args.positional[2] + "'");
+  }
+  COHORT_ASSIGN(ApiClient api, connect(args));
+  std::string name;
+  if (args.positional.size() == 2) {
+    name = args.positional[1];
+  } else {
+    COHORT_ASSIGN(Json who, api.call("GET", "/v1/whoami"));
+    name = str(who, "account");
+  }
+  Json body = Json::object();
+  for (const auto& [flag, field_name] : kQuotaFlags) {
+    if (!args.has(flag)) continue;
+    const std::string value = args.get(flag);
+    if (value == "default") {
+      body[field_name] = nullptr;
+      continue;
+    }
+    auto n = std::string(flag) == "--bytes" ? parseBytes(value) : parseInt64(value);
+    if (!n || (*n < 0 && std::string(flag) != "--max-priority")) {
+      return usage("accounts", std::string(flag) + ": expected " +
+                                   (std::string(flag) == "--bytes" ? "a size (like 200Gi)"
+                                                                   : "a whole number") +
+                                   " or default, got '" + value + "'");
+    }
+    body[field_name] = *n;
+  }
+  const std::string path = "/v1/accounts/" + urlEncode(name) + "/quotas";
+  COHORT_ASSIGN(Json answer, body.empty() ? api.call("GET", path) : api.call("PUT", path, body));
+  if (args.has("--json")) {
+    printJson(answer);
+    return 0;
+  }
+  std::vector<Row> rows = {{"QUOTA", "LIMIT", "USED", "SET"}};
+  const Json& quotas = at(answer, "quotas");
+  for (const auto& [flag, field_name] : kQuotaFlags) {
+    const Json& q = at(quotas, field_name);
+    auto shown = [&](const char* key) {
+      const Json& v = at(q, key);
+      if (!v.is_number_integer()) return std::string(std::string(key) == "limit" ? "none" : "-");
+      const int64_t n = v.get<int64_t>();
+      return std::string(field_name) == "bytes" ? formatSize(static_cast<double>(n))
+                                                : std::to_string(n);
+    };
+    rows.push_back({field_name, shown("limit"), shown("used"),
+                    at(q, "default") == true ? "server default" : "for " + name});
+  }
+  printOut(renderTable(rows));
+  return 0;
+}
+
 Result<int> cmdAccounts(int argc, char** argv) {
-  COHORT_ASSIGN(Args args, parseClientArgs("accounts", argc, argv,
-                                           {{"--admin", "", false},
-                                            {"--max-gpus", "", true},
-                                            {"--max-cpus", "", true},
-                                            {"--json", "", false}}));
+  std::vector<FlagSpec> flags = {{"--admin", "", false},
+                                 {"--max-gpus", "", true},
+                                 {"--max-cpus", "", true},
+                                 {"--json", "", false}};
+  for (const auto& [flag, field_name] : kQuotaFlags) flags.push_back({flag, "", true});
+  COHORT_ASSIGN(Args args, parseClientArgs("accounts", argc, argv, flags));
   std::string sub = args.positional.empty() ? "list" : args.positional[0];
+  if (sub == "quota") {
+    for (const char* flag : {"--admin", "--max-gpus", "--max-cpus"}) {
+      if (args.has(flag)) return usage("accounts", std::string(flag) + " goes with create");
+    }
+    return accountQuota(args);
+  }
+  for (const auto& [flag, field_name] : kQuotaFlags) {
+    if (args.has(flag)) return usage("accounts", std::string(flag) + " goes with quota");
+  }
   if (sub == "list") {
     COHORT_TRY(expectPositional(
         "accounts", args,
@@ -1472,7 +1553,7 @@ Result<int> cmdAccounts(int argc, char** argv) {
     return 0;
   }
   if (sub != "create") {
-    return usage("accounts", "unknown subcommand '" + sub + "' (list, create)");
+    return usage("accounts", "unknown subcommand '" + sub + "' (list, create, quota)");
   }
   COHORT_TRY(expectPositional("accounts", args, {"create", "NAME"}));
   Json body = {{"name", args.positional[1]}, {"admin", args.has("--admin")}};

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -93,11 +94,24 @@ Flags:
                            their job are not idle). A request's headers must all be in within
                            10s of the connection (or its previous answer), or this if shorter,
                            however slowly they come
-  --max-followers N        streams one account may follow at once: jobs' events and logs,
-                           builds' logs (default 256; more: HTTP 429)
+  --rank-pids N            processes and threads each rank of a job may have at once (default
+                           4096; a job's resources.pids may ask fewer; 0: no limit)
   --max-connections N      connections open at once, in all (default 16384)
   --max-connections-per-address N
                            connections open at once from one client address (default 1024)
+
+Quotas: what one account may hold and do at once, where an admin set none of its own (cohort
+accounts quota NAME ...); admin accounts are held only to their own. Over one: HTTP 429, naming
+the quota and what is in use; the running jobs that take an account past its bytes or inodes
+are stopped, saying so (docs/server.md#quotas-and-limits). none: no limit.
+  --quota-bytes SIZE       bytes in the data root: its store files, uploads, jobs' directories
+                           and environments (default: a quarter of the data root's file system)
+  --quota-inodes N         files, directories and links there (default: a quarter of its inodes)
+  --quota-queued-jobs N    jobs waiting in the queue at once (default 100)
+  --quota-uploads N        uploads being received or waiting for their job (default 16)
+  --max-followers N        streams one account may follow at once: jobs' events and logs,
+                           builds' logs (default 256)
+  --quota-max-priority N   the highest --priority an account may give its jobs (default 0)
 
 The API is described in docs/server-api.md and served at /v1/openapi.json; Prometheus metrics
 at /metrics. Clients: cohort login URL, then cohort submit/ps/status/logs/... (cohort --help).
@@ -214,6 +228,12 @@ int cmdServer(int argc, char** argv) {
                            {"--max-upload", "", true},
                            {"--idle-timeout", "", true},
                            {"--max-followers", "", true},
+                           {"--quota-bytes", "", true},
+                           {"--quota-inodes", "", true},
+                           {"--quota-queued-jobs", "", true},
+                           {"--quota-uploads", "", true},
+                           {"--quota-max-priority", "", true},
+                           {"--rank-pids", "", true},
                            {"--tls-cert", "", true},
                            {"--tls-key", "", true},
                            {"--tls-self-signed", "", false},
@@ -310,7 +330,27 @@ int cmdServer(int argc, char** argv) {
     } else if (flag == "--max-followers") {
       auto n = parseInt64(value);
       if (!n || *n < 1 || *n > 1000000) return bad("expected a number from 1 to 1000000");
-      options.max_followers = static_cast<size_t>(*n);
+      options.quotas.followers = *n;
+    } else if (flag == "--quota-bytes") {
+      auto bytes = parseBytes(value);
+      if (value != "none" && (!bytes || *bytes < 1)) return bad("expected a size (like 500Gi) or none");
+      options.quotas.bytes = value == "none" ? std::nullopt : std::optional<int64_t>(*bytes);
+    } else if (flag == "--quota-inodes" || flag == "--quota-queued-jobs" ||
+               flag == "--quota-uploads") {
+      auto n = parseInt64(value);
+      if (value != "none" && (!n || *n < 0)) return bad("expected a number >= 0, or none");
+      std::optional<int64_t>& quota = flag == "--quota-inodes"        ? options.quotas.inodes
+                                      : flag == "--quota-queued-jobs" ? options.quotas.queued_jobs
+                                                                      : options.quotas.uploads;
+      quota = value == "none" ? std::nullopt : std::optional<int64_t>(*n);
+    } else if (flag == "--quota-max-priority") {
+      auto n = parseInt(value);
+      if (value != "none" && !n) return bad("expected a priority (a whole number), or none");
+      options.quotas.max_priority = value == "none" ? std::nullopt : std::optional<int64_t>(*n);
+    } else if (flag == "--rank-pids") {
+      auto n = parseInt64(value);
+      if (!n || *n < 0 || *n > 4194304) return bad("expected a number from 0 (none) to 4194304");
+      options.rank_pids = *n;
     } else if (flag == "--max-connections" || flag == "--max-connections-per-address") {
       auto n = parseInt64(value);
       if (!n || *n < 1 || *n > 1000000) return bad("expected a number from 1 to 1000000");
@@ -327,6 +367,21 @@ int cmdServer(int argc, char** argv) {
   if (options.data_root[0] != '/') {
     char cwd[4096];
     if (::getcwd(cwd, sizeof cwd)) options.data_root = std::string(cwd) + "/" + options.data_root;
+  }
+  // No account alone fills the data root: by default each may hold a quarter of its file
+  // system's space and inodes.
+  if (!parsed->has("--quota-bytes") || !parsed->has("--quota-inodes")) {
+    std::string existing = options.data_root;
+    struct statvfs fs {};
+    while (::statvfs(existing.c_str(), &fs) != 0 && existing.size() > 1) {
+      existing = existing.substr(0, std::max<size_t>(existing.rfind('/'), 1));
+    }
+    if (!parsed->has("--quota-bytes") && fs.f_blocks > 0) {
+      options.quotas.bytes = static_cast<int64_t>(fs.f_blocks * fs.f_frsize / 4);
+    }
+    if (!parsed->has("--quota-inodes") && fs.f_files > 0) {
+      options.quotas.inodes = static_cast<int64_t>(fs.f_files / 4);
+    }
   }
   // TLS: a certificate given, or one made for this machine; beyond loopback, one is a must.
   if (parsed->has("--tls-cert") != parsed->has("--tls-key")) {

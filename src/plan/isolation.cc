@@ -12,8 +12,10 @@
 // - a /tmp, /var/tmp, /run/lock and /dev/shm of the job's own on each node, shared by its ranks
 //   there and by no other job: the machine's are writable by everyone, and another account's
 //   job would read what this one leaves in them, or plant links for it to follow. The agent
-//   makes them before the ranks start and removes them when it leaves (NodePlan::scratch_dirs);
-//   /dev/shm's is on the machine's /dev/shm, so it stays memory. A workdir, program or virtual
+//   makes them before the ranks start and removes them when it leaves (NodePlan::scratch_dirs).
+//   As root, /tmp and /dev/shm are memory of the node's own (NodePlan::tmpfs_dirs: a tmpfs no
+//   larger than the node's ranks' memory, charged to the rank that writes it); otherwise
+//   /dev/shm's is a directory on the machine's /dev/shm, so that it stays memory. A workdir, program or virtual
 //   environment of the job's in the machine's /tmp is put back (putBack).
 // - a /dev of its own (bubblewrap's: null, zero, random, a tty, its own pts), where of the
 //   machine's GPUs only the node's own (those its ranks' CUDA_VISIBLE_DEVICES name) are put back
@@ -27,6 +29,8 @@
 //   environment is handed to bubblewrap on descriptor kSandboxArgsFd (`--args`: `--clearenv`,
 //   then a `--setenv` per variable), never on a command line, where every user's `ps` would
 //   read it; bubblewrap applies it to what it runs inside.
+// - the machine's cgroup file systems, read-only: a rank stays in the cgroups that hold it to
+//   its limits (proc/cgroup.h), even one that runs as root.
 // The machine's network is the ranks' unless the agent puts each node in a namespace of its
 // own (proc/job_network.h).
 //
@@ -140,7 +144,10 @@ void isolate(Builder& b) {
                                             "/",
                                             "--dev",
                                             "/dev"};
-  std::vector<std::string> common = {"--tmpfs", root};
+  // The cgroup file systems read-only: a rank that runs as root (its capabilities dropped)
+  // could otherwise write itself into another cgroup, out of its limits.
+  std::vector<std::string> common = {"--ro-bind-try", "/sys/fs/cgroup", "/sys/fs/cgroup",
+                                     "--tmpfs", root};
   const std::pair<const char*, std::string> binds[] = {{"--ro-bind", layout.filesDir()},
                                                        {"--ro-bind", layout.logsDir()},
                                                        {"--bind", layout.workDir()},
@@ -156,9 +163,23 @@ void isolate(Builder& b) {
     // data root in /tmp), and its mounts must then land in the job's /tmp, not under it.
     std::vector<std::string> scratch_args;
     const std::string scratch = node.work_dir + "/.scratch";
-    const std::string shm =
-        "/dev/shm/cohort-" + b.plan.job_id + "-node" + std::to_string(node.node);
+    // As root, the agent mounts memory of the node's own on its /tmp and /dev/shm, limited to
+    // the ranks' memory; otherwise /dev/shm's is a directory on the machine's /dev/shm.
+    const std::string shm = b.ctx.as_root ? scratch + "/shm"
+                                          : "/dev/shm/cohort-" + b.plan.job_id + "-node" +
+                                                std::to_string(node.node);
     node.scratch_dirs = {scratch + "/tmp", scratch + "/var-tmp", scratch + "/run-lock", shm};
+    if (b.ctx.as_root) {
+      node.tmpfs_dirs = {scratch + "/tmp", shm};
+      node.tmpfs_bytes = 0;
+      for (const RankPlan& r : node.ranks) {
+        if (r.memory_bytes <= 0) {
+          node.tmpfs_bytes = 0;
+          break;
+        }
+        node.tmpfs_bytes += r.memory_bytes;
+      }
+    }
     for (size_t i = 0; i < node.scratch_dirs.size(); ++i) {
       for (const std::string& arg :
            {std::string("--bind"), node.scratch_dirs[i], std::string(kScratchAt[i])}) {

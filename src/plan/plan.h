@@ -40,6 +40,7 @@ struct RankPlan {
   // ranks'), enforced through its cgroup where the machine allows it. 0: not limited.
   double cpus = 0;
   int64_t memory_bytes = 0;
+  int64_t pids = 0;  // processes and threads at once (pids.max); 0: not limited
   // --pdb: its stdin, stdout and stderr are cohort run's terminal, not a pipe to its log.
   bool terminal = false;
   // Its stdin is cohort run's, which is not a terminal (a pipe or a file), as mpirun forwards
@@ -124,6 +125,13 @@ struct NodePlan {
   // made empty (mode 0700, the ranks' owner) before its ranks start, shared by them, removed
   // with everything in it when the node's agent leaves.
   std::vector<std::string> scratch_dirs;
+  // Of those, the ones that are memory (the job's /tmp and /dev/shm, where the agent runs as
+  // root): the agent mounts a tmpfs of their own on each, in a mount namespace of its own (so
+  // that nothing of them outlives it and its ranks), `tmpfs_bytes` at most (the node's ranks'
+  // memory together; 0 where one has no limit: the kernel's default, half the machine's). What
+  // a rank writes there is memory its cgroup is charged for, within its own limit.
+  std::vector<std::string> tmpfs_dirs;
+  int64_t tmpfs_bytes = 0;
 };
 
 // Copied out by the coordinator when the job ends.

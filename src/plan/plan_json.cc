@@ -66,8 +66,9 @@ Json nodeJson(const NodePlan& node, const std::unordered_set<std::string>* skip 
     if (r.terminal) rank["terminal"] = true;
     if (r.stdin_forwarded) rank["stdin"] = true;
     if (r.sandboxed) rank["sandboxed"] = true;
-    if (r.cpus > 0 || r.memory_bytes > 0) {
+    if (r.cpus > 0 || r.memory_bytes > 0 || r.pids > 0) {
       rank["limits"] = Json{{"cpus", r.cpus}, {"memory_bytes", r.memory_bytes}};
+      if (r.pids > 0) rank["limits"]["pids"] = r.pids;
     }
   }
   Json inputs = Json::array();
@@ -89,6 +90,9 @@ Json nodeJson(const NodePlan& node, const std::unordered_set<std::string>* skip 
         Json{{"ref", node.image->ref}, {"id", node.image->id}, {"layers", node.image->layers}};
   }
   if (!node.scratch_dirs.empty()) out["scratch_dirs"] = node.scratch_dirs;
+  if (!node.tmpfs_dirs.empty()) {
+    out["tmpfs"] = Json{{"dirs", node.tmpfs_dirs}, {"bytes", node.tmpfs_bytes}};
+  }
   if (!node.environment.empty()) {
     Json layers = Json::array();
     for (const EnvironmentLayer& l : node.environment) {
@@ -162,6 +166,10 @@ Result<NodePlan> nodeFrom(const Json& j) {
     if (j.contains("scratch_dirs")) {
       node.scratch_dirs = j.at("scratch_dirs").get<std::vector<std::string>>();
     }
+    if (j.contains("tmpfs")) {
+      node.tmpfs_dirs = j.at("tmpfs").at("dirs").get<std::vector<std::string>>();
+      node.tmpfs_bytes = j.at("tmpfs").at("bytes").get<int64_t>();
+    }
     for (const auto& in : j.at("inputs")) {
       StagedInput staged{in.at("source").get<std::string>(), in.at("target").get<std::string>(),
                          in.at("link").get<bool>()};
@@ -202,6 +210,7 @@ Result<NodePlan> nodeFrom(const Json& j) {
       if (jr.contains("limits")) {
         r.cpus = jr.at("limits").value("cpus", 0.0);
         r.memory_bytes = jr.at("limits").value("memory_bytes", int64_t{0});
+        r.pids = jr.at("limits").value("pids", int64_t{0});
       }
       node.ranks.push_back(std::move(r));
     }

@@ -36,15 +36,19 @@ bool isPython(const std::vector<std::string>& argv) {
 void takeRequestsOf(RankPlan& launcher, const std::vector<const RankPlan*>& ranks) {
   launcher.cpus = 0;
   launcher.memory_bytes = 0;
-  bool unlimited_memory = false, unlimited_cpus = false;
+  launcher.pids = 0;
+  bool unlimited_memory = false, unlimited_cpus = false, unlimited_pids = false;
   for (const RankPlan* r : ranks) {
     launcher.cpus += r->cpus;
     launcher.memory_bytes += r->memory_bytes;
+    launcher.pids += r->pids;
     unlimited_memory = unlimited_memory || r->memory_bytes == 0;
     unlimited_cpus = unlimited_cpus || r->cpus == 0;
+    unlimited_pids = unlimited_pids || r->pids == 0;
   }
   if (unlimited_memory) launcher.memory_bytes = 0;
   if (unlimited_cpus) launcher.cpus = 0;
+  if (unlimited_pids) launcher.pids = 0;
 }
 
 void Builder::onePerNode(const std::string& name,
@@ -245,6 +249,7 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
         r.log_file = layout.logFile(role.name + "-" + std::to_string(r.role_rank));
         r.cpus = role.resources.cpus_given ? role.resources.cpus : 0;  // 0: not limited
         r.memory_bytes = role.resources.memory_bytes;
+        r.pids = role.resources.pids;
 
         KeyValues& env = r.env;
         for (const auto& kv : spec.env) setEnv(env, kv.first, kv.second);

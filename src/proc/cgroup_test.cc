@@ -340,27 +340,106 @@ TEST_F(FakeCgroupTree, ControllersAreEnabledFromTheBaseDownToTheNode) {
   ASSERT_EQ(::mkdir((root_ + "/cohort/job").c_str(), 0755), 0);
   for (const char* dir : {"", "/cohort", "/cohort/job"})
     file(std::string(dir) + "/cgroup.subtree_control", "");
-  ASSERT_TRUE(enableLimitControllers(root_, root_ + "/cohort/job"));
+  auto v1 = enableLimitControllers(root_, root_ + "/cohort/job", {"memory", "cpu"}, {});
+  ASSERT_TRUE(v1) << v1.error().message;
+  EXPECT_TRUE(v1->empty()) << "cgroup v2 has both";
   // Each directory was written "+memory", then "+cpu" (a plain file keeps the last).
   for (const char* dir : {"", "/cohort", "/cohort/job"}) {
     EXPECT_EQ(read(std::string(dir) + "/cgroup.subtree_control"), "+cpu") << dir;
   }
-  EXPECT_FALSE(enableLimitControllers(root_ + "/cohort", root_));
+  EXPECT_FALSE(enableLimitControllers(root_ + "/cohort", root_, {"memory"}, {}));
 }
 
 TEST_F(FakeCgroupTree, AMissingControllerIsNamedWithWhatTheCgroupOffers) {
   file("cgroup.controllers", "hugetlb\n");
-  auto enabled = enableLimitControllers(root_, root_);
+  auto enabled = enableLimitControllers(root_, root_, {"memory", "cpu"}, {});
   ASSERT_FALSE(enabled);
   EXPECT_EQ(enabled.error().code, Code::kFailedPrecondition);
   EXPECT_EQ(enabled.error().message,
             "cgroup '" + root_ +
-                "' has no memory and cpu controller (it offers hugetlb): the "
-                "controller is bound to a cgroup v1 hierarchy, or was not delegated");
+                "' has no memory and cpu controller (it offers hugetlb), and no cgroup v1 "
+                "hierarchy holds it either: the controller was not delegated");
   file("cgroup.controllers", "memory\n");
-  enabled = enableLimitControllers(root_, root_);
+  enabled = enableLimitControllers(root_, root_, {"memory", "cpu"}, {});
   ASSERT_FALSE(enabled);
   EXPECT_NE(enabled.error().message.find("has no cpu controller"), std::string::npos);
+}
+
+// A machine that binds memory and pids to cgroup v1 hierarchies (and cpu to cgroup v2): the
+// limits are written where each controller is, in a mirror of the cgroup of the same name below
+// this process's own cgroup in that hierarchy.
+TEST_F(FakeCgroupTree, AControllerThatCgroupV2LacksIsFoundInItsV1Hierarchy) {
+  for (const char* dir : {"/v2", "/v2/cohort", "/v1mem", "/v1mem/agent", "/v1pids", "/v1cpu"}) {
+    ASSERT_EQ(::mkdir((root_ + dir).c_str(), 0755), 0) << dir;
+  }
+  for (const char* dir : {"/v2", "/v2/cohort", "/v1mem/agent", "/v1pids"}) {
+    file(std::string(dir) + "/cgroup.procs", "");
+  }
+  file("v2/cgroup.controllers", "cpu io\n");
+  file("v2/cgroup.subtree_control", "");
+  file("v2/cohort/cgroup.subtree_control", "");
+  ProcessCgroups self;
+  // The hierarchies as /proc/self/mountinfo and /proc/self/cgroup show them: memory mounted at
+  // its root (the agent's cgroup below), pids mounted showing only the agent's cgroup, and a
+  // hierarchy for cpu that is not cpu's (net_cls), which is ignored.
+  self.mountinfo = "31 23 0:28 / " + root_ + "/v1mem rw,relatime - cgroup cgroup rw,memory\n" +
+                   "32 23 0:29 /agent " + root_ + "/v1pids rw - cgroup cgroup rw,pids\n" +
+                   "33 23 0:30 / " + root_ + "/v1cpu rw - cgroup cgroup rw,net_cls\n" +
+                   "34 23 0:31 / " + root_ + "/v2 rw - cgroup2 cgroup2 rw\n";
+  self.cgroup = "4:memory:/agent\n8:pids:/agent\n3:net_cls:/\n0::/\n";
+  auto v1 = enableLimitControllers(root_ + "/v2", root_ + "/v2/cohort", {"memory", "cpu", "pids"},
+                                   self);
+  ASSERT_TRUE(v1) << v1.error().message;
+  ASSERT_EQ(v1->size(), 2u);
+  EXPECT_EQ((*v1)[0].controller, "memory");
+  EXPECT_EQ((*v1)[0].dir, root_ + "/v1mem/agent");
+  EXPECT_EQ((*v1)[1].controller, "pids");
+  EXPECT_EQ((*v1)[1].dir, root_ + "/v1pids");
+  EXPECT_EQ(read("v2/cohort/cgroup.subtree_control"), "+cpu") << "only cpu is cgroup v2's";
+
+  auto node = Cgroup::create(root_ + "/v2", "cohort/job/node0");
+  ASSERT_TRUE(node) << node.error().message;
+  ASSERT_TRUE(node->mirrorIn(*v1));
+  EXPECT_EQ(node->paths(), (std::vector<std::string>{root_ + "/v2/cohort/job/node0",
+                                                     root_ + "/v1mem/agent/cohort/job/node0",
+                                                     root_ + "/v1pids/cohort/job/node0"}));
+  auto rank = node->child("rank3");
+  ASSERT_TRUE(rank) << rank.error().message;
+  EXPECT_EQ(rank->v1Fds().size(), 2u);
+  for (const char* name : {"v1mem/agent/cohort/job/node0/rank3/memory.memsw.limit_in_bytes",
+                           "v1mem/agent/cohort/job/node0/rank3/memory.limit_in_bytes",
+                           "v1pids/cohort/job/node0/rank3/pids.max",
+                           "v2/cohort/job/node0/rank3/cpu.max",
+                           "v2/cohort/job/node0/rank3/cpu.weight"}) {
+    file(name, "");
+  }
+  ASSERT_TRUE(rank->setLimits({256 << 20, 0.5, 0.5, 64}));
+  EXPECT_EQ(read("v1mem/agent/cohort/job/node0/rank3/memory.limit_in_bytes"), "268435456");
+  EXPECT_EQ(read("v1mem/agent/cohort/job/node0/rank3/memory.memsw.limit_in_bytes"), "268435456");
+  EXPECT_EQ(read("v1pids/cohort/job/node0/rank3/pids.max"), "64");
+  EXPECT_EQ(read("v2/cohort/job/node0/rank3/cpu.max"), "50000 100000");
+  EXPECT_EQ(read("v2/cohort/job/node0/rank3/cpu.weight"), "50");
+  EXPECT_FALSE(exists(root_ + "/v2/cohort/job/node0/rank3/memory.max")) << "memory is v1's";
+  file("v1mem/agent/cohort/job/node0/rank3/memory.oom_control",
+       "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n");
+  EXPECT_EQ(*rank->oomKills(), 3);
+}
+
+// The CPU share of a job's cgroup is its nodes' together, whichever node wrote last.
+TEST_F(FakeCgroupTree, AParentsCpuShareIsItsChildrensTogether) {
+  file("cgroup.controllers", "cpu\n");
+  auto one = Cgroup::create(root_, "job/node0");
+  auto two = Cgroup::create(root_, "job/node1");
+  ASSERT_TRUE(one && two);
+  file("job/cpu.weight", "100");
+  file("job/node0/cpu.weight", "");
+  file("job/node1/cpu.weight", "");
+  ASSERT_TRUE(one->setLimits({.cpu_share = 4}));
+  ASSERT_TRUE(one->shareParent());
+  EXPECT_EQ(read("job/cpu.weight"), "400");
+  ASSERT_TRUE(two->setLimits({.cpu_share = 0.5}));
+  ASSERT_TRUE(one->shareParent());
+  EXPECT_EQ(read("job/cpu.weight"), "450");
 }
 
 TEST_F(FakeCgroupTree, LimitsAreWrittenAndOomKillsRead) {
@@ -409,30 +488,160 @@ TEST(Cgroup, ARanksCgroupBelowTheNodesIsKilledAndRemovedWithIt) {
   EXPECT_FALSE(exists(*base + "/" + uniqueName()));
 }
 
-// A real limit: only where this machine gives cgroup v2's memory controller to cgroups below
-// the test's own (COHORT_CGROUP_ROOT names an empty delegated one), else skipped with the reason.
+// Real limits: where this machine gives the controllers to cgroups below the test's own, in
+// cgroup v2 (COHORT_CGROUP_ROOT names an empty delegated one) or in cgroup v1 hierarchies (as
+// root), else skipped with the reason.
+struct Limited {
+  Cgroup node, rank;
+};
+Result<Limited> limitedRank(const std::string& name, const CgroupLimits& limits) {
+  COHORT_ASSIGN(std::string base, cgroupBase());
+  COHORT_ASSIGN(Cgroup node, Cgroup::create(base, uniqueName() + "/" + name));
+  COHORT_ASSIGN(std::vector<V1Hierarchy> v1,
+                enableLimitControllers(base, node.path(), {"memory", "cpu", "pids"}));
+  COHORT_TRY(node.mirrorIn(v1));
+  COHORT_ASSIGN(Cgroup rank, node.child("rank0"));
+  COHORT_TRY(rank.setLimits(limits));
+  return Limited{std::move(node), std::move(rank)};
+}
+
+#define SKIP_WITHOUT_LIMITS(var, name, limits)                                      \
+  auto var = limitedRank(name, limits);                                             \
+  if (!var) GTEST_SKIP() << "limits cannot be enforced here: " << var.error().message
+
 TEST(Cgroup, AProcessOverItsMemoryLimitIsKilledByTheKernelAndCounted) {
-  auto base = cgroupBase();
-  if (!base) GTEST_SKIP() << "no writable cgroup v2 here: " << base.error().message;
-  auto node = Cgroup::create(*base, uniqueName() + "/node0");
-  ASSERT_TRUE(node) << node.error().message;
-  if (auto enabled = enableLimitControllers(*base, node->path()); !enabled) {
-    GTEST_SKIP() << "limits cannot be enforced here: " << enabled.error().message;
-  }
-  auto rank = Cgroup::create(node->path(), "rank0");
-  ASSERT_TRUE(rank) << rank.error().message;
-  ASSERT_TRUE(rank->setLimits({32 << 20, 1}));
+  SKIP_WITHOUT_LIMITS(limited, "memory", (CgroupLimits{32 << 20, 1, 1, 64}));
   SpawnRequest req;
   req.argv = {"/usr/bin/python3", "-c",
               "b = []\nfor _ in range(64): b.append(bytearray(8 << 20))\n"};
   req.env = {"PATH=/usr/bin:/bin"};
-  req.cgroup_fd = rank->fd();
+  req.cgroup_fd = limited->rank.fd();
+  req.v1_cgroup_fds = limited->rank.v1Fds();
   auto child = spawn(req);
   ASSERT_TRUE(child) << child.error().message;
   auto status = reap(child->pidfd.get());
   ASSERT_TRUE(status);
   EXPECT_EQ(status->signal, SIGKILL);
-  EXPECT_GE(*rank->oomKills(), 1);
+  EXPECT_GE(*limited->rank.oomKills(), 1);
+}
+
+// A fork bomb: fork() fails once the rank holds its pids limit (processes and threads), and
+// what it started goes with its cgroup.
+TEST(Cgroup, AForkBombStopsAtItsPidsLimit) {
+  SKIP_WITHOUT_LIMITS(limited, "pids", (CgroupLimits{0, 0, 0, 16}));
+  SpawnRequest req;
+  // Exits with how many children it could fork, or 255 when fork failed otherwise.
+  req.argv = {"/usr/bin/python3", "-c",
+              "import errno, os, sys, time\n"
+              "n = 0\n"
+              "try:\n"
+              "    for _ in range(1000):\n"
+              "        if os.fork() == 0:\n"
+              "            time.sleep(60)\n"
+              "            os._exit(0)\n"
+              "        n += 1\n"
+              "except OSError as e:\n"
+              "    sys.exit(n if e.errno == errno.EAGAIN else 255)\n"
+              "sys.exit(254)\n"};
+  req.env = {"PATH=/usr/bin:/bin"};
+  req.cgroup_fd = limited->rank.fd();
+  req.v1_cgroup_fds = limited->rank.v1Fds();
+  auto child = spawn(req);
+  ASSERT_TRUE(child) << child.error().message;
+  auto status = reap(child->pidfd.get());
+  ASSERT_TRUE(status);
+  EXPECT_GT(status->code, 0);
+  EXPECT_LT(status->code, 16) << "forked past its limit";
+  EXPECT_EQ(static_cast<int>(cgroupProcesses(limited->rank.path()).size()), status->code)
+      << "its children are still in its cgroup";
+  ASSERT_TRUE(limited->node.killAll(Millis(10000)));
+  EXPECT_TRUE(cgroupProcesses(limited->node.path()).empty());
+  for (const std::string& path : limited->rank.paths()) {
+    EXPECT_TRUE(cgroupProcesses(path).empty()) << path;
+  }
+  const std::vector<std::string> paths = limited->node.paths();
+  ASSERT_TRUE(limited->rank.remove());
+  ASSERT_TRUE(limited->node.remove());
+  for (const std::string& path : paths) EXPECT_FALSE(exists(path)) << path;
+}
+
+// A cgroup v1 mirror has no cgroup.kill: what is in it is killed one by one until none is left.
+TEST(Cgroup, WhatACgroupV1MirrorHoldsIsKilledWithoutCgroupKill) {
+  SKIP_WITHOUT_LIMITS(limited, "v1kill", (CgroupLimits{0, 0, 0, 64}));
+  const std::vector<int> v1 = limited->rank.v1Fds();
+  if (v1.empty()) GTEST_SKIP() << "cgroup v2 holds every controller here";
+  SpawnRequest req;
+  req.argv = {"/bin/sh", "-c", "setsid sleep 60 & exec sleep 60"};
+  req.env = {"PATH=/usr/bin:/bin"};
+  req.v1_cgroup_fds = v1;  // only there
+  auto child = spawn(req);
+  ASSERT_TRUE(child) << child.error().message;
+  const std::string mirror = limited->rank.paths()[1];
+  ASSERT_TRUE(waitUntil([&] { return members(mirror).size() == 2; }, std::chrono::seconds(10)));
+  auto killed = killCgroup(mirror, Millis(10000));
+  ASSERT_TRUE(killed) << killed.error().message;
+  EXPECT_TRUE(*killed);
+  EXPECT_EQ(reap(child->pidfd.get())->signal, SIGKILL);
+  EXPECT_TRUE(members(mirror).empty());
+}
+
+// An agent killed with -9: its watchdog removes its cgroups in the cgroup v1 hierarchies too,
+// with what runs in them.
+TEST(CgroupWatchdog, RemovesTheMirrorsInCgroupV1HierarchiesToo) {
+  auto base = cgroupBase();
+  if (!base) GTEST_SKIP() << "no writable cgroup v2 here: " << base.error().message;
+  auto v1 = enableLimitControllers(*base, *base, {"memory", "cpu", "pids"});
+  if (!v1 || v1->empty()) GTEST_SKIP() << "no cgroup v1 hierarchy to use here";
+  int fds[2];
+  ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+  UniqueFd read_end(fds[0]), write_end(fds[1]);
+  const std::string name = uniqueName() + "/watched-v1";
+  pid_t creator = ::fork();
+  ASSERT_GE(creator, 0);
+  if (creator == 0) {
+    auto watchdog = CgroupWatchdog::start();
+    auto cgroup = watchdog ? Cgroup::create(*base, name) : Result<Cgroup>(fail(Code::kIo, ""));
+    pid_t pid = -1;
+    if (cgroup && cgroup->mirrorIn(*v1) && watchdog->watch(*cgroup)) {
+      SpawnRequest req;
+      req.argv = {"/bin/sh", "-c", "exec setsid sleep 60"};
+      req.env = {"PATH=/usr/bin:/bin"};
+      req.death_signal = 0;
+      req.cgroup_fd = cgroup->fd();
+      req.v1_cgroup_fds = cgroup->v1Fds();
+      auto child = spawn(req);
+      if (child) pid = child->pid;
+    }
+    if (::write(write_end.get(), &pid, sizeof pid) != sizeof pid) _exit(1);
+    for (;;) ::pause();
+  }
+  write_end.reset();
+  pid_t pid = -1;
+  ASSERT_EQ(::read(read_end.get(), &pid, sizeof pid), static_cast<ssize_t>(sizeof pid));
+  std::vector<std::string> mirrors;
+  for (const V1Hierarchy& h : *v1) mirrors.push_back(h.dir + "/" + name);
+  if (pid <= 0) {
+    ::kill(creator, SIGKILL);
+    ::waitpid(creator, nullptr, 0);
+    FAIL() << "the creator could not start its process in its cgroups";
+  }
+  // What the process became (setsid forks when it leads its process group), in every mirror.
+  std::vector<pid_t> held;
+  for (const std::string& mirror : mirrors) {
+    ASSERT_TRUE(waitUntil([&] { return members(mirror).size() == 1; }, std::chrono::seconds(10)))
+        << mirror;
+    if (held.empty()) held = members(mirror);
+    EXPECT_EQ(members(mirror), held) << mirror;
+  }
+  ASSERT_EQ(::kill(creator, SIGKILL), 0);
+  ::waitpid(creator, nullptr, 0);
+  for (const std::string& mirror : mirrors) {
+    EXPECT_TRUE(waitUntil([&] { return !exists(mirror); }, std::chrono::seconds(10)))
+        << "the watchdog left '" << mirror << "'";
+  }
+  for (pid_t gone : held) {
+    EXPECT_TRUE(waitUntil([&] { return processGone(gone); }, std::chrono::seconds(10)));
+  }
 }
 
 }  // namespace

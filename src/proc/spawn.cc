@@ -82,6 +82,8 @@ struct ChildSetup {
   char** argv = nullptr;
   char** envp = nullptr;
   int cgroup_procs = -1;  // the cgroup to join by writing to it, when the fork did not place us
+  const int* v1_procs = nullptr;  // the cgroup v1 ones' cgroup.procs, to join the same way
+  size_t v1_count = 0;
   int err_fd = -1;        // where a failure before exec is told: {stage, errno}
   int stdin_fd = -1;
   pid_t parent = -1;
@@ -107,6 +109,11 @@ struct ChildSetup {
   if (c.cgroup_procs >= 0 &&
       (r = sys(SYS_write, c.cgroup_procs, reinterpret_cast<long>("0"), 1)) != 1) {
     die(kStageCgroup, r < 0 ? r : -EIO);
+  }
+  for (size_t i = 0; i < c.v1_count; ++i) {
+    if ((r = sys(SYS_write, c.v1_procs[i], reinterpret_cast<long>("0"), 1)) != 1) {
+      die(kStageCgroup, r < 0 ? r : -EIO);
+    }
   }
   // The network namespace first: joining one takes the privilege the identity below gives up.
   if (req.netns_fd >= 0 && (r = sys(SYS_setns, req.netns_fd, CLONE_NEWNET)) < 0) {
@@ -264,6 +271,8 @@ struct PendingExec {
   std::string program;
   std::vector<char*> argv, envp;
   UniqueFd dev_null, cgroup_procs;
+  std::vector<UniqueFd> v1_procs;
+  std::vector<int> v1_procs_fds;
   UniqueFd err_read;  // end of file once the child has exec'd (or died); {stage, errno} if not
   ChildSetup setup;
   void* stack = nullptr;
@@ -356,6 +365,16 @@ Result<Child> start(SpawnRequest request) {
   setup.err_fd = err_write.get();
   setup.stdin_fd = req.stdin_fd >= 0 ? req.stdin_fd : p->dev_null.get();
   setup.parent = ::getpid();
+  for (int dir : req.v1_cgroup_fds) {
+    p->v1_procs.emplace_back(::openat(dir, "cgroup.procs", O_WRONLY | O_CLOEXEC));
+    if (!p->v1_procs.back().valid()) {
+      return fail(Code::kFailedPrecondition, "open a cgroup v1 'cgroup.procs' for '" +
+                                                 req.argv[0] + "': " + std::strerror(errno));
+    }
+    p->v1_procs_fds.push_back(p->v1_procs.back().get());
+  }
+  setup.v1_procs = p->v1_procs_fds.data();
+  setup.v1_count = p->v1_procs_fds.size();
   // On a stack of its own, so that we need not wait for its exec, and straight into the cgroup
   // (clone3's CLONE_INTO_CGROUP): joining it between fork and exec instead takes the cgroup
   // tree's write lock for every rank.

@@ -39,6 +39,9 @@ struct SpawnRequest {
   // root); -1: ours.
   int netns_fd = -1;
   int cgroup_fd = -1;  // a cgroup v2 directory the child joins before exec; -1: ours
+  // Directories of cgroup v1 hierarchies (where the controllers of its limits are: proc/
+  // cgroup.h) that the child joins too, before exec and before it takes its identity.
+  std::vector<int> v1_cgroup_fds;
   int fd3 = -1;        // >= 0: given to the child as its descriptor 3
 };
 
@@ -62,7 +65,7 @@ struct Child {
 // parent), then the death signal (a change of identity clears it), no new privileges, the signal
 // mask, the directory and the descriptors.
 // Errors: kNotFound when the program is not found on PATH (of `env`) or in `cwd`;
-// kFailedPrecondition when the child cannot join `cgroup_fd`; kPermissionDenied when the
+// kFailedPrecondition when the child cannot join `cgroup_fd` or one of `v1_cgroup_fds`; kPermissionDenied when the
 // identity cannot be taken (naming the uid or gid); kIo for other exec or fork failures, naming
 // the program.
 Result<Child> spawn(const SpawnRequest& request);

@@ -1,5 +1,7 @@
 #include "server/account_limits.h"
 
+#include "server/quotas.h"
+
 #include <vector>
 
 namespace cohort::server {
@@ -25,22 +27,19 @@ void AccountLimits::Slot::onRevoke(std::function<void()> callback) {
 }
 
 Result<std::shared_ptr<AccountLimits::Slot>> AccountLimits::take(
-    Kind kind, const std::string& account, const std::string& token_hash, size_t limit,
-    const std::function<size_t()>& held_elsewhere) {
+    Kind kind, const std::string& account, const std::string& token_hash,
+    std::optional<int64_t> limit, const std::function<size_t()>& held_elsewhere) {
   std::lock_guard lock(mu_);
   size_t& count = counts_[{kind, account}];
   const size_t elsewhere = held_elsewhere ? held_elsewhere() : 0;
-  if (count + elsewhere >= limit) {
-    const std::string n = std::to_string(limit);
-    return fail(Code::kResourceExhausted,
-                kind == Kind::kFollower
-                    ? "account '" + account + "' already follows " + n +
-                          " streams (jobs' events and logs), its limit (cohort server "
-                          "--max-followers): end some first"
-                    : "account '" + account + "' has " + n +
-                          " uploads being received or waiting for their job, its limit: "
-                          "let them finish (a code upload waits until a job names it, or an "
-                          "hour)");
+  if (limit && static_cast<int64_t>(count + elsewhere) >= *limit) {
+    const int64_t used = static_cast<int64_t>(count + elsewhere);
+    return tl::unexpected(
+        kind == Kind::kFollower
+            ? overQuota(account, "followers", used, 1, *limit, "end some first")
+            : overQuota(account, "uploads", used, 1, *limit,
+                        "let them finish (a code upload waits until a job names it, or an "
+                        "hour)"));
   }
   ++count;
   std::shared_ptr<Slot> slot(new Slot(*this, kind, account, token_hash));

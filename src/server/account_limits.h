@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "util/result.h"
@@ -47,11 +48,12 @@ class AccountLimits {
     std::function<void()> on_revoke_;      // guarded by limits_.mu_
   };
 
-  // Takes one slot of `kind` for `account` when it holds fewer than `limit`, counting also
-  // `held_elsewhere()` (asked under the lock: code uploads waiting on disk for their job).
-  // Errors: kResourceExhausted, saying what `kind` is and the limit.
+  // Takes one slot of `kind` for `account` when it holds fewer than `limit` (its quota of them;
+  // none: no limit), counting also `held_elsewhere()` (asked under the lock: code uploads
+  // waiting on disk for their job). Errors: kResourceExhausted naming the quota (quotas.h).
   Result<std::shared_ptr<Slot>> take(Kind kind, const std::string& account,
-                                     const std::string& token_hash, size_t limit,
+                                     const std::string& token_hash,
+                                     std::optional<int64_t> limit,
                                      const std::function<size_t()>& held_elsewhere = {});
 
   // Marks every slot taken with `token_hash` revoked and calls their callbacks.

@@ -3,6 +3,44 @@
 
 namespace cohort::server {
 
+namespace {
+
+// The quotas in the order they are shown, with each one's field in Quotas.
+using QuotaField = std::optional<int64_t> store::Quotas::*;
+constexpr std::pair<const char*, QuotaField> kQuotaFields[] = {
+    {"bytes", &store::Quotas::bytes},
+    {"inodes", &store::Quotas::inodes},
+    {"queued_jobs", &store::Quotas::queued_jobs},
+    {"uploads", &store::Quotas::uploads},
+    {"followers", &store::Quotas::followers},
+    {"max_priority", &store::Quotas::max_priority}};
+
+}  // namespace
+
+Json Server::Impl::quotasJson(const store::Account& a) {
+  const store::Quotas in_force = effectiveQuotas(a, options.quotas);
+  const DiskUse disk = usage.of(a.name);
+  const int64_t queued = store->countJobs(a.name, {"queued"}).value_or(0);
+  const int64_t uploads =
+      static_cast<int64_t>(limits.held(AccountLimits::Kind::kUpload, a.name)) +
+      waitingUploads(options.data_root, a.name);
+  const std::map<std::string, std::optional<int64_t>> used = {
+      {"bytes", disk.bytes},
+      {"inodes", disk.inodes},
+      {"queued_jobs", queued},
+      {"uploads", uploads},
+      {"followers", static_cast<int64_t>(limits.held(AccountLimits::Kind::kFollower, a.name))},
+      {"max_priority", std::nullopt}};
+  Json out = Json::object();
+  for (const auto& [name, member] : kQuotaFields) {
+    const std::optional<int64_t>& limit = in_force.*member;
+    out[name] = {{"limit", limit ? Json(*limit) : Json(nullptr)},
+                 {"used", used.at(name) ? Json(*used.at(name)) : Json(nullptr)},
+                 {"default", !(a.quotas.*member).has_value()}};
+  }
+  return out;
+}
+
 void Server::Impl::accountRoutes() {
   route({"GET", "/v1/whoami", Who::kAccount, BodyKind::kNone},
         [](const Request&, Response& res, const Caller& c) -> Result<void> {
@@ -45,6 +83,45 @@ void Server::Impl::accountRoutes() {
           Json out = Json::array();
           for (const auto& a : list) out.push_back(accountJson(a));
           writeJson(res, 200, {{"accounts", out}});
+          return Result<void>();
+        });
+  route({"GET", "/v1/accounts/{name}/quotas", Who::kAccount, BodyKind::kNone},
+        [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
+          const std::string& name = req.matches.at(0);
+          auto account = store->account(name);
+          if (!account || (name != c.account && !c.admin)) {
+            return fail(Code::kNotFound, "account '" + printable(name) + "' not found");
+          }
+          writeJson(res, 200, {{"account", name}, {"quotas", quotasJson(*account)}});
+          return Result<void>();
+        });
+  route({"PUT", "/v1/accounts/{name}/quotas", Who::kAdmin, BodyKind::kJson},
+        [this](const Request& req, Response& res, const Caller&) -> Result<void> {
+          const std::string& name = req.matches.at(0);
+          std::set<std::string> known;
+          for (const auto& [field_name, member] : kQuotaFields) known.insert(field_name);
+          COHORT_ASSIGN(Json body, jsonBody(req, known));
+          COHORT_ASSIGN(store::Account account, store->account(name));
+          // A field given is set; null gives it back to the server's default; one left out
+          // stays as it is.
+          store::Quotas quotas = account.quotas;
+          for (const auto& [field_name, member] : kQuotaFields) {
+            if (!body.contains(field_name)) continue;
+            if (body[field_name].is_null()) {
+              quotas.*member = std::nullopt;
+              continue;
+            }
+            COHORT_ASSIGN(int64_t value, field<int64_t>(body, field_name, 0));
+            if (value < 0 && std::string(field_name) != "max_priority") {
+              return fail(Code::kInvalidArgument,
+                          std::string(field_name) + ": expected a number >= 0 or null, got " +
+                              std::to_string(value));
+            }
+            quotas.*member = value;
+          }
+          COHORT_TRY(store->setQuotas(name, quotas));
+          account.quotas = quotas;
+          writeJson(res, 200, {{"account", name}, {"quotas", quotasJson(account)}});
           return Result<void>();
         });
   route({"GET", "/v1/tokens", Who::kAccount, BodyKind::kNone},

@@ -233,6 +233,23 @@ void Server::Impl::jobRoutes() {
           }
           COHORT_ASSIGN(int priority, field<int>(body, "priority", 0));
           COHORT_ASSIGN(std::string code, field<std::string>(body, "code", ""));
+          COHORT_ASSIGN(store::Quotas quotas, quotasOf(c.account));
+          if (quotas.max_priority && priority > *quotas.max_priority) {
+            return tl::unexpected(overQuota(c.account, "max_priority", priority, 0,
+                                            *quotas.max_priority,
+                                            "submit it with a lower --priority"));
+          }
+          COHORT_TRY(checkDisk(c.account));
+          // Counting the account's queued jobs and queuing one more are one step.
+          std::lock_guard lock(submit_mu);
+          if (quotas.queued_jobs) {
+            COHORT_ASSIGN(int64_t queued, store->countJobs(c.account, {"queued"}));
+            if (queued >= *quotas.queued_jobs) {
+              return tl::unexpected(overQuota(c.account, "queued_jobs", queued, 1,
+                                              *quotas.queued_jobs,
+                                              "wait for some to start, or stop some"));
+            }
+          }
           COHORT_ASSIGN(store::Job job,
                         jobs->submit(c, file->is_string() ? file->get<std::string>() : file->dump(),
                                      priority, code));
@@ -244,10 +261,29 @@ void Server::Impl::jobRoutes() {
           storage::ArchiveLimits limits;
           limits.max_bytes = options.max_upload_bytes;
           if (!req.body_file) return fail(Code::kInternal, "the upload's body was not kept");
+          // What the account may still put in the data root bounds what is extracted.
+          COHORT_ASSIGN(store::Quotas quotas, quotasOf(c.account));
+          const DiskUse use = usage.of(c.account);
+          const bool by_bytes = quotas.bytes && *quotas.bytes - use.bytes < limits.max_bytes;
+          const bool by_inodes =
+              quotas.inodes && *quotas.inodes - use.inodes < limits.max_entries;
+          if (by_bytes) limits.max_bytes = std::max<int64_t>(0, *quotas.bytes - use.bytes);
+          if (by_inodes) limits.max_entries = std::max<int64_t>(0, *quotas.inodes - use.inodes);
           COHORT_ASSIGN(auto id, accountIdentity(*store, options.identities, c.account));
-          COHORT_ASSIGN(Upload upload, receiveUploadFile(options.data_root, c.account,
-                                                         {id.first, id.second},
-                                                         req.body_file->get(), limits));
+          auto received = receiveUploadFile(options.data_root, c.account, {id.first, id.second},
+                                            req.body_file->get(), limits);
+          if (!received && received.error().code == Code::kTooLarge && (by_bytes || by_inodes)) {
+            const bool bytes =
+                by_bytes && received.error().message.find("entries") == std::string::npos;
+            return tl::unexpected(overQuota(
+                c.account, bytes ? "bytes" : "inodes", bytes ? use.bytes : use.inodes, -1,
+                bytes ? *quotas.bytes : *quotas.inodes,
+                "upload less (leave files out with .cohortignore), or remove jobs (cohort rm) "
+                "or store files it no longer needs"));
+          }
+          COHORT_ASSIGN(Upload upload, std::move(received));
+          usage.add(c.account, {upload.stats.bytes, upload.stats.files + upload.stats.dirs +
+                                                        upload.stats.links + 1});
           writeJson(res, 201,
                     {{"id", upload.id},
                      {"files", upload.stats.files},

@@ -56,7 +56,12 @@ void Server::Impl::storeRoutes() {
         // The body was received into a file of the account's upload area, never held whole.
         if (!req.body_file) return fail(Code::kInternal, "the upload's body was not kept");
         const int64_t size = static_cast<int64_t>(req.body_size);
+        // The file is the bucket owner's (one who shares a bucket for writing lends its quota).
+        COHORT_ASSIGN(std::optional<std::string> owner, store->bucketOwner(bucket));
+        const std::string holder = owner ? *owner : c.account;
+        COHORT_TRY(checkDisk(holder, {size, 1}));
         COHORT_TRY(objects->put(key, req.body_file->get(), size, nullptr));
+        usage.add(holder, {size, 1});
         writeJson(res, 201, {{"uri", "store://" + bucket + "/" + key}, {"size", size}});
         return Result<void>();
       });

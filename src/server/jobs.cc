@@ -537,6 +537,19 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
     if (per_node > 0 && role.resources.gpus == 0) role.resources.gpus = 1;
   }
 
+  // A fork bomb stops at the server's limit: every rank has one, as its job file says or this.
+  for (spec::Role& role : spec.roles) {
+    if (options_.rank_pids <= 0 || in_image) break;
+    if (role.resources.pids > options_.rank_pids) {
+      return fail(Code::kInvalidArgument,
+                  "roles." + role.name + ".resources.pids: at most " +
+                      std::to_string(options_.rank_pids) +
+                      " processes and threads per rank on this server (cohort server "
+                      "--rank-pids), got " + std::to_string(role.resources.pids));
+    }
+    if (role.resources.pids == 0) role.resources.pids = options_.rank_pids;
+  }
+
   store::Job job;
   job.id = job::newJobId(spec.name);
   auto place_code = [&] {
@@ -623,7 +636,7 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
   return job;
 }
 
-Result<store::Job> JobService::stop(const std::string& id) {
+Result<store::Job> JobService::stop(const std::string& id, const std::string& why) {
   std::lock_guard lock(mu_);
   takeIncoming();
   COHORT_ASSIGN(store::Job job, store_.job(id));
@@ -632,7 +645,7 @@ Result<store::Job> JobService::stop(const std::string& id) {
   if (job.state == "queued" && to) {
     job.state = *to;  // stopped
     job.ended = nowUnixNanos();
-    job.reason = "stopped before it started";
+    job.reason = why.empty() ? "stopped before it started" : why;
     job.exit_code = 143;
     COHORT_TRY(recordEnd(store_, job));
     notify(id);
@@ -647,7 +660,8 @@ Result<store::Job> JobService::stop(const std::string& id) {
   if (!job.handle.empty()) backend_->cancel(job.handle);  // again, if it was asked before
   if (to) {
     job.state = *to;  // stopping
-    job.reason = "stopped on request";
+    job.reason = why.empty() ? "stopped on request" : why;
+    if (!why.empty()) stopped_why_[id] = why;
     COHORT_TRY(store_.updateJob(job));
     notify(id);
   }
@@ -940,6 +954,10 @@ Result<JobService::ReportAnswer> JobService::report(const std::string& job_id,
     now.state = next(now, job::JobInput::kReported, result.state).value_or(now.state);
     now.exit_code = result.exit_code;
     now.reason = result.reason;
+    if (auto why = stopped_why_.find(job_id); why != stopped_why_.end()) {
+      if (now.state == "stopped") now.reason = why->second;
+      stopped_why_.erase(why);
+    }
     if (result.attempts > 0) now.attempts = result.attempts;
     now.root_cause_json = result.root_cause_json;
     now.ended = nowUnixNanos();

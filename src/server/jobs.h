@@ -68,6 +68,9 @@ struct JobServiceOptions {
   std::string report_url;     // where coordinators report: this server, "http://host:port"
   std::string report_pin;     // with https: its public key's pin, written beside report_url
   int64_t max_upload_bytes = int64_t{1} << 30;  // a copy of an earlier job's code, at most
+  // The processes and threads each rank may have at once (resources.pids: at most this, and
+  // this where a job names none); 0: no limit.
+  int64_t rank_pids = 0;
   bool store_in_s3 = false;   // the store is in S3: its inputs are copied, never linked
   // The only directories local inputs may be below (cohort server --input-root), absolute,
   // without a trailing '/'; none: no local inputs.
@@ -109,8 +112,9 @@ class JobService {
                             const std::string& code = "");
 
   // A queued job is stopped at once; a started one gets SIGTERM on its coordinator (which stops
-  // the ranks gracefully) and shows `stopping`. A final job is returned as it is.
-  Result<store::Job> stop(const std::string& id);
+  // the ranks gracefully) and shows `stopping`. A final job is returned as it is. `why`: the
+  // job's reason when the server stops it on its own (a quota), rather than on request.
+  Result<store::Job> stop(const std::string& id, const std::string& why = "");
   // Has a running job's coordinator write every rank's stack to its stacks-now.txt. Errors:
   // kFailedPrecondition when the job does not run; those of the store.
   Result<void> requestStacks(const std::string& id);
@@ -190,6 +194,9 @@ class JobService {
   std::map<std::string, sched::Running> running_;                  // started jobs' holdings, by id
   std::map<std::string, std::unique_ptr<Supervised>> supervised_;  // by id (loop thread)
   std::map<std::string, std::vector<int>> gpus_held_;              // started jobs' GPUs, by id
+  // Why the server itself stopped a running job (stop()'s `why`), by id: its reason once it
+  // has ended, rather than the signal its coordinator was sent.
+  std::map<std::string, std::string> stopped_why_;
   std::mutex incoming_mu_;
   std::vector<sched::Job> incoming_;  // submitted, not yet in queue_
   mutable std::mutex waiting_mu_;

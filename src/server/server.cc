@@ -68,8 +68,14 @@ http::Admission Server::Impl::admit(Request& req) {
       if (code) {
         waiting = [&] { return static_cast<size_t>(waitingUploads(options.data_root, account)); };
       }
+      auto quotas = quotasOf(account);
+      if (!quotas) return refuse(quotas.error());
+      // Nothing more is received for an account that holds its quota in the data root.
+      if (auto disk = checkDisk(account, {static_cast<int64_t>(length), 1}); !disk) {
+        return refuse(disk.error());
+      }
       auto slot = limits.take(AccountLimits::Kind::kUpload, account, admitted->token_hash,
-                              kMaxPendingUploads, waiting);
+                              quotas->uploads, waiting);
       if (!slot) return refuse(slot.error());
       admitted->upload = std::move(*slot);
       auto file = bodyFile();
@@ -139,9 +145,10 @@ void Server::Impl::handle(Request& req, Response& res) {
       return fail(Code::kInternal, std::string("internal error: ") + e.what());
     }
     if (res.stream && res.status < 300 && isFollower(req)) {
-      COHORT_ASSIGN(auto slot, limits.take(AccountLimits::Kind::kFollower,
-                                           admitted->caller.account, admitted->token_hash,
-                                           options.max_followers));
+      COHORT_ASSIGN(store::Quotas quotas, quotasOf(admitted->caller.account));
+      COHORT_ASSIGN(auto slot,
+                    limits.take(AccountLimits::Kind::kFollower, admitted->caller.account,
+                                admitted->token_hash, quotas.followers));
       res.stream = std::make_shared<FollowerStream>(std::move(res.stream), std::move(slot));
     }
     return Result<void>();
@@ -296,6 +303,68 @@ Result<std::string> Server::Impl::logPath(const store::Job& job, const std::stri
   return fail(Code::kNotFound, "job '" + job.id + "' has no process with rank " + rank);
 }
 
+Result<store::Quotas> Server::Impl::quotasOf(const std::string& account) {
+  COHORT_ASSIGN(store::Account a, store->account(account));
+  return effectiveQuotas(a, options.quotas);
+}
+
+Result<void> Server::Impl::checkDisk(const std::string& account, const DiskUse& adding) {
+  COHORT_ASSIGN(store::Quotas quotas, quotasOf(account));
+  return checkDiskQuota(account, quotas, usage.of(account), adding);
+}
+
+void Server::Impl::enforceDiskQuotas() {
+  auto accounts = store->accounts();
+  if (!accounts) return;
+  // What each account holds: its buckets (in the store on disk), its uploads, its jobs'
+  // directories (one that ended and whose coordinator is gone no longer changes) and its
+  // environments.
+  std::map<std::string, std::vector<DiskUsage::Root>> roots;
+  std::map<std::string, std::vector<store::Job>> jobs_of;
+  for (const store::Account& a : *accounts) {
+    std::vector<DiskUsage::Root>& list = roots[a.name];
+    if (!site.inS3()) {
+      if (auto buckets = store->buckets(a.name)) {
+        for (const store::Bucket& b : *buckets) list.push_back({site.dir + "/" + b.name});
+      }
+    }
+    list.push_back({job::uploadsDir(options.data_root) + "/" + a.name});
+    list.push_back({options.data_root + "/account-envs/" + a.name});
+    auto jobs_now = store->jobs({a.name, {}, std::numeric_limits<int>::max()});
+    if (!jobs_now) continue;
+    for (const store::Job& job : *jobs_now) {
+      const std::string dir =
+          job.job_dir.empty() ? job::Layout::of(options.data_root, job.id).dir() : job.job_dir;
+      list.push_back({dir, store::isFinalState(job.state) && !jobs->coordinatorRunning(job.id)});
+    }
+    jobs_of[a.name] = std::move(*jobs_now);
+  }
+  const std::map<std::string, DiskUse> totals = usage.refresh(roots);
+  for (const store::Account& a : *accounts) {
+    const store::Quotas quotas = effectiveQuotas(a, options.quotas);
+    auto within = checkDiskQuota(a.name, quotas, totals.at(a.name), {});
+    if (within) continue;
+    // The account's running jobs write what took it there: they stop, saying why. Its queued
+    // jobs write nothing until they start, and another account's are not touched.
+    for (const store::Job& job : jobs_of[a.name]) {
+      if (store::isFinalState(job.state) || job.state == "queued" || job.state == "stopping") {
+        continue;
+      }
+      (void)jobs->stop(job.id, within.error().message + " (the job was stopped)");
+    }
+  }
+}
+
+void Server::Impl::watchQuotas() {
+  std::unique_lock lock(quota_mu);
+  while (!quota_quit) {
+    lock.unlock();
+    enforceDiskQuotas();
+    lock.lock();
+    quota_cv.wait_for(lock, options.quota_interval, [&] { return quota_quit; });
+  }
+}
+
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Server::~Server() { stop(); }
@@ -348,6 +417,7 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   jopts.job_network = options.job_network;
   jopts.identities = options.identities;
   jopts.max_upload_bytes = options.max_upload_bytes;
+  jopts.rank_pids = options.rank_pids;
   jopts.store_in_s3 = impl->site.inS3();
   COHORT_ASSIGN(impl->hub, EventHub::create());
   jopts.on_events = [hub = impl->hub.get()](const std::string& id) { hub->notify(id); };
@@ -424,6 +494,10 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
     COHORT_TRY(writeFileAtomic(path, token + "\n", true, 0600));
     impl->first_admin_token = token;
   }
+  // What each account holds is counted before the first request is served, then every
+  // quota_interval.
+  impl->enforceDiskQuotas();
+  impl->quota_thread = std::thread([self] { self->watchQuotas(); });
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }
 
@@ -441,6 +515,12 @@ Result<void> Server::run() {
 void Server::stop() {
   impl_->stopping = true;
   if (impl_->http) impl_->http->stop();
+  {
+    std::lock_guard lock(impl_->quota_mu);
+    impl_->quota_quit = true;
+  }
+  impl_->quota_cv.notify_all();
+  if (impl_->quota_thread.joinable()) impl_->quota_thread.join();
 }
 
 }  // namespace cohort::server

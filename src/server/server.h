@@ -16,6 +16,7 @@
 #include "sched/scheduler.h"
 #include "server/http.h"
 #include "server/jobs.h"
+#include "server/quotas.h"
 #include "storage/place.h"
 #include "util/result.h"
 
@@ -40,7 +41,11 @@ struct ServerOptions {
   int http_threads = 32;      // workers that run handlers; followers hold none
   Millis http_idle_timeout{60000};  // a client that keeps a connection waiting this long loses it
   int64_t max_upload_bytes = int64_t{1} << 30;  // a code upload's archive (POST /v1/uploads)
-  size_t max_followers = 256;  // streams one account may follow at once (jobs' events and logs)
+  int64_t rank_pids = 4096;  // processes and threads per rank (JobServiceOptions::rank_pids)
+  // Each account's quotas where its admin set none (server/quotas.h); followers: streams one
+  // account may follow at once (jobs' events and logs).
+  QuotaDefaults quotas;
+  Millis quota_interval{2000};  // how often what each account holds in the data root is counted
   http::Limits http_limits;    // connections, header block, timeouts (idle_timeout: above)
   http::Tls tls;               // a certificate and key: the API speaks HTTPS
 };

@@ -4,6 +4,9 @@
 // resource (jobs, store, accounts, environments, operations). Internal to src/server.
 #pragma once
 
+#include <condition_variable>
+#include <thread>
+
 #include "server/api.h"
 
 namespace cohort::server {
@@ -46,6 +49,12 @@ struct Server::Impl {
   UniqueFd lock;  // flock'd <data_root>/server/server.lock, held while the server lives
 
   AccountLimits limits;  // followers and uploads each account holds
+  DiskUsage usage;       // what each account holds in the data root, counted every quota_interval
+  std::mutex submit_mu;  // held from counting an account's queued jobs to queuing one more
+  std::mutex quota_mu;   // quota_quit, for the thread that counts and enforces
+  std::condition_variable quota_cv;
+  bool quota_quit = false;
+  std::thread quota_thread;
   std::mutex auth_mu;
   std::unordered_map<std::string, Caller> auth_cache;  // by token hash
   uint64_t auth_generation = 0;                        // bumped when a token is revoked
@@ -97,6 +106,19 @@ struct Server::Impl {
   // which role and index the rank is; the path is built from those, never read from a file.
   // "" when the job has not started. Errors: kInvalidArgument (rank not a number), kNotFound.
   Result<std::string> logPath(const store::Job& job, const std::string& rank);
+
+  // `account`'s quotas in force (its own, else the server's defaults). Errors: the store's.
+  Result<store::Quotas> quotasOf(const std::string& account);
+  // Whether `adding` more in the data root keeps `account` within its bytes and inodes quotas,
+  // as last counted. Errors: overQuota's.
+  Result<void> checkDisk(const std::string& account, const DiskUse& adding = {});
+  // Counts what every account holds in the data root, and stops the running jobs of each that
+  // is over its bytes or inodes quota (their writes took it there), saying why.
+  void enforceDiskQuotas();
+  // Each quota of `account` in force, what it uses of it, and whether it is the default.
+  Json quotasJson(const store::Account& account);
+  // Every quota_interval until stop(): enforceDiskQuotas.
+  void watchQuotas();
 
   void routes();
   void jobRoutes();

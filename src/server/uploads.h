@@ -5,7 +5,8 @@
 // <id>/, a directory only the server and the account's own processes can enter (0710, the
 // account's group); the job that names it takes it, moving it into its own job directory (job/layout.h's code/), so one upload runs
 // one job and no account can name another's. Uploads no job took within kUploadLifetime are
-// removed by the account's next upload; an account may have kMaxPendingUploads waiting.
+// removed by the account's next upload; how many an account may have waiting is its uploads
+// quota (server/quotas.h), counted when the request comes.
 //
 // Thread-safe as far as the filesystem is: distinct ids never touch the same paths.
 #pragma once
@@ -21,7 +22,6 @@
 namespace cohort::server {
 
 constexpr auto kUploadLifetime = std::chrono::hours(1);
-constexpr int kMaxPendingUploads = 16;
 
 struct Upload {
   std::string id;  // "up-" + 24 hex digits
@@ -29,8 +29,7 @@ struct Upload {
 };
 
 // Extracts `archive` (ustar) as a new upload of `account`. Errors: kInvalidArgument naming the
-// archive entry, kTooLarge over `limits`, kFailedPrecondition when the account has
-// kMaxPendingUploads uploads waiting, kIo.
+// archive entry, kTooLarge over `limits`, kIo.
 Result<Upload> receiveUpload(const std::string& data_root, const std::string& account,
                              const account::Identity& as, std::string_view archive,
                              const storage::ArchiveLimits& limits);

@@ -432,7 +432,7 @@ class Parser {
   Result<Resources> resources(const YamlNode& node, const std::string& path) {
     Resources res;
     COHORT_TRY(forEachField(
-        node, path, {"gpus", "cpus", "memory"},
+        node, path, {"gpus", "cpus", "memory", "pids"},
         [&](const std::string& key, const YamlNode& value) -> Result<void> {
           std::string sub = path + "." + key;
           if (key == "gpus") {
@@ -446,6 +446,9 @@ class Parser {
             }
             res.cpus = *cpus;
             res.cpus_given = true;
+          } else if (key == "pids") {
+            COHORT_ASSIGN(int pids, integer(value, sub, 1));
+            res.pids = pids;
           } else {
             COHORT_ASSIGN(std::string text, scalar(value, sub));
             auto bytes = parseBytes(text);
@@ -1155,6 +1158,11 @@ Result<void> validateRoles(const JobSpec& spec) {
       return bad(path + ".resources.memory", "must be at most 64Ti per rank, got " +
                                                  std::to_string(res.memory_bytes) + " bytes");
     }
+    if (res.pids < 0 || res.pids > kMaxPidsPerRank) {
+      return bad(path + ".resources.pids", "must be from 1 to " +
+                                               std::to_string(kMaxPidsPerRank) + " per rank, got " +
+                                               std::to_string(res.pids));
+    }
     nodes += role.nodes;
     procs += static_cast<int64_t>(role.nodes) * std::max(role.procs_per_node, 1);
   }
@@ -1496,6 +1504,7 @@ std::string toJobFile(const JobSpec& spec) {
     role["resources"] = {{"gpus", r.resources.gpus}, {"memory", r.resources.memory_bytes}};
     // Only when asked for: a job that named no cpus is not held to the default.
     if (r.resources.cpus_given) role["resources"]["cpus"] = r.resources.cpus;
+    if (r.resources.pids > 0) role["resources"]["pids"] = r.resources.pids;
     roles[r.name] = role;
   }
   Json inputs = Json::array();

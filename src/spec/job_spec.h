@@ -70,6 +70,7 @@ inline constexpr int kMaxRestarts = 1000;
 inline constexpr int kMaxGpusPerRank = 1024;
 inline constexpr double kMaxCpusPerRank = 4096;
 inline constexpr int64_t kMaxMemoryPerRank = int64_t{64} << 40;  // 64 TiB
+inline constexpr int64_t kMaxPidsPerRank = 4194304;              // Linux's largest pid_max
 inline constexpr Millis kMaxGracePeriod{30LL * 86400 * 1000};     // 30 days
 inline constexpr Millis kMaxRuntime{365LL * 86400 * 1000};        // 365 days
 
@@ -78,6 +79,7 @@ struct Resources {
   double cpus = 1;           // what the scheduler counts; a limit only when given
   bool cpus_given = false;   // the job file named cpus: its ranks are held to it (cgroups)
   int64_t memory_bytes = 0;  // 0: not limited
+  int64_t pids = 0;          // processes and threads at once; 0: not limited (by the job)
 };
 
 struct Role {

@@ -383,12 +383,40 @@ class CopyJob {
     stop_ = true;
   }
 
-  // Streams `fd` from its start through the hash; returns the byte count and hash.
+  // Hashes `bytes` zeros (a hole's).
+  static void hashZeros(Worker& worker, int64_t bytes) {
+    static const std::vector<char> zeros(kBufferSize, 0);
+    for (int64_t left = bytes; left > 0;) {
+      const size_t n = static_cast<size_t>(std::min<int64_t>(left, kBufferSize));
+      XXH3_64bits_update(worker.hash.get(), zeros.data(), n);
+      left -= static_cast<int64_t>(n);
+    }
+  }
+
+  // Streams `fd` from its start through the hash; returns the byte count and hash. The holes of
+  // a sparse file are hashed as the zeros they read as, without reading them.
   Result<std::pair<int64_t, XXH64_hash_t>> hashFile(int fd, Worker& worker, const char* what) {
     XXH3_64bits_reset(worker.hash.get());
+    struct stat st {};
+    const bool sparse = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+                        static_cast<int64_t>(st.st_blocks) * 512 < st.st_size;
     int64_t total = 0;
     for (;;) {
-      ssize_t n = ::pread(fd, worker.buffer.get(), kBufferSize, total);
+      size_t want = kBufferSize;
+      if (sparse) {
+        const off_t data = ::lseek(fd, total, SEEK_DATA);
+        if (data < 0 && errno != ENXIO) return failErrno(what);
+        // Past the last data: the rest up to the size is a hole (a file that grows meanwhile
+        // is read on from there as any other).
+        const int64_t next = data < 0 ? std::max<int64_t>(total, st.st_size) : data;
+        if (next > total) {
+          hashZeros(worker, next - total);
+          total = next;
+        }
+        const off_t hole = ::lseek(fd, total, SEEK_HOLE);
+        if (hole > total) want = static_cast<size_t>(std::min<int64_t>(hole - total, kBufferSize));
+      }
+      ssize_t n = ::pread(fd, worker.buffer.get(), want, total);
       if (n < 0) {
         if (errno == EINTR) continue;
         return failErrno(what);
@@ -521,13 +549,36 @@ class CopyJob {
   }
 
   // Copies `in` to `out` hashing the bytes, reads `out` back and compares, then sets the mode
-  // and times. Leaves `out` open.
+  // and times. Leaves `out` open. A sparse file stays sparse: its holes are skipped, not
+  // written as zeros (an 8 GiB file of holes takes nothing, and no time, to copy).
   Result<void> writeVerified(const FileEntry& file, int in, int out, Worker& worker) {
     XXH3_64bits_reset(worker.hash.get());
     int64_t total = 0;
+    const bool sparse = static_cast<int64_t>(file.st.st_blocks) * 512 < file.st.st_size;
+    const int64_t size = file.st.st_size;
     for (;;) {
       if (stopping()) return fail(Code::kFailedPrecondition, "copy interrupted");
-      ssize_t n = ::read(in, worker.buffer.get(), kBufferSize);
+      size_t want = kBufferSize;
+      if (sparse) {
+        // Where the next data is: the hole before it is hashed as the zeros it reads as, and
+        // left a hole in the copy.
+        off_t data = ::lseek(in, total, SEEK_DATA);
+        if (data < 0 && errno != ENXIO) return failCopy(file.src, "seek", errno);
+        const int64_t next = data < 0 ? size : std::max<int64_t>(data, total);
+        if (next > total) {
+          hashZeros(worker, next - total);
+          if (::lseek(out, next, SEEK_SET) < 0) return failCopy(file.src, "seek", errno);
+          total = next;
+        }
+        if (total >= size) {
+          if (::ftruncate(out, size) < 0) return failCopy(file.src, "truncate", errno);
+          break;
+        }
+        off_t hole = ::lseek(in, total, SEEK_HOLE);
+        if (hole > total) want = static_cast<size_t>(std::min<int64_t>(hole - total, kBufferSize));
+      }
+      ssize_t n = sparse ? ::pread(in, worker.buffer.get(), want, total)
+                         : ::read(in, worker.buffer.get(), want);
       if (n < 0) {
         if (errno == EINTR) continue;
         return failCopy(file.src, "read", errno);

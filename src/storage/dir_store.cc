@@ -24,14 +24,30 @@ constexpr int kMaxDepth = 128;
 constexpr int64_t kMaxListed = 10'000'000;
 constexpr size_t kChunk = size_t{1} << 20;
 
-// Copies `size` bytes of `from` (from offset 0) to `to`, in the kernel where it can.
+// Copies `size` bytes of `from` (from offset 0) to `to`, in the kernel where it can. The holes
+// of a sparse `from` stay holes in `to`.
 Result<void> copyBytes(int from, int to, int64_t size, const std::atomic<bool>* cancel,
                        const PartDone& sent) {
   int64_t done = 0, reported = 0;
   std::string buffer;
+  struct stat st {};
+  const bool sparse = ::fstat(from, &st) == 0 && S_ISREG(st.st_mode) &&
+                      static_cast<int64_t>(st.st_blocks) * 512 < std::min<int64_t>(size, st.st_size);
   while (done < size) {
     if (cancel && cancel->load()) return fail(Code::kFailedPrecondition, "interrupted");
-    const size_t want = static_cast<size_t>(std::min<int64_t>(size - done, kChunk));
+    size_t want = static_cast<size_t>(std::min<int64_t>(size - done, kChunk));
+    if (sparse) {
+      const off_t data = ::lseek(from, done, SEEK_DATA);
+      if (data < 0 && errno != ENXIO) return failErrno("seek");
+      const int64_t next = data < 0 ? size : std::min<int64_t>(std::max<int64_t>(data, done), size);
+      if (next > done) {
+        if (::lseek(to, next, SEEK_SET) < 0) return failErrno("seek");
+        done = next;
+        if (done >= size) break;
+      }
+      const off_t hole = ::lseek(from, done, SEEK_HOLE);
+      if (hole > done) want = static_cast<size_t>(std::min<int64_t>(hole - done, want));
+    }
     loff_t in = done;
     ssize_t n = ::copy_file_range(from, &in, to, nullptr, want, 0);
     if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP)) {
@@ -49,6 +65,8 @@ Result<void> copyBytes(int from, int to, int64_t size, const std::atomic<bool>* 
     }
   }
   if (sent && size > kPartSize && done > reported) sent(done - reported);
+  // A hole at the end: the size, without a block.
+  if (sparse && ::ftruncate(to, size) != 0) return failErrno("truncate");
   return {};
 }
 

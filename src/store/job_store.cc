@@ -109,6 +109,15 @@ ALTER TABLE jobs RENAME COLUMN events_offset TO events_seq;
 UPDATE jobs SET events_seq = 0;
 ALTER TABLE jobs ADD COLUMN report_hash TEXT NOT NULL DEFAULT '';
 )sql",
+    // Each account's quotas as its admin set them; NULL: the server's default.
+    R"sql(
+ALTER TABLE accounts ADD COLUMN quota_bytes INTEGER;
+ALTER TABLE accounts ADD COLUMN quota_inodes INTEGER;
+ALTER TABLE accounts ADD COLUMN quota_queued_jobs INTEGER;
+ALTER TABLE accounts ADD COLUMN quota_uploads INTEGER;
+ALTER TABLE accounts ADD COLUMN quota_followers INTEGER;
+ALTER TABLE accounts ADD COLUMN quota_max_priority INTEGER;
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -317,7 +326,8 @@ void bindJobFields(Query& q, const Job& job) {
 }
 
 constexpr const char* kAccountSelect =
-    "SELECT name, admin, max_gpus, max_cpu_millis, created, number FROM accounts";
+    "SELECT name, admin, max_gpus, max_cpu_millis, created, number, quota_bytes, quota_inodes, "
+    "quota_queued_jobs, quota_uploads, quota_followers, quota_max_priority FROM accounts";
 
 Account readAccount(const Query& q) {
   return Account{.name = q.text(0),
@@ -325,7 +335,13 @@ Account readAccount(const Query& q) {
                  .max_gpus = q.optionalInteger(2),
                  .max_cpu_millis = q.optionalInteger(3),
                  .created = q.integer(4),
-                 .number = q.integer(5)};
+                 .number = q.integer(5),
+                 .quotas = {.bytes = q.optionalInteger(6),
+                            .inodes = q.optionalInteger(7),
+                            .queued_jobs = q.optionalInteger(8),
+                            .uploads = q.optionalInteger(9),
+                            .followers = q.optionalInteger(10),
+                            .max_priority = q.optionalInteger(11)}};
 }
 
 constexpr const char* kTokenSelect = "SELECT id, account, label, hash, created FROM tokens";
@@ -587,6 +603,40 @@ Result<std::vector<Account>> JobStore::accounts() {
   return impl_->read([&](Conn& c) -> Result<std::vector<Account>> {
     COHORT_ASSIGN(Query q, prepare(c, std::string(kAccountSelect) + " ORDER BY name"));
     return allRows<Account>(q, readAccount);
+  });
+}
+
+Result<void> JobStore::setQuotas(const std::string& name, const Quotas& quotas) {
+  bool found = false;
+  COHORT_TRY(impl_->write([&](Conn& c) -> Result<void> {
+    COHORT_ASSIGN(Query q, prepare(c,
+                                   "UPDATE accounts SET quota_bytes = ?, quota_inodes = ?, "
+                                   "quota_queued_jobs = ?, quota_uploads = ?, quota_followers = ?, "
+                                   "quota_max_priority = ? WHERE name = ?"));
+    q.bind(quotas.bytes).bind(quotas.inodes).bind(quotas.queued_jobs).bind(quotas.uploads);
+    q.bind(quotas.followers).bind(quotas.max_priority).bind(name);
+    COHORT_TRY(q.run());
+    found = sqlite3_changes(c.db()) > 0;
+    return {};
+  }));
+  if (!found) return fail(Code::kNotFound, "account '" + name + "' not found");
+  return {};
+}
+
+Result<int64_t> JobStore::countJobs(const std::string& account,
+                                    const std::vector<std::string>& states) {
+  return impl_->read([&](Conn& c) -> Result<int64_t> {
+    std::string sql = "SELECT COUNT(*) FROM jobs WHERE account = ?";
+    if (!states.empty()) {
+      sql += " AND state IN (?";
+      for (size_t i = 1; i < states.size(); ++i) sql += ", ?";
+      sql += ")";
+    }
+    COHORT_ASSIGN(Query q, prepare(c, sql));
+    q.bind(account);
+    for (const std::string& state : states) q.bind(state);
+    COHORT_ASSIGN(bool row, q.step());
+    return row ? q.integer(0) : int64_t{0};
   });
 }
 

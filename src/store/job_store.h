@@ -21,6 +21,17 @@
 
 namespace cohort::store {
 
+// What one account may hold and do at once, as its admin set it (cohort accounts quota);
+// absent: the server's default (server/quotas.h).
+struct Quotas {
+  std::optional<int64_t> bytes;         // in the data root: store, uploads, jobs, environments
+  std::optional<int64_t> inodes;        // files, directories and links there
+  std::optional<int64_t> queued_jobs;   // jobs waiting in the queue
+  std::optional<int64_t> uploads;       // uploads being received or waiting for their job
+  std::optional<int64_t> followers;     // streams followed at once (events, logs)
+  std::optional<int64_t> max_priority;  // the highest priority it may give its jobs
+};
+
 struct Account {
   std::string name;
   bool admin = false;
@@ -29,6 +40,7 @@ struct Account {
   int64_t created = 0;                    // unix nanos
   int64_t number = 0;  // 1, 2, ... in the order accounts were made, never reused: the offset of
                        // the account's ranks' Unix identity in the server's range
+  Quotas quotas;
 };
 
 struct Token {
@@ -116,6 +128,11 @@ class JobStore {
   Result<void> createAccount(const Account& account);
   Result<Account> account(const std::string& name);  // kNotFound
   Result<std::vector<Account>> accounts();           // by name
+  // Sets every quota of `name` to `quotas` (absent ones go back to the server's default).
+  // Errors: kNotFound.
+  Result<void> setQuotas(const std::string& name, const Quotas& quotas);
+  // How many of `account`'s jobs are in any of `states`.
+  Result<int64_t> countJobs(const std::string& account, const std::vector<std::string>& states);
 
   // Tokens. addToken returns the new id; tokenByHash: kNotFound. deleteToken: kNotFound.
   Result<int64_t> addToken(const std::string& account, const std::string& hash,

@@ -193,7 +193,7 @@ TEST_F(JobStoreTest, RefusesAFileFromANewerCohort) {
   ASSERT_FALSE(store);
   EXPECT_EQ(store.error().code, Code::kFailedPrecondition);
   EXPECT_EQ(store.error().message, "database '" + path_ +
-                                       "' has schema version 99; this cohort knows up to 4: "
+                                       "' has schema version 99; this cohort knows up to 5: "
                                        "upgrade cohort");
   EXPECT_EQ(rawQuery(path_, "PRAGMA user_version"), 99);
 }

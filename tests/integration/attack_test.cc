@@ -3,12 +3,18 @@
 // hard links, /proc, signals and ptrace to other processes, the job's own record, the server's
 // API without a token — and each attempt must fail, visibly in the job's own log, and leave the
 // server healthy. The rank prints one line per attempt: "ATTEMPT <name> <ok|blocked> <detail>".
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -800,6 +806,117 @@ TEST_F(Attack, AnUploadIsExtractedAsItsAccount) {
   ASSERT_EQ(j_status, 201) << j_json.dump();
   EXPECT_EQ(waitFinal(bob_, j_json.value("id", "")).value("state", ""), "succeeded");
   EXPECT_TRUE(contains(logOf(bob_, j_json.value("id", "")), "from-upload"));
+}
+
+// What the kernel says of a process: a line's number from /proc/PID/status (VmRSS: KiB), its
+// open descriptors, and its CPU time in clock ticks.
+int64_t statusField(pid_t pid, const std::string& field) {
+  const std::string status = readText("/proc/" + std::to_string(pid) + "/status");
+  const auto at = status.find(field + ":");
+  return at == std::string::npos ? -1 : std::atoll(status.c_str() + at + field.size() + 1);
+}
+int64_t openDescriptors(pid_t pid) {
+  std::error_code ec;
+  int64_t n = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    ++n;
+  }
+  return n;
+}
+int64_t cpuTicks(pid_t pid) {
+  const std::string stat = readText("/proc/" + std::to_string(pid) + "/stat");
+  std::istringstream in(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  int64_t utime = 0, stime = 0;
+  for (int i = 3; in >> field; ++i) {
+    if (i == 14) utime = std::atoll(field.c_str());
+    if (i == 15) stime = std::atoll(field.c_str());
+  }
+  return utime + stime;
+}
+
+// Anyone who reaches a coordinator's port can connect to it. 20,000 connections that never prove
+// the job's secret (silent ones, and ones that send garbage) cost it a bounded number of
+// descriptors and a bounded amount of memory; those it still holds are closed at their
+// deadline; and the job, its reports to the server and its verdict go on.
+TEST_F(Attack, AFloodOfStrangersOnTheControlChannelCostsTheCoordinatorABoundedAmount) {
+  const std::string gate = work_ + "/flooded-go";
+  auto [status, json] =
+      submit(bob_, shellJob("flooded", "echo started; while [ ! -e " + gate +
+                                           " ]; do sleep 0.1; done; echo after the flood"));
+  ASSERT_EQ(status, 201) << json.dump();
+  const std::string id = json.value("id", "");
+  const std::string pid_file = server_->dataRoot() + "/jobs/" + id + "/coordinator.pid";
+  pid_t coordinator = -1;
+  ASSERT_TRUE(waitFor(
+      [&] {
+        auto [s, record] = call("GET", "/v1/jobs/" + id, bob_);
+        coordinator = std::atoi(readText(pid_file).c_str());
+        return s == 200 && record.value("state", "") == "running" && coordinator > 0;
+      },
+      kDeadline, 50ms));
+  const int port = listeningPort(coordinator);
+  ASSERT_GT(port, 0) << "the coordinator listens on no TCP port";
+  // Enough descriptors of our own to hold thousands of connections open at once.
+  rlimit files{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &files), 0);
+  files.rlim_cur = std::min<rlim_t>(files.rlim_max, 24000);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &files), 0);
+  const int64_t rss_before = statusField(coordinator, "VmRSS");
+  const int64_t fds_before = openDescriptors(coordinator);
+  const int64_t cpu_before = cpuTicks(coordinator);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(port));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::vector<int> held;
+  int64_t fds_peak = 0;
+  constexpr int kFlood = 20000;
+  for (int i = 0; i < kFlood; ++i) {
+    if (held.size() + 64 >= files.rlim_cur) {  // out of our own: let the oldest go
+      for (size_t k = 0; k < held.size() / 2; ++k) ::close(held[k]);
+      held.erase(held.begin(), held.begin() + static_cast<long>(held.size() / 2));
+    }
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
+      ::close(fd);
+      continue;  // the backlog was full for a moment
+    }
+    if (i % 4 == 1) (void)!::send(fd, "\x00\x00\x10\x00garbage", 11, MSG_NOSIGNAL);
+    held.push_back(fd);
+    if (i % 1000 == 0) fds_peak = std::max(fds_peak, openDescriptors(coordinator));
+  }
+  ASSERT_TRUE(waitFor([&] { return openDescriptors(coordinator) < fds_before + 300; }, 10s, 50ms))
+      << "the coordinator holds " << openDescriptors(coordinator) << " descriptors, "
+      << fds_before << " before";
+  const int64_t rss_after = statusField(coordinator, "VmRSS");
+  const int64_t cpu_used = cpuTicks(coordinator) - cpu_before;
+  std::printf("flood of %d connections: coordinator VmRSS %lld -> %lld KiB, descriptors %lld "
+              "(at most %lld seen during it), CPU %.2f s\n",
+              kFlood, static_cast<long long>(rss_before), static_cast<long long>(rss_after),
+              static_cast<long long>(fds_before), static_cast<long long>(fds_peak),
+              static_cast<double>(cpu_used) / static_cast<double>(::sysconf(_SC_CLK_TCK)));
+  EXPECT_LT(fds_peak, fds_before + 300) << "strangers were not capped";
+  EXPECT_LT(rss_after - rss_before, 32 * 1024) << "the flood grew the coordinator";
+  // Those it still holds are closed by their deadline, without a word.
+  auto closed = [](int fd) {
+    char byte;
+    const ssize_t n = ::recv(fd, &byte, 1, MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+  };
+  EXPECT_TRUE(waitFor(
+      [&] { return std::all_of(held.begin(), held.end(), closed); }, 20s, 200ms))
+      << std::count_if(held.begin(), held.end(), [&](int fd) { return !closed(fd); })
+      << " strangers are still open past their deadline";
+  for (int fd : held) ::close(fd);
+  // The job goes on, reports its end to the server, and succeeds.
+  std::ofstream(gate).put('\n');
+  const Json record = waitFinal(bob_, id);
+  EXPECT_EQ(record.value("state", ""), "succeeded") << record.dump();
+  EXPECT_NE(logOf(bob_, id).find("after the flood"), std::string::npos);
+  expectServerHealthy();
 }
 
 }  // namespace

@@ -99,6 +99,10 @@ std::vector<pid_t> readPids(const std::string& path);
 bool processGone(pid_t pid);
 
 std::string readText(const std::string& path);
+
+// The TCP port that process `pid` listens on (a coordinator's control channel), from /proc; 0 if
+// none.
+int listeningPort(pid_t pid);
 // What `sh -c command` printed on stdout.
 std::string shellOutput(const std::string& command);
 // Whether `sh -c check` succeeds (quietly): what a test needs is installed.

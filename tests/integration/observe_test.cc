@@ -467,7 +467,7 @@ TEST_F(Observe, ARankOverItsMemoryLimitIsTheRootCauseOrTheLimitIsSaidNotEnforced
   // Both nodes have the same reason: said once.
   EXPECT_EQ(run.exit_code, 3) << run.err;
   const std::regex said(
-      R"(cohort: node [01]: resource requests \(resources.cpus, resources.memory\) are not )"
+      R"(cohort: node [01]: resource requests \(resources.cpus, .memory, .pids\) are not )"
       R"(enforced: [^\n]*(cgroup|controller)[^\n]*\n)");
   EXPECT_EQ(std::distance(std::sregex_iterator(run.err.begin(), run.err.end(), said),
                           std::sregex_iterator()),
@@ -481,6 +481,81 @@ TEST_F(Observe, ARankOverItsMemoryLimitIsTheRootCauseOrTheLimitIsSaidNotEnforced
   }
   EXPECT_EQ(limits, 1u) << events;
   EXPECT_EQ(result.value("reason", ""), "worker/1 on node 1 exited with code 3") << result;
+}
+
+
+// A sandboxed job run as root has memory of its own for /tmp and /dev/shm, charged to the rank
+// that writes it: a rank of 64 MiB that writes 256 MiB into /dev/shm is ended for its memory,
+// named as such, and nothing of its /dev/shm is left on the machine.
+TEST_F(Observe, ARankThatFillsItsDevShmPastItsMemoryIsKilledForIt) {
+  if (::geteuid() != 0) GTEST_SKIP() << "the job's /dev/shm is memory of its own as root only";
+  if (!have("bwrap --dev-bind / / true")) GTEST_SKIP() << "bubblewrap does not work here";
+  write("job.yaml", "name: shm\nframework: generic\nworkdir: " + dir_ +
+                        "\ncommand: [/bin/sh, -c, 'df -k /dev/shm /tmp; dd if=/dev/zero "
+                        "of=/dev/shm/fill bs=1M count=256; echo dd $?; sleep 30']\n"
+                        "roles:\n  worker: {nodes: 1, procs_per_node: 1, resources: {memory: "
+                        "64Mi}}\npolicy: {grace_period: 1s}\n");
+  auto run = runCohort({"run", "--isolate", "--data-root", root_, "-f", dir_ + "/job.yaml"}, 60s);
+  if (contains(run.err, "are not enforced")) GTEST_SKIP() << run.err;
+  const std::string dir = onlyJobDir(root_);
+  const std::string log = readText(dir + "/logs/worker-0.log");
+  // The job's own: 64 MiB (the ranks' memory together), not the machine's.
+  EXPECT_TRUE(std::regex_search(log, std::regex(R"(tmpfs +65536 .* /dev/shm)"))) << log;
+  EXPECT_TRUE(std::regex_search(log, std::regex(R"(tmpfs +65536 .* /tmp)"))) << log;
+  EXPECT_EQ(run.exit_code, 128 + 9) << run.err << log;
+  EXPECT_TRUE(contains(run.err,
+                       "worker/0 on node 0 was killed by the kernel for using more than its "
+                       "memory limit of 64.0 MiB"))
+      << run.err;
+  const std::string id = dir.substr(dir.rfind('/') + 1);
+  EXPECT_EQ(shellOutput("ls /dev/shm | grep -F '" + id + "'"), "") << "left on /dev/shm";
+  EXPECT_EQ(shellOutput("grep -F '" + id + "' /proc/self/mountinfo"), "") << "a mount was left";
+}
+
+// A fork bomb in a rank stops at its resources.pids, and the rank goes on.
+TEST_F(Observe, AForkBombStopsAtItsRanksPidsLimit) {
+  write("bomb.py",
+        "import errno, os, time\n"
+        "n = 0\n"
+        "try:\n"
+        "    for _ in range(5000):\n"
+        "        if os.fork() == 0:\n"
+        "            time.sleep(60)\n"
+        "            os._exit(0)\n"
+        "        n += 1\n"
+        "except OSError as e:\n"
+        "    print('fork failed after', n, errno.errorcode[e.errno], flush=True)\n");
+  write("job.yaml", "name: bomb\nframework: generic\nworkdir: " + dir_ +
+                        "\ncommand: [/usr/bin/python3, bomb.py]\n"
+                        "roles:\n  worker: {nodes: 1, procs_per_node: 1, resources: {pids: 32}}\n");
+  auto run = runCohort({"run", "--data-root", root_, "-f", dir_ + "/job.yaml"}, 60s);
+  if (contains(run.err, "are not enforced")) GTEST_SKIP() << run.err;
+  const std::string log = readText(onlyJobDir(root_) + "/logs/worker-0.log");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(log, m, std::regex(R"(fork failed after (\d+) EAGAIN)"))) << log;
+  EXPECT_LT(std::stoi(m[1]), 32);
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+}
+
+// A rank, even one that runs as root (cohort run --isolate as root drops its capabilities),
+// cannot move itself out of the cgroups that hold it to its limits.
+TEST_F(Observe, ARankCannotLeaveItsCgroups) {
+  if (!have("bwrap --dev-bind / / true")) GTEST_SKIP() << "bubblewrap does not work here";
+  write("job.yaml",
+        "name: leave\nframework: generic\nworkdir: " + dir_ +
+            "\ncommand: [/bin/sh, -c, 'for f in /sys/fs/cgroup/*/cgroup.procs "
+            "/sys/fs/cgroup/cgroup.procs; do [ -e $f ] && echo $$ 2>/dev/null > $f && echo "
+            "LEFT $f; done; cat /proc/self/cgroup']\n"
+            "roles:\n  worker: {nodes: 1, procs_per_node: 1, resources: {memory: 256Mi, pids: 64}}\n");
+  auto run = runCohort({"run", "--isolate", "--data-root", root_, "-f", dir_ + "/job.yaml"}, 60s);
+  if (contains(run.err, "are not enforced")) GTEST_SKIP() << run.err;
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  const std::string dir = onlyJobDir(root_);
+  const std::string id = dir.substr(dir.rfind('/') + 1);
+  const std::string log = readText(dir + "/logs/worker-0.log");
+  EXPECT_FALSE(contains(log, "LEFT")) << log;
+  EXPECT_TRUE(std::regex_search(log, std::regex(":memory:[^\n]*/cohort/" + id + "/node0/rank0\n")))
+      << log;
 }
 
 }  // namespace

@@ -2574,23 +2574,31 @@ TEST_F(ServerEdge, AnAccountsFollowersAreCappedAndFreedWhenTheyHangUp) {
   stopServer();
   ASSERT_TRUE(startServer({"--cpus", "4", "--max-followers", "5"}));
   const std::string bob = createAccount("bob");
-  const std::string id = submit(admin_, rankJob("followed", {"echo=before", gate("go")}));
+  const std::string carol = createAccount("carol");
+  const std::string id = submit(bob, rankJob("followed", {"echo=before", gate("go")}));
   ASSERT_FALSE(id.empty());
-  waitJob(admin_, id, isRunning);
+  waitJob(bob, id, isRunning);
   const std::string request = "GET /v1/jobs/" + id + "/logs?follow=1 HTTP/1.1\r\nHost: x\r\n"
-                              "Authorization: Bearer " + admin_ + "\r\n\r\n";
+                              "Authorization: Bearer " + bob + "\r\n\r\n";
   std::vector<std::unique_ptr<RawConnection>> followers;
   for (int i = 0; i < 5; ++i) {
     followers.push_back(std::make_unique<RawConnection>(port_));
     ASSERT_TRUE(followers.back()->send(request));
     ASSERT_TRUE(contains(followers.back()->readUntilContains("before"), "before"));
   }
-  Answer sixth = get("/v1/jobs/" + id + "/logs?follow=1", admin_);
+  Answer sixth = get("/v1/jobs/" + id + "/logs?follow=1", bob);
   EXPECT_EQ(sixth.status, 429) << sixth;
   EXPECT_EQ(sixth.code(), "resource_exhausted");
-  EXPECT_TRUE(contains(sixth.message(), "--max-followers")) << sixth;
-  // Another account's limit is its own; what is not a follower is not counted.
-  EXPECT_EQ(get("/v1/jobs/" + id + "/logs", admin_).status, 200);
+  EXPECT_TRUE(contains(sixth.message(), "quota of 5 followed streams")) << sixth;
+  EXPECT_TRUE(contains(sixth.message(), "5 in use")) << sixth;
+  // What is not a follower is not counted, and another account's limit is its own (an admin
+  // is held only to what was set for it).
+  EXPECT_EQ(get("/v1/jobs/" + id + "/logs", bob).status, 200);
+  RawConnection admins(port_);
+  ASSERT_TRUE(admins.send("GET /v1/jobs/" + id + "/logs?follow=1 HTTP/1.1\r\nHost: x\r\n"
+                          "Authorization: Bearer " + admin_ + "\r\n\r\n"));
+  EXPECT_TRUE(contains(admins.readUntilContains("before"), "before"));
+  EXPECT_EQ(get("/v1/accounts/carol/quotas", carol).json["quotas"]["followers"]["used"], 0);
   // One hangs up: its slot is free again at once.
   followers.pop_back();
   bool again = waitFor(
@@ -2601,7 +2609,6 @@ TEST_F(ServerEdge, AnAccountsFollowersAreCappedAndFreedWhenTheyHangUp) {
       },
       kDeadline, 100ms);
   EXPECT_TRUE(again);
-  EXPECT_EQ(get("/v1/whoami", bob).status, 200);
   openGate("go");
 }
 
@@ -2751,6 +2758,173 @@ TEST_F(ServerStreams, AFollowedLogEndsOnlyAfterTheJobsLastLine) {
     EXPECT_TRUE(contains(followed.out, "cohort: job " + id + " succeeded"))
         << "follow " << i << " ended before the job's last line:\n" << followed.out;
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quotas: what one account may hold and do at once. Each is tried by a hostile account next to
+// another one, whose work must go on untouched.
+
+class ServerQuotas : public ServerFixture {
+ protected:
+  // The admin sets `account`'s quotas; returns the answer's quotas.
+  Json setQuotas(const std::string& account, const Json& quotas) {
+    Answer a = call("PUT", "/v1/accounts/" + account + "/quotas", admin_, quotas.dump());
+    EXPECT_EQ(a.status, 200) << a;
+    return a.json.is_object() ? a.json["quotas"] : Json();
+  }
+  static ::testing::AssertionResult overQuota(const Answer& a, const std::string& quota,
+                                              const std::string& in_use) {
+    if (a.status != 429 || a.code() != "resource_exhausted") {
+      return ::testing::AssertionFailure() << "not a 429: " << a;
+    }
+    for (const std::string& words : {"(" + quota + " quota)", in_use + " in use",
+                                     std::string("cohort accounts quota")}) {
+      if (quota == "max_priority" && words != "cohort accounts quota") continue;
+      if (!contains(a.message(), words)) {
+        return ::testing::AssertionFailure() << "'" << words << "' not in: " << a.message();
+      }
+    }
+    return ::testing::AssertionSuccess();
+  }
+};
+
+TEST_F(ServerQuotas, NoAccountGivesItselfAPriorityAboveItsMaximum) {
+  const std::string alice = createAccount("alice");
+  const std::string bob = createAccount("bob");
+  const Json job = rankJob("eager", {"echo=hi"});
+  for (int priority : {10, 1000000}) {
+    Answer a = post("/v1/jobs", alice, {{"job", job}, {"priority", priority}});
+    EXPECT_TRUE(overQuota(a, "max_priority", "")) << priority;
+    EXPECT_TRUE(contains(a.message(), "a priority of at most 0, not " + std::to_string(priority)))
+        << a;
+  }
+  EXPECT_EQ(call("PUT", "/v1/accounts/alice/quotas", alice, R"({"max_priority": 99})").status,
+            403)
+      << "an account set its own quota";
+  EXPECT_EQ(post("/v1/jobs", bob, {{"job", job}, {"priority", 0}}).status, 201);
+  const Json set = setQuotas("alice", {{"max_priority", 10}});
+  EXPECT_EQ(set["max_priority"]["limit"], 10) << set;
+  EXPECT_EQ(set["max_priority"]["default"], false) << set;
+  EXPECT_EQ(post("/v1/jobs", alice, {{"job", job}, {"priority", 10}}).status, 201);
+  EXPECT_TRUE(overQuota(post("/v1/jobs", alice, {{"job", job}, {"priority", 11}}),
+                        "max_priority", ""));
+  // Back to the server's default.
+  EXPECT_EQ(setQuotas("alice", {{"max_priority", nullptr}})["max_priority"]["limit"], 0);
+}
+
+TEST_F(ServerQuotas, QueuedJobsPastTheQuotaAreRefusedAndAnotherAccountStillQueues) {
+  stopServer();
+  ASSERT_TRUE(startServer({"--cpus", "1", "--quota-queued-jobs", "2"}));
+  const std::string alice = createAccount("alice");
+  const std::string bob = createAccount("bob");
+  const std::string first = submit(alice, rankJob("holds-the-cpu", {gate("go")}));
+  ASSERT_FALSE(first.empty());
+  waitJob(alice, first, isRunning);
+  for (int i = 0; i < 2; ++i) ASSERT_FALSE(submit(alice, rankJob("waits", {gate("go")})).empty());
+  Answer third = post("/v1/jobs", alice, {{"job", rankJob("one-too-many", {"echo=x"})}});
+  EXPECT_TRUE(overQuota(third, "queued_jobs", "2")) << third;
+  const Json quotas = get("/v1/accounts/alice/quotas", alice).json["quotas"];
+  EXPECT_EQ(quotas["queued_jobs"]["used"], 2) << quotas;
+  EXPECT_EQ(quotas["queued_jobs"]["limit"], 2) << quotas;
+  EXPECT_EQ(quotas["queued_jobs"]["default"], true) << quotas;
+  // Bob's queue is his own.
+  const std::string bobs = submit(bob, rankJob("bobs", {"echo=bob"}));
+  ASSERT_FALSE(bobs.empty());
+  EXPECT_EQ(get("/v1/jobs/" + bobs, bob).json.value("state", ""), "queued");
+  // Another account cannot read alice's quotas; the admin can.
+  EXPECT_EQ(get("/v1/accounts/alice/quotas", bob).status, 404);
+  EXPECT_EQ(get("/v1/accounts/alice/quotas", admin_).status, 200);
+  openGate("go");
+  EXPECT_EQ(waitFinal(bob, bobs).value("state", ""), "succeeded");
+}
+
+TEST_F(ServerQuotas, UploadsPastTheQuotaAreRefusedAndAnotherAccountStillUploads) {
+  const std::string alice = createAccount("alice");
+  const std::string bob = createAccount("bob");
+  setQuotas("alice", {{"uploads", 2}});
+  const std::string archive = tarEntry("run.sh", '0', "true\n") + tarEnd();
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(call("POST", "/v1/uploads", alice, archive, "application/x-tar").status, 201);
+  }
+  Answer third = call("POST", "/v1/uploads", alice, archive, "application/x-tar");
+  EXPECT_TRUE(overQuota(third, "uploads", "2")) << third;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(call("POST", "/v1/uploads", bob, archive, "application/x-tar").status, 201);
+  }
+}
+
+TEST_F(ServerQuotas, BytesAndInodesPastTheQuotaAreRefusedAndAnotherAccountStillWrites) {
+  const std::string alice = createAccount("alice");
+  const std::string bob = createAccount("bob");
+  setQuotas("alice", {{"bytes", 1 << 20}, {"inodes", 40}});
+  const std::string two_mib(2 << 20, 'z');
+  // A store file larger than the quota: refused from its headers, before a byte of its body.
+  RawConnection put(port_);
+  ASSERT_TRUE(put.send("PUT /v1/store/alice-data/big HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                       alice + "\r\nContent-Type: application/octet-stream\r\nContent-Length: " +
+                       std::to_string(two_mib.size()) + "\r\n\r\n"));
+  const std::string refused = put.readUntilContains("quota)");
+  EXPECT_TRUE(contains(refused, "HTTP/1.1 429")) << refused;
+  EXPECT_TRUE(contains(refused, "quota of 1.0 MiB bytes in the data root")) << refused;
+  EXPECT_TRUE(contains(refused, "(bytes quota)")) << refused;
+  EXPECT_EQ(call("PUT", "/v1/store/bob-data/big", bob, two_mib, "application/octet-stream").status,
+            201);
+  // A code upload of 60 small files: past the inodes however few bytes.
+  std::string many;
+  for (int i = 0; i < 60; ++i) many += tarEntry("f" + std::to_string(i), '0', "x");
+  many += tarEnd();
+  Answer up = call("POST", "/v1/uploads", alice, many, "application/x-tar");
+  EXPECT_EQ(up.status, 429) << up;
+  EXPECT_TRUE(contains(up.message(), "(inodes quota)")) << up;
+  EXPECT_EQ(call("POST", "/v1/uploads", bob, many, "application/x-tar").status, 201);
+  // Within both: accepted, and counted.
+  EXPECT_EQ(call("PUT", "/v1/store/alice-data/small", alice, std::string(4096, 's'),
+                 "application/octet-stream")
+                .status,
+            201);
+  const Json quotas = get("/v1/accounts/alice/quotas", alice).json["quotas"];
+  EXPECT_GE(quotas["bytes"]["used"].get<int64_t>(), 4096) << quotas;
+  EXPECT_GE(quotas["inodes"]["used"].get<int64_t>(), 1) << quotas;
+  // Nothing of alice's refused requests is left in the data root.
+  std::error_code ec;
+  EXPECT_FALSE(std::filesystem::exists(data_root_ + "/store/alice-data/big", ec));
+}
+
+// A job that writes past its account's bytes quota is stopped, saying why; another account's
+// running job goes on.
+TEST_F(ServerQuotas, ARunningJobThatWritesPastItsAccountsBytesIsStoppedAndNoOtherIs) {
+  const std::string alice = createAccount("alice");
+  const std::string bob = createAccount("bob");
+  setQuotas("alice", {{"bytes", 8 << 20}});
+  const std::string bobs = submit(bob, rankJob("bystander", {"echo=started", gate("go")}));
+  ASSERT_FALSE(bobs.empty());
+  Json filler = {{"name", "filler"},
+                 {"framework", "generic"},
+                 {"workdir", work_},
+                 {"command",
+                  {"/bin/sh", "-c",
+                   "head -c 33554432 /dev/zero > \"$COHORT_OUTPUT_DIR/fill\"; sleep 60"}}};
+  const std::string id = submit(alice, filler);
+  ASSERT_FALSE(id.empty());
+  const Json record = waitFinal(alice, id);
+  EXPECT_EQ(record.value("state", ""), "stopped") << record;
+  EXPECT_TRUE(contains(record.value("reason", ""), "(bytes quota)")) << record;
+  EXPECT_TRUE(contains(record.value("reason", ""), "the job was stopped")) << record;
+  EXPECT_EQ(get("/v1/jobs/" + bobs, bob).json.value("state", ""), "running");
+  openGate("go");
+  EXPECT_EQ(waitFinal(bob, bobs).value("state", ""), "succeeded");
+  // Over its quota, alice may submit nothing more until it frees some.
+  Answer more = post("/v1/jobs", alice, {{"job", rankJob("more", {"echo=x"})}});
+  EXPECT_TRUE(overQuota(more, "bytes", "")) << more;
+}
+
+TEST_F(ServerQuotas, BadQuotasAreRefusedNamingTheField) {
+  createAccount("alice");
+  for (const char* body : {R"({"bytes": -1})", R"({"inodes": "many"})", R"({"speed": 3})"}) {
+    Answer a = call("PUT", "/v1/accounts/alice/quotas", admin_, body);
+    EXPECT_EQ(a.status, 400) << body << ": " << a;
+  }
+  EXPECT_EQ(call("PUT", "/v1/accounts/nobody/quotas", admin_, R"({"bytes": 1})").status, 404);
 }
 
 }  // namespace

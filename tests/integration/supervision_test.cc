@@ -514,31 +514,6 @@ TEST(Supervision, RanksAnAgentStoppedOnItsOwnAreNeverASuccessAndTheRecordSaysWhy
   expectAllGone(readPids(root + "/pids"));
 }
 
-// The TCP port that process `pid` listens on (its control channel), from /proc; 0 if none.
-int listeningPort(pid_t pid) {
-  std::set<std::string> sockets;  // their inodes
-  const std::string fds = "/proc/" + std::to_string(pid) + "/fd";
-  for (const auto& entry : std::filesystem::directory_iterator(fds)) {
-    std::error_code ec;
-    const std::string target = std::filesystem::read_symlink(entry.path(), ec).string();
-    if (target.rfind("socket:[", 0) == 0) sockets.insert(target.substr(8, target.size() - 9));
-  }
-  std::istringstream table(readText("/proc/" + std::to_string(pid) + "/net/tcp"));
-  std::string line;
-  std::getline(table, line);  // the header
-  while (std::getline(table, line)) {
-    // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
-    std::istringstream fields(line);
-    std::string sl, local, remote, state, queues, timers, retransmits, uid, timeout, inode;
-    fields >> sl >> local >> remote >> state >> queues >> timers >> retransmits >> uid >> timeout >>
-        inode;
-    if (state == "0A" && sockets.count(inode)) {
-      return static_cast<int>(std::stol(local.substr(local.find(':') + 1), nullptr, 16));
-    }
-  }
-  return 0;
-}
-
 // Connects to 127.0.0.1:`port`, sends `text`, and reads what comes until the peer closes or 3 s
 // pass. Returns what came and whether the peer closed.
 std::pair<std::string, bool> strangerSays(int port, const std::string& text) {
