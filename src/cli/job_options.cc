@@ -11,7 +11,9 @@
 #include <optional>
 #include <set>
 
+#include "agent/rank_env.h"
 #include "backends/local.h"
+#include "cli/python_check.h"
 #include "env/environments.h"
 #include "env/images.h"
 #include "job/id.h"
@@ -101,35 +103,41 @@ std::string nameFromCommand(const std::vector<std::string>& command) {
   return name.empty() ? "job" : name;
 }
 
-// debug: the ranks' interpreter must have debugpy (or, dialling an IDE, PyCharm's
-// pydevd-pycharm): asked of it now, as the ranks would run it.
-Result<void> checkDebugger(const spec::JobSpec& s, const std::string& workdir) {
-  std::string path = std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin";
-  proc::SpawnRequest req;
-  for (char** e = environ; *e; ++e) req.env.emplace_back(*e);
+// The PATH of the ranks' environment: the job's (an environment's bin/ first), else this
+// process's for ranks that inherit it, else the base of a rank in the sandbox (agent/rank_env.h).
+std::string ranksPath(const spec::JobSpec& s, bool sandboxed) {
   for (const auto& [k, v] : s.env) {
-    if (k == "PATH") path = v;
-    req.env.push_back(k + "=" + v);
+    if (k == "PATH") return v;
   }
-  auto python = proc::findProgram(s.command[0], path, workdir);
-  if (!python) return withContext(python.error(), spec::fieldLabel(s, "command") + "debug");
-  const bool dials = !s.debug.connect.empty();
-  req.argv = {*python, "-c",
-              dials ? "try:\n import pydevd_pycharm\nexcept ImportError:\n import debugpy"
-                    : "import debugpy"};
-  req.cwd = workdir;
-  auto ran = proc::runCaptured(req, Millis(30000));
-  if (ran && ran->status.shellCode() == 0) return {};
-  const std::string why =
-      ran ? ran->err.substr(0, ran->err.find_last_not_of("\n") + 1) : ran.error().message;
-  const std::string last = why.substr(why.rfind('\n') + 1);
-  return fail(Code::kFailedPrecondition,
-              spec::fieldLabel(s, "debug") + "the ranks' interpreter '" + s.command[0] + "' (" +
-                  *python + ") cannot import " +
-                  (dials ? "pydevd_pycharm or debugpy (" : "debugpy (") + last.substr(0, 200) +
-                  "): install it where the ranks run (apt-get install python3-debugpy, or pip "
-                  "install debugpy into the job's environment" +
-                  (dials ? "; for PyCharm's debug server, pip install pydevd-pycharm)" : ")"));
+  const char* own = std::getenv("PATH");
+  if (sandboxed) {
+    for (const auto& [name, value] : agent::kBaseVariables) {
+      if (std::string(name) == "PATH") return value;
+    }
+  }
+  return own ? own : "/usr/bin:/bin";
+}
+
+// What the ranks' Python must import besides the program's own imports: the debugger (or,
+// dialling an IDE, PyCharm's pydevd-pycharm), the preload launcher's modules, torchrun's torch.
+std::vector<PythonNeed> pythonNeeds(const spec::JobSpec& s) {
+  std::vector<PythonNeed> needs;
+  if (s.debug.enabled) {
+    const bool dials = !s.debug.connect.empty();
+    needs.push_back({dials ? std::vector<std::string>{"pydevd_pycharm", "debugpy"}
+                           : std::vector<std::string>{"debugpy"},
+                     "debug",
+                     std::string("it where the ranks run (apt-get install python3-debugpy, or pip "
+                                 "install debugpy into the job's environment") +
+                         (dials ? "; for PyCharm's debug server, pip install pydevd-pycharm)" : ")")});
+  }
+  if (s.launcher == spec::Launcher::kPreload) {
+    std::vector<std::string> modules = s.preload;
+    if (!s.preload_given && s.framework == spec::Framework::kPyTorch) modules = {"torch"};
+    for (const std::string& m : modules) needs.push_back({{m}, "preload", ""});
+  }
+  if (s.launcher == spec::Launcher::kTorchrun) needs.push_back({{"torch"}, "launcher", ""});
+  return needs;
 }
 
 // --debug, --post-mortem and --pdb over the job file's debug: field.
@@ -784,6 +792,11 @@ Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
     }
   }
 
+  // A sandboxed rank looks for its program on the sandbox's PATH, not on this process's.
+  if (o.isolate && std::none_of(with_environment.env.begin(), with_environment.env.end(),
+                                [](const auto& kv) { return kv.first == "PATH"; })) {
+    with_environment.env.emplace_back("PATH", ranksPath(with_environment, true));
+  }
   // The file system: refuse now what would fail at start. A Volcano Job's command runs in its
   // image, not here: nothing of this machine to check.
   auto checked = s.backend == spec::Backend::kVolcano
@@ -799,8 +812,15 @@ Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
     return fail(checked.error().code, msg);
   }
   const std::string workdir = *checked;
-  if (s.debug.enabled && !dry && s.backend == spec::Backend::kLocal && !image) {
-    COHORT_TRY(checkDebugger(with_environment, workdir));
+  // The ranks' Python, asked now for what the job imports (as the user: never for a server's
+  // job, which runs as its account).
+  if (!dry && s.backend == spec::Backend::kLocal && !image && o.run_as.empty() &&
+      runsPython(s.command)) {
+    PythonRanks ranks{ranksPath(with_environment, o.isolate), {}, workdir};
+    for (char** e = environ; *e; ++e) ranks.env.emplace_back(*e);
+    for (const auto& [k, v] : with_environment.env) ranks.env.push_back(k + "=" + v);
+    ranks.env.push_back("PATH=" + ranks.path);
+    COHORT_TRY(checkPython(with_environment, ranks, pythonNeeds(s), {}));
   }
   plan::PlanContext& ctx = job.context;
   ctx.as_root = ::geteuid() == 0;
