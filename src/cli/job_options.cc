@@ -820,7 +820,7 @@ Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
     for (char** e = environ; *e; ++e) ranks.env.emplace_back(*e);
     for (const auto& [k, v] : with_environment.env) ranks.env.push_back(k + "=" + v);
     ranks.env.push_back("PATH=" + ranks.path);
-    COHORT_TRY(checkPython(with_environment, ranks, pythonNeeds(s), {}));
+    COHORT_TRY(checkPython(with_environment, ranks, pythonNeeds(s), {"cohort"}));
   }
   plan::PlanContext& ctx = job.context;
   ctx.as_root = ::geteuid() == 0;
@@ -862,6 +862,10 @@ Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
     ctx.input_roots.push_back(trimmed);
   }
   ctx.cohort_bin = backends::selfExecutable();
+  // Ranks that inherit the user's environment keep its PYTHONPATH before cohort's module's.
+  if (!o.isolate && o.run_as.empty() && !image && s.backend != spec::Backend::kVolcano) {
+    if (const char* python_path = std::getenv("PYTHONPATH")) ctx.inherited_python_path = python_path;
+  }
   if (o.isolate) {
     if (::access("/usr/bin/bwrap", X_OK) != 0) {
       return fail(Code::kFailedPrecondition,

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "plan/plan.h"
+#include "plan/python_helpers.h"
 #include "plan/wiring.h"
 #include "util/text.h"
 
@@ -326,6 +327,16 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
     COHORT_TRY(wirePreload(b));
   }
   wireDebug(b);  // after preload: it checks the job's own command, not the bootstrap's
+  // cohort's Python module for every process, launchers included (their ranks inherit it).
+  for (NodePlan& node : plan.nodes) {
+    for (RankPlan& r : node.ranks) {
+      std::string before = ctx.inherited_python_path;
+      for (const auto& [k, v] : r.env) {
+        if (k == "PYTHONPATH") before = v;
+      }
+      setEnv(r.env, "PYTHONPATH", pythonPathWithHelpers(before, ctx.job_dir));
+    }
+  }
   if (ctx.image) {
     COHORT_TRY(runInImage(b));
   } else if (ctx.isolate) {

@@ -91,5 +91,77 @@ TEST(PythonRanks, TheLauncherTorchrunNeedsTorchInTheRanksPython) {
   EXPECT_TRUE(contains(r.err, "cannot import 'torch'")) << r.err;
 }
 
+// The module's path and the rank, from every rank: the probe of `import cohort`.
+constexpr const char* kWhichCohort =
+    "import cohort, sys\nprint('cohort from', cohort.__file__, 'rank', cohort.rank(), "
+    "'of', cohort.world_size())\n";
+
+TEST(PythonModule, EveryRankImportsItFromAnInterpreterThatNeverHadIt) {
+  const std::string root = tempDir();
+  const std::string bin = bareVenv(root);
+  ASSERT_FALSE(bin.empty());
+  ASSERT_FALSE(have(bin + "/python3 -c 'import cohort'")) << "the venv must not have it";
+  write(root, "which.py", kWhichCohort);
+  // The user's own PYTHONPATH stays in front.
+  ASSERT_EQ(::mkdir((root + "/mine").c_str(), 0755), 0);
+  write(root + "/mine", "own_module_of_the_user.py", "");
+  auto r = runWithFirstOnPath(
+      bin, {"run", "--data-root", root + "/data", "--workdir", root, "--nodes", "2",
+            "--framework", "generic", "--name", "which", "--env", "PYTHONPATH=" + root + "/mine",
+            "--", "python3",
+            "-c", "import own_module_of_the_user\n" + std::string(kWhichCohort)});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string job = onlyJobDir(root + "/data");
+  for (const char* rank : {"rank 0 of 2", "rank 1 of 2"}) {
+    EXPECT_TRUE(contains(r.out, "cohort from " + job + "/files/python/package/cohort/__init__.py " +
+                                    rank))
+        << r.out;
+  }
+  EXPECT_EQ(readJson(job + "/plan.json")["nodes"][0]["ranks"][0]["env"].value("PYTHONPATH", ""),
+            root + "/mine:" + job + "/files/python");
+}
+
+TEST(PythonModule, TheLauncherPreloadsRanksImportItToo) {
+  const std::string root = tempDir();
+  write(root, "which.py", kWhichCohort);
+  auto r = runCohort({"run", "--data-root", root + "/data", "--workdir", root, "--nproc-per-node",
+                      "2", "--framework", "generic", "--preload", "json", "--",
+                      "/usr/bin/python3", "which.py"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string job = onlyJobDir(root + "/data");
+  EXPECT_TRUE(contains(r.out, "cohort from " + job + "/files/python/package/cohort/__init__.py "
+                              "rank 1 of 2"))
+      << r.out;
+}
+
+TEST(PythonModule, TheLauncherTorchrunsRanksImportItToo) {
+  REQUIRE("/usr/bin/python3 -c 'import torch'", "Debian's python3-torch is not installed");
+  const std::string root = tempDir();
+  write(root, "which.py", kWhichCohort);
+  auto r = runCohort({"run", "--data-root", root + "/data", "--workdir", root, "--nproc-per-node",
+                      "2", "--launcher", "torchrun", "--", "/usr/bin/python3", "which.py"},
+                     120s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "/files/python/package/cohort/__init__.py rank 1 of 2")) << r.out;
+}
+
+TEST(PythonModule, ACohortTheUserInstalledIsImportedInstead) {
+  const std::string root = tempDir();
+  const std::string bin = bareVenv(root);
+  ASSERT_FALSE(bin.empty());
+  const std::string site = shellOutput(bin + "/python3 -c 'import sysconfig; "
+                                       "print(sysconfig.get_paths()[\"purelib\"], end=\"\")'");
+  ASSERT_FALSE(site.empty());
+  ASSERT_EQ(::mkdir((site + "/cohort").c_str(), 0755), 0);
+  write(site + "/cohort", "__init__.py", "WHO = 'installed'\n");
+  auto r = runWithFirstOnPath(bin, {"run", "--data-root", root + "/data", "--workdir", root,
+                                    "--framework", "generic", "--name", "who", "--", "python3",
+                                    "-c",
+                                    "import cohort; print('who', cohort.WHO, cohort.__file__)"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "who installed " + site + "/cohort/__init__.py")) << r.out;
+}
+
+
 }  // namespace
 }  // namespace cohort::testing
