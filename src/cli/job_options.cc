@@ -10,10 +10,12 @@
 #include <filesystem>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include "agent/rank_env.h"
 #include "backends/local.h"
 #include "cli/python_check.h"
+#include "cli/torchrun_flags.h"
 #include "env/environments.h"
 #include "env/images.h"
 #include "job/id.h"
@@ -169,6 +171,30 @@ Result<void> applyDebugFlags(const JobOptions& o, spec::JobSpec& s) {
   return {};
 }
 
+// torchrun's flags, from their one list (cli/torchrun_flags.h).
+std::string torchrunFlagsHelp() {
+  std::vector<std::string> same, nothing, refused;
+  for (const TorchrunFlag& t : torchrunFlags()) {
+    const std::string name = t.names.back();
+    if (t.kind == TorchrunFlag::Kind::kSame) same.push_back(name + " (" + t.cohort + ")");
+    if (t.kind == TorchrunFlag::Kind::kNothing) nothing.push_back(name);
+    if (t.kind == TorchrunFlag::Kind::kRefused) refused.push_back(name);
+  }
+  std::string text = "\ntorchrun's flags, in either spelling (--max_restarts, --max-restarts): " +
+                     join(same, ", ") + " are cohort's; " + join(nothing, ", ") +
+                     " change nothing here (cohort says why); " + join(refused, ", ") +
+                     " are refused with what to use instead (docs/frameworks.md)";
+  std::string wrapped, line = "   ";
+  for (const std::string& word : split(text.substr(1), ' ')) {
+    if (line.size() + 1 + word.size() > 94) {
+      wrapped += line + "\n";
+      line = "   ";
+    }
+    line += " " + word;
+  }
+  return "\n" + wrapped + line + "\n";
+}
+
 }  // namespace
 
 std::string jobFlagsHelp() {
@@ -192,7 +218,8 @@ std::string jobFlagsHelp() {
                            pods of a Volcano Job on Kubernetes, one per node (cohort run
                            submits it, cohort plan renders it; docs/volcano.md)
   --nodes N                nodes of a single-role job
-  --nproc-per-node N|auto  processes per node (auto: one per GPU, 1 without GPUs)
+  --nproc-per-node N|auto|gpu|cpu  processes per node (auto, gpu: one per GPU, 1 without
+                           GPUs; cpu: one per CPU of this machine); also --nproc_per_node
   --workdir DIR            where ranks run (default: the job file's directory, or here)
   --environment NAME       run every rank in this environment: a preset (system, pytorch,
                            tensorflow, mindspore; built on first use) or one saved with
@@ -232,7 +259,7 @@ std::string jobFlagsHelp() {
                            machine's reaching in, MASTER_ADDR node 0's address there; nat lets
                            them out through the machine; host keeps the machine's network
   -- COMMAND...            the command every rank runs
-)";
+)" + torchrunFlagsHelp();
 }
 
 Result<JobOptions> parseJobOptions(int argc, char** argv, int first) {
@@ -255,6 +282,24 @@ Result<JobOptions> parseJobOptions(int argc, char** argv, int first) {
       if (i + 1 >= argc) return fail(Code::kInvalidArgument, arg + ": needs a value");
       return std::string(argv[++i]);
     };
+    // torchrun's flags (cli/torchrun_flags.h): its name for one of ours, or one that means
+    // nothing here (its value taken, a note said), or one refused with the reason.
+    if (const TorchrunFlag* t = findTorchrunFlag(arg)) {
+      if (t->kind == TorchrunFlag::Kind::kRefused) {
+        return fail(Code::kInvalidArgument, arg + ": torchrun's flag has no place in cohort run: " + t->why);
+      }
+      if (t->kind == TorchrunFlag::Kind::kNothing) {
+        if (t->takes_value) COHORT_TRY(next());
+        o.notes.push_back(arg + " changes nothing: " + t->why);
+        continue;
+      }
+      if (t->cohort == "--env MASTER_PORT=") {
+        COHORT_ASSIGN(std::string port, next());
+        o.env.push_back("MASTER_PORT=" + port);
+        continue;
+      }
+      arg = t->cohort;
+    }
     auto number = [&](int min) -> Result<int> {
       COHORT_ASSIGN(std::string text, next());
       auto n = parseInt(text);
@@ -272,11 +317,14 @@ Result<JobOptions> parseJobOptions(int argc, char** argv, int first) {
       COHORT_ASSIGN(o.framework, next());
     } else if (arg == "--nodes") {
       COHORT_ASSIGN(o.nodes, number(1));
-    } else if (arg == "--nproc-per-node" || arg == "--nproc_per_node") {
-      if ((inline_value && value == "auto") ||
-          (!inline_value && i + 1 < argc && std::string(argv[i + 1]) == "auto")) {
+    } else if (arg == "--nproc-per-node") {
+      const std::string word = inline_value ? value : i + 1 < argc ? argv[i + 1] : "";
+      if (word == "auto" || word == "gpu" || word == "cpu") {
         if (!inline_value) ++i;
-        o.procs_per_node = spec::kAutoProcs;
+        // gpu, as torchrun has it: one per GPU (cohort's auto: 1 without GPUs); cpu: one per
+        // CPU of this machine.
+        o.procs_per_node = word == "cpu" ? std::max(1, static_cast<int>(std::thread::hardware_concurrency()))
+                                         : spec::kAutoProcs;
       } else {
         COHORT_ASSIGN(o.procs_per_node, number(1));
       }
@@ -359,7 +407,10 @@ Result<JobOptions> parseJobOptions(int argc, char** argv, int first) {
       for (; i < argc; ++i) o.command.emplace_back(argv[i]);
       break;
     } else {
-      return fail(Code::kInvalidArgument, "unknown flag '" + arg + "' (see --help)");
+      const std::string near = nearestFlag(arg, knownJobFlags());
+      return fail(Code::kInvalidArgument, "unknown flag '" + arg + "'" +
+                                              (near.empty() ? "" : ": did you mean " + near + "?") +
+                                              " (see --help)");
     }
   }
   return o;
@@ -383,18 +434,31 @@ void makePathsAbsolute(spec::JobSpec& spec) {
   }
 }
 
-bool jobFlagTakesValue(const std::string& flag) {
-  // Every flag of parseJobOptions above that reads next() (job_options_test checks the help).
-  // clang-format off
-  static const std::set<std::string> kValueFlags = {
+namespace {
+// Every flag of parseJobOptions above that reads next() (job_options_test checks the help).
+// clang-format off
+const std::set<std::string> kValueFlags = {
       "-f", "--file", "--name", "--framework", "--nodes", "--nproc-per-node", "--nproc_per_node",
       "--launcher", "--preload", "--backend", "--mode", "--compat", "--workdir", "--environment", "--image", "--namespace", "--env",
       "--hp", "--max-restarts", "--grace-period", "--heartbeat-timeout", "--max-runtime",
       "--hang-timeout", "--startup-timeout", "--stop-signal", "--success", "--data-root",
       "--log-ranks", "--job-id", "--run-as", "--input-root", "--job-network",
       "--debug"};
-  // clang-format on
+// clang-format on
+}  // namespace
+
+bool jobFlagTakesValue(const std::string& flag) {
+  if (const TorchrunFlag* t = findTorchrunFlag(flag)) return t->takes_value;
   return kValueFlags.count(flag) > 0;
+}
+
+std::vector<std::string> knownJobFlags() {
+  std::vector<std::string> known(kValueFlags.begin(), kValueFlags.end());
+  for (const char* flag : {"--post-mortem", "--pdb", "--report", "--isolate", "--json", "--quiet"}) {
+    known.emplace_back(flag);
+  }
+  for (const TorchrunFlag& t : torchrunFlags()) known.insert(known.end(), t.names.begin(), t.names.end());
+  return known;
 }
 
 Result<spec::JobSpec> buildSpec(const JobOptions& o) {

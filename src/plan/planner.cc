@@ -161,6 +161,16 @@ void assignDevices(Builder& b) {
 
 Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
   COHORT_TRY(spec::validate(spec));
+  // A MASTER_PORT of the job's own is honoured (pytorch.cc): it must be one.
+  for (const auto& [k, v] : spec.env) {
+    auto port = parseInt(v);
+    if (k == "MASTER_PORT" && (!port || *port < 1 || *port > 65535)) {
+      return fail(Code::kInvalidArgument,
+                  spec::fieldLabel(spec, "env.MASTER_PORT") + "'" + v +
+                      "' is not a port (1 to 65535); leave MASTER_PORT out and cohort leases one "
+                      "for the job");
+    }
+  }
   // The machine's side of the plan goes into its JSON too (the job's variables, plan.json).
   for (const auto& [what, path] :
        {std::pair{"the job directory", &ctx.job_dir}, std::pair{"the work directory", &ctx.workdir},
