@@ -643,13 +643,8 @@ class Agent {
       over();
       return;
     }
-    // py-spy is our child too: orphans wait until its dumps are reaped by the chore.
-    dumping_ = true;
-    runChore(std::move(work), [this, over] {
-      dumping_ = false;
-      reapOrphans();
-      over();
-    });
+    // py-spy is our child too: orphans wait until the chore is over (reapOrphans).
+    runChore(std::move(work), [over] { over(); });
   }
 
   // What blocks (copies) runs on a thread of its own; its end wakes the loop through an eventfd
@@ -662,6 +657,7 @@ class Agent {
       chore_.join();
       loop_.remove(chore_done_.get());
       chore_done_.reset();
+      reapOrphans();  // what came back to us while the chore ran
       std::function<void()> over = std::move(chore_over_);
       over();
       decide(ChoreOver{});
@@ -992,6 +988,7 @@ class Agent {
     req.netns_fd = options_.netns_fd;
     req.cwd = workdir_;
     req.stdout_fd = write_end.get();
+    if (p.stdin_forwarded) req.stdin_fd = STDIN_FILENO;  // cohort run's, as mpirun's rank 0
     req.uid = p.uid;
     req.gid = p.gid;
     req.no_new_privs = p.uid >= 0;  // an account's rank gains nothing by exec (set-uid files)
@@ -1237,7 +1234,10 @@ class Agent {
   // onExit, which reaps it through its pidfd: waitid only peeks (WNOWAIT) at whoever is
   // waiting before reaping that one pid.
   void reapOrphans() {
-    if (dumping_) return;  // sendStacks() reaps its py-spy processes itself, then calls this
+    // A chore's thread spawns children of its own (py-spy, the account's worker for staging or
+    // copying outputs) and reaps them through their pidfds: reaping one first would take it from
+    // under the chore. Orphans wait until the chore is over.
+    if (chore_.joinable()) return;
     for (;;) {
       siginfo_t info{};
       if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) < 0 || info.si_pid == 0) return;
@@ -1345,7 +1345,6 @@ class Agent {
   int attempt_ = 0;
   bool trim_after_message_ = false;
   AgentDecisions decisions_;  // when to stop the ranks, who stops them, when to leave
-  bool dumping_ = false;      // the chore runs py-spy (sendStacks)
   pid_t terminal_owner_ = -1;   // --pdb: the terminal's foreground group before the rank took it
   std::string nonce_;           // ours, for the coordinator's proof
   bool authenticated_ = false;  // the coordinator proved it knows the secret

@@ -25,6 +25,46 @@ std::string RankExit::describe() const {
   return "exited with code " + std::to_string(code);
 }
 
+namespace {
+
+// mpirun's own report of the rank that failed first, from its last lines: "Process name:
+// [[966,1],2]" then "Exit code:    3", or "mpirun noticed that process rank 1 with PID 0 on node
+// vm exited on signal 9 (Killed)." (Open MPI 4). "" when there is none.
+std::string mpiRankFailure(const RankExit& exit) {
+  if (!startsWith(exit.name, "mpirun/")) return "";
+  std::string rank, what;
+  for (const std::string& line : exit.tail) {
+    const size_t name = line.find("Process name: [[");
+    if (name != std::string::npos) {
+      const size_t comma = line.find("],", name);
+      const size_t end = line.find(']', comma == std::string::npos ? line.size() : comma + 2);
+      if (comma != std::string::npos && end != std::string::npos) {
+        rank = line.substr(comma + 2, end - comma - 2);
+      }
+    }
+    const size_t code = line.find("Exit code:");
+    if (code != std::string::npos && !rank.empty()) {
+      what = "exited with code " + std::string(trim(line.substr(code + 10)));
+    }
+    const size_t noticed = line.find("noticed that process rank ");
+    const size_t on_signal = line.find(" exited on signal ");
+    if (noticed != std::string::npos && on_signal != std::string::npos) {
+      const size_t start = noticed + 26;
+      rank = line.substr(start, line.find(' ', start) - start);
+      std::string signal = line.substr(on_signal + 18);
+      while (!signal.empty() && (signal.back() == '.' || signal.back() == ' ')) signal.pop_back();
+      what = "was killed by signal " + signal;
+    }
+  }
+  if (rank.empty() || what.empty() ||
+      rank.find_first_not_of("0123456789") != std::string::npos) {
+    return "";
+  }
+  return "MPI rank " + rank + " " + what;
+}
+
+}  // namespace
+
 std::optional<RankExit> firstFailure(const std::vector<RankExit>& exits) {
   std::optional<RankExit> first;
   for (const RankExit& e : exits) {
@@ -99,7 +139,12 @@ std::string hintFor(const RankExit& exit) {
 }
 
 std::string formatRootCause(const RankExit& root, const std::vector<RankExit>& exits) {
-  std::string out = "root cause: " + root.label() + " " + root.describe() +
+  // Under mpirun the failed rank is mpirun's child: its report names it.
+  const std::string mpi = mpiRankFailure(root);
+  std::string out = "root cause: " +
+                    (mpi.empty() ? root.label() + " " + root.describe()
+                                 : mpi + ", under " + root.label() + ", which then " +
+                                       root.describe()) +
                     " (the first failure" +
                     (root.attempt ? ", attempt " + std::to_string(root.attempt + 1) : "") + ")\n";
   if (!root.tail.empty()) {

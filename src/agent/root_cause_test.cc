@@ -88,5 +88,33 @@ TEST(FormatRootCause, NamesRankLinesAndConsequences) {
   EXPECT_NE(report.find("2 rank(s) were stopped by cohort"), std::string::npos) << report;
 }
 
+// mpirun starts the ranks: its report, in its last lines, names the one that failed first.
+TEST(FormatRootCause, UnderMpirunNamesTheMpiRankFromMpirunsReport) {
+  RankExit root = exitOf(0, 0, 100);
+  root.name = "mpirun/0";
+  root.code = 3;
+  root.tail = {"mpirun detected that one or more processes exited with non-zero status, thus "
+               "causing",
+               "the job to be terminated. The first process to do so was:", "",
+               "  Process name: [[966,1],2]", "  Exit code:    3",
+               "--------------------------------------------------------------------------"};
+  std::string report = formatRootCause(root, {root});
+  EXPECT_NE(report.find("root cause: MPI rank 2 exited with code 3, under mpirun/0 on node 0, "
+                        "which then exited with code 3 (the first failure)"),
+            std::string::npos)
+      << report;
+  root.code = 137;
+  root.tail = {"mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 "
+               "(Killed)."};
+  report = formatRootCause(root, {root});
+  EXPECT_NE(report.find("root cause: MPI rank 1 was killed by signal 9 (Killed), under mpirun/0"),
+            std::string::npos)
+      << report;
+  root.name = "worker/0";  // only mpirun's own report counts
+  report = formatRootCause(root, {root});
+  EXPECT_NE(report.find("root cause: worker/0 on node 0 exited with code 137"), std::string::npos)
+      << report;
+}
+
 }  // namespace
 }  // namespace cohort::agent

@@ -122,7 +122,7 @@ Result<void> LocalLauncher::launch(int nodes, const agent::Dial& dial) {
   const bool copy = proc::threadCount() == 1 && dial.adopt;
   proc::SpawnRequest req;
   req.death_signal = SIGTERM;  // the agent stops its ranks, then exits
-  if (terminal_) req.stdin_fd = STDIN_FILENO;
+  if (share_stdin_) req.stdin_fd = STDIN_FILENO;
   if (!copy) {
     for (char** e = environ; *e; ++e) {
       if (!startsWith(*e, "COHORT_JOB_SECRET=")) req.env.emplace_back(*e);

@@ -19,10 +19,11 @@ namespace cohort::backends {
 
 class LocalLauncher : public agent::AgentLauncher {
  public:
-  // `cohort_exe` is the cohort binary the agents run. `terminal`: a rank runs on cohort's
-  // terminal (--pdb): the agents get cohort's stdin too.
-  explicit LocalLauncher(std::string cohort_exe, bool terminal = false)
-      : exe_(std::move(cohort_exe)), terminal_(terminal) {}
+  // `cohort_exe` is the cohort binary the agents run. `share_stdin`: a rank reads cohort's
+  // stdin (a rank on the terminal under --pdb, or rank 0's forwarded stdin): the agents get it
+  // too; otherwise theirs is /dev/null.
+  explicit LocalLauncher(std::string cohort_exe, bool share_stdin = false)
+      : exe_(std::move(cohort_exe)), share_stdin_(share_stdin) {}
 
   // Each node's ranks join the node's namespace of `network` (proc/job_network.h), which must
   // outlive the agents.
@@ -34,7 +35,7 @@ class LocalLauncher : public agent::AgentLauncher {
 
  private:
   std::string exe_;
-  bool terminal_ = false;
+  bool share_stdin_ = false;
   const proc::JobNetwork* network_ = nullptr;
   std::vector<proc::Child> agents_;
   // One for every forked agent's cgroups, started before them; an agent of `cohort exec` starts

@@ -263,6 +263,10 @@ int cmdRun(int argc, char** argv) {
   sigemptyset(&stops);
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stops, sig);
   ::sigprocmask(SIG_BLOCK, &stops, nullptr);
+  // Rank 0 reads cohort's stdin when it is a pipe or a file (as under mpirun), not a terminal
+  // that cohort's user types Ctrl-C into. Asked before anything is opened, which could take
+  // descriptor 0 when it was closed.
+  const bool stdin_to_forward = ::fcntl(STDIN_FILENO, F_GETFD) >= 0 && !::isatty(STDIN_FILENO);
   auto options = parseJobOptions(argc, argv, 2);
   if (!options) return reportError(options.error());
   for (const std::string& note : options->notes) std::fprintf(stderr, "cohort: %s\n", note.c_str());
@@ -332,7 +336,10 @@ int cmdRun(int argc, char** argv) {
     for (const plan::NodePlan& node : plan->nodes) {
       for (const plan::RankPlan& r : node.ranks) terminal = terminal || r.terminal;
     }
-    auto local = std::make_unique<backends::LocalLauncher>(backends::selfExecutable(), terminal);
+    // A server's job (--report) reads nothing of the server's.
+    const bool forwarded = stdin_to_forward && !options->report && plan::forwardStdin(*plan);
+    auto local = std::make_unique<backends::LocalLauncher>(backends::selfExecutable(),
+                                                           terminal || forwarded);
     if (*network) local->useNetwork(&**network);
     launcher = std::move(local);
   }

@@ -1,6 +1,7 @@
 #include "cli/job_options.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "agent/rank_env.h"
@@ -84,26 +86,47 @@ Result<std::string> readJobFile(const std::string& path) {
                   "job reads)");
 }
 
-// A job name from the command: "python3 ddp.py" -> "ddp".
+}  // namespace
+
 std::string nameFromCommand(const std::vector<std::string>& command) {
-  std::string word = command.empty() ? "job" : command[0];
-  for (size_t i = 1; i < command.size(); ++i) {
-    if (command[i][0] != '-' && command[i].find('.') != std::string::npos &&
-        command[i].find('=') == std::string::npos) {
-      word = command[i];
+  // The words of every argument, so that a shell's one string counts word by word.
+  std::vector<std::string> words;
+  for (const std::string& arg : command) {
+    std::istringstream in(arg);
+    for (std::string w; in >> w;) words.push_back(w);
+  }
+  auto stem = [](const std::string& w) {
+    std::string base = w.substr(w.rfind('/') + 1);
+    return base.substr(0, base.find('.'));
+  };
+  auto hasLetter = [](const std::string& w) {
+    return std::any_of(w.begin(), w.end(), [](unsigned char c) { return std::isalpha(c); });
+  };
+  std::string word = words.empty() ? "" : stem(words[0]);
+  for (size_t i = 1; i < words.size(); ++i) {
+    const std::string& w = words[i];
+    if (w[0] != '-' && w.find('.') != std::string::npos && w.find('=') == std::string::npos &&
+        hasLetter(stem(w))) {
+      word = stem(w);
       break;
     }
   }
-  word = word.substr(word.rfind('/') + 1);
-  word = word.substr(0, word.find('.'));
   std::string name;
   for (char c : word) {
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '-' || c == '_';
-    name += ok ? c : '-';
+              c == '_';
+    if (ok) {
+      name += c;
+    } else if (!name.empty() && name.back() != '-') {
+      name += '-';
+    }
   }
+  name = name.substr(0, kDerivedNameBytes);
+  while (!name.empty() && name.back() == '-') name.pop_back();
   return name.empty() ? "job" : name;
 }
+
+namespace {
 
 // The PATH of the ranks' environment: the job's (an environment's bin/ first), else this
 // process's for ranks that inherit it, else the base of a rank in the sandbox (agent/rank_env.h).
@@ -200,7 +223,8 @@ std::string torchrunFlagsHelp() {
 std::string jobFlagsHelp() {
   return R"(Job:
   -f, --file FILE          job file (YAML or JSON); flags below override its fields
-  --name NAME              job name (default: from the file or the script's name)
+  --name NAME              job name (default: from the file, else the script's or
+                           program's name, cut to 40 characters)
   --framework NAME         pytorch (default) | mindspore | tensorflow | mpi | generic
                            (generic sets only the COHORT_* variables)
   --launcher NAME          direct (default): cohort starts every rank; torchrun: one torchrun
@@ -212,7 +236,8 @@ std::string jobFlagsHelp() {
                            torch,numpy; default torch for pytorch, none for generic)
   --mode NAME              MindSpore: dynamic_cluster (default) | rank_table (Ascend)
   --compat NAME            modelarts (default): also set the managed service's MA_* and
-                           VC_* variables | none
+                           VC_* variables, and append --task_name/--task_index to the tasks
+                           of a TensorFlow ps/worker job | none: neither
   --backend NAME           local (default): nodes simulated on this machine | slurm: the nodes
                            of a Slurm batch job, one per host (docs/slurm.md) | volcano: the
                            pods of a Volcano Job on Kubernetes, one per node (cohort run
@@ -907,6 +932,10 @@ Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
   } else {
     ctx.gpus = backends::localGpus();
     ctx.device_ips = backends::localAscendAddresses();
+    // The CPUs the simulated nodes share: what MPI's hostfile says (plan/mpi.cc).
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    if (::sched_getaffinity(0, sizeof(cpus), &cpus) == 0) ctx.cores = CPU_COUNT(&cpus);
     if (o.isolate) ctx.shared_devices = backends::sharedDevices();
   }
   for (spec::Role& role : s.roles) {

@@ -67,6 +67,16 @@ std::string absoluteIn(const std::string& path, const std::string& base);
 // the job's directory (cohort rerun).
 void makePathsAbsolute(spec::JobSpec& spec);
 
+// The most characters of a name derived from the command: the job's id adds 23 ("-<yyyymmdd-
+// hhmmss>-<6 hex digits>"), and 63 is as long as a Kubernetes label or DNS name may be.
+inline constexpr size_t kDerivedNameBytes = 40;
+
+// A valid job name from the command, for a job that names none: the script's or program's stem
+// ("python3 ddp.py" -> "ddp", "sh -c 'cd data && python3 train.py'" -> "train",
+// "./bin/hello" -> "hello"), letters, digits and '_' kept, anything else one '-', at most
+// kDerivedNameBytes characters; "job" when nothing is left.
+std::string nameFromCommand(const std::vector<std::string>& command);
+
 // The spec from the job file and the flags, validated; base_dir is the job file's directory (or
 // the current one). Reads the job file; no other file-system check.
 Result<spec::JobSpec> buildSpec(const JobOptions& options);

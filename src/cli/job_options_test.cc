@@ -55,6 +55,32 @@ TEST(JobFlags, PreloadChoosesThePreloadLauncherWithItsModules) {
       << s.error().message;
 }
 
+// A job that names none is named after its script, whatever the command looks like, and the
+// name always passes validation.
+TEST(JobFlags, EveryCommandGivesAValidJobName) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(nameFromCommand(V{"python3", "ddp.py"}), "ddp");
+  EXPECT_EQ(nameFromCommand(V{"./bin/hello"}), "hello");
+  EXPECT_EQ(nameFromCommand(V{"python3", "-m", "pkg.train"}), "pkg");
+  EXPECT_EQ(nameFromCommand(V{"sleep", "0.5"}), "sleep");  // a number is no script
+  EXPECT_EQ(nameFromCommand(V{"sh", "-c", "cd /data/set-1 && python3 train.py --lr 0.1"}),
+            "train");
+  EXPECT_EQ(nameFromCommand(V{"env", "A=b.c", "my prog!.sh"}), "prog");
+  EXPECT_EQ(nameFromCommand(V{"+++"}), "job");
+  EXPECT_EQ(nameFromCommand(V{}), "job");
+  const std::string shell =
+      "for i in 1 2 3; do echo $i; done; " + std::string(100, 'x') + ".sh; echo done";
+  EXPECT_EQ(nameFromCommand(V{"sh", "-c", shell}), std::string(kDerivedNameBytes, 'x'));
+  for (const V& command : {V{"sh", "-c", shell}, V{"sh", "-c", "echo 'a   b' && exit 3"},
+                           V{"/usr/bin/env", "--", "my-tool_v2.3"}, V{"a---b", "-.-"}}) {
+    V args = {"--"};
+    args.insert(args.end(), command.begin(), command.end());
+    auto s = specOf(args);
+    ASSERT_TRUE(s) << s.error().message;
+    EXPECT_LE(s->name.size(), kDerivedNameBytes) << s->name;
+  }
+}
+
 // `cohort run job.yaml` would take the job file for the command and fail on a program missing
 // from PATH; it is told where the job file goes.
 TEST(JobFlags, AJobFileGivenAsTheCommandIsPointedToDashF) {

@@ -1,12 +1,37 @@
-// MPI, Horovod, DeepSpeed: a hostfile ("host slots=N") for the job, and with launcher mpirun a
-// single mpirun on the first node that starts every rank itself. On Slurm that mpirun takes the
-// allocation from Slurm and reaches the other nodes with srun (a step that overlaps the agents'),
-// as mpirun does in any Slurm job: the hostfile's addresses are not Slurm's node names.
-#include <map>
+// MPI, Horovod, DeepSpeed: a hostfile ("host slots=N") that describes the whole job, and one
+// MPI world for it: with launcher mpirun a single mpirun on the first node starts every rank;
+// a command that is itself an MPI launcher (mpirun, mpiexec) is run once, as that mpirun, with
+// the job's hostfile as its default. On Slurm that mpirun takes the allocation from Slurm and
+// reaches the other nodes with srun (a step that overlaps the agents'), as mpirun does in any
+// Slurm job: the hostfile's addresses are not Slurm's node names.
+//
+// Open MPI reads a hostfile's slots as the processors a host has, and busy-polls in every rank
+// unless it finds more processes than slots: then it yields the CPU while a rank waits. Where
+// nodes are simulated they share this machine, whose CPUs cohort knows (PlanContext::cores): the
+// hostfile then says them, as Open MPI's own default would, every process may oversubscribe
+// them, and when the job's ranks outnumber them every rank yields, whichever mpirun starts the
+// ranks (cohort's, or the job's own). On real hosts slots are the job's processes there (what
+// DeepSpeed's and Horovod's host lists mean too).
+#include <algorithm>
 
 #include "plan/wiring.h"
 
 namespace cohort::plan {
+
+namespace {
+
+// True when argv[0] names an MPI launcher: the job brings its own mpirun, to be run once.
+bool isMpiLauncher(const std::vector<std::string>& argv) {
+  if (argv.empty()) return false;
+  const std::string base = argv[0].substr(argv[0].rfind('/') + 1);
+  for (const char* name : {"mpirun", "mpiexec", "orterun", "mpirun.openmpi", "mpiexec.openmpi",
+                           "mpirun.mpich", "mpiexec.mpich", "mpiexec.hydra"}) {
+    if (base == name) return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 void wireMpi(Builder& b) {
   const std::string path = job::Layout(b.ctx.job_dir).filesDir() + "/hostfile";
@@ -20,11 +45,40 @@ void wireMpi(Builder& b) {
       it->second += static_cast<int>(node.ranks.size());
     }
   }
+  // Simulated nodes: one host, this machine, whose CPUs cohort knows.
+  const bool one_machine = b.ctx.nodes_share_machine && slots.size() == 1 && b.ctx.cores > 0;
+  if (one_machine) slots.front().second = b.ctx.cores;
   std::string hostfile;
   for (const auto& [host, n] : slots) hostfile += host + " slots=" + std::to_string(n) + "\n";
   b.plan.files.push_back({path, hostfile});
-  b.forEachRank([&](NodePlan&, RankPlan& r) { setEnv(r.env, "COHORT_HOSTFILE", path); });
-  if (b.spec.launcher != spec::Launcher::kMpirun) return;
+
+  const bool slurm = b.spec.backend == spec::Backend::kSlurm;
+  const bool own_mpirun = isMpiLauncher(b.spec.command);
+  KeyValues mpi_env = {{"COHORT_HOSTFILE", path}};
+  if (one_machine) {
+    // As cohort's own mpirun is told (--oversubscribe): -np above the CPUs starts every rank.
+    mpi_env.emplace_back("OMPI_MCA_rmaps_base_oversubscribe", "1");
+    // What Open MPI does itself when it counts more processes than slots, said explicitly.
+    if (b.plan.world_size > b.ctx.cores) mpi_env.emplace_back("OMPI_MCA_mpi_yield_when_idle", "1");
+  }
+  if (own_mpirun) {
+    if (slurm) {
+      mpi_env.emplace_back("OMPI_MCA_plm_slurm_args", "--overlap");
+    } else {
+      mpi_env.emplace_back("OMPI_MCA_orte_default_hostfile", path);  // unless it names hosts
+    }
+    mpi_env.emplace_back("OMPI_MCA_odls_base_cutoff", "100000");  // as below
+    if (b.ctx.as_root) {
+      mpi_env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT", "1");
+      mpi_env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    }
+  }
+  b.forEachRank([&](NodePlan&, RankPlan& r) {
+    for (const auto& [key, value] : mpi_env) {
+      if (!hasEnv(b.spec.env, key)) setEnv(r.env, key, value);  // the job's own setting wins
+    }
+  });
+  if (b.spec.launcher != spec::Launcher::kMpirun && !own_mpirun) return;
 
   RankPlan mpirun = b.plan.nodes.front().ranks.front();
   mpirun.name = "mpirun/0";
@@ -38,22 +92,24 @@ void wireMpi(Builder& b) {
   for (const char* key : {"COHORT_RANK", "COHORT_LOCAL_RANK", "COHORT_ROLE_RANK"}) {
     unsetEnv(mpirun.env, key);
   }
-  const std::string np = std::to_string(b.plan.world_size);
-  std::vector<std::string> argv = {"mpirun", "--hostfile", path, "-np", np};
-  if (b.spec.backend == spec::Backend::kSlurm) {
-    // One role (the job file's check), so every node has as many ranks as the first.
-    const std::string per_node = std::to_string(b.plan.nodes.front().ranks.size());
-    argv = {"mpirun", "-np", np, "--map-by", "ppr:" + per_node + ":node"};
-    setEnv(mpirun.env, "OMPI_MCA_plm_slurm_args", "--overlap");
+  if (!own_mpirun) {
+    const std::string np = std::to_string(b.plan.world_size);
+    std::vector<std::string> argv = {"mpirun", "--hostfile", path, "-np", np};
+    if (slurm) {
+      // One role (the job file's check), so every node has as many ranks as the first.
+      const std::string per_node = std::to_string(b.plan.nodes.front().ranks.size());
+      argv = {"mpirun", "-np", np, "--map-by", "ppr:" + per_node + ":node"};
+      setEnv(mpirun.env, "OMPI_MCA_plm_slurm_args", "--overlap");
+    }
+    if (b.ctx.as_root) argv.push_back("--allow-run-as-root");
+    // More ranks than cores is normal when nodes are simulated. The cutoff avoids OpenMPI 4.1's
+    // threaded local launch, which can lose a child's exit when many ranks end at once.
+    for (const char* flag : {"--oversubscribe", "--mca", "odls_base_cutoff", "100000"}) {
+      argv.emplace_back(flag);
+    }
+    argv.insert(argv.end(), mpirun.argv.begin(), mpirun.argv.end());
+    mpirun.argv = std::move(argv);
   }
-  if (b.ctx.as_root) argv.push_back("--allow-run-as-root");
-  // More ranks than cores is normal when nodes are simulated. The cutoff avoids OpenMPI 4.1's
-  // threaded local launch, which can lose a child's exit when many ranks end at once.
-  for (const char* flag : {"--oversubscribe", "--mca", "odls_base_cutoff", "100000"}) {
-    argv.emplace_back(flag);
-  }
-  argv.insert(argv.end(), mpirun.argv.begin(), mpirun.argv.end());
-  mpirun.argv = std::move(argv);
   for (NodePlan& node : b.plan.nodes) node.ranks.clear();
   b.plan.nodes.front().ranks.push_back(std::move(mpirun));
 }

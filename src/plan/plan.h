@@ -42,6 +42,9 @@ struct RankPlan {
   int64_t memory_bytes = 0;
   // --pdb: its stdin, stdout and stderr are cohort run's terminal, not a pipe to its log.
   bool terminal = false;
+  // Its stdin is cohort run's, which is not a terminal (a pipe or a file), as mpirun forwards
+  // its own stdin to rank 0 (forwardStdin).
+  bool stdin_forwarded = false;
   // It runs under bubblewrap (isolation.cc), which ends with 128 + N when what it runs was
   // killed by signal N: the agent reports that as the signal.
   bool sandboxed = false;
@@ -180,6 +183,9 @@ struct PlanContext {
   std::vector<std::string> shared_devices;
   bool nodes_share_machine = true;  // simulated nodes: spread ranks over the machine's devices
   bool as_root = false;             // mpirun needs --allow-run-as-root
+  // The CPUs this machine gives the job (its affinity mask), where simulated nodes share it;
+  // 0: unknown. MPI's hostfile and oversubscription follow it (mpi.cc).
+  int cores = 0;
   std::vector<std::string> device_ips;  // Ascend NIC address per device (from /etc/hccn.conf)
   std::string data_root;  // absolute; hidden from the ranks when isolated
   std::string store_dir;  // the store on disk (storage/place.h), "" when it is in S3
@@ -209,6 +215,12 @@ int debugPortsNeeded(const spec::JobSpec& spec);
 
 // Builds the plan. Errors: kInvalidArgument when the spec fails validation.
 Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx);
+
+// Gives cohort run's stdin to the process with global rank 0 (under launcher: mpirun, the job's
+// mpirun, which passes it on to its rank 0), as mpirun does. Not when a rank is on the terminal
+// (--pdb), nor to a rank forked from a preload template (its stdin is its node's). Returns
+// whether a rank gets it.
+bool forwardStdin(Plan& plan);
 
 // Names of the variables in the contract that change with each restart; the agent sets them.
 inline constexpr const char* kRestartCountVars[] = {"COHORT_RESTART_COUNT",

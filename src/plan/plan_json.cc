@@ -64,6 +64,7 @@ Json nodeJson(const NodePlan& node, const std::unordered_set<std::string>* skip 
     }
     if (r.preload) rank["preload"] = true;
     if (r.terminal) rank["terminal"] = true;
+    if (r.stdin_forwarded) rank["stdin"] = true;
     if (r.sandboxed) rank["sandboxed"] = true;
     if (r.cpus > 0 || r.memory_bytes > 0) {
       rank["limits"] = Json{{"cpus", r.cpus}, {"memory_bytes", r.memory_bytes}};
@@ -196,6 +197,7 @@ Result<NodePlan> nodeFrom(const Json& j) {
       r.gid = jr.value("gid", -1);
       r.preload = jr.value("preload", false);
       r.terminal = jr.value("terminal", false);
+      r.stdin_forwarded = jr.value("stdin", false);
       r.sandboxed = jr.value("sandboxed", false);
       if (jr.contains("limits")) {
         r.cpus = jr.at("limits").value("cpus", 0.0);

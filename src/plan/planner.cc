@@ -355,4 +355,17 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
   return plan;
 }
 
+bool forwardStdin(Plan& plan) {
+  RankPlan* first = nullptr;
+  for (NodePlan& node : plan.nodes) {
+    for (RankPlan& r : node.ranks) {
+      if (r.terminal) return false;
+      if (r.rank == 0 && !first) first = &r;
+    }
+  }
+  if (!first || first->preload) return false;
+  first->stdin_forwarded = true;
+  return true;
+}
+
 }  // namespace cohort::plan

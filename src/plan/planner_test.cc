@@ -57,6 +57,13 @@ std::string envOf(const RankPlan& r, const std::string& key) {
   return "<unset>";
 }
 
+std::string fileOf(const Plan& plan, const std::string& path) {
+  for (const auto& f : plan.files) {
+    if (f.path == path) return f.content;
+  }
+  return "<none>";
+}
+
 TEST(Planner, PyTorchTwoByTwoMatchesGolden) {
   auto plan = makePlan(parse(kDdp), context());
   ASSERT_TRUE(plan) << plan.error().message;
@@ -264,6 +271,35 @@ TEST(Planner, TensorFlowTasksGetTfConfigAndTaskArguments) {
   EXPECT_FALSE(onlyRank(*plan, "ps/0").key);
 }
 
+// The managed service's convention is on by default for its ps/worker jobs, one setting away
+// for a script that parses its flags strictly (absl's app.run).
+TEST(Planner, TensorFlowTaskFlagsAreASetting) {
+  const std::string ps = "name: tf\nframework: tensorflow\ncommand: [python3, ps.py]\n"
+                         "roles: {chief: {}, worker: {nodes: 2}, ps: {}}\n";
+  auto lastArg = [](const std::string& yaml) {
+    auto plan = makePlan(parse(yaml), context());
+    EXPECT_TRUE(plan) << plan.error().message;
+    return plan ? onlyRank(*plan, "worker/1").argv.back() : "";
+  };
+  EXPECT_EQ(lastArg(ps), "--task_index=1");
+  EXPECT_EQ(lastArg(ps + "compat: none\n"), "ps.py");
+  EXPECT_EQ(lastArg(ps + "task_flags: false\n"), "ps.py");
+  EXPECT_EQ(lastArg(ps + "compat: none\ntask_flags: true\n"), "--task_index=1");
+  // Without a ps role (MultiWorkerMirroredStrategy), only when asked.
+  const std::string mw = "name: tf\nframework: tensorflow\ncommand: [python3, mw.py]\n"
+                         "roles: {worker: {nodes: 2}}\n";
+  EXPECT_EQ(lastArg(mw), "mw.py");
+  EXPECT_EQ(lastArg(mw + "task_flags: true\n"), "--task_index=1");
+  auto wrong = spec::parseJobFile("name: x\ncommand: [a]\ntask_flags: true\n", "job.yaml");
+  ASSERT_TRUE(wrong);
+  auto refused = makePlan(*wrong, context());
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("task_flags: appends --task_name/--task_index to "
+                                         "TensorFlow's tasks; this job's framework is 'pytorch'"),
+            std::string::npos)
+      << refused.error().message;
+}
+
 TEST(Planner, MpirunRunsOnceWithTheHostfile) {
   auto plan = makePlan(parse("name: m\nframework: mpi\ncommand: [./hello]\n"
                              "roles: {worker: {nodes: 2, procs_per_node: 2}}\n"), context());
@@ -273,11 +309,61 @@ TEST(Planner, MpirunRunsOnceWithTheHostfile) {
   const RankPlan& mpirun = onlyRank(*plan, "mpirun/0");
   EXPECT_EQ(mpirun.argv[0], "mpirun");
   EXPECT_EQ(mpirun.argv.back(), "./hello");
-  std::string hostfile;
-  for (const auto& f : plan->files) {
-    if (f.path == "/data/jobs/digits-ddp-1/files/hostfile") hostfile = f.content;
+  EXPECT_EQ(fileOf(*plan, "/data/jobs/digits-ddp-1/files/hostfile"), "127.0.0.1 slots=4\n")
+      << "simulated nodes share one host line; without the machine's CPUs, the job's ranks";
+}
+
+// Open MPI yields the CPU in a waiting rank only when it counts more processes than slots: on
+// one machine the hostfile says its CPUs, so 4 ranks on 2 CPUs do not busy-poll.
+TEST(Planner, MpiHostfileSaysTheMachinesCpusAndRanksYieldWhenTheyOutnumberThem) {
+  PlanContext ctx = context();
+  ctx.cores = 2;
+  auto plan = makePlan(parse("name: m\nframework: mpi\ncommand: [./hello]\n"
+                             "roles: {worker: {nodes: 2, procs_per_node: 2}}\n"), ctx);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(fileOf(*plan, "/data/jobs/digits-ddp-1/files/hostfile"), "127.0.0.1 slots=2\n");
+  const RankPlan& mpirun = onlyRank(*plan, "mpirun/0");
+  EXPECT_EQ(envOf(mpirun, "OMPI_MCA_mpi_yield_when_idle"), "1");
+  EXPECT_EQ(envOf(mpirun, "OMPI_MCA_rmaps_base_oversubscribe"), "1");
+  EXPECT_EQ(std::count(mpirun.argv.begin(), mpirun.argv.end(), "--oversubscribe"), 1);
+
+  ctx.cores = 8;  // enough CPUs: Open MPI may bind and poll
+  plan = makePlan(parse("name: m\nframework: mpi\ncommand: [./hello]\n"
+                        "roles: {worker: {nodes: 2, procs_per_node: 2}}\n"), ctx);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(fileOf(*plan, "/data/jobs/digits-ddp-1/files/hostfile"), "127.0.0.1 slots=8\n");
+  EXPECT_EQ(envOf(onlyRank(*plan, "mpirun/0"), "OMPI_MCA_mpi_yield_when_idle"), "<unset>");
+
+  // The job's own setting wins.
+  plan = makePlan(parse("name: m\nframework: mpi\ncommand: [./hello]\n"
+                        "env: {OMPI_MCA_mpi_yield_when_idle: '0'}\n"
+                        "roles: {worker: {nodes: 2, procs_per_node: 2}}\n"), context());
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(envOf(onlyRank(*plan, "mpirun/0"), "OMPI_MCA_mpi_yield_when_idle"), "0");
+}
+
+// A command that is itself an MPI launcher makes one MPI world for the job, whatever the
+// launcher: it runs once, with the job's hostfile as its default, not once per rank.
+TEST(Planner, AJobsOwnMpirunRunsOnceWithTheJobsHostfile) {
+  for (const char* launcher : {"mpirun", "direct"}) {
+    SCOPED_TRACE(launcher);
+    PlanContext ctx = context();
+    ctx.cores = 2;
+    ctx.as_root = true;
+    auto plan = makePlan(parse(std::string("name: m\nframework: mpi\nlauncher: ") + launcher +
+                               "\ncommand: [mpirun, -np, '4', python3, x.py]\n"
+                               "roles: {worker: {nodes: 2, procs_per_node: 2}}\n"),
+                         ctx);
+    ASSERT_TRUE(plan);
+    EXPECT_TRUE(plan->nodes[1].ranks.empty());
+    const RankPlan& mpirun = onlyRank(*plan, "mpirun/0");
+    EXPECT_EQ(mpirun.argv,
+              (std::vector<std::string>{"mpirun", "-np", "4", "python3", "x.py"}));
+    EXPECT_EQ(envOf(mpirun, "OMPI_MCA_orte_default_hostfile"),
+              "/data/jobs/digits-ddp-1/files/hostfile");
+    EXPECT_EQ(envOf(mpirun, "OMPI_ALLOW_RUN_AS_ROOT"), "1");
+    EXPECT_EQ(envOf(mpirun, "OMPI_MCA_mpi_yield_when_idle"), "1");
   }
-  EXPECT_EQ(hostfile, "127.0.0.1 slots=4\n") << "simulated nodes share one host line";
 }
 
 TEST(Planner, MpirunOnSlurmTakesTheNodesFromTheAllocation) {
@@ -293,6 +379,44 @@ TEST(Planner, MpirunOnSlurmTakesTheNodesFromTheAllocation) {
   EXPECT_TRUE(std::any_of(mpirun.env.begin(), mpirun.env.end(), [](const auto& kv) {
     return kv.first == "OMPI_MCA_plm_slurm_args" && kv.second == "--overlap";
   }));
+}
+
+// cohort run's stdin goes to global rank 0 only (the job's mpirun, which passes it on), never
+// beside a rank on the terminal, and not into a preload template's fork.
+TEST(Planner, StdinIsForwardedToRankZeroAlone) {
+  auto plan = makePlan(parse(kDdp), context());
+  ASSERT_TRUE(plan);
+  ASSERT_TRUE(forwardStdin(*plan));
+  int forwarded = 0;
+  for (const NodePlan& node : plan->nodes) {
+    for (const RankPlan& r : node.ranks) {
+      EXPECT_EQ(r.stdin_forwarded, r.rank == 0) << r.name;
+      forwarded += r.stdin_forwarded;
+    }
+  }
+  EXPECT_EQ(forwarded, 1);
+  auto node = nodeFromJson(nodeToJson(plan->nodes[0]));
+  ASSERT_TRUE(node);
+  EXPECT_TRUE(node->ranks[0].stdin_forwarded) << "the agent learns it from the plan";
+
+  auto mpi = makePlan(parse("name: m\nframework: mpi\ncommand: [./hello]\n"
+                            "roles: {worker: {nodes: 2, procs_per_node: 2}}\n"), context());
+  ASSERT_TRUE(mpi);
+  ASSERT_TRUE(forwardStdin(*mpi));
+  EXPECT_TRUE(onlyRank(*mpi, "mpirun/0").stdin_forwarded);
+
+  spec::JobSpec pdb = parse(kDdp + "debug: {ranks: [2]}\n");
+  pdb.debug.pdb = true;
+  auto on_terminal = makePlan(pdb, context());
+  ASSERT_TRUE(on_terminal);
+  EXPECT_FALSE(forwardStdin(*on_terminal));
+  auto preload = makePlan(parse("name: p\nlauncher: preload\ncommand: [/usr/bin/python3, t.py]\n"
+                                "roles: {worker: {nodes: 2, procs_per_node: 2}}\n"), context());
+  ASSERT_TRUE(preload);
+  EXPECT_FALSE(forwardStdin(*preload));
+  for (const NodePlan& node : on_terminal->nodes) {
+    for (const RankPlan& r : node.ranks) EXPECT_FALSE(r.stdin_forwarded) << r.name;
+  }
 }
 
 TEST(Planner, PreloadMarksEveryRankAndNamesEachNodesTemplate) {

@@ -2,12 +2,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <yaml.h>
-#include <yaml-cpp/eventhandler.h>
-#include <yaml-cpp/yaml.h>
-#if __has_include(<yaml-cpp/depthguard.h>)
-#include <yaml-cpp/depthguard.h>
-#endif
 
 #include <signal.h>
 #include <string.h>
@@ -23,6 +17,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "spec/yaml_tree.h"
 #include "util/json_limits.h"
 
 namespace cohort::spec {
@@ -36,6 +31,13 @@ const char* frameworkName(Framework f) {
     case Framework::kGeneric: return "generic";
   }
   return "generic";
+}
+
+bool taskFlags(const JobSpec& spec) {
+  if (spec.task_flags) return *spec.task_flags;
+  return spec.compat_modelarts &&
+         std::any_of(spec.roles.begin(), spec.roles.end(),
+                     [](const Role& r) { return r.name == "ps"; });
 }
 
 const char* launcherName(Launcher l) {
@@ -222,47 +224,19 @@ std::string tooLong(size_t bytes, size_t max, const std::string& advice) {
 }
 
 // What a node holds, for "expected X, got Y".
-std::string kindOf(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Sequence: return "a list";
-    case YAML::NodeType::Map: return "a mapping";
-    case YAML::NodeType::Scalar:
-      return (node.Tag() == "?" ? "'" : "the string '") + clip(node.Scalar()) + "'";
+// A plain scalar (or one tagged !!int) can be a number; a quoted one is a string.
+bool mayBeNumberText(const YamlNode& node) {
+  return (!node.quoted && node.tag.empty()) || node.tag == "tag:yaml.org,2002:int";
+}
+
+std::string kindOf(const YamlNode& node) {
+  switch (node.kind) {
+    case YamlNode::Kind::kSequence: return "a list";
+    case YamlNode::Kind::kMap: return "a mapping";
+    case YamlNode::Kind::kScalar:
+      return (mayBeNumberText(node) ? "'" : "the string '") + clip(node.scalar) + "'";
     default: return "nothing";
   }
-}
-
-// A plain scalar (or one tagged !!int) can be a number; a quoted one is a string.
-bool mayBeNumber(const YAML::Node& node) {
-  return node.Tag() == "?" || node.Tag() == "tag:yaml.org,2002:int";
-}
-
-// The line where collections (mappings and lists, block or flow) first nest deeper than
-// `max_depth`, or 0, read by libyaml's event parser before yaml-cpp builds the tree: yaml-cpp
-// recurses once per level, libyaml keeps its own stack, so it counts the depth exactly as the
-// events arrive (brackets inside quoted or plain text are text to it) and stops at the first
-// level too deep. Text libyaml refuses is left to yaml-cpp, whose message the job file's
-// author gets; at most a bounded number of events is read.
-int tooDeepLine(std::string_view text, int max_depth) {
-  yaml_parser_t parser;
-  if (!yaml_parser_initialize(&parser)) return 0;
-  yaml_parser_set_input_string(&parser, reinterpret_cast<const unsigned char*>(text.data()),
-                               text.size());
-  int depth = 0, line = 0;
-  for (size_t events = 0; events < text.size() * 2 + 16; ++events) {
-    yaml_event_t event;
-    if (!yaml_parser_parse(&parser, &event)) break;
-    const yaml_event_type_t type = event.type;
-    if (type == YAML_SEQUENCE_START_EVENT || type == YAML_MAPPING_START_EVENT) {
-      if (++depth > max_depth) line = static_cast<int>(event.start_mark.line) + 1;
-    } else if (type == YAML_SEQUENCE_END_EVENT || type == YAML_MAPPING_END_EVENT) {
-      --depth;
-    }
-    yaml_event_delete(&event);
-    if (line || type == YAML_STREAM_END_EVENT) break;
-  }
-  yaml_parser_delete(&parser);
-  return line;
 }
 
 int lineOfOffset(std::string_view text, size_t offset) {
@@ -273,37 +247,37 @@ class Parser {
  public:
   explicit Parser(std::string file) : file_(std::move(file)) {}
 
-  // The line of the field being read: what messages name when yaml-cpp has no position.
+  // The line of the field being read: what messages name when a node has no position.
   int currentLine() const { return line_; }
 
-  std::string where(const YAML::Node& node) const {
-    const int line = node.Mark().line >= 0 ? node.Mark().line + 1 : line_;
+  std::string where(const YamlNode& node) const {
+    const int line = node.line > 0 ? node.line : line_;
     return file_ + ":" + std::to_string(line);
   }
 
-  tl::unexpected<Error> bad(const YAML::Node& node, const std::string& path,
+  tl::unexpected<Error> bad(const YamlNode& node, const std::string& path,
                             const std::string& what) const {
     return fail(Code::kInvalidArgument, where(node) + ": " + path + ": " + what);
   }
 
-  void note(const std::string& path, const YAML::Node& node) {
+  void note(const std::string& path, const YamlNode& node) {
     origin_.where[path] = where(node);
   }
 
   // A string field: any scalar (a plain 5 is the string "5").
-  Result<std::string> scalar(const YAML::Node& node, const std::string& path) const {
-    if (!node.IsScalar()) return bad(node, path, "expected a string, got " + kindOf(node));
-    if (node.Scalar().find('\0') != std::string::npos) {
+  Result<std::string> scalar(const YamlNode& node, const std::string& path) const {
+    if (!node.isScalar()) return bad(node, path, "expected a string, got " + kindOf(node));
+    if (node.scalar.find('\0') != std::string::npos) {
       return bad(node, path, "contains a NUL byte");
     }
-    if (!validUtf8(node.Scalar())) return bad(node, path, "is not UTF-8 text");
-    return node.Scalar();
+    if (!validUtf8(node.scalar)) return bad(node, path, "is not UTF-8 text");
+    return node.scalar;
   }
 
-  Result<int> integer(const YAML::Node& node, const std::string& path, int min) const {
-    if (!node.IsScalar()) return bad(node, path, "expected an integer, got " + kindOf(node));
-    const std::string& text = node.Scalar();
-    if (!mayBeNumber(node)) {
+  Result<int> integer(const YamlNode& node, const std::string& path, int min) const {
+    if (!node.isScalar()) return bad(node, path, "expected an integer, got " + kindOf(node));
+    const std::string& text = node.scalar;
+    if (!mayBeNumberText(node)) {
       return bad(node, path, "expected an integer, got the string '" + clip(text) +
                                  "' (write the number without quotes)");
     }
@@ -319,7 +293,7 @@ class Parser {
     return *value;
   }
 
-  Result<Millis> duration(const YAML::Node& node, const std::string& path) const {
+  Result<Millis> duration(const YamlNode& node, const std::string& path) const {
     COHORT_ASSIGN(std::string text, scalar(node, path));
     auto value = parseDuration(text);
     if (!value) return bad(node, path, value.error().message);
@@ -327,7 +301,7 @@ class Parser {
   }
 
   // A list (or a mapping) that may hold at most `max` entries: checked before reading them.
-  Result<void> count(const YAML::Node& node, const std::string& path, int max,
+  Result<void> count(const YamlNode& node, const std::string& path, int max,
                      const std::string& noun, const std::string& advice) const {
     if (node.size() > static_cast<size_t>(max)) {
       return bad(node, path, tooMany(node.size(), max, noun, advice));
@@ -335,10 +309,10 @@ class Parser {
     return {};
   }
 
-  Result<std::vector<std::string>> stringList(const YAML::Node& node, const std::string& path,
+  Result<std::vector<std::string>> stringList(const YamlNode& node, const std::string& path,
                                               int max) {
     std::vector<std::string> out;
-    if (node.IsScalar()) {
+    if (node.isScalar()) {
       // A plain string is split on spaces, as a shell would for simple commands.
       COHORT_ASSIGN(std::string text, scalar(node, path));
       for (auto& word : split(text, ' ')) {
@@ -350,12 +324,12 @@ class Parser {
       note(path, node);
       return out;
     }
-    if (!node.IsSequence()) {
+    if (!node.isSequence()) {
       return bad(node, path, "expected a list of strings, got " + kindOf(node));
     }
     COHORT_TRY(count(node, path, max, "entries", "the most a list here holds"));
     size_t i = 0;
-    for (const YAML::Node& item : node) {
+    for (const YamlNode& item : node.items) {
       std::string sub = path + "[" + std::to_string(i++) + "]";
       COHORT_ASSIGN(std::string text, scalar(item, sub));
       note(sub, item);
@@ -365,11 +339,11 @@ class Parser {
   }
 
   // A mapping's key: a name, not a list or a mapping.
-  Result<std::string> key(const YAML::Node& node, const std::string& path) {
-    line_ = node.Mark().line >= 0 ? node.Mark().line + 1 : line_;
+  Result<std::string> key(const YamlNode& node, const std::string& path) {
+    line_ = node.line > 0 ? node.line : line_;
     const std::string label = path.empty() ? "job" : path;
-    if (!node.IsScalar()) return bad(node, label, "expected a name as the key, got " + kindOf(node));
-    const std::string& name = node.Scalar();
+    if (!node.isScalar()) return bad(node, label, "expected a name as the key, got " + kindOf(node));
+    const std::string& name = node.scalar;
     if (name.size() > kMaxKeyBytes) {
       return bad(node, label,
                  "a name (key) " + tooLong(name.size(), kMaxKeyBytes, "names are short words"));
@@ -383,10 +357,10 @@ class Parser {
   // Calls `field(key, value)` for each entry of a mapping, refusing repeated keys and, unless
   // `known` is empty, keys not in `known`.
   Result<void> forEachEntry(
-      const YAML::Node& node, const std::string& path, const std::set<std::string>& known,
-      const std::function<Result<void>(const std::string&, const YAML::Node&)>& field) {
+      const YamlNode& node, const std::string& path, const std::set<std::string>& known,
+      const std::function<Result<void>(const std::string&, const YamlNode&)>& field) {
     std::map<std::string, int> seen;
-    for (const auto& kv : node) {
+    for (const auto& kv : node.entries) {
       COHORT_ASSIGN(std::string name, key(kv.first, path));
       const std::string sub = path.empty() ? name : path + "." + name;
       if (kNotYet.count(sub)) {
@@ -409,23 +383,23 @@ class Parser {
   }
 
   Result<void> forEachField(
-      const YAML::Node& node, const std::string& path, const std::set<std::string>& known,
-      const std::function<Result<void>(const std::string&, const YAML::Node&)>& field) {
-    if (!node.IsMap()) {
+      const YamlNode& node, const std::string& path, const std::set<std::string>& known,
+      const std::function<Result<void>(const std::string&, const YamlNode&)>& field) {
+    if (!node.isMap()) {
       return bad(node, path.empty() ? "job" : path, "expected a mapping, got " + kindOf(node));
     }
     return forEachEntry(node, path, known, field);
   }
 
-  Result<KeyValues> keyValues(const YAML::Node& node, const std::string& path, int max,
+  Result<KeyValues> keyValues(const YamlNode& node, const std::string& path, int max,
                               const std::string& advice) {
-    if (!node.IsMap()) {
+    if (!node.isMap()) {
       return bad(node, path, "expected a mapping of names to values, got " + kindOf(node));
     }
     COHORT_TRY(count(node, path, max, "entries", advice));
     KeyValues out;
     COHORT_TRY(forEachEntry(node, path, {},
-                            [&](const std::string& name, const YAML::Node& value) -> Result<void> {
+                            [&](const std::string& name, const YamlNode& value) -> Result<void> {
                               COHORT_ASSIGN(std::string text, scalar(value, path + "." + name));
                               out.emplace_back(name, std::move(text));
                               return {};
@@ -433,16 +407,16 @@ class Parser {
     return out;
   }
 
-  Result<Role> role(const std::string& name, const YAML::Node& node, const std::string& path) {
+  Result<Role> role(const std::string& name, const YamlNode& node, const std::string& path) {
     Role role{name, 1, 1, {}};
-    if (node.IsNull()) return role;
+    if (node.isNull()) return role;
     COHORT_TRY(forEachField(
         node, path, {"nodes", "procs_per_node", "resources"},
-        [&](const std::string& key, const YAML::Node& value) -> Result<void> {
+        [&](const std::string& key, const YamlNode& value) -> Result<void> {
           if (key == "nodes") {
             COHORT_ASSIGN(role.nodes, integer(value, path + ".nodes", 1));
           } else if (key == "procs_per_node") {
-            if (value.IsScalar() && value.Scalar() == "auto") {
+            if (value.isScalar() && value.scalar == "auto") {
               role.procs_per_node = kAutoProcs;
             } else {
               COHORT_ASSIGN(role.procs_per_node, integer(value, path + ".procs_per_node", 1));
@@ -455,11 +429,11 @@ class Parser {
     return role;
   }
 
-  Result<Resources> resources(const YAML::Node& node, const std::string& path) {
+  Result<Resources> resources(const YamlNode& node, const std::string& path) {
     Resources res;
     COHORT_TRY(forEachField(
         node, path, {"gpus", "cpus", "memory"},
-        [&](const std::string& key, const YAML::Node& value) -> Result<void> {
+        [&](const std::string& key, const YamlNode& value) -> Result<void> {
           std::string sub = path + "." + key;
           if (key == "gpus") {
             COHORT_ASSIGN(res.gpus, integer(value, sub, 0));
@@ -483,20 +457,20 @@ class Parser {
     return res;
   }
 
-  Result<std::vector<Input>> inputs(const YAML::Node& node, const std::string& path) {
-    if (!node.IsSequence()) {
+  Result<std::vector<Input>> inputs(const YamlNode& node, const std::string& path) {
+    if (!node.isSequence()) {
       return bad(node, path, "expected a list of {source, target}, got " + kindOf(node));
     }
     COHORT_TRY(count(node, path, kMaxInputs, "inputs", "stage a directory that holds them"));
     std::vector<Input> out;
     size_t i = 0;
-    for (const YAML::Node& item : node) {
+    for (const YamlNode& item : node.items) {
       std::string sub = path + "[" + std::to_string(i++) + "]";
       note(sub, item);
       Input input;
       COHORT_TRY(forEachField(
           item, sub, {"source", "target", "mode", "arg"},
-          [&](const std::string& key, const YAML::Node& value) -> Result<void> {
+          [&](const std::string& key, const YamlNode& value) -> Result<void> {
             COHORT_ASSIGN(std::string text, scalar(value, sub + "." + key));
             if (key == "source") {
               input.source = text;
@@ -525,20 +499,20 @@ class Parser {
     return out;
   }
 
-  Result<std::vector<Output>> outputs(const YAML::Node& node, const std::string& path) {
-    if (!node.IsSequence()) {
+  Result<std::vector<Output>> outputs(const YamlNode& node, const std::string& path) {
+    if (!node.isSequence()) {
       return bad(node, path, "expected a list of {source, target}, got " + kindOf(node));
     }
     COHORT_TRY(count(node, path, kMaxOutputs, "outputs", "copy out a directory that holds them"));
     std::vector<Output> out;
     size_t i = 0;
-    for (const YAML::Node& item : node) {
+    for (const YamlNode& item : node.items) {
       std::string sub = path + "[" + std::to_string(i++) + "]";
       note(sub, item);
       Output output;
       COHORT_TRY(forEachField(
           item, sub, {"source", "target", "when"},
-          [&](const std::string& key, const YAML::Node& value) -> Result<void> {
+          [&](const std::string& key, const YamlNode& value) -> Result<void> {
             COHORT_ASSIGN(std::string text, scalar(value, sub + "." + key));
             if (key == "source") {
               if (!containedPath(text)) {
@@ -566,12 +540,12 @@ class Parser {
     return out;
   }
 
-  Result<Policy> policy(const YAML::Node& node, const std::string& path) {
+  Result<Policy> policy(const YamlNode& node, const std::string& path) {
     Policy policy;
     COHORT_TRY(forEachField(node, path,
                             {"success", "max_restarts", "grace_period", "max_runtime",
                              "heartbeat_timeout", "hang_timeout", "startup_timeout", "stop_signal"},
-                            [&](const std::string& key, const YAML::Node& value) -> Result<void> {
+                            [&](const std::string& key, const YamlNode& value) -> Result<void> {
                               std::string sub = path + "." + key;
                               if (key == "success") {
                                 COHORT_ASSIGN(policy.success, stringList(value, sub, kMaxRoles));
@@ -598,38 +572,38 @@ class Parser {
     return policy;
   }
 
-  Result<bool> boolean(const YAML::Node& node, const std::string& path) const {
-    if (node.IsScalar() && node.Tag() == "?") {
-      if (node.Scalar() == "true") return true;
-      if (node.Scalar() == "false") return false;
+  Result<bool> boolean(const YamlNode& node, const std::string& path) const {
+    if (node.isScalar() && !node.quoted && node.tag.empty()) {
+      if (node.scalar == "true") return true;
+      if (node.scalar == "false") return false;
     }
     return bad(node, path, "expected true or false, got " + kindOf(node));
   }
 
-  Result<Debug> debug(const YAML::Node& node, const std::string& path) {
+  Result<Debug> debug(const YamlNode& node, const std::string& path) {
     Debug d;
     d.enabled = true;
     COHORT_TRY(forEachField(
         node, path, {"ranks", "post_mortem", "wait_limit", "port", "connect"},
-        [&](const std::string& key, const YAML::Node& value) -> Result<void> {
+        [&](const std::string& key, const YamlNode& value) -> Result<void> {
           const std::string sub = path + "." + key;
           if (key == "ranks") {
-            if (value.IsScalar() && value.Scalar() == "all") {
+            if (value.isScalar() && value.scalar == "all") {
               d.all = true;
               return {};
             }
-            if (value.IsScalar()) {
+            if (value.isScalar()) {
               COHORT_ASSIGN(int rank, integer(value, sub, 0));
               d.ranks = {rank};
               return {};
             }
-            if (!value.IsSequence()) {
+            if (!value.isSequence()) {
               return bad(value, sub, "expected a list of ranks or all, got " + kindOf(value));
             }
             COHORT_TRY(
                 count(value, sub, kMaxDebugRanks, "ranks", "the most ranks a debug job has"));
             size_t i = 0;
-            for (const YAML::Node& item : value) {
+            for (const YamlNode& item : value.items) {
               const std::string at = sub + "[" + std::to_string(i++) + "]";
               note(at, item);
               COHORT_ASSIGN(int rank, integer(item, at, 0));
@@ -651,10 +625,10 @@ class Parser {
     return d;
   }
 
-  Result<Network> network(const YAML::Node& node, const std::string& path) {
+  Result<Network> network(const YamlNode& node, const std::string& path) {
     Network net;
     COHORT_TRY(forEachField(node, path, {"interface", "cidr"},
-                            [&](const std::string& key, const YAML::Node& value) -> Result<void> {
+                            [&](const std::string& key, const YamlNode& value) -> Result<void> {
                               COHORT_ASSIGN(std::string text, scalar(value, path + "." + key));
                               (key == "interface" ? net.interface : net.cidr) = text;
                               return {};
@@ -662,11 +636,11 @@ class Parser {
     return net;
   }
 
-  Result<SlurmOptions> slurm(const YAML::Node& node, const std::string& path) {
+  Result<SlurmOptions> slurm(const YamlNode& node, const std::string& path) {
     SlurmOptions slurm;
     COHORT_TRY(forEachField(
         node, path, {"partition", "account", "qos", "options"},
-        [&](const std::string& key, const YAML::Node& value) -> Result<void> {
+        [&](const std::string& key, const YamlNode& value) -> Result<void> {
           const std::string sub = path + "." + key;
           if (key == "options") {
             COHORT_ASSIGN(slurm.options, stringList(value, sub, kMaxSlurmOptions));
@@ -680,10 +654,10 @@ class Parser {
     return slurm;
   }
 
-  Result<VolcanoOptions> volcano(const YAML::Node& node, const std::string& path) {
+  Result<VolcanoOptions> volcano(const YamlNode& node, const std::string& path) {
     VolcanoOptions volcano;
     COHORT_TRY(forEachField(node, path, {"queue", "priority_class", "device_resource"},
-                            [&](const std::string& key, const YAML::Node& value) -> Result<void> {
+                            [&](const std::string& key, const YamlNode& value) -> Result<void> {
                               COHORT_ASSIGN(std::string text, scalar(value, path + "." + key));
                               (key == "queue"            ? volcano.queue
                                : key == "priority_class" ? volcano.priority_class
@@ -694,19 +668,19 @@ class Parser {
   }
 
   // environment: a preset's or saved environment's name, or {image: REF}.
-  Result<void> environment(const YAML::Node& node, JobSpec& spec) {
-    if (!node.IsMap()) {
+  Result<void> environment(const YamlNode& node, JobSpec& spec) {
+    if (!node.isMap()) {
       COHORT_ASSIGN(spec.environment, scalar(node, "environment"));
       return {};
     }
     return forEachField(node, "environment", {"image"},
-                        [&](const std::string&, const YAML::Node& value) -> Result<void> {
+                        [&](const std::string&, const YamlNode& value) -> Result<void> {
                           COHORT_ASSIGN(spec.image, scalar(value, "environment.image"));
                           return {};
                         });
   }
 
-  Result<JobSpec> job(const YAML::Node& root) {
+  Result<JobSpec> job(const YamlNode& root) {
     JobSpec spec = defaultSpec();
     bool launcher_given = false;
     origin_.where[""] = where(root);
@@ -718,6 +692,7 @@ class Parser {
          "mode",
          "rank_table_version",
          "compat",
+         "task_flags",
          "workdir",
          "command",
          "hyperparameters",
@@ -733,7 +708,7 @@ class Parser {
          "preload",
          "environment",
          "debug"},
-        [&](const std::string& key, const YAML::Node& value) -> Result<void> {
+        [&](const std::string& key, const YamlNode& value) -> Result<void> {
           if (key == "name") {
             COHORT_ASSIGN(spec.name, scalar(value, key));
           } else if (key == "framework") {
@@ -769,6 +744,9 @@ class Parser {
               return bad(value, key, "unknown compat '" + clip(text) + "' (modelarts, none)");
             }
             spec.compat_modelarts = text == "modelarts";
+          } else if (key == "task_flags") {
+            COHORT_ASSIGN(bool on, boolean(value, key));
+            spec.task_flags = on;
           } else if (key == "workdir") {
             COHORT_ASSIGN(spec.workdir, scalar(value, key));
           } else if (key == "command") {
@@ -781,14 +759,14 @@ class Parser {
             COHORT_ASSIGN(spec.env, keyValues(value, key, kMaxEnv,
                                               "put the settings in a file the job reads"));
           } else if (key == "roles") {
-            if (!value.IsMap() || value.size() == 0) {
+            if (!value.isMap() || value.size() == 0) {
               return bad(value, key, "expected a mapping of role names, e.g. worker: {nodes: 2}, got " +
-                                         (value.IsMap() ? std::string("an empty one") : kindOf(value)));
+                                         (value.isMap() ? std::string("an empty one") : kindOf(value)));
             }
             COHORT_TRY(count(value, key, kMaxRoles, "roles", "roles that run alike can be one role"));
             spec.roles.clear();
             COHORT_TRY(forEachEntry(
-                value, key, {}, [&](const std::string& name, const YAML::Node& body) -> Result<void> {
+                value, key, {}, [&](const std::string& name, const YamlNode& body) -> Result<void> {
                   COHORT_ASSIGN(Role r, role(name, body, "roles." + name));
                   spec.roles.push_back(r);
                   return {};
@@ -830,45 +808,6 @@ class Parser {
   int line_ = 1;
 };
 
-// Counts a document's parse events, to find a second document (or text after the first) without
-// building it, and to stop a parse that would not end.
-class EventCounter : public YAML::EventHandler {
- public:
-  struct TooMany {};
-  explicit EventCounter(size_t max_events) : max_(max_events) {}
-  int lastDocumentLine() const { return line_; }
-
-  void OnDocumentStart(const YAML::Mark& mark) override {
-    line_ = mark.line >= 0 ? mark.line + 1 : 1;
-    bump();
-  }
-  void OnDocumentEnd() override { bump(); }
-  void OnNull(const YAML::Mark&, YAML::anchor_t) override { bump(); }
-  void OnAlias(const YAML::Mark&, YAML::anchor_t) override { bump(); }
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                const std::string&) override {
-    bump();
-  }
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                       YAML::EmitterStyle::value) override {
-    bump();
-  }
-  void OnSequenceEnd() override { bump(); }
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                  YAML::EmitterStyle::value) override {
-    bump();
-  }
-  void OnMapEnd() override { bump(); }
-
- private:
-  void bump() {
-    if (++events_ > max_) throw TooMany{};
-  }
-  size_t max_;
-  size_t events_ = 0;
-  int line_ = 1;
-};
-
 Result<JobSpec> parseYaml(const std::string& text, const std::string& file_name) {
   auto refuse = [&](int line, const std::string& what) {
     return fail(Code::kInvalidArgument, file_name + ":" + std::to_string(line) + ": " + what);
@@ -886,41 +825,20 @@ Result<JobSpec> parseYaml(const std::string& text, const std::string& file_name)
     const size_t at = jsonTooDeepAt(text, kMaxNestingDepth);
     if (at != std::string::npos) return refuse(lineOfOffset(text, at), "job: " + deep);
   }
-  if (int line = tooDeepLine(text, kMaxNestingDepth)) return refuse(line, "job: " + deep);
-
-  YAML::Node root;
-  try {
-    // YAML::LoadAll is not used: after some malformed text yaml-cpp 0.7 yields empty documents
-    // without end, and LoadAll keeps them all until memory runs out.
-    int second_document = 0;
-    std::istringstream stream(text);
-    YAML::Parser events(stream);
-    EventCounter counter(text.size() * 2 + 16);
-    if (events.HandleNextDocument(counter) && events.HandleNextDocument(counter)) {
-      second_document = counter.lastDocumentLine();
-    }
-    if (second_document) {
-      return refuse(second_document, "job: text after the end of the job (a job file holds one "
-                                     "YAML document)");
-    }
-    root = YAML::Load(text);
-#if __has_include(<yaml-cpp/depthguard.h>)
-  } catch (const YAML::DeepRecursion& e) {
-    return refuse(e.mark.line >= 0 ? e.mark.line + 1 : 1,
-                  "job: nested too deeply (mappings or lists inside one another)");
-#endif
-  } catch (const YAML::Exception& e) {
-    return refuse(e.mark.line >= 0 ? e.mark.line + 1 : 1, "job: not valid YAML: " + e.msg);
-  } catch (const EventCounter::TooMany&) {
-    return refuse(1, "job: not valid YAML: the parser did not come to an end");
+  // One reader, libyaml's events (spec/yaml_tree.h): depth, size and a second document are
+  // refused as they arrive, before anything is built from them.
+  YamlLimits limits;
+  limits.max_depth = kMaxNestingDepth;
+  limits.max_nodes = kMaxJobFileNodes;
+  auto root = parseYamlDocument(text, limits);
+  if (!root) {
+    const std::string& what = root.error().what;
+    return refuse(root.error().line,
+                  "job: " + (startsWith(what, "nested deeper") ? deep : what));
   }
-  if (!root || root.IsNull()) return refuse(1, "job: the job file is empty");
+  if (root->isNull()) return refuse(1, "job: the job file is empty");
   Parser parser(file_name);
-  try {
-    return parser.job(root);
-  } catch (const YAML::Exception& e) {
-    return refuse(e.mark.line >= 0 ? e.mark.line + 1 : parser.currentLine(), "job: " + e.msg);
-  }
+  return parser.job(*root);
 }
 
 }  // namespace
@@ -975,6 +893,10 @@ Result<void> validateFramework(const JobSpec& spec) {
       spec.launcher == Launcher::kTorchrun || spec.launcher == Launcher::kSpawn;
   if (torch_launcher && spec.framework != Framework::kPyTorch) {
     return bad("launcher", "'" + launcher + "' is for framework pytorch");
+  }
+  if (spec.task_flags && spec.framework != Framework::kTensorFlow) {
+    return bad("task_flags", "appends --task_name/--task_index to TensorFlow's tasks; this job's "
+                             "framework is '" + std::string(frameworkName(spec.framework)) + "'");
   }
   if (spec.launcher == Launcher::kMpirun && spec.framework != Framework::kMpi) {
     return bad("launcher", "'mpirun' is for framework mpi");
@@ -1619,6 +1541,7 @@ std::string toJobFile(const JobSpec& spec) {
               {"outputs", outputs},
               {"policy", policy}};
   if (spec.preload_given) job["preload"] = spec.preload;
+  if (spec.task_flags) job["task_flags"] = *spec.task_flags;
   if (spec.debug.enabled) {
     const Debug& d = spec.debug;
     Json debug = {{"ranks", d.all ? Json("all") : Json(d.ranks)},

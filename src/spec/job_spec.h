@@ -48,6 +48,7 @@ inline constexpr int kAutoProcs = -1;  // procs_per_node: auto (one per device)
 // processes of a job and the size of its plan are bounded together.
 inline constexpr size_t kMaxJobFileBytes = 1 << 20;  // a job file or a request's job: 1 MiB
 inline constexpr int kMaxNestingDepth = 64;          // [ ] and { } inside one another
+inline constexpr size_t kMaxJobFileNodes = 200000;  // values in a job file, aliases counted
 inline constexpr int kMaxRoles = 64;
 inline constexpr int kMaxNodesPerRole = 1024;
 inline constexpr int kMaxTotalNodes = 1024;
@@ -224,6 +225,10 @@ struct JobSpec {
   MindSporeMode mindspore_mode = MindSporeMode::kDynamicCluster;
   std::string rank_table_version = "1.0";  // or "0.1"
   bool compat_modelarts = true;  // set the managed service's MA_*/VC_* variables too
+  // TensorFlow: append --task_name=<role> --task_index=<i> to every task's command (the managed
+  // service's convention). Unset: on for a ps/worker job (one with a `ps` role) with compat
+  // modelarts, off otherwise (taskFlags()).
+  std::optional<bool> task_flags;
   Backend backend = Backend::kLocal;
   Network network;
   SlurmOptions slurm;
@@ -237,13 +242,18 @@ struct JobSpec {
 // joined by '.', '_', '__' or dashes; or an image id (hex).
 bool validImageReference(const std::string& ref);
 
+// Whether a TensorFlow job's tasks get --task_name/--task_index appended: its `task_flags`,
+// or by default when it is a ps/worker job under compat modelarts.
+bool taskFlags(const JobSpec& spec);
+
 Result<Framework> parseFramework(const std::string& text);
 Result<Launcher> parseLauncher(const std::string& text);
 Result<Backend> parseBackend(const std::string& text);
 
 // Parses a job file's text (YAML, or JSON, its subset). `file_name` only labels messages.
 // Errors: kInvalidArgument, "file:line: field.path: what is wrong", for text over
-// kMaxJobFileBytes or nested deeper than kMaxNestingDepth (refused before any parse), syntax
+// kMaxJobFileBytes, nested deeper than kMaxNestingDepth or over kMaxJobFileNodes values
+// (refused as the parse reaches them, spec/yaml_tree.h), syntax
 // errors, unknown or repeated fields, wrong types (a quoted "2" is a string, not an integer),
 // impossible values and lists or mappings over their limits. Never throws.
 Result<JobSpec> parseJobFile(const std::string& text, const std::string& file_name);

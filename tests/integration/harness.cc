@@ -35,7 +35,7 @@ bool usePresetEnvironment(const std::string& name, const std::string& module) {
 }
 
 CohortProcess::CohortProcess(const std::vector<std::string>& args,
-                             const std::vector<std::string>& extra_env) {
+                             const std::vector<std::string>& extra_env, int stdin_fd) {
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) < 0 || ::pipe2(err, O_CLOEXEC) < 0) std::abort();
   std::vector<std::string> argv_s = {COHORT_BIN};
@@ -59,6 +59,7 @@ CohortProcess::CohortProcess(const std::vector<std::string>& args,
   envp.push_back(nullptr);
   pid_ = ::fork();
   if (pid_ == 0) {
+    if (stdin_fd >= 0) ::dup2(stdin_fd, 0);
     ::dup2(out[1], 1);
     ::dup2(err[1], 2);
     ::execve(argv[0], argv.data(), envp.data());

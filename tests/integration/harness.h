@@ -24,11 +24,12 @@ struct RunResult {
 };
 
 // A running `cohort` process with captured output. `extra_env` ("KEY=VALUE") is added to the
-// test's environment, replacing a variable of the same name ("KEY=" sets it empty).
+// test's environment, replacing a variable of the same name ("KEY=" sets it empty). Its stdin is
+// `stdin_fd` (-1: the test's).
 class CohortProcess {
  public:
   explicit CohortProcess(const std::vector<std::string>& args,
-                         const std::vector<std::string>& extra_env = {});
+                         const std::vector<std::string>& extra_env = {}, int stdin_fd = -1);
   ~CohortProcess();
   pid_t pid() const { return pid_; }
   // Waits for it to end; kills it (and fails the result) after `deadline`.

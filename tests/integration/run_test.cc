@@ -1,7 +1,9 @@
 // `cohort run` end to end: the job directory, the rank contract, logs, bad input, and the real
 // PyTorch DDP example.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <map>
@@ -102,6 +104,27 @@ TEST(Run, GenericFrameworkSetsOnlyTheCohortContract) {
   EXPECT_EQ(env["COHORT_RANK"], "0");
   EXPECT_EQ(env.count("RANK"), 0u);
   EXPECT_EQ(env.count("MASTER_PORT"), 0u);
+}
+
+// cohort's stdin, when it is a file or a pipe, is rank 0's, as mpirun forwards its own; every
+// other rank reads nothing.
+TEST(Run, RankZeroReadsCohortsStdinWhenItIsNotATerminal) {
+  std::string root = tempDir();
+  const std::string input = root + "/input.txt";
+  std::ofstream(input) << "line one\nline two\n";
+  const int in = ::open(input.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(in, 0);
+  auto r = CohortProcess({"run", "--data-root", root, "--framework", "generic", "--nodes", "2",
+                          "--nproc-per-node", "2", "--", "sh", "-c",
+                          "echo \"rank $COHORT_RANK read [$(cat | tr '\\n' ' ')]\""},
+                         {}, in)
+               .wait();
+  ::close(in);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "rank 0 read [line one line two ]")) << r.out;
+  for (const char* other : {"rank 1 read []", "rank 2 read []", "rank 3 read []"}) {
+    EXPECT_TRUE(contains(r.out, other)) << r.out;
+  }
 }
 
 TEST(Run, TwoJobsStartedAtOnceGetDifferentMasterPorts) {

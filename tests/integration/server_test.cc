@@ -1895,7 +1895,7 @@ TEST_F(ServerRecovery, AJobItsCoordinatorRefusesIsRecordedWithTheCause) {
   std::filesystem::copy_file(testRank(), program);
   ::chmod(program.c_str(), 0755);
   Json blocker = rankJob("blocker", {gate("go")});
-  blocker["roles"] = {{"worker", {{"resources", {{"cpus", 2}}}}}};
+  blocker["roles"] = {{"worker", {{"resources", {{"cpus", 4}}}}}};  // the whole server: the next waits
   const std::string first = submit(admin_, blocker);
   ASSERT_FALSE(first.empty());
   waitJob(admin_, first, isRunning);
