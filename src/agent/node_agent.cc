@@ -30,6 +30,7 @@
 #include "agent/protocol.h"
 #include "agent/rank_env.h"
 #include "agent/rank_output.h"
+#include "plan/python_helpers.h"
 #include "agent/staging.h"
 #include "plan/plan.h"
 #include "proc/cgroup.h"
@@ -715,7 +716,9 @@ class Agent {
   // The files cohort generated for the ranks, for a job directory of its own.
   void writeFiles(const protocol::Files& m) {
     if (!own_dir_) return;
-    for (const plan::GeneratedFile& f : m.files) {
+    std::vector<plan::GeneratedFile> files = m.files;
+    for (plan::GeneratedFile& f : plan::pythonHelperFiles(job_dir_)) files.push_back(std::move(f));
+    for (const plan::GeneratedFile& f : files) {
       auto written = writeJobFile(job_dir_, f.path, f.content);
       if (!written) {
         send(protocol::StageFailed{written.error().message});

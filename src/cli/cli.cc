@@ -227,6 +227,7 @@ int cmdRerun(int argc, char** argv) {
 int cmdPlan(int argc, char** argv) {
   auto options = parseJobOptions(argc, argv, 2);
   if (!options) return reportError(options.error());
+  for (const std::string& note : options->notes) std::fprintf(stderr, "cohort: %s\n", note.c_str());
   auto job = prepareJob(*options, /*dry=*/true);
   if (!job) return reportError(job.error());
   auto plan = plan::makePlan(job->spec, job->context);
@@ -268,6 +269,7 @@ int cmdRun(int argc, char** argv) {
   const bool stdin_to_forward = ::fcntl(STDIN_FILENO, F_GETFD) >= 0 && !::isatty(STDIN_FILENO);
   auto options = parseJobOptions(argc, argv, 2);
   if (!options) return reportError(options.error());
+  for (const std::string& note : options->notes) std::fprintf(stderr, "cohort: %s\n", note.c_str());
   if (auto spec = buildSpec(*options); spec && spec->backend == spec::Backend::kVolcano) {
     return runOnVolcano(*options);  // the coordinator runs in the cluster (volcano_run.h)
   }

@@ -12,8 +12,12 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <thread>
 
+#include "agent/rank_env.h"
 #include "backends/local.h"
+#include "cli/python_check.h"
+#include "cli/torchrun_flags.h"
 #include "env/environments.h"
 #include "env/images.h"
 #include "job/id.h"
@@ -124,35 +128,41 @@ std::string nameFromCommand(const std::vector<std::string>& command) {
 
 namespace {
 
-// debug: the ranks' interpreter must have debugpy (or, dialling an IDE, PyCharm's
-// pydevd-pycharm): asked of it now, as the ranks would run it.
-Result<void> checkDebugger(const spec::JobSpec& s, const std::string& workdir) {
-  std::string path = std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin";
-  proc::SpawnRequest req;
-  for (char** e = environ; *e; ++e) req.env.emplace_back(*e);
+// The PATH of the ranks' environment: the job's (an environment's bin/ first), else this
+// process's for ranks that inherit it, else the base of a rank in the sandbox (agent/rank_env.h).
+std::string ranksPath(const spec::JobSpec& s, bool sandboxed) {
   for (const auto& [k, v] : s.env) {
-    if (k == "PATH") path = v;
-    req.env.push_back(k + "=" + v);
+    if (k == "PATH") return v;
   }
-  auto python = proc::findProgram(s.command[0], path, workdir);
-  if (!python) return withContext(python.error(), spec::fieldLabel(s, "command") + "debug");
-  const bool dials = !s.debug.connect.empty();
-  req.argv = {*python, "-c",
-              dials ? "try:\n import pydevd_pycharm\nexcept ImportError:\n import debugpy"
-                    : "import debugpy"};
-  req.cwd = workdir;
-  auto ran = proc::runCaptured(req, Millis(30000));
-  if (ran && ran->status.shellCode() == 0) return {};
-  const std::string why =
-      ran ? ran->err.substr(0, ran->err.find_last_not_of("\n") + 1) : ran.error().message;
-  const std::string last = why.substr(why.rfind('\n') + 1);
-  return fail(Code::kFailedPrecondition,
-              spec::fieldLabel(s, "debug") + "the ranks' interpreter '" + s.command[0] + "' (" +
-                  *python + ") cannot import " +
-                  (dials ? "pydevd_pycharm or debugpy (" : "debugpy (") + last.substr(0, 200) +
-                  "): install it where the ranks run (apt-get install python3-debugpy, or pip "
-                  "install debugpy into the job's environment" +
-                  (dials ? "; for PyCharm's debug server, pip install pydevd-pycharm)" : ")"));
+  const char* own = std::getenv("PATH");
+  if (sandboxed) {
+    for (const auto& [name, value] : agent::kBaseVariables) {
+      if (std::string(name) == "PATH") return value;
+    }
+  }
+  return own ? own : "/usr/bin:/bin";
+}
+
+// What the ranks' Python must import besides the program's own imports: the debugger (or,
+// dialling an IDE, PyCharm's pydevd-pycharm), the preload launcher's modules, torchrun's torch.
+std::vector<PythonNeed> pythonNeeds(const spec::JobSpec& s) {
+  std::vector<PythonNeed> needs;
+  if (s.debug.enabled) {
+    const bool dials = !s.debug.connect.empty();
+    needs.push_back({dials ? std::vector<std::string>{"pydevd_pycharm", "debugpy"}
+                           : std::vector<std::string>{"debugpy"},
+                     "debug",
+                     std::string("it where the ranks run (apt-get install python3-debugpy, or pip "
+                                 "install debugpy into the job's environment") +
+                         (dials ? "; for PyCharm's debug server, pip install pydevd-pycharm)" : ")")});
+  }
+  if (s.launcher == spec::Launcher::kPreload) {
+    std::vector<std::string> modules = s.preload;
+    if (!s.preload_given && s.framework == spec::Framework::kPyTorch) modules = {"torch"};
+    for (const std::string& m : modules) needs.push_back({{m}, "preload", ""});
+  }
+  if (s.launcher == spec::Launcher::kTorchrun) needs.push_back({{"torch"}, "launcher", ""});
+  return needs;
 }
 
 // --debug, --post-mortem and --pdb over the job file's debug: field.
@@ -184,6 +194,30 @@ Result<void> applyDebugFlags(const JobOptions& o, spec::JobSpec& s) {
   return {};
 }
 
+// torchrun's flags, from their one list (cli/torchrun_flags.h).
+std::string torchrunFlagsHelp() {
+  std::vector<std::string> same, nothing, refused;
+  for (const TorchrunFlag& t : torchrunFlags()) {
+    const std::string name = t.names.back();
+    if (t.kind == TorchrunFlag::Kind::kSame) same.push_back(name + " (" + t.cohort + ")");
+    if (t.kind == TorchrunFlag::Kind::kNothing) nothing.push_back(name);
+    if (t.kind == TorchrunFlag::Kind::kRefused) refused.push_back(name);
+  }
+  std::string text = "\ntorchrun's flags, in either spelling (--max_restarts, --max-restarts): " +
+                     join(same, ", ") + " are cohort's; " + join(nothing, ", ") +
+                     " change nothing here (cohort says why); " + join(refused, ", ") +
+                     " are refused with what to use instead (docs/frameworks.md)";
+  std::string wrapped, line = "   ";
+  for (const std::string& word : split(text.substr(1), ' ')) {
+    if (line.size() + 1 + word.size() > 94) {
+      wrapped += line + "\n";
+      line = "   ";
+    }
+    line += " " + word;
+  }
+  return "\n" + wrapped + line + "\n";
+}
+
 }  // namespace
 
 std::string jobFlagsHelp() {
@@ -209,7 +243,8 @@ std::string jobFlagsHelp() {
                            pods of a Volcano Job on Kubernetes, one per node (cohort run
                            submits it, cohort plan renders it; docs/volcano.md)
   --nodes N                nodes of a single-role job
-  --nproc-per-node N|auto  processes per node (auto: one per GPU, 1 without GPUs)
+  --nproc-per-node N|auto|gpu|cpu  processes per node (auto, gpu: one per GPU, 1 without
+                           GPUs; cpu: one per CPU of this machine); also --nproc_per_node
   --workdir DIR            where ranks run (default: the job file's directory, or here)
   --environment NAME       run every rank in this environment: a preset (system, pytorch,
                            tensorflow, mindspore; built on first use) or one saved with
@@ -249,7 +284,7 @@ std::string jobFlagsHelp() {
                            machine's reaching in, MASTER_ADDR node 0's address there; nat lets
                            them out through the machine; host keeps the machine's network
   -- COMMAND...            the command every rank runs
-)";
+)" + torchrunFlagsHelp();
 }
 
 Result<JobOptions> parseJobOptions(int argc, char** argv, int first) {
@@ -272,6 +307,24 @@ Result<JobOptions> parseJobOptions(int argc, char** argv, int first) {
       if (i + 1 >= argc) return fail(Code::kInvalidArgument, arg + ": needs a value");
       return std::string(argv[++i]);
     };
+    // torchrun's flags (cli/torchrun_flags.h): its name for one of ours, or one that means
+    // nothing here (its value taken, a note said), or one refused with the reason.
+    if (const TorchrunFlag* t = findTorchrunFlag(arg)) {
+      if (t->kind == TorchrunFlag::Kind::kRefused) {
+        return fail(Code::kInvalidArgument, arg + ": torchrun's flag has no place in cohort run: " + t->why);
+      }
+      if (t->kind == TorchrunFlag::Kind::kNothing) {
+        if (t->takes_value) COHORT_TRY(next());
+        o.notes.push_back(arg + " changes nothing: " + t->why);
+        continue;
+      }
+      if (t->cohort == "--env MASTER_PORT=") {
+        COHORT_ASSIGN(std::string port, next());
+        o.env.push_back("MASTER_PORT=" + port);
+        continue;
+      }
+      arg = t->cohort;
+    }
     auto number = [&](int min) -> Result<int> {
       COHORT_ASSIGN(std::string text, next());
       auto n = parseInt(text);
@@ -289,11 +342,14 @@ Result<JobOptions> parseJobOptions(int argc, char** argv, int first) {
       COHORT_ASSIGN(o.framework, next());
     } else if (arg == "--nodes") {
       COHORT_ASSIGN(o.nodes, number(1));
-    } else if (arg == "--nproc-per-node" || arg == "--nproc_per_node") {
-      if ((inline_value && value == "auto") ||
-          (!inline_value && i + 1 < argc && std::string(argv[i + 1]) == "auto")) {
+    } else if (arg == "--nproc-per-node") {
+      const std::string word = inline_value ? value : i + 1 < argc ? argv[i + 1] : "";
+      if (word == "auto" || word == "gpu" || word == "cpu") {
         if (!inline_value) ++i;
-        o.procs_per_node = spec::kAutoProcs;
+        // gpu, as torchrun has it: one per GPU (cohort's auto: 1 without GPUs); cpu: one per
+        // CPU of this machine.
+        o.procs_per_node = word == "cpu" ? std::max(1, static_cast<int>(std::thread::hardware_concurrency()))
+                                         : spec::kAutoProcs;
       } else {
         COHORT_ASSIGN(o.procs_per_node, number(1));
       }
@@ -376,7 +432,10 @@ Result<JobOptions> parseJobOptions(int argc, char** argv, int first) {
       for (; i < argc; ++i) o.command.emplace_back(argv[i]);
       break;
     } else {
-      return fail(Code::kInvalidArgument, "unknown flag '" + arg + "' (see --help)");
+      const std::string near = nearestFlag(arg, knownJobFlags());
+      return fail(Code::kInvalidArgument, "unknown flag '" + arg + "'" +
+                                              (near.empty() ? "" : ": did you mean " + near + "?") +
+                                              " (see --help)");
     }
   }
   return o;
@@ -400,18 +459,31 @@ void makePathsAbsolute(spec::JobSpec& spec) {
   }
 }
 
-bool jobFlagTakesValue(const std::string& flag) {
-  // Every flag of parseJobOptions above that reads next() (job_options_test checks the help).
-  // clang-format off
-  static const std::set<std::string> kValueFlags = {
+namespace {
+// Every flag of parseJobOptions above that reads next() (job_options_test checks the help).
+// clang-format off
+const std::set<std::string> kValueFlags = {
       "-f", "--file", "--name", "--framework", "--nodes", "--nproc-per-node", "--nproc_per_node",
       "--launcher", "--preload", "--backend", "--mode", "--compat", "--workdir", "--environment", "--image", "--namespace", "--env",
       "--hp", "--max-restarts", "--grace-period", "--heartbeat-timeout", "--max-runtime",
       "--hang-timeout", "--startup-timeout", "--stop-signal", "--success", "--data-root",
       "--log-ranks", "--job-id", "--run-as", "--input-root", "--job-network",
       "--debug"};
-  // clang-format on
+// clang-format on
+}  // namespace
+
+bool jobFlagTakesValue(const std::string& flag) {
+  if (const TorchrunFlag* t = findTorchrunFlag(flag)) return t->takes_value;
   return kValueFlags.count(flag) > 0;
+}
+
+std::vector<std::string> knownJobFlags() {
+  std::vector<std::string> known(kValueFlags.begin(), kValueFlags.end());
+  for (const char* flag : {"--post-mortem", "--pdb", "--report", "--isolate", "--json", "--quiet"}) {
+    known.emplace_back(flag);
+  }
+  for (const TorchrunFlag& t : torchrunFlags()) known.insert(known.end(), t.names.begin(), t.names.end());
+  return known;
 }
 
 Result<spec::JobSpec> buildSpec(const JobOptions& o) {
@@ -809,6 +881,11 @@ Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
     }
   }
 
+  // A sandboxed rank looks for its program on the sandbox's PATH, not on this process's.
+  if (o.isolate && std::none_of(with_environment.env.begin(), with_environment.env.end(),
+                                [](const auto& kv) { return kv.first == "PATH"; })) {
+    with_environment.env.emplace_back("PATH", ranksPath(with_environment, true));
+  }
   // The file system: refuse now what would fail at start. A Volcano Job's command runs in its
   // image, not here: nothing of this machine to check.
   auto checked = s.backend == spec::Backend::kVolcano
@@ -824,8 +901,15 @@ Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
     return fail(checked.error().code, msg);
   }
   const std::string workdir = *checked;
-  if (s.debug.enabled && !dry && s.backend == spec::Backend::kLocal && !image) {
-    COHORT_TRY(checkDebugger(with_environment, workdir));
+  // The ranks' Python, asked now for what the job imports (as the user: never for a server's
+  // job, which runs as its account).
+  if (!dry && s.backend == spec::Backend::kLocal && !image && o.run_as.empty() &&
+      runsPython(s.command)) {
+    PythonRanks ranks{ranksPath(with_environment, o.isolate), {}, workdir};
+    for (char** e = environ; *e; ++e) ranks.env.emplace_back(*e);
+    for (const auto& [k, v] : with_environment.env) ranks.env.push_back(k + "=" + v);
+    ranks.env.push_back("PATH=" + ranks.path);
+    COHORT_TRY(checkPython(with_environment, ranks, pythonNeeds(s), {"cohort"}));
   }
   plan::PlanContext& ctx = job.context;
   ctx.as_root = ::geteuid() == 0;
@@ -871,6 +955,10 @@ Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
     ctx.input_roots.push_back(trimmed);
   }
   ctx.cohort_bin = backends::selfExecutable();
+  // Ranks that inherit the user's environment keep its PYTHONPATH before cohort's module's.
+  if (!o.isolate && o.run_as.empty() && !image && s.backend != spec::Backend::kVolcano) {
+    if (const char* python_path = std::getenv("PYTHONPATH")) ctx.inherited_python_path = python_path;
+  }
   if (o.isolate) {
     if (::access("/usr/bin/bwrap", X_OK) != 0) {
       return fail(Code::kFailedPrecondition,

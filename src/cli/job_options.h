@@ -44,6 +44,9 @@ struct JobOptions {
   // --report: set by `cohort server`: push the job's record to the server that the job
   // directory's report.url names, with the credential in its report.token
   bool report = false;
+  // What the flags said that cohort does not do (torchrun's flags that mean nothing here, each
+  // with why), for the command to print once on stderr.
+  std::vector<std::string> notes;
 };
 
 // Parses flags for run/plan from argv[first..]. Errors: kInvalidArgument naming the flag.
@@ -52,6 +55,9 @@ Result<JobOptions> parseJobOptions(int argc, char** argv, int first);
 // Whether `flag` is one of parseJobOptions' flags that take a value ("--nodes", not "--json"),
 // for commands that pick their own flags out first (cohort submit).
 bool jobFlagTakesValue(const std::string& flag);
+
+// Every flag parseJobOptions knows, torchrun's included: what an unknown flag is compared with.
+std::vector<std::string> knownJobFlags();
 
 // `path` relative to `base` (unless it is absolute), without "." and ".." parts.
 std::string absoluteIn(const std::string& path, const std::string& base);

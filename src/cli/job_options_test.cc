@@ -101,5 +101,58 @@ TEST(JobFlags, AJobFileGivenAsTheCommandIsPointedToDashF) {
   ASSERT_TRUE(s) << s.error().message;
 }
 
+Result<JobOptions> optionsOf(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  return parseJobOptions(static_cast<int>(argv.size()), argv.data(), 0);
+}
+
+TEST(TorchrunFlags, BothSpellingsOfItsOwnFlagsAreCohorts) {
+  auto s = specOf({"--nnodes", "2", "--nproc_per_node=3", "--max_restarts", "1", "--master-port",
+                   "29500", "--", "python3", "train.py"});
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(s->roles[0].nodes, 2);
+  EXPECT_EQ(s->roles[0].procs_per_node, 3);
+  EXPECT_EQ(s->policy.max_restarts, 1);
+  EXPECT_EQ(s->env, (spec::KeyValues{{"MASTER_PORT", "29500"}}));
+  s = specOf({"--nproc-per-node", "gpu", "--", "python3", "train.py"});
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(s->roles[0].procs_per_node, spec::kAutoProcs);
+}
+
+TEST(TorchrunFlags, OnesThatMeanNothingHereAreTakenWithANote) {
+  auto o = optionsOf({"--standalone", "--rdzv-backend", "c10d", "--tee=3", "--log_dir", "/tmp/x",
+                      "--", "python3", "train.py"});
+  ASSERT_TRUE(o) << o.error().message;
+  EXPECT_EQ(o->command, (std::vector<std::string>{"python3", "train.py"}));
+  ASSERT_EQ(o->notes.size(), 4u);
+  EXPECT_EQ(o->notes[0].rfind("--standalone changes nothing: cohort's coordinator is", 0), 0u)
+      << o->notes[0];
+  EXPECT_EQ(o->notes[3].rfind("--log_dir changes nothing: every rank's whole output", 0), 0u)
+      << o->notes[3];
+}
+
+TEST(TorchrunFlags, OnesCohortCannotHonourAreRefusedWithWhatToUse) {
+  auto o = optionsOf({"--rdzv_endpoint", "10.0.0.1:29400", "--", "python3", "train.py"});
+  ASSERT_FALSE(o);
+  EXPECT_EQ(o.error().message.rfind("--rdzv_endpoint: torchrun's flag has no place in cohort run", 0),
+            0u)
+      << o.error().message;
+  EXPECT_NE(o.error().message.find("--env MASTER_PORT=N"), std::string::npos) << o.error().message;
+  o = optionsOf({"--local-ranks-filter", "0", "--", "python3", "train.py"});
+  ASSERT_FALSE(o);
+  EXPECT_NE(o.error().message.find("--log-ranks RANKS"), std::string::npos) << o.error().message;
+}
+
+TEST(TorchrunFlags, AnUnknownFlagNamesTheNearestKnownOne) {
+  auto o = optionsOf({"--nproc-per-nod", "2", "--", "python3", "train.py"});
+  ASSERT_FALSE(o);
+  EXPECT_EQ(o.error().message,
+            "unknown flag '--nproc-per-nod': did you mean --nproc-per-node? (see --help)");
+  o = optionsOf({"--frobnicate", "--", "python3", "train.py"});
+  ASSERT_FALSE(o);
+  EXPECT_EQ(o.error().message, "unknown flag '--frobnicate' (see --help)");
+}
+
 }  // namespace
 }  // namespace cohort::cli

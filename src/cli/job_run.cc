@@ -10,6 +10,7 @@
 
 #include "agent/root_cause.h"
 #include "job/layout.h"
+#include "plan/python_helpers.h"
 #include "util/fd.h"
 #include "util/text.h"
 
@@ -109,6 +110,9 @@ Result<void> writePlan(const plan::Plan& plan) {
   };
   COHORT_TRY(write(job::Layout(plan.job_dir).planFile(), plan::toJson(plan)));
   for (const plan::GeneratedFile& f : plan.files) COHORT_TRY(write(f.path, f.content));
+  for (const plan::GeneratedFile& f : plan::pythonHelperFiles(plan.job_dir)) {
+    COHORT_TRY(write(f.path, f.content));
+  }
   return {};
 }
 

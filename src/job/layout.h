@@ -8,7 +8,8 @@
 //   report.url report.token   where the server that runs the job is now (it rewrites the file
 //                 when it restarts on another address) and the credential the coordinator pushes
 //                 the record with (0600, the server's; the coordinator reads it once, removes it)
-//   files/     what cohort generates for the ranks to read: rank tables, hostfile, <role>.host
+//   files/     what cohort generates for the ranks to read: rank tables, hostfile, <role>.host,
+//              and python/, cohort's Python module (on every rank's PYTHONPATH)
 //   logs/      one log per process, written by the coordinator from what the agents ship
 //   work/      the ranks' scratch space; work/node<i> holds node i's staged inputs and each of
 //              its ranks' .cohort-heartbeat-<rank> (cohort.heartbeat()) and, in a job with
@@ -57,6 +58,7 @@ class Layout {
   std::string reportTokenFile() const { return dir_ + "/report.token"; }
   std::string filesDir() const { return dir_ + "/files"; }
   std::string rankTableFile() const { return filesDir() + "/rank_table.json"; }
+  std::string pythonHelpersDir() const { return filesDir() + "/python"; }
   std::string logsDir() const { return dir_ + "/logs"; }
   // logs/<base>.log, where `base` is "<role>-<index>" (or "torchrun-node1", "scheduler-0").
   std::string logFile(const std::string& base) const { return logsDir() + "/" + base + ".log"; }

@@ -78,17 +78,19 @@ TEST(Container, EveryRankRunsItsOwnCommandUnderCohortEnvExec) {
       EXPECT_EQ(valuesOf(r.argv, "--ro-bind"),
                 (std::vector<std::string>{"/data/jobs/in-image-1/files",
                                           "/data/jobs/in-image-1/logs", "/store/data"}));
-      // The host's loader and Python variables are not the image's.
+      // The host's loader and Python variables are not the image's: PYTHONPATH is cohort's
+      // Python module alone (in files/, bound in), not the launcher's.
       const auto unset = valuesOf(r.argv, "--unset");
       EXPECT_NE(std::find(unset.begin(), unset.end(), "LD_LIBRARY_PATH"), unset.end());
-      EXPECT_NE(std::find(unset.begin(), unset.end(), "PYTHONPATH"), unset.end());
+      EXPECT_NE(std::find(unset.begin(), unset.end(), "PYTHONHOME"), unset.end());
       // The rank contract is unchanged, with the image's PATH.
-      bool path = false, rank = false;
+      bool path = false, rank = false, python_path = false;
       for (const auto& [k, v] : r.env) {
         path = path || (k == "PATH" && v == "/opt/conda/bin:/usr/bin:/bin");
         rank = rank || k == "COHORT_RANK";
+        python_path = python_path || (k == "PYTHONPATH" && v == "/data/jobs/in-image-1/files/python");
       }
-      EXPECT_TRUE(path && rank);
+      EXPECT_TRUE(path && rank && python_path);
     }
   }
   // cohort plan says which image.

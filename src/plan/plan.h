@@ -200,6 +200,9 @@ struct PlanContext {
   // Directories local inputs must be below (a server's --input-root); none: anywhere.
   std::vector<std::string> input_roots;
   std::string cohort_bin;  // the cohort binary, for cohort.copy() inside ranks
+  // The PYTHONPATH that ranks inheriting the user's environment have there (agent/rank_env.h),
+  // kept in front of cohort's module's directory (python_helpers.h); "" for other ranks.
+  std::string inherited_python_path;
   bool isolate = false;   // run every process under bubblewrap (see isolation.cc)
   int uid = -1;           // every rank's Unix identity (cohort server gives each account its
   int gid = -1;           // own); -1: the identity cohort runs as

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "plan/plan.h"
+#include "plan/python_helpers.h"
 #include "plan/wiring.h"
 #include "util/text.h"
 
@@ -164,6 +165,16 @@ void assignDevices(Builder& b) {
 
 Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
   COHORT_TRY(spec::validate(spec));
+  // A MASTER_PORT of the job's own is honoured (pytorch.cc): it must be one.
+  for (const auto& [k, v] : spec.env) {
+    auto port = parseInt(v);
+    if (k == "MASTER_PORT" && (!port || *port < 1 || *port > 65535)) {
+      return fail(Code::kInvalidArgument,
+                  spec::fieldLabel(spec, "env.MASTER_PORT") + "'" + v +
+                      "' is not a port (1 to 65535); leave MASTER_PORT out and cohort leases one "
+                      "for the job");
+    }
+  }
   // The machine's side of the plan goes into its JSON too (the job's variables, plan.json).
   for (const auto& [what, path] :
        {std::pair{"the job directory", &ctx.job_dir}, std::pair{"the work directory", &ctx.workdir},
@@ -331,6 +342,16 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
     COHORT_TRY(wirePreload(b));
   }
   wireDebug(b);  // after preload: it checks the job's own command, not the bootstrap's
+  // cohort's Python module for every process, launchers included (their ranks inherit it).
+  for (NodePlan& node : plan.nodes) {
+    for (RankPlan& r : node.ranks) {
+      std::string before = ctx.inherited_python_path;
+      for (const auto& [k, v] : r.env) {
+        if (k == "PYTHONPATH") before = v;
+      }
+      setEnv(r.env, "PYTHONPATH", pythonPathWithHelpers(before, ctx.job_dir));
+    }
+  }
   if (ctx.image) {
     COHORT_TRY(runInImage(b));
   } else if (ctx.isolate) {

@@ -651,6 +651,27 @@ TEST(Planner, UserOmpThreadsWins) {
   EXPECT_EQ(envOf(plan->nodes[0].ranks[0], "OMP_NUM_THREADS"), "8");
 }
 
+TEST(Planner, AMasterPortOrAddressOfTheJobIsHonouredNeverReplaced) {
+  auto spec = parse("name: t\ncommand: [python3, train.py]\nlauncher: torchrun\n"
+                    "env: {MASTER_PORT: '29500', MASTER_ADDR: 10.0.0.5}\n");
+  auto plan = makePlan(spec, context());
+  ASSERT_TRUE(plan);
+  const std::vector<std::string>& a = onlyRank(*plan, "torchrun/node0").argv;
+  EXPECT_NE(std::find(a.begin(), a.end(), "--rdzv_endpoint=10.0.0.5:29500"), a.end());
+  spec.launcher = spec::Launcher::kDirect;
+  plan = makePlan(spec, context());
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(envOf(plan->nodes[0].ranks[0], "MASTER_PORT"), "29500");
+  EXPECT_EQ(envOf(plan->nodes[0].ranks[0], "MASTER_ADDR"), "10.0.0.5");
+
+  spec.env = {{"MASTER_PORT", "auto"}};
+  plan = makePlan(spec, context());
+  ASSERT_FALSE(plan);
+  EXPECT_NE(plan.error().message.find("env.MASTER_PORT: 'auto' is not a port (1 to 65535)"),
+            std::string::npos)
+      << plan.error().message;
+}
+
 TEST(Planner, ConsoleRanksFilter) {
   PlanContext ctx = context();
   ctx.console_ranks = {0, 3};

@@ -13,10 +13,19 @@ const char* const kRankVars[] = {"RANK",          "LOCAL_RANK",      "WORLD_SIZE
                                  "GROUP_RANK",    "GROUP_WORLD_SIZE", "ROLE_RANK",
                                  "ROLE_WORLD_SIZE", "ROLE_NAME",      "LOCAL_WORLD_SIZE"};
 
+// The job's own value of `key` (env:, --env, --master-port), else `fallback`: an explicit
+// MASTER_ADDR or MASTER_PORT is where the ranks and torchrun's rendezvous meet, never replaced.
+std::string jobOr(const Builder& b, const char* key, const std::string& fallback) {
+  for (const auto& [k, v] : b.spec.env) {
+    if (k == key) return v;
+  }
+  return fallback;
+}
+
 void setRankVars(Builder& b, RankPlan& r) {
   KeyValues& env = r.env;
-  setEnv(env, "MASTER_ADDR", b.ctx.master_addr);
-  setEnv(env, "MASTER_PORT", b.port(0));
+  setEnv(env, "MASTER_ADDR", jobOr(b, "MASTER_ADDR", b.ctx.master_addr));
+  setEnv(env, "MASTER_PORT", jobOr(b, "MASTER_PORT", b.port(0)));
   setEnv(env, "RANK", std::to_string(r.rank));
   setEnv(env, "WORLD_SIZE", std::to_string(b.plan.world_size));
   setEnv(env, "LOCAL_RANK", std::to_string(r.local_rank));
@@ -46,7 +55,8 @@ void wirePyTorch(Builder& b) {
     fixLocalWorld(b, r);
   });
   const int procs = b.spec.roles[0].procs_per_node;
-  const std::string endpoint = b.ctx.master_addr + ":" + b.port(0);
+  const std::string endpoint =
+      jobOr(b, "MASTER_ADDR", b.ctx.master_addr) + ":" + jobOr(b, "MASTER_PORT", b.port(0));
   if (b.spec.launcher == spec::Launcher::kTorchrun) {
     b.onePerNode("torchrun", [&](NodePlan& node, RankPlan& r) {
       for (const char* key : kRankVars) unsetEnv(r.env, key);

@@ -197,11 +197,13 @@ TEST_F(Preload, ATemplateThatCannotForkSafelySaysWhy) {
                                    "'undefined_name' is not defined"))
       << broken.err;
   EXPECT_FALSE(contains(broken.err + broken.out, "from the template"));
+  // A module the interpreter cannot find is refused before anything starts (cli/python_check.h).
   auto missing = run(job("ok.py", "[no_such_module_here]"));
-  EXPECT_EQ(missing.exit_code, 127) << missing.err;
-  EXPECT_TRUE(contains(missing.err, "importing no_such_module_here: ModuleNotFoundError: No module "
-                                    "named 'no_such_module_here'"))
+  EXPECT_EQ(missing.exit_code, 2) << missing.err;
+  EXPECT_TRUE(contains(missing.err, "preload: the ranks' interpreter '/usr/bin/python3' "
+                                    "(/usr/bin/python3, Python "))
       << missing.err;
+  EXPECT_TRUE(contains(missing.err, "cannot import 'no_such_module_here'")) << missing.err;
 }
 
 // numpy's OpenBLAS starts a thread pool when it is loaded, unless OMP_NUM_THREADS=1, and stops

@@ -785,6 +785,26 @@ TEST_F(ServerIsolation, AJobSeesNeitherTheStoreNorOtherJobsDirectories) {
   EXPECT_TRUE(contains(log, id)) << "its own directory is there: " << log;
 }
 
+TEST_F(ServerIsolation, ASandboxedJobImportsCohortWithNothingInstalled) {
+  if (!contains(readText(dir_ + "/server-1.out"), "jobs run isolated")) {
+    GTEST_SKIP() << "bubblewrap does not work here: the server runs jobs without the sandbox";
+  }
+  const std::string alice = createAccount("alice");
+  // Debian's Python, which never had cohort installed: the module comes with the job.
+  Json job = {{"name", "helpers"}, {"framework", "generic"}, {"workdir", work_},
+              {"command", {"/usr/bin/python3", "-c",
+                           "import cohort; cohort.log(step=1, loss=0.5); "
+                           "print('from', cohort.__file__, cohort.rank())"}}};
+  const std::string id = submit(alice, job);
+  Json record = waitFinal(alice, id);
+  EXPECT_EQ(record.value("state", ""), "succeeded") << record.dump();
+  const std::string log = get("/v1/jobs/" + id + "/logs?rank=0", alice).body;
+  EXPECT_TRUE(contains(log, "cohort.log step=1 loss=0.5")) << log;
+  EXPECT_TRUE(contains(log, "from " + data_root_ + "/jobs/" + id +
+                                "/files/python/package/cohort/__init__.py 0"))
+      << log;
+}
+
 TEST_F(ServerIsolation, TokensBelongToTheirAccountAndRevokingOneWorksAtOnce) {
   const std::string alice = createAccount("alice");
   const std::string bob = createAccount("bob");

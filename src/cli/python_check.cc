@@ -1,0 +1,222 @@
+#include "cli/python_check.h"
+
+#include <climits>
+#include <cstdlib>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "proc/spawn.h"
+#include "util/text.h"
+
+extern char** environ;
+
+namespace cohort::cli {
+
+namespace {
+
+using Json = nlohmann::json;
+
+// Run by the interpreter with a request (JSON) in argv[1]: {"script": PATH} or {"module": NAME},
+// "needs": [[MODULE, ...], ...] (one of each list), "provided": [MODULE, ...]. Prints
+// {"executable", "prefix", "version", "missing": [{"modules": [...], "line": N}]}. It finds modules
+// (importlib.util.find_spec of top-level names, which runs no module's code) and never imports
+// one; the script is parsed, not run.
+constexpr const char* kProbe = R"(import ast, importlib.util, json, os, sys
+req = json.loads(sys.argv[1])
+def found(name):
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+    except Exception:
+        return True
+def changes_path(node):
+    for n in ast.walk(node):
+        if isinstance(n, ast.Attribute) and (n.attr == "addsitedir" or (
+                n.attr == "path" and isinstance(n.value, ast.Name) and n.value.id == "sys")):
+            return True
+        if isinstance(n, ast.ImportFrom) and n.module in ("sys", "site"):
+            return True
+    return False
+def imports(path):
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, SyntaxError, ValueError):
+        return []
+    out = []
+    for node in tree.body:
+        if changes_path(node):
+            break
+        if isinstance(node, ast.Import):
+            out += [(a.name.split(".")[0], node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.append((node.module.split(".")[0], node.lineno))
+    return out
+wanted = []
+if req.get("script"):
+    sys.path[0] = os.path.dirname(os.path.abspath(req["script"]))
+    wanted = [([m], line) for m, line in imports(req["script"])]
+elif req.get("module"):
+    wanted = [([req["module"].split(".")[0]], 0)]
+wanted += [(alternatives, 0) for alternatives in req["needs"]]
+missing, seen = [], set()
+for modules, line in wanted:
+    if modules[0] in seen or any(m in req["provided"] or m in sys.builtin_module_names or found(m)
+                                 for m in modules):
+        continue
+    seen.add(modules[0])
+    missing.append({"modules": modules, "line": line})
+print(json.dumps({"executable": sys.executable, "prefix": sys.prefix,
+                  "version": sys.version.split()[0], "missing": missing}))
+)";
+
+struct Answer {
+  std::string executable, prefix, version;  // prefix: sys.prefix, one per installation or venv
+  std::vector<std::pair<std::vector<std::string>, int>> missing;  // modules, line (0: none)
+};
+
+// The program the command runs: {script} or {module}, past the interpreter's own options.
+Json programOf(const std::vector<std::string>& command, const std::string& workdir) {
+  for (size_t i = 1; i < command.size(); ++i) {
+    const std::string& a = command[i];
+    if (a == "-m") return i + 1 < command.size() ? Json{{"module", command[i + 1]}} : Json::object();
+    if (a == "-c" || a == "-" || a.empty()) return Json::object();
+    if (a[0] != '-') return Json{{"script", a[0] == '/' ? a : workdir + "/" + a}};
+    if (a == "-X" || a == "-W" || a == "--check-hash-based-pycs") ++i;
+  }
+  return Json::object();
+}
+
+// Asks `python` (absolute) for `request`'s modules. Errors: the interpreter did not answer
+// (kFailedPrecondition, with what it printed).
+Result<Answer> ask(const std::string& python, const Json& request, const PythonRanks& ranks) {
+  proc::SpawnRequest req;
+  req.argv = {python, "-c", kProbe, request.dump()};
+  req.env = ranks.env;
+  req.cwd = ranks.workdir;
+  auto ran = proc::runCaptured(req, Millis(30000));
+  if (!ran) return fail(ran.error().code, ran.error().message);
+  Json out = Json::parse(ran->out, nullptr, false);
+  if (ran->status.shellCode() != 0 || !out.is_object() || !out["missing"].is_array()) {
+    std::string why(trim(ran->err));
+    why = why.substr(why.rfind('\n') + 1).substr(0, 200);
+    return fail(Code::kFailedPrecondition,
+                "it " + ran->status.describe() + (why.empty() ? "" : " (" + why + ")"));
+  }
+  Answer a;
+  a.executable = out.value("executable", python);
+  a.prefix = out.value("prefix", "");
+  a.version = out.value("version", "");
+  for (const Json& m : out["missing"]) {
+    std::vector<std::string> modules;
+    for (const Json& name : m.value("modules", Json::array())) {
+      if (name.is_string()) modules.push_back(name.get<std::string>());
+    }
+    if (!modules.empty()) a.missing.emplace_back(std::move(modules), m.value("line", 0));
+  }
+  return a;
+}
+
+std::string realPath(const std::string& path) {
+  char buf[PATH_MAX];
+  return ::realpath(path.c_str(), buf) ? std::string(buf) : path;
+}
+
+// Another Python of this machine that finds every one of `modules` (one of each list), other
+// than the installation or virtual environment `except` (its sys.prefix): python3 in each
+// directory of the ranks' PATH and of this process's, then the system's. "" when none does.
+std::string anotherWith(const std::vector<std::vector<std::string>>& modules,
+                        const std::string& except, const PythonRanks& ranks) {
+  std::vector<std::string> dirs = split(ranks.path, ':');
+  if (const char* own = std::getenv("PATH")) {
+    for (const std::string& d : split(own, ':')) dirs.push_back(d);
+  }
+  dirs.insert(dirs.end(), {"/usr/local/bin", "/usr/bin"});
+  std::set<std::string> paths, prefixes = {except};
+  for (const std::string& dir : dirs) {
+    if (dir.empty() || dir[0] != '/') continue;
+    const std::string python = dir + "/python3";
+    if (::access(python.c_str(), X_OK) != 0 || !paths.insert(python).second) continue;
+    auto answer = ask(python, Json{{"needs", modules}, {"provided", Json::array()}}, ranks);
+    if (!answer || !prefixes.insert(answer->prefix).second) continue;
+    if (answer->missing.empty()) return python;
+  }
+  return "";
+}
+
+std::string quoted(const std::vector<std::string>& modules) {
+  std::vector<std::string> words;
+  for (const std::string& m : modules) words.push_back("'" + m + "'");
+  return join(words, " or ");
+}
+
+}  // namespace
+
+bool runsPython(const std::vector<std::string>& command) {
+  if (command.empty()) return false;
+  return startsWith(command[0].substr(command[0].rfind('/') + 1), "python");
+}
+
+Result<void> checkPython(const spec::JobSpec& s, const PythonRanks& ranks,
+                         const std::vector<PythonNeed>& needs,
+                         const std::vector<std::string>& provided) {
+  auto python = proc::findProgram(s.command[0], ranks.path, ranks.workdir);
+  if (!python) return withContext(python.error(), spec::fieldLabel(s, "command") + "python");
+  Json request = programOf(s.command, ranks.workdir);
+  request["needs"] = Json::array();
+  for (const PythonNeed& need : needs) request["needs"].push_back(need.modules);
+  request["provided"] = provided;
+  const std::string which = "the ranks' interpreter '" + s.command[0] + "' (" + *python;
+  auto answer = ask(*python, request, ranks);
+  if (!answer) {
+    return fail(Code::kFailedPrecondition, spec::fieldLabel(s, "command") + which +
+                                               ") could not be asked what it imports: " +
+                                               answer.error().message);
+  }
+  if (answer->missing.empty()) return {};
+  // The first missing module says the field; every missing one is named.
+  const auto& [first, line] = answer->missing.front();
+  const PythonNeed* need = nullptr;
+  for (const PythonNeed& n : needs) {
+    if (n.modules == first) need = &n;
+  }
+  std::vector<std::string> names;
+  std::vector<std::vector<std::string>> lists;
+  for (const auto& [modules, at] : answer->missing) {
+    std::string name = quoted(modules);
+    if (at > 0) {
+      const Json program = programOf(s.command, ranks.workdir);
+      std::string script = program.value("script", "");
+      name += " (" + script.substr(script.rfind('/') + 1) + " line " + std::to_string(at) + ")";
+    }
+    names.push_back(name);
+    lists.push_back(modules);
+  }
+  std::string runs = *python;
+  if (realPath(answer->executable) != realPath(*python)) runs += ", which runs " + answer->executable;
+  if (!answer->version.empty()) runs += ", Python " + answer->version;
+  std::string msg = (need ? spec::fieldLabel(s, need->field) : spec::fieldLabel(s, "command")) +
+                    "the ranks' interpreter '" + s.command[0] + "' (" + runs +
+                    ") cannot import " + join(names, ", ") + ": ";
+  const std::string other = anotherWith(lists, answer->prefix, ranks);
+  if (!other.empty()) {
+    std::vector<std::string> words = {other};
+    for (size_t i = 1; i < s.command.size() && i < 3; ++i) words.push_back(s.command[i]);
+    msg += other + " has " + (lists.size() == 1 ? "it" : "them") + ": name it in the command (-- " +
+           join(words, " ") + (s.command.size() > 3 ? " ..." : "") +
+           ") or put its directory first on the ranks' PATH; or install ";
+  } else {
+    msg += "no other python3 on this machine has " +
+           std::string(lists.size() == 1 ? "it" : "them") + ": install ";
+  }
+  msg += need && !need->install.empty()
+             ? need->install
+             : "it for this interpreter (" + answer->executable + " -m pip install " +
+                   first.front() + "), or run in an environment that has it (--environment, "
+                   "cohort env ls)";
+  return fail(Code::kFailedPrecondition, msg);
+}
+
+}  // namespace cohort::cli

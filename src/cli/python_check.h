@@ -1,0 +1,47 @@
+// Whether the ranks' Python can import what the job needs, asked of that interpreter before
+// anything starts. The interpreter is the one the ranks will run: the command's first word found
+// on the PATH of the ranks' environment. It is asked, without running any of the job's code, to
+// find each module that the program imports at its top level (unconditionally, before anything
+// there changes sys.path), and the modules that cohort itself makes it import (the debugger, the
+// preload launcher's modules, torchrun's torch). A module it cannot find is named with the
+// interpreter it was missing from and another Python of this machine that has it.
+//
+// Runs processes (the interpreters); any thread. Only for ranks on this machine run as this
+// process's user: a privileged process never runs an interpreter a job chose.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "spec/job_spec.h"
+#include "util/result.h"
+
+namespace cohort::cli {
+
+// A module the ranks' Python must import, one of `modules` being enough, and where it comes from.
+struct PythonNeed {
+  std::vector<std::string> modules;
+  std::string field;    // the job file's field that asks for it ("debug", "launcher")
+  std::string install;  // how to get it, e.g. "apt-get install python3-debugpy"
+};
+
+// The ranks as the check sees them.
+struct PythonRanks {
+  std::string path;              // the PATH of their environment
+  std::vector<std::string> env;  // their environment, "KEY=VALUE" each
+  std::string workdir;           // where they start (absolute)
+};
+
+// True when the command's first word names a Python interpreter (python, python3, python3.11).
+bool runsPython(const std::vector<std::string>& command);
+
+// Asks the interpreter of `s.command` (a Python one) for the program's top-level imports and
+// `needs`. Modules in `provided` count as found (cohort puts them there). Errors:
+// kFailedPrecondition naming the field, the interpreter (as given, its path and the Python it
+// runs), the module and the line that imports it, and another interpreter that has it; errors of
+// finding the program (kNotFound).
+Result<void> checkPython(const spec::JobSpec& s, const PythonRanks& ranks,
+                         const std::vector<PythonNeed>& needs,
+                         const std::vector<std::string>& provided);
+
+}  // namespace cohort::cli

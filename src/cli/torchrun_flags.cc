@@ -1,0 +1,106 @@
+#include "cli/torchrun_flags.h"
+
+#include <algorithm>
+
+namespace cohort::cli {
+
+namespace {
+
+using Kind = TorchrunFlag::Kind;
+
+// Both spellings of a torchrun flag: "nproc-per-node" -> --nproc-per-node, --nproc_per_node.
+std::vector<std::string> spellings(const std::string& dashed) {
+  std::string underscored = dashed;
+  std::replace(underscored.begin(), underscored.end(), '-', '_');
+  if (underscored == dashed) return {"--" + dashed};
+  return {"--" + dashed, "--" + underscored};
+}
+
+TorchrunFlag same(const std::string& name, bool value, const std::string& cohort) {
+  return {spellings(name), Kind::kSame, value, cohort, ""};
+}
+TorchrunFlag nothing(const std::string& name, bool value, const std::string& why) {
+  return {spellings(name), Kind::kNothing, value, "", why};
+}
+TorchrunFlag refused(const std::string& name, bool value, const std::string& why) {
+  return {spellings(name), Kind::kRefused, value, "", why};
+}
+
+const std::string kRendezvous =
+    "cohort's coordinator is every job's rendezvous, on a port it leases for the job";
+
+size_t editDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+const std::vector<TorchrunFlag>& torchrunFlags() {
+  static const std::vector<TorchrunFlag> kFlags = {
+      same("nnodes", true, "--nodes"),
+      same("nproc-per-node", true, "--nproc-per-node"),
+      same("max-restarts", true, "--max-restarts"),
+      same("master-port", true, "--env MASTER_PORT="),
+      nothing("standalone", false, kRendezvous + ": a job of one node needs nothing more"),
+      nothing("rdzv-backend", true, kRendezvous),
+      nothing("rdzv-id", true, kRendezvous + ", under the job's id"),
+      nothing("rdzv-conf", true, kRendezvous),
+      nothing("monitor-interval", true,
+              "cohort sees a rank's exit the moment it happens (a pidfd), without polling"),
+      nothing("start-method", true, "cohort starts every rank as a process of its own"),
+      nothing("log-dir", true,
+              "every rank's whole output is in the job directory's logs/ (cohort logs JOB)"),
+      nothing("tee", true,
+              "cohort keeps every rank's output in its log and shows it on the terminal, "
+              "prefixed [role/rank node]"),
+      nothing("redirects", true,
+              "cohort keeps every rank's output in its log and shows it on the terminal, "
+              "prefixed [role/rank node]"),
+      refused("rdzv-endpoint", true,
+              kRendezvous +
+                  ": cohort run starts every node itself (here, or on a cluster with --backend "
+                  "slurm or volcano); to fix the port the ranks meet on, --env MASTER_PORT=N"),
+      refused("master-addr", true,
+              "the ranks' MASTER_ADDR is node 0's address, which cohort knows; --env "
+              "MASTER_ADDR=... names another one"),
+      refused("node-rank", true,
+              "cohort run starts every node of the job itself, each with its node rank"),
+      refused("local-ranks-filter", true,
+              "--log-ranks RANKS shows only these ranks' output (global ranks: 0,2-3)"),
+      refused("role", true, "a job's roles are named in its job file (roles:)"),
+  };
+  return kFlags;
+}
+
+const TorchrunFlag* findTorchrunFlag(const std::string& flag) {
+  for (const TorchrunFlag& f : torchrunFlags()) {
+    if (std::find(f.names.begin(), f.names.end(), flag) != f.names.end()) return &f;
+  }
+  return nullptr;
+}
+
+std::string nearestFlag(const std::string& flag, const std::vector<std::string>& known) {
+  std::string best;
+  size_t best_distance = 3;  // at most two edits away
+  for (const std::string& name : known) {
+    const size_t d = editDistance(flag, name);
+    if (d < best_distance) {
+      best = name;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
+}  // namespace cohort::cli
