@@ -138,14 +138,13 @@ TEST(Channel, APeerThatDoesNotReadNeverBlocksASendAndLosesNothing) {
   std::vector<bool> pending_said;
   from.setOnPending([&](bool pending) { pending_said.push_back(pending); });
   const std::string line(100 * 1024, 'y');
-  const auto start = std::chrono::steady_clock::now();
   constexpr int kMessages = 200;  // 20 MiB: far more than a socket buffer holds
+  // Nobody reads `to`: a send that waited for its peer would never return (the test's timeout),
+  // one that dropped would lose what the loop below counts.
   for (int i = 0; i < kMessages; ++i) {
     ASSERT_TRUE(from.send({{"type", "output"}, {"i", i}, {"line", line}}));
   }
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2))
-      << "a send waited for a peer that does not read";
-  EXPECT_GT(from.pendingBytes(), 0u);
+  EXPECT_GT(from.pendingBytes(), 0u) << "what the socket could not take waits in the channel";
   ASSERT_EQ(pending_said, std::vector<bool>{true});
   int next = 0;
   while (next < kMessages) {
