@@ -138,7 +138,17 @@ class Builder {
       return YamlRefusal{node.line, "more than " + std::to_string(limits_.max_nodes) +
                                         " values (aliases count each time they are used)"};
     }
-    if (!anchor.empty()) anchors_[anchor] = {node, nodesIn(node)};
+    if (!anchor.empty()) {
+      // The anchor keeps a copy: it counts too, or anchors nested around one large value would
+      // each hold it again (64 levels of one 200,000-value list: gigabytes).
+      const size_t size = nodesIn(node);
+      nodes_ += size;
+      if (nodes_ > limits_.max_nodes) {
+        return YamlRefusal{node.line, "more than " + std::to_string(limits_.max_nodes) +
+                                          " values (aliases count each time they are used)"};
+      }
+      anchors_[anchor] = {node, size};
+    }
     if (open_.empty()) {
       root_ = std::move(node);
       return std::nullopt;

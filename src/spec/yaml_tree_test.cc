@@ -77,6 +77,13 @@ TEST(YamlTree, AliasesAreCopiedAndCountedSoTheyCannotExplode) {
   YamlRefusal r = refused(laughs, limits);
   EXPECT_NE(r.what.find("more than 100000 values"), std::string::npos) << r.what;
   EXPECT_NE(refused("a: *nowhere\n").what.find("names no anchor"), std::string::npos);
+  // Anchors nested around one large list, never used: each would keep its own copy.
+  std::string nested = "a: ";
+  for (int i = 0; i < 10; ++i) nested += "&n" + std::to_string(i) + " [";
+  for (int i = 0; i < 20000; ++i) nested += i ? ", x" : "x";
+  nested += std::string(10, ']') + "\n";
+  YamlRefusal copies = refused(nested, limits);
+  EXPECT_NE(copies.what.find("more than 100000 values"), std::string::npos) << copies.what;
 }
 
 TEST(YamlTree, SyntaxErrorsSayLibyamlsProblemWithTheLine) {
