@@ -1861,7 +1861,14 @@ TEST_F(ServerRecovery, ACoordinatorWaitingForTheServerGoesWhenToldTo) {
 TEST_F(ServerRecovery, ACoordinatorWaitingForTheServerGoesWhenItsJobDirectoryIsGone) {
   Waiting w = endAJobWhileTheServerIsAway("dir-gone");
   ASSERT_GT(w.coordinator, 0);
-  std::filesystem::remove_all(w.dir);
+  // The job's agent may still be clearing its scratch files: remove until nothing is left.
+  ASSERT_TRUE(waitFor(
+      [&] {
+        std::error_code ec;
+        std::filesystem::remove_all(w.dir, ec);
+        return !std::filesystem::exists(w.dir, ec);
+      },
+      10s, 20ms));
   EXPECT_TRUE(waitFor([&] { return processGone(w.coordinator); }, 10s, 20ms))
       << "a coordinator whose job directory is gone waited for the server anyway";
 }
