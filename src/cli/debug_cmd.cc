@@ -183,7 +183,28 @@ Result<Ordered> mergeLaunch(const std::string& existing, const Ordered& ours,
   return old;
 }
 
-const char* debugHelp() {
+// The flags of cohort debug, each once with its help.
+const std::vector<FlagSpec>& debugFlags() {
+  static const std::vector<FlagSpec> kFlags = withServerFlags({
+      {"--json", "", "",
+       "the ranks as JSON: {\"job\", \"ranks\": [{name, rank, node, state, reason, where, host, "
+       "port, address, since}], \"workdir\"}"},
+      {"--vscode", "", "",
+       "print a VS Code launch.json with one attach configuration per rank (\"cohort: JOB "
+       "worker/1\"; path mappings for a job of the server)"},
+      {"--write", "", "",
+       "with --vscode: write it into .vscode/launch.json here, replacing this job's cohort "
+       "configurations, dropping those of jobs that have ended, and keeping every other one"},
+      {"--local-root", "", "DIR",
+       "with --vscode, a job of the server: the local copy of the job's workdir (default "
+       "${workspaceFolder})"},
+      {"--data-root", "", "DIR",
+       "where job directories are (default $COHORT_DATA_ROOT or ~/.cohort)"},
+  });
+  return kFlags;
+}
+
+std::string debugHelp() {
   return R"(Usage: cohort debug [JOB] [--json] [--vscode [--write] [--local-root DIR]]
                       [--data-root DIR] [--server URL] [--token T]
 
@@ -194,36 +215,12 @@ ranks at their start, any rank at a breakpoint(), and with post_mortem any rank 
 nothing caught. Each listens on 127.0.0.1 of its node only: from another machine, tunnel
 (ssh -L PORT:127.0.0.1:PORT HOST). See docs/debugging.md.
 
-  --json             the ranks as JSON: {"job", "ranks": [{name, rank, node, state, reason,
-                     where, host, port, address, since}], "workdir"}
-  --vscode           print a VS Code launch.json with one attach configuration per rank
-                     ("cohort: JOB worker/1"; path mappings for a job of the server)
-  --write            with --vscode: write it into .vscode/launch.json here, replacing this
-                     job's cohort configurations, dropping those of jobs that have ended, and
-                     keeping every other one
-  --local-root DIR   with --vscode, a job of the server: the local copy of the job's workdir
-                     (default ${workspaceFolder})
-  --data-root DIR    where job directories are (default $COHORT_DATA_ROOT or ~/.cohort)
-  --server URL       the server to ask (default: COHORT_SERVER, else cohort login's)
-  --token T          its token (default: COHORT_TOKEN, else cohort login's)
-  --ca FILE          an https:// server's certificates to trust (default: COHORT_CA, else
-                     cohort login's)
-)";
+)" + flagsHelp(debugFlags());
 }
 
 int cmdDebug(int argc, char** argv) {
-  auto args = parseArgs("debug", argc, argv,
-                        withServerFlags({{"--json", "", false},
-                         {"--vscode", "", false},
-                         {"--write", "", false},
-                         {"--local-root", "", true},
-                         {"--data-root", "", true},
-                         {"--help", "-h", false}}));
+  auto args = parseArgs("debug", argc, argv, debugFlags());
   if (!args) return failWith(kExitUsage, args.error().message);
-  if (args->has("--help")) {
-    std::fputs(debugHelp(), stdout);
-    return 0;
-  }
   if (args->positional.size() > 1) {
     return failWith(kExitUsage, "give one job id (see cohort debug --help)");
   }

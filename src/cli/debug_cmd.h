@@ -18,7 +18,7 @@ namespace cohort::cli {
 // could not be read, 2 bad usage or no such job.
 int cmdDebug(int argc, char** argv);
 
-const char* debugHelp();
+std::string debugHelp();
 
 // VS Code's launch.json for `targets` (the "ranks" of GET /v1/jobs/{id}/debug): one attach
 // configuration per rank, named "cohort: <job> <rank name>", and a compound that attaches to all
