@@ -83,7 +83,7 @@ TEST(VsCodeLaunch, MergingDropsTheConfigurationsOfJobsThatEnded) {
   std::vector<std::string> names;
   for (const auto& c : (*merged)["configurations"]) names.push_back(c["name"]);
   EXPECT_EQ(names, (std::vector<std::string>{"Python: Current File", "cohort: live-2 worker/0",
-                                             "cohort:old-3", "cohort: j1 worker/0"}));
+                                             "cohort:old-3", "cohort: j1 worker/1"}));
   EXPECT_EQ(asked, (std::vector<std::string>{"old-1", "live-2"}));
   ASSERT_EQ((*merged)["compounds"].size(), 1u);
   EXPECT_EQ((*merged)["compounds"][0]["name"], "mine");

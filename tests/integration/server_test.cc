@@ -739,6 +739,8 @@ TEST_F(ServerIsolation, JobInputFromAnotherAccountsBucketNeedsAShare) {
     EXPECT_EQ(refused.code(), "not_found");
     EXPECT_EQ(refused.message(), "inputs[0].source: " + source + ": not found") << refused;
   }
+  job["inputs"] = Json::array({{{"source", "store://alice@alice-data/run1/model.txt"},
+                                {"target", "model.txt"}}});
 
   ASSERT_EQ(post("/v1/shares", alice,
                  {{"prefix", "store://alice-data/run1"}, {"with", "bob"}, {"access", "read"}})
