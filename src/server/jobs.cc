@@ -35,6 +35,9 @@ using Json = nlohmann::json;
 
 namespace {
 
+// A running job's reason while it stops because someone asked (rather than the server).
+constexpr std::string_view kStoppedOnRequest = "stopped on request";
+
 // Every state but the final ones.
 std::vector<std::string> liveStates() {
   std::vector<std::string> live;
@@ -230,6 +233,10 @@ Result<void> JobService::reconcile() {
     if (job.state == "queued") {
       queue_[job.id] = schedJob(job);
       continue;
+    }
+    // A stop the server decided (a quota) names its cause in the record: it outlives a restart.
+    if (job.state == "stopping" && !job.reason.empty() && job.reason != kStoppedOnRequest) {
+      stopped_why_[job.id] = job.reason;
     }
     auto s = std::make_unique<Supervised>();
     s->id = job.id;
@@ -660,7 +667,7 @@ Result<store::Job> JobService::stop(const std::string& id, const std::string& wh
   if (!job.handle.empty()) backend_->cancel(job.handle);  // again, if it was asked before
   if (to) {
     job.state = *to;  // stopping
-    job.reason = why.empty() ? "stopped on request" : why;
+    job.reason = why.empty() ? std::string(kStoppedOnRequest) : why;
     if (!why.empty()) stopped_why_[id] = why;
     COHORT_TRY(store_.updateJob(job));
     notify(id);

@@ -195,7 +195,8 @@ class JobService {
   std::map<std::string, std::unique_ptr<Supervised>> supervised_;  // by id (loop thread)
   std::map<std::string, std::vector<int>> gpus_held_;              // started jobs' GPUs, by id
   // Why the server itself stopped a running job (stop()'s `why`), by id: its reason once it
-  // has ended, rather than the signal its coordinator was sent.
+  // has ended, rather than the signal its coordinator was sent. Rebuilt from the records of
+  // stopping jobs after a restart.
   std::map<std::string, std::string> stopped_why_;
   std::mutex incoming_mu_;
   std::vector<sched::Job> incoming_;  // submitted, not yet in queue_

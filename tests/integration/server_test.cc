@@ -1861,7 +1861,14 @@ TEST_F(ServerRecovery, ACoordinatorWaitingForTheServerGoesWhenToldTo) {
 TEST_F(ServerRecovery, ACoordinatorWaitingForTheServerGoesWhenItsJobDirectoryIsGone) {
   Waiting w = endAJobWhileTheServerIsAway("dir-gone");
   ASSERT_GT(w.coordinator, 0);
-  std::filesystem::remove_all(w.dir);
+  // The job's agent may still be clearing its scratch files: remove until nothing is left.
+  ASSERT_TRUE(waitFor(
+      [&] {
+        std::error_code ec;
+        std::filesystem::remove_all(w.dir, ec);
+        return !std::filesystem::exists(w.dir, ec);
+      },
+      10s, 20ms));
   EXPECT_TRUE(waitFor([&] { return processGone(w.coordinator); }, 10s, 20ms))
       << "a coordinator whose job directory is gone waited for the server anyway";
 }
@@ -2936,6 +2943,38 @@ TEST_F(ServerQuotas, ARunningJobThatWritesPastItsAccountsBytesIsStoppedAndNoOthe
   // Over its quota, alice may submit nothing more until it frees some.
   Answer more = post("/v1/jobs", alice, {{"job", rankJob("more", {"echo=x"})}});
   EXPECT_TRUE(overQuota(more, "bytes", "")) << more;
+}
+
+// The server's reason for a stop outlives the server: killed while the job stops, it comes back
+// and records the quota, not the signal the coordinator was sent.
+TEST_F(ServerQuotas, AQuotaStopKeepsItsReasonAcrossARestart) {
+  const std::string alice = createAccount("alice");
+  setQuotas("alice", {{"bytes", 8 << 20}});
+  const std::string go = work_ + "/fill-now";
+  Json filler = {{"name", "filler"},
+                 {"framework", "generic"},
+                 {"workdir", work_},
+                 {"command",
+                  {"/bin/sh", "-c",
+                   "while [ ! -e " + go + " ]; do sleep 0.05; done; "
+                   "head -c 33554432 /dev/zero > \"$COHORT_OUTPUT_DIR/fill\"; sleep 60"}}};
+  const std::string id = submit(alice, filler);
+  ASSERT_FALSE(id.empty());
+  waitJob(alice, id, isRunning);
+  pid_t coordinator = 0;
+  ASSERT_TRUE(waitFor([&] { return (coordinator = coordinatorOf(id)) > 0; }, kDeadline, 50ms));
+  // The coordinator cannot report the end while the server decides and then dies.
+  ASSERT_EQ(::kill(coordinator, SIGSTOP), 0);
+  openGate("fill-now");
+  const Json stopping =
+      waitJob(alice, id, [](const Json& r) { return r.value("state", "") == "stopping"; });
+  EXPECT_TRUE(contains(stopping.value("reason", ""), "(bytes quota)")) << stopping;
+  stopServer(SIGKILL);
+  ::kill(coordinator, SIGCONT);
+  ASSERT_TRUE(startServer());
+  const Json record = waitFinal(alice, id);
+  EXPECT_EQ(record.value("state", ""), "stopped") << record;
+  EXPECT_TRUE(contains(record.value("reason", ""), "(bytes quota)")) << record;
 }
 
 TEST_F(ServerQuotas, BadQuotasAreRefusedNamingTheField) {
