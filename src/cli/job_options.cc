@@ -225,8 +225,8 @@ std::string jobFlagsHelp() {
   -f, --file FILE          job file (YAML or JSON); flags below override its fields
   --name NAME              job name (default: from the file, else the script's or
                            program's name, cut to 40 characters)
-  --framework NAME         pytorch (default) | mindspore | tensorflow | mpi | generic
-                           (generic sets only the COHORT_* variables)
+  --framework NAME         pytorch (default) | mindspore | tensorflow | mpi | deepspeed |
+                           generic (generic sets only the COHORT_* variables)
   --launcher NAME          direct (default): cohort starts every rank; torchrun: one torchrun
                            per node; spawn: one process per node with --init_method --rank
                            --world_size (mp.spawn); mpirun: one mpirun (default for mpi);
@@ -247,8 +247,9 @@ std::string jobFlagsHelp() {
                            GPUs; cpu: one per CPU of this machine); also --nproc_per_node
   --workdir DIR            where ranks run (default: the job file's directory, or here)
   --environment NAME       run every rank in this environment: a preset (system, pytorch,
-                           tensorflow, mindspore; built on first use) or one saved with
-                           cohort env create; its python3 comes first on PATH (cohort env ls)
+                           deepspeed, tensorflow, mindspore; built on first use) or one
+                           saved with cohort env create; its python3 comes first on PATH
+                           (cohort env ls)
   --image REF              run every rank in this container image (environment: {image:
                            REF}): one in podman's storage, or pulled; locally and on Slurm
                            each rank runs in the image's root file system with the host's

@@ -200,6 +200,17 @@ const std::vector<Preset>& presets() {
        {},
        {},
        {"torch", "numpy", "sklearn"}},
+      // DeepSpeed 0.15.4 is the newest that runs on Debian's torch 1.13 (0.16 calls torch 2.0's
+      // hooks); torch itself, NumPy, packaging and psutil are Debian's.
+      {"deepspeed",
+       "CPU DeepSpeed from PyPI on Debian's python3-torch",
+       "/usr/bin/python3",
+       true,
+       {"deepspeed==0.15.4"},
+       {"annotated-types==0.8.0", "einops==0.8.2", "hjson==3.1.0", "msgpack==1.2.4",
+        "ninja==1.13.2", "py-cpuinfo==9.0.0", "pydantic==2.14.4", "pydantic_core==2.50.5",
+        "tqdm==4.70.1", "typing-inspection==0.4.5", "typing_extensions==4.16.0"},
+       {"deepspeed", "torch"}},
       {"tensorflow",
        "CPU TensorFlow from PyPI",
        "python3",
@@ -397,7 +408,7 @@ Result<Environment> Store::create(const CreateRequest& request, const Progress& 
   if (base.venv.empty()) {
     return fail(Code::kInvalidArgument,
                 "--from system: build on a preset with a virtual "
-                "environment (pytorch, tensorflow, mindspore) or a saved one");
+                "environment (pytorch, deepspeed, tensorflow, mindspore) or a saved one");
   }
   COHORT_ASSIGN(BuildLock lock, BuildLock::take(root(), name));
   if (::access((root() + "/" + name + "/env.json").c_str(), F_OK) == 0) {

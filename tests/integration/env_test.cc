@@ -95,7 +95,7 @@ TEST_F(RealEnvironments, ASavedEnvironmentRunsAJobIsRebuiltTheSameAndRemoved) {
   EXPECT_EQ(gone.exit_code, 2);
   EXPECT_TRUE(contains(gone.err,
                        "environment: no environment 'extra' (there are: system, "
-                       "pytorch, tensorflow, mindspore;"))
+                       "pytorch, deepspeed, tensorflow, mindspore;"))
       << gone.err;
 }
 
