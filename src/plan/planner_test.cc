@@ -227,7 +227,7 @@ TEST(Planner, TorchrunIsOnePerNodeWithC10dRendezvous) {
   EXPECT_EQ(std::vector<std::string>(a.begin(), a.begin() + 3),
             (std::vector<std::string>{"python3", "-m", "torch.distributed.run"}));
   for (const char* flag : {"--nnodes=2", "--node_rank=1", "--nproc_per_node=3",
-                           "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:41234"}) {
+                           "--rdzv_backend=static", "--rdzv_endpoint=127.0.0.1:41234"}) {
     EXPECT_NE(std::find(a.begin(), a.end(), flag), a.end()) << flag;
   }
   EXPECT_EQ(a.back(), "--x");

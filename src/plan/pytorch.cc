@@ -1,7 +1,7 @@
 // PyTorch: the variables torchrun gives its workers (launcher direct), or one torchrun per node
-// with a c10d rendezvous (launcher torchrun), or one process per node that forks its ranks with
-// mp.spawn and gets --init_method/--rank/--world_size (launcher spawn, the managed service's
-// preset-image convention).
+// with a static rendezvous that keeps cohort's node order (launcher torchrun), or one process
+// per node that forks its ranks with mp.spawn and gets --init_method/--rank/--world_size
+// (launcher spawn, the managed service's preset-image convention).
 #include "plan/wiring.h"
 
 namespace cohort::plan {
@@ -64,8 +64,12 @@ void wirePyTorch(Builder& b) {
       for (const std::string& flag :
            {"--nnodes=" + std::to_string(b.numNodes()),
             "--node_rank=" + std::to_string(node.node),
-            "--nproc_per_node=" + std::to_string(procs), std::string("--rdzv_backend=c10d"),
-            "--rdzv_endpoint=" + endpoint, "--rdzv_id=" + b.plan.job_id,
+            "--nproc_per_node=" + std::to_string(procs),
+            // The static rendezvous numbers the nodes by --node_rank, as cohort does: c10d's
+            // numbers them in the order they join, and global ranks then land on other nodes
+            // than the job's record (rank table, console, root cause) says.
+            std::string("--rdzv_backend=static"), "--rdzv_endpoint=" + endpoint,
+            "--rdzv_id=" + b.plan.job_id,
             std::string("--max_restarts=0"),  // cohort restarts the whole gang itself
             std::string("--monitor_interval=0.1"),
             // Explicit log flags: torch 1.13's defaults crash on Python 3.11.

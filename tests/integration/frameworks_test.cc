@@ -38,6 +38,25 @@ TEST(RealPyTorch, TorchrunModeOneTorchrunPerNode) {
                      300s);
   expectDdpTrained(r);
   EXPECT_NE(r.out.find("[torchrun/node1 node1]"), std::string::npos) << r.out;
+  // The ranks torchrun made are where cohort's record puts them: each node's torchrun started
+  // the ranks that the rank table gives that node (c10d's rendezvous, in the order the nodes
+  // joined, swapped them in about one run of two).
+  std::smatch m;
+  int seen = 0;
+  const std::regex ready(
+      R"(\[torchrun/node(\d) node\d\] .*rank (\d)/4 \(local (\d), node (\d)\) ready)");
+  for (auto it = r.out.cbegin(); std::regex_search(it, r.out.cend(), m, ready);
+       it = m.suffix().first) {
+    const int node = std::stoi(m[1]);
+    EXPECT_EQ(std::stoi(m[4]), node) << m[0];
+    EXPECT_EQ(std::stoi(m[2]), node * 2 + std::stoi(m[3])) << m[0];
+    ++seen;
+  }
+  EXPECT_EQ(seen, 4) << r.out;
+  const std::string table = readText(onlyJobDir(root) + "/files/rank_table.json");
+  EXPECT_TRUE(std::regex_search(
+      table, std::regex(R"("rank": 3,\s*"role": "worker",\s*"role_rank": 3,\s*"node": 1,)")))
+      << table;
 }
 
 TEST(RealPyTorch, PreloadForksTheRanksFromOneTemplatePerNode) {
