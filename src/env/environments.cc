@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 
 #include "env/tools.h"
 #include "proc/spawn.h"
@@ -146,6 +147,38 @@ std::string packageName(const std::string& line) {
     name.push_back(c == '_' || c == '.' ? '-' : static_cast<char>(std::tolower(c)));
   }
   return name;
+}
+
+// What the new environment at `python` sees of its base (its layers and, on the pytorch preset,
+// Debian's packages) as pip constraints, PKG==VERSION, leaving out the packages `install` names:
+// those the user asked to change. Versions that are not PEP 440 (which pip would refuse in a
+// constraints file) are left out too.
+Result<std::vector<std::string>> basePackages(const std::string& python,
+                                              const std::vector<std::string>& install) {
+  COHORT_ASSIGN(std::string listed,
+                ask(python,
+                    "import importlib.metadata as m, re\n"
+                    "try:\n    from pip._vendor.packaging.version import Version\n"
+                    "except ImportError:\n    from packaging.version import Version\n"
+                    "for d in m.distributions():\n"
+                    "    name = d.metadata['Name'] or ''\n"
+                    "    try:\n        Version(d.version)\n    except Exception:\n"
+                    "        continue\n"
+                    "    if re.fullmatch(r'[A-Za-z0-9][A-Za-z0-9._-]*', name):\n"
+                    "        print(name + '==' + d.version)\n"));
+  std::set<std::string> asked;
+  for (const std::string& line : install) asked.insert(packageName(line));
+  std::set<std::string> seen;
+  std::vector<std::string> kept;
+  for (const std::string& line : split(listed, '\n')) {
+    const std::string name = packageName(line);
+    if (name.empty() || line.find("==") == std::string::npos || asked.count(name) ||
+        !seen.insert(name).second) {
+      continue;  // the first of a name on sys.path is the one Python imports
+    }
+    kept.emplace_back(trim(line));
+  }
+  return kept;
 }
 
 }  // namespace
@@ -459,8 +492,22 @@ Result<Environment> Store::create(const CreateRequest& request, const Progress& 
         progress("installing " + join(install, " ") + (pins.empty() ? "" : " (the lock file)"));
       }
       std::vector<std::string> pip = {python, "-m", "pip", "install", "--progress-bar", "off"};
+      COHORT_ASSIGN(std::vector<std::string> kept, basePackages(python, install));
+      if (!kept.empty()) {
+        const std::string constraints = dir + "/base-constraints.txt";
+        COHORT_TRY(writeFileAtomic(constraints, join(kept, "\n") + "\n", false));
+        pip.insert(pip.end(), {"-c", constraints});
+      }
       pip.insert(pip.end(), install.begin(), install.end());
-      COHORT_TRY(runShowing(pip, progress));
+      auto installed = runShowing(pip, progress);
+      if (!installed && !kept.empty()) {
+        return withContext(installed.error(),
+                           "the packages of " + from + " stay as they are (pip constraints, " +
+                               dir + "/base-constraints.txt), and a package asked for wants " +
+                               "another version of one of them (pip names both below); to " +
+                               "replace it, ask for that version too (--pip torch==2.1.0)");
+      }
+      COHORT_TRY(installed);
     }
     COHORT_ASSIGN(auto own, ownPackages(python));
     const std::string& frozen = own.second;
