@@ -151,8 +151,11 @@ class JobService {
   struct Supervised;  // a started job the loop follows
   JobService(store::JobStore& store, JobServiceOptions options, const sched::Clock& clock);
 
-  Result<void> checkData(const Caller& caller, const spec::JobSpec& spec,
-                         const std::string& job_id);
+  // The job's data checked for `caller`; returns the spec with each store:// input and output
+  // placed: named by its bucket's directory (server/access.h's placedUri), as the job's
+  // coordinator takes it.
+  Result<spec::JobSpec> checkData(const Caller& caller, const spec::JobSpec& spec,
+                                  const std::string& job_id);
   // The uid and gid that run `account`'s ranks; {-1, -1}: the server's own.
   Result<std::pair<int, int>> identityOf(const std::string& account);
   // `uploaded`: the workdir is the job's own snapshot, which the server makes readable.
