@@ -399,7 +399,9 @@ Result<Environment> Store::ensureBuilt(const std::string& name, const Progress& 
       if (progress) progress("checking that " + module + " imports");
       COHORT_ASSIGN(std::string version, ask(pip_python, "import " + module + "; print(getattr(" +
                                                              module + ", '__version__', '?'))"));
-      packages[module] = version;
+      // The last line: a module may log to stdout as it is imported (DeepSpeed does).
+      const size_t last = version.find_last_of('\n', version.find_last_not_of("\n "));
+      packages[module] = last == std::string::npos ? version : version.substr(last + 1);
     }
     COHORT_ASSIGN(std::string version,
                   ask(pip_python, "import platform; print(platform.python_version())"));
