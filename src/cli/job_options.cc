@@ -275,8 +275,8 @@ const std::vector<JobFlag>& ownJobFlags() {
         "characters)"},
        text(&O::name)},
       {{"--framework", "", "NAME",
-        "pytorch (default) | mindspore | tensorflow | mpi | generic (generic sets only the "
-        "COHORT_* variables)"},
+        "pytorch (default) | mindspore | tensorflow | mpi | deepspeed | generic (generic sets "
+        "only the COHORT_* variables)"},
        text(&O::framework)},
       {{"--launcher", "", "NAME",
         "direct (default): cohort starts every rank; torchrun: one torchrun per node; spawn: one "
@@ -325,9 +325,9 @@ const std::vector<JobFlag>& ownJobFlags() {
       {{"--workdir", "", "DIR", "where ranks run (default: the job file's directory, or here)"},
        text(&O::workdir)},
       {{"--environment", "", "NAME",
-        "run every rank in this environment: a preset (system, pytorch, tensorflow, mindspore; "
-        "built on first use) or one saved with cohort env create; its python3 comes first on "
-        "PATH (cohort env ls)"},
+        "run every rank in this environment: a preset (system, pytorch, deepspeed, tensorflow, "
+        "mindspore; built on first use) or one saved with cohort env create; its python3 comes "
+        "first on PATH (cohort env ls)"},
        text(&O::environment)},
       {{"--image", "", "REF",
         "run every rank in this container image (environment: {image: REF}): one in podman's "

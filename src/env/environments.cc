@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 
 #include "env/tools.h"
 #include "proc/spawn.h"
@@ -148,6 +149,38 @@ std::string packageName(const std::string& line) {
   return name;
 }
 
+// What the new environment at `python` sees of its base (its layers and, on the pytorch preset,
+// Debian's packages) as pip constraints, PKG==VERSION, leaving out the packages `install` names:
+// those the user asked to change. Versions that are not PEP 440 (which pip would refuse in a
+// constraints file) are left out too.
+Result<std::vector<std::string>> basePackages(const std::string& python,
+                                              const std::vector<std::string>& install) {
+  COHORT_ASSIGN(std::string listed,
+                ask(python,
+                    "import importlib.metadata as m, re\n"
+                    "try:\n    from pip._vendor.packaging.version import Version\n"
+                    "except ImportError:\n    from packaging.version import Version\n"
+                    "for d in m.distributions():\n"
+                    "    name = d.metadata['Name'] or ''\n"
+                    "    try:\n        Version(d.version)\n    except Exception:\n"
+                    "        continue\n"
+                    "    if re.fullmatch(r'[A-Za-z0-9][A-Za-z0-9._-]*', name):\n"
+                    "        print(name + '==' + d.version)\n"));
+  std::set<std::string> asked;
+  for (const std::string& line : install) asked.insert(packageName(line));
+  std::set<std::string> seen;
+  std::vector<std::string> kept;
+  for (const std::string& line : split(listed, '\n')) {
+    const std::string name = packageName(line);
+    if (name.empty() || line.find("==") == std::string::npos || asked.count(name) ||
+        !seen.insert(name).second) {
+      continue;  // the first of a name on sys.path is the one Python imports
+    }
+    kept.emplace_back(trim(line));
+  }
+  return kept;
+}
+
 }  // namespace
 
 const std::vector<Preset>& presets() {
@@ -200,6 +233,17 @@ const std::vector<Preset>& presets() {
        {},
        {},
        {"torch", "numpy", "sklearn"}},
+      // DeepSpeed 0.15.4 is the newest that runs on Debian's torch 1.13 (0.16 calls torch 2.0's
+      // hooks); torch itself, NumPy, packaging and psutil are Debian's.
+      {"deepspeed",
+       "CPU DeepSpeed from PyPI on Debian's python3-torch",
+       "/usr/bin/python3",
+       true,
+       {"deepspeed==0.15.4"},
+       {"annotated-types==0.8.0", "einops==0.8.2", "hjson==3.1.0", "msgpack==1.2.4",
+        "ninja==1.13.2", "py-cpuinfo==9.0.0", "pydantic==2.14.4", "pydantic_core==2.50.5",
+        "tqdm==4.70.1", "typing-inspection==0.4.5", "typing_extensions==4.16.0"},
+       {"deepspeed", "torch"}},
       {"tensorflow",
        "CPU TensorFlow from PyPI",
        "python3",
@@ -355,7 +399,9 @@ Result<Environment> Store::ensureBuilt(const std::string& name, const Progress& 
       if (progress) progress("checking that " + module + " imports");
       COHORT_ASSIGN(std::string version, ask(pip_python, "import " + module + "; print(getattr(" +
                                                              module + ", '__version__', '?'))"));
-      packages[module] = version;
+      // The last line: a module may log to stdout as it is imported (DeepSpeed does).
+      const size_t last = version.find_last_of('\n', version.find_last_not_of("\n "));
+      packages[module] = last == std::string::npos ? version : version.substr(last + 1);
     }
     COHORT_ASSIGN(std::string version,
                   ask(pip_python, "import platform; print(platform.python_version())"));
@@ -397,7 +443,7 @@ Result<Environment> Store::create(const CreateRequest& request, const Progress& 
   if (base.venv.empty()) {
     return fail(Code::kInvalidArgument,
                 "--from system: build on a preset with a virtual "
-                "environment (pytorch, tensorflow, mindspore) or a saved one");
+                "environment (pytorch, deepspeed, tensorflow, mindspore) or a saved one");
   }
   COHORT_ASSIGN(BuildLock lock, BuildLock::take(root(), name));
   if (::access((root() + "/" + name + "/env.json").c_str(), F_OK) == 0) {
@@ -448,8 +494,22 @@ Result<Environment> Store::create(const CreateRequest& request, const Progress& 
         progress("installing " + join(install, " ") + (pins.empty() ? "" : " (the lock file)"));
       }
       std::vector<std::string> pip = {python, "-m", "pip", "install", "--progress-bar", "off"};
+      COHORT_ASSIGN(std::vector<std::string> kept, basePackages(python, install));
+      if (!kept.empty()) {
+        const std::string constraints = dir + "/base-constraints.txt";
+        COHORT_TRY(writeFileAtomic(constraints, join(kept, "\n") + "\n", false));
+        pip.insert(pip.end(), {"-c", constraints});
+      }
       pip.insert(pip.end(), install.begin(), install.end());
-      COHORT_TRY(runShowing(pip, progress));
+      auto installed = runShowing(pip, progress);
+      if (!installed && !kept.empty()) {
+        return withContext(installed.error(),
+                           "the packages of " + from + " stay as they are (pip constraints, " +
+                               dir + "/base-constraints.txt), and a package asked for wants " +
+                               "another version of one of them (pip names both below); to " +
+                               "replace it, ask for that version too (--pip torch==2.1.0)");
+      }
+      COHORT_TRY(installed);
     }
     COHORT_ASSIGN(auto own, ownPackages(python));
     const std::string& frozen = own.second;

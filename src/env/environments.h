@@ -54,7 +54,7 @@ struct Preset {
   std::vector<std::string> modules;  // imported after the build; their versions recorded
 };
 
-// system, pytorch, tensorflow, mindspore.
+// system, pytorch, deepspeed, tensorflow, mindspore.
 const std::vector<Preset>& presets();
 const Preset* findPreset(const std::string& name);
 

@@ -1,4 +1,4 @@
-// MPI, Horovod, DeepSpeed: a hostfile ("host slots=N") that describes the whole job, and one
+// MPI and Horovod: a hostfile ("host slots=N") that describes the whole job, and one
 // MPI world for it: with launcher mpirun a single mpirun on the first node starts every rank;
 // a command that is itself an MPI launcher (mpirun, mpiexec) is run once, as that mpirun, with
 // the job's hostfile as its default. On Slurm that mpirun takes the allocation from Slurm and
@@ -11,7 +11,7 @@
 // hostfile then says them, as Open MPI's own default would, every process may oversubscribe
 // them, and when the job's ranks outnumber them every rank yields, whichever mpirun starts the
 // ranks (cohort's, or the job's own). On real hosts slots are the job's processes there (what
-// DeepSpeed's and Horovod's host lists mean too).
+// Horovod's host list means too). DeepSpeed has a framework of its own (deepspeed.cc).
 #include <algorithm>
 
 #include "plan/wiring.h"

@@ -316,6 +316,7 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
     case spec::Framework::kMindSpore: wireMindSpore(b); break;
     case spec::Framework::kTensorFlow: wireTensorFlow(b); break;
     case spec::Framework::kMpi: wireMpi(b); break;
+    case spec::Framework::kDeepSpeed: wireDeepSpeed(b); break;
     case spec::Framework::kGeneric: break;
   }
   for (NodePlan& node : plan.nodes) {

@@ -195,6 +195,13 @@ INSTANTIATE_TEST_SUITE_P(
         GoldenCase{"mpi_mpirun_2x2",
                    "name: m\nframework: mpi\ncompat: none\ncommand: [python3, hello.py]\n"
                    "roles: {worker: {nodes: 2, procs_per_node: 2}}\n", {}},
+        GoldenCase{"deepspeed_2x2",
+                   "name: d\nframework: deepspeed\ncompat: none\ncommand: [python3, train.py]\n"
+                   "roles: {worker: {nodes: 2, procs_per_node: 2}}\n", {}},
+        GoldenCase{"deepspeed_launcher_2x2",
+                   "name: d\nframework: deepspeed\ncompat: none\n"
+                   "command: [deepspeed, train.py, --steps, '5']\n"
+                   "roles: {worker: {nodes: 2, procs_per_node: 2}}\n", {}},
         GoldenCase{"pytorch_gpus_2x2",
                    "name: g\ncompat: none\ncommand: [python3, train.py]\n"
                    "roles: {worker: {nodes: 2, procs_per_node: 2}}\n", {0, 1, 2, 3}}),
@@ -220,7 +227,7 @@ TEST(Planner, TorchrunIsOnePerNodeWithC10dRendezvous) {
   EXPECT_EQ(std::vector<std::string>(a.begin(), a.begin() + 3),
             (std::vector<std::string>{"python3", "-m", "torch.distributed.run"}));
   for (const char* flag : {"--nnodes=2", "--node_rank=1", "--nproc_per_node=3",
-                           "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:41234"}) {
+                           "--rdzv_backend=static", "--rdzv_endpoint=127.0.0.1:41234"}) {
     EXPECT_NE(std::find(a.begin(), a.end(), flag), a.end()) << flag;
   }
   EXPECT_EQ(a.back(), "--x");
@@ -271,6 +278,39 @@ TEST(Planner, TensorFlowTasksGetTfConfigAndTaskArguments) {
   EXPECT_FALSE(onlyRank(*plan, "ps/0").key);
 }
 
+// DeepSpeed's launcher appends --local_rank=N to each rank's command unless told not to
+// (--no_local_rank); cohort does the same, and task_flags: false is that setting.
+TEST(Planner, DeepSpeedRanksGetLocalRankUnlessTaskFlagsSaysNo) {
+  const std::string job = "name: d\nframework: deepspeed\ncommand: [python3, train.py]\n"
+                          "roles: {worker: {nodes: 2, procs_per_node: 2}}\n";
+  auto plan = makePlan(parse(job), context());
+  ASSERT_TRUE(plan) << plan.error().message;
+  const RankPlan& r = onlyRank(*plan, "worker/3");
+  EXPECT_EQ(r.argv, (std::vector<std::string>{"python3", "train.py", "--local_rank=1"}));
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"RANK", "3"}, {"LOCAL_RANK", "1"}, {"WORLD_SIZE", "4"}, {"CROSS_RANK", "1"},
+           {"CROSS_SIZE", "2"}, {"LOCAL_SIZE", "2"}}) {
+    EXPECT_EQ(envOf(r, key), value) << key;
+  }
+  auto off = makePlan(parse(job + "task_flags: false\n"), context());
+  ASSERT_TRUE(off) << off.error().message;
+  EXPECT_EQ(onlyRank(*off, "worker/3").argv, (std::vector<std::string>{"python3", "train.py"}));
+  // Its own launcher runs once per node, told its node and where rank 0 listens; no ssh.
+  auto own = makePlan(parse("name: d\nframework: deepspeed\ncommand: [deepspeed, t.py]\n"
+                            "task_flags: false\nroles: {worker: {nodes: 2, procs_per_node: 2}}\n"),
+                      context());
+  ASSERT_TRUE(own) << own.error().message;
+  const RankPlan& node1 = onlyRank(*own, "deepspeed/node1");
+  ASSERT_GE(node1.argv.size(), 8u);
+  EXPECT_EQ(node1.argv[2], "--no_ssh");
+  EXPECT_EQ(node1.argv[3], "--node_rank=1");
+  EXPECT_EQ(node1.argv[6], "--no_local_rank");
+  EXPECT_EQ(node1.argv.back(), "t.py");
+  EXPECT_EQ(envOf(node1, "RANK"), "<unset>");
+  // Simulated nodes share an address; DeepSpeed refuses a hostfile that names a host twice.
+  EXPECT_EQ(own->files.back().content, "node0 slots=2\nnode1 slots=2\n");
+}
+
 // The managed service's convention is on by default for its ps/worker jobs, one setting away
 // for a script that parses its flags strictly (absl's app.run).
 TEST(Planner, TensorFlowTaskFlagsAreASetting) {
@@ -295,7 +335,8 @@ TEST(Planner, TensorFlowTaskFlagsAreASetting) {
   auto refused = makePlan(*wrong, context());
   ASSERT_FALSE(refused);
   EXPECT_NE(refused.error().message.find("task_flags: appends --task_name/--task_index to "
-                                         "TensorFlow's tasks; this job's framework is 'pytorch'"),
+                                         "TensorFlow's tasks and --local_rank to DeepSpeed's "
+                                         "ranks; this job's framework is 'pytorch'"),
             std::string::npos)
       << refused.error().message;
 }

@@ -1,20 +1,26 @@
 // PyTorch: the variables torchrun gives its workers (launcher direct), or one torchrun per node
-// with a c10d rendezvous (launcher torchrun), or one process per node that forks its ranks with
-// mp.spawn and gets --init_method/--rank/--world_size (launcher spawn, the managed service's
-// preset-image convention).
+// with a static rendezvous that keeps cohort's node order (launcher torchrun), or one process
+// per node that forks its ranks with mp.spawn and gets --init_method/--rank/--world_size
+// (launcher spawn, the managed service's preset-image convention).
 #include "plan/wiring.h"
 
 namespace cohort::plan {
 
 namespace {
 
-// Variables that describe one rank; a per-node launcher must not carry them to its children.
-const char* const kRankVars[] = {"RANK",          "LOCAL_RANK",      "WORLD_SIZE",
-                                 "GROUP_RANK",    "GROUP_WORLD_SIZE", "ROLE_RANK",
-                                 "ROLE_WORLD_SIZE", "ROLE_NAME",      "LOCAL_WORLD_SIZE"};
+// For multi-role jobs LOCAL_WORLD_SIZE is the rank's own role's.
+void fixLocalWorld(Builder& b, RankPlan& r) {
+  for (const spec::Role& role : b.spec.roles) {
+    if (role.name == r.role) setEnv(r.env, "LOCAL_WORLD_SIZE", std::to_string(role.procs_per_node));
+  }
+}
 
-// The job's own value of `key` (env:, --env, --master-port), else `fallback`: an explicit
-// MASTER_ADDR or MASTER_PORT is where the ranks and torchrun's rendezvous meet, never replaced.
+}  // namespace
+
+const char* const kTorchRankVars[] = {"RANK",            "LOCAL_RANK",       "WORLD_SIZE",
+                                      "GROUP_RANK",      "GROUP_WORLD_SIZE", "ROLE_RANK",
+                                      "ROLE_WORLD_SIZE", "ROLE_NAME",        "LOCAL_WORLD_SIZE"};
+
 std::string jobOr(const Builder& b, const char* key, const std::string& fallback) {
   for (const auto& [k, v] : b.spec.env) {
     if (k == key) return v;
@@ -22,7 +28,7 @@ std::string jobOr(const Builder& b, const char* key, const std::string& fallback
   return fallback;
 }
 
-void setRankVars(Builder& b, RankPlan& r) {
+void setTorchRankVars(Builder& b, RankPlan& r) {
   KeyValues& env = r.env;
   setEnv(env, "MASTER_ADDR", jobOr(b, "MASTER_ADDR", b.ctx.master_addr));
   setEnv(env, "MASTER_PORT", jobOr(b, "MASTER_PORT", b.port(0)));
@@ -40,18 +46,9 @@ void setRankVars(Builder& b, RankPlan& r) {
   setEnv(env, "TORCHELASTIC_RUN_ID", b.plan.job_id);
 }
 
-// For multi-role jobs LOCAL_WORLD_SIZE is the rank's own role's.
-void fixLocalWorld(Builder& b, RankPlan& r) {
-  for (const spec::Role& role : b.spec.roles) {
-    if (role.name == r.role) setEnv(r.env, "LOCAL_WORLD_SIZE", std::to_string(role.procs_per_node));
-  }
-}
-
-}  // namespace
-
 void wirePyTorch(Builder& b) {
   b.forEachRank([&](NodePlan&, RankPlan& r) {
-    setRankVars(b, r);
+    setTorchRankVars(b, r);
     fixLocalWorld(b, r);
   });
   const int procs = b.spec.roles[0].procs_per_node;
@@ -59,7 +56,7 @@ void wirePyTorch(Builder& b) {
       jobOr(b, "MASTER_ADDR", b.ctx.master_addr) + ":" + jobOr(b, "MASTER_PORT", b.port(0));
   if (b.spec.launcher == spec::Launcher::kTorchrun) {
     b.onePerNode("torchrun", [&](NodePlan& node, RankPlan& r) {
-      for (const char* key : kRankVars) unsetEnv(r.env, key);
+      for (const char* key : kTorchRankVars) unsetEnv(r.env, key);
       const std::vector<std::string>& cmd = r.argv;
       std::vector<std::string> argv = {isPython(cmd) ? cmd[0] : "python3", "-m",
                                        "torch.distributed.run"};
@@ -67,8 +64,12 @@ void wirePyTorch(Builder& b) {
       for (const std::string& flag :
            {"--nnodes=" + std::to_string(b.numNodes()),
             "--node_rank=" + std::to_string(node.node),
-            "--nproc_per_node=" + std::to_string(procs), std::string("--rdzv_backend=c10d"),
-            "--rdzv_endpoint=" + endpoint, "--rdzv_id=" + b.plan.job_id,
+            "--nproc_per_node=" + std::to_string(procs),
+            // The static rendezvous numbers the nodes by --node_rank, as cohort does: c10d's
+            // numbers them in the order they join, and global ranks then land on other nodes
+            // than the job's record (rank table, console, root cause) says.
+            std::string("--rdzv_backend=static"), "--rdzv_endpoint=" + endpoint,
+            "--rdzv_id=" + b.plan.job_id,
             std::string("--max_restarts=0"),  // cohort restarts the whole gang itself
             std::string("--monitor_interval=0.1"),
             // Explicit log flags: torch 1.13's defaults crash on Python 3.11.
@@ -86,7 +87,7 @@ void wirePyTorch(Builder& b) {
     });
   } else if (b.spec.launcher == spec::Launcher::kSpawn) {
     b.onePerNode("spawn", [&](NodePlan& node, RankPlan& r) {
-      for (const char* key : kRankVars) unsetEnv(r.env, key);
+      for (const char* key : kTorchRankVars) unsetEnv(r.env, key);
       setEnv(r.env, "LOCAL_WORLD_SIZE", std::to_string(procs));  // how many to spawn
       for (const std::string& arg :
            {std::string("--init_method"), "tcp://" + endpoint, std::string("--rank"),

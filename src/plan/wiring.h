@@ -45,6 +45,16 @@ void setEnv(KeyValues& env, const std::string& key, const std::string& value);
 void unsetEnv(KeyValues& env, const std::string& key);
 bool hasEnv(const KeyValues& env, const std::string& key);
 
+// PyTorch's rank contract (pytorch.cc), which DeepSpeed's launcher gives its ranks too: the
+// variables torchrun sets for rank `r`, MASTER_ADDR and MASTER_PORT the job's own when it sets
+// them. kTorchRankVars are those that describe one rank, which a per-node launcher must not
+// carry to its children.
+extern const char* const kTorchRankVars[9];
+void setTorchRankVars(Builder& b, RankPlan& r);
+// The job's own value of `key` (env:, --env, --master-port), else `fallback`: an explicit
+// MASTER_ADDR or MASTER_PORT is where the ranks and a launcher's rendezvous meet, never replaced.
+std::string jobOr(const Builder& b, const char* key, const std::string& fallback);
+
 // True when argv[0] names a Python interpreter ("python3", "/usr/bin/python3.11").
 bool isPython(const std::vector<std::string>& argv);
 
@@ -52,6 +62,7 @@ void wirePyTorch(Builder& b);
 void wireMindSpore(Builder& b);
 void wireTensorFlow(Builder& b);
 void wireMpi(Builder& b);
+void wireDeepSpeed(Builder& b);
 void wireModelArts(Builder& b);
 void isolate(Builder& b);
 // Every process runs in PlanContext::image (container.cc). Errors: kInvalidArgument for what

@@ -28,6 +28,7 @@ const char* frameworkName(Framework f) {
     case Framework::kMindSpore: return "mindspore";
     case Framework::kTensorFlow: return "tensorflow";
     case Framework::kMpi: return "mpi";
+    case Framework::kDeepSpeed: return "deepspeed";
     case Framework::kGeneric: return "generic";
   }
   return "generic";
@@ -35,6 +36,7 @@ const char* frameworkName(Framework f) {
 
 bool taskFlags(const JobSpec& spec) {
   if (spec.task_flags) return *spec.task_flags;
+  if (spec.framework == Framework::kDeepSpeed) return true;
   return spec.compat_modelarts &&
          std::any_of(spec.roles.begin(), spec.roles.end(),
                      [](const Role& r) { return r.name == "ps"; });
@@ -166,11 +168,13 @@ bool validImageReference(const std::string& ref) {
 
 Result<Framework> parseFramework(const std::string& text) {
   for (Framework f : {Framework::kPyTorch, Framework::kMindSpore, Framework::kTensorFlow,
-                      Framework::kMpi, Framework::kGeneric}) {
+                      Framework::kMpi, Framework::kDeepSpeed,
+                      Framework::kGeneric}) {
     if (text == frameworkName(f)) return f;
   }
   return fail(Code::kInvalidArgument,
-              "unknown framework '" + text + "' (pytorch, mindspore, tensorflow, mpi, generic)");
+              "unknown framework '" + text +
+                  "' (pytorch, mindspore, tensorflow, mpi, deepspeed, generic)");
 }
 
 Result<Launcher> parseLauncher(const std::string& text) {
@@ -899,9 +903,11 @@ Result<void> validateFramework(const JobSpec& spec) {
   if (torch_launcher && spec.framework != Framework::kPyTorch) {
     return bad("launcher", "'" + launcher + "' is for framework pytorch");
   }
-  if (spec.task_flags && spec.framework != Framework::kTensorFlow) {
-    return bad("task_flags", "appends --task_name/--task_index to TensorFlow's tasks; this job's "
-                             "framework is '" + std::string(frameworkName(spec.framework)) + "'");
+  if (spec.task_flags && spec.framework != Framework::kTensorFlow &&
+      spec.framework != Framework::kDeepSpeed) {
+    return bad("task_flags", "appends --task_name/--task_index to TensorFlow's tasks and "
+                             "--local_rank to DeepSpeed's ranks; this job's framework is '" +
+                                 std::string(frameworkName(spec.framework)) + "'");
   }
   if (spec.launcher == Launcher::kMpirun && spec.framework != Framework::kMpi) {
     return bad("launcher", "'mpirun' is for framework mpi");
@@ -927,6 +933,10 @@ Result<void> validateFramework(const JobSpec& spec) {
       return bad("preload[" + std::to_string(i) + "]",
                  "'" + m.substr(0, 64) + "' is not a Python module name (torch, numpy.linalg)");
     }
+  }
+  if (spec.framework == Framework::kDeepSpeed && spec.roles.size() != 1) {
+    return bad("roles", "DeepSpeed's ranks are one role; this job has " +
+                            std::to_string(spec.roles.size()));
   }
   if ((torch_launcher || spec.launcher == Launcher::kMpirun) && spec.roles.size() != 1) {
     return bad("launcher", "'" + launcher + "' runs one role; this job has " +

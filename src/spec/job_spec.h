@@ -19,7 +19,7 @@
 
 namespace cohort::spec {
 
-enum class Framework { kPyTorch, kMindSpore, kTensorFlow, kMpi, kGeneric };
+enum class Framework { kPyTorch, kMindSpore, kTensorFlow, kMpi, kDeepSpeed, kGeneric };
 const char* frameworkName(Framework f);
 
 // How ranks are started. direct: cohort starts every rank. torchrun: one torchrun per node.
@@ -244,8 +244,10 @@ struct JobSpec {
 // joined by '.', '_', '__' or dashes; or an image id (hex).
 bool validImageReference(const std::string& ref);
 
-// Whether a TensorFlow job's tasks get --task_name/--task_index appended: its `task_flags`,
-// or by default when it is a ps/worker job under compat modelarts.
+// Whether the flags a framework's own launcher appends are appended: TensorFlow's
+// --task_name/--task_index (by default in a ps/worker job under compat modelarts) and
+// DeepSpeed's --local_rank (by default, as the deepspeed launcher does). The job's `task_flags`
+// decides when it is given.
 bool taskFlags(const JobSpec& spec);
 
 Result<Framework> parseFramework(const std::string& text);

@@ -108,7 +108,7 @@ TEST(ParseJobFile, SyntaxErrorHasLine) {
 
 TEST(ParseJobFile, UnsupportedFrameworkSaysWhatIsSupported) {
   std::string msg = errorOf("name: x\ncommand: [a]\nframework: caffe\n");
-  EXPECT_NE(msg.find("(pytorch, mindspore, tensorflow, mpi, generic)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(pytorch, mindspore, tensorflow, mpi, deepspeed, generic)"), std::string::npos) << msg;
 }
 
 TEST(ParseJobFile, InputsAndOutputs) {

@@ -95,8 +95,22 @@ TEST_F(RealEnvironments, ASavedEnvironmentRunsAJobIsRebuiltTheSameAndRemoved) {
   EXPECT_EQ(gone.exit_code, 2);
   EXPECT_TRUE(contains(gone.err,
                        "environment: no environment 'extra' (there are: system, "
-                       "pytorch, tensorflow, mindspore;"))
+                       "pytorch, deepspeed, tensorflow, mindspore;"))
       << gone.err;
+}
+
+// An environment built on pytorch keeps Debian's torch: torchmetrics 1.9.0 wants torch>=2.0,
+// which pip would otherwise fetch from PyPI (gigabytes of CUDA torch) over Debian's 1.13.0a0.
+// The build fails instead, naming the package and the torch it wanted, and leaves nothing.
+TEST_F(RealEnvironments, AnEnvironmentKeepsItsBasesTorch) {
+  RunResult made = cohort({"env", "create", "newtorch", "--from", "pytorch", "--pip",
+                           "torchmetrics==1.9.0"});
+  EXPECT_EQ(made.exit_code, 1) << made.err;
+  EXPECT_TRUE(contains(made.err, "the packages of pytorch stay as they are")) << made.err;
+  EXPECT_TRUE(contains(made.err, "torchmetrics 1.9.0 depends on torch>=2.0.0")) << made.err;
+  EXPECT_TRUE(contains(made.err, "torch==1.13.0a0")) << made.err;
+  EXPECT_FALSE(std::filesystem::exists(*root_ + "/envs/newtorch"));
+  EXPECT_FALSE(contains(cohort({"env", "ls"}).out, "newtorch"));
 }
 
 TEST_F(RealEnvironments, APackageThatDoesNotExistFailsInPipsWordsAndLeavesNothing) {

@@ -38,6 +38,25 @@ TEST(RealPyTorch, TorchrunModeOneTorchrunPerNode) {
                      300s);
   expectDdpTrained(r);
   EXPECT_NE(r.out.find("[torchrun/node1 node1]"), std::string::npos) << r.out;
+  // The ranks torchrun made are where cohort's record puts them: each node's torchrun started
+  // the ranks that the rank table gives that node (c10d's rendezvous, in the order the nodes
+  // joined, swapped them in about one run of two).
+  std::smatch m;
+  int seen = 0;
+  const std::regex ready(
+      R"(\[torchrun/node(\d) node\d\] .*rank (\d)/4 \(local (\d), node (\d)\) ready)");
+  for (auto it = r.out.cbegin(); std::regex_search(it, r.out.cend(), m, ready);
+       it = m.suffix().first) {
+    const int node = std::stoi(m[1]);
+    EXPECT_EQ(std::stoi(m[4]), node) << m[0];
+    EXPECT_EQ(std::stoi(m[2]), node * 2 + std::stoi(m[3])) << m[0];
+    ++seen;
+  }
+  EXPECT_EQ(seen, 4) << r.out;
+  const std::string table = readText(onlyJobDir(root) + "/files/rank_table.json");
+  EXPECT_TRUE(std::regex_search(
+      table, std::regex(R"("rank": 3,\s*"role": "worker",\s*"role_rank": 3,\s*"node": 1,)")))
+      << table;
 }
 
 TEST(RealPyTorch, PreloadForksTheRanksFromOneTemplatePerNode) {
@@ -281,6 +300,62 @@ TEST(RealMpi, Mpi4pyTestSuitePassesUnderCohortAsUnderMpirun) {
                       " environment is not built: COHORT_ENVS=build/envs " \
                       "build/cohort env build " name;                      \
   } while (0)
+
+// The last line DeepSpeed's example prints: every rank's weights, compared and summed.
+std::string deepSpeedWeights(const std::string& out) {
+  std::smatch m;
+  if (!std::regex_search(out, m, std::regex(R"(weights identical on \d+/\d+ ranks, sum \S+)"))) {
+    return "";
+  }
+  return m[0];
+}
+
+// cohort starts DeepSpeed's ranks itself, with its launcher's variables and --local_rank: the
+// same weights, bit for bit, as under `deepspeed --num_gpus 4` (4 ranks either way, here on 2
+// simulated nodes).
+TEST(RealDeepSpeed, TrainsUnderCohortAsUnderItsOwnLauncher) {
+  REQUIRE_PRESET("deepspeed");
+  const std::string bin = COHORT_BIN;
+  const std::string venv = bin.substr(0, bin.rfind('/')) + "/envs/deepspeed/venv/bin/";
+  const std::string plain = shellOutput("cd " + sourceDir() + "/examples/deepspeed && " + venv +
+                                        "deepspeed --num_gpus 4 train.py --steps=30 2>&1; "
+                                        "echo exit=$?");
+  ASSERT_TRUE(contains(plain, "exit=0")) << plain;
+  ASSERT_NE(deepSpeedWeights(plain), "") << plain;
+  std::string root = tempDir();
+  auto r = runCohort({"run", "--data-root", root, "-f",
+                      sourceDir() + "/examples/deepspeed/train.yaml"},
+                     300s);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "[worker/3 node1] rank 3/4 local 1 ready")) << r.out;
+  EXPECT_EQ(deepSpeedWeights(r.out), deepSpeedWeights(plain)) << r.out << plain;
+  EXPECT_EQ(readText(onlyJobDir(root) + "/files/hostfile"), "node0 slots=2\nnode1 slots=2\n");
+}
+
+// A command that is DeepSpeed's own launcher runs once per node, without ssh; a rank that fails
+// under cohort's own start is named, with its node, as the root cause.
+TEST(RealDeepSpeed, ItsOwnLauncherRunsOncePerNodeAndAFailedRankIsNamed) {
+  REQUIRE_PRESET("deepspeed");
+  std::string root = tempDir();
+  auto own = runCohort({"run", "--data-root", root, "--framework", "deepspeed", "--environment",
+                        "deepspeed", "--nodes", "2", "--nproc-per-node", "1", "--workdir",
+                        sourceDir() + "/examples/deepspeed", "--", "deepspeed", "train.py",
+                        "--steps=5"},
+                       300s);
+  ASSERT_EQ(own.exit_code, 0) << own.out << own.err;
+  EXPECT_TRUE(contains(own.out, "[deepspeed/node1 node1]")) << own.out;
+  EXPECT_TRUE(contains(own.out, "weights identical on 2/2 ranks")) << own.out;
+  std::string failed_root = tempDir();
+  auto failed = runCohort({"run", "--data-root", failed_root, "--framework", "deepspeed",
+                           "--environment", "deepspeed", "--nodes", "2", "--nproc-per-node", "1",
+                           "--workdir", sourceDir() + "/examples/deepspeed", "--", "python3",
+                           "train.py", "--steps=30", "--fail_rank=1"},
+                          300s);
+  EXPECT_EQ(failed.exit_code, 1) << failed.out << failed.err;
+  EXPECT_TRUE(contains(failed.err, "root cause: worker/1 on node 1 exited with code 1"))
+      << failed.err;
+  EXPECT_TRUE(contains(failed.err, "rank 1 failed on purpose at step 3")) << failed.err;
+}
 
 TEST(RealMindSpore, DynamicClusterTrainsDataParallelOnCpu) {
   REQUIRE_PRESET("mindspore");

@@ -12,7 +12,7 @@ const EXAMPLE = {
   command: ["/bin/sh", "-c", "echo hello from rank $COHORT_RANK; sleep 5"],
   roles: { worker: { nodes: 1, procs_per_node: 2 } },
 };
-const FRAMEWORKS = ["generic", "pytorch", "tensorflow", "mindspore", "mpi"];
+const FRAMEWORKS = ["generic", "pytorch", "tensorflow", "mindspore", "mpi", "deepspeed"];
 
 // "python3 train.py --lr '0.1 0.2'" as words, the way a shell splits it (quotes, no expansion).
 export function words(line) {
