@@ -111,6 +111,8 @@ are stopped, saying so (docs/server.md#quotas-and-limits). none: no limit.
   --quota-uploads N        uploads being received or waiting for their job (default 16)
   --max-followers N        streams one account may follow at once: jobs' events and logs,
                            builds' logs (default 256)
+  --max-tunnels N          tunnels one account may hold open at once into its jobs'
+                           networks: debuggers attached with cohort debug --attach (default 8)
   --quota-max-priority N   the highest --priority an account may give its jobs (default 0)
 
 The API is described in docs/server-api.md and served at /v1/openapi.json; Prometheus metrics
@@ -228,6 +230,7 @@ int cmdServer(int argc, char** argv) {
                            {"--max-upload", "", true},
                            {"--idle-timeout", "", true},
                            {"--max-followers", "", true},
+                           {"--max-tunnels", "", true},
                            {"--quota-bytes", "", true},
                            {"--quota-inodes", "", true},
                            {"--quota-queued-jobs", "", true},
@@ -331,6 +334,10 @@ int cmdServer(int argc, char** argv) {
       auto n = parseInt64(value);
       if (!n || *n < 1 || *n > 1000000) return bad("expected a number from 1 to 1000000");
       options.quotas.followers = *n;
+    } else if (flag == "--max-tunnels") {
+      auto n = parseInt64(value);
+      if (!n || *n < 1 || *n > 100000) return bad("expected a number from 1 to 100000");
+      options.max_tunnels = *n;
     } else if (flag == "--quota-bytes") {
       auto bytes = parseBytes(value);
       if (value != "none" && (!bytes || *bytes < 1)) return bad("expected a size (like 500Gi) or none");
