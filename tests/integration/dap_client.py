@@ -1,7 +1,7 @@
 """A small Debug Adapter Protocol client, as VS Code's "attach" speaks it, for the debug tests.
 
     dap_client.py --port P [--breakpoint FILE:LINE] [--evaluate EXPR] [--hold-until FILE]
-                  [--then continue|disconnect] [--timeout S] [--no-stop]
+                  [--then continue|disconnect] [--timeout S] [--no-stop] [--step]
 
 Attaches to the debugpy listening on 127.0.0.1:P (initialize, attach, setBreakpoints,
 setExceptionBreakpoints ["uncaught"], configurationDone), waits for a `stopped` event, reads the
@@ -9,6 +9,9 @@ top frame (stackTrace) and evaluates EXPR in it, waits until FILE exists (when g
 continues or disconnects. Prints one JSON object on stdout: {"stopped": reason, "file", "line",
 "function", "value", "exception"}; exits 1 with a message on stderr when anything fails.
 With --no-stop it attaches, waits for --hold-until, and disconnects without waiting to stop.
+With --step, once stopped it steps over one line (next), waits to stop again, and adds
+"stepped_line" and the top frame's local variables ("locals": {name: value}, from scopes and
+variables) to its answer, EXPR evaluated again as "stepped_value".
 """
 
 import argparse
@@ -93,6 +96,7 @@ def main():
     p.add_argument("--then", choices=["continue", "disconnect"], default="continue")
     p.add_argument("--timeout", type=float, default=60)
     p.add_argument("--no-stop", action="store_true")
+    p.add_argument("--step", action="store_true")
     args = p.parse_args()
 
     dap = Dap(args.port, args.timeout)
@@ -123,6 +127,22 @@ def main():
         if args.evaluate:
             out["value"] = dap.request("evaluate", expression=args.evaluate, frameId=top["id"],
                                        context="repl")["result"]
+        if args.step:
+            dap.request("next", threadId=thread)
+            dap.event("stopped")
+            top = dap.request("stackTrace", threadId=thread, startFrame=0,
+                              levels=1)["stackFrames"][0]
+            out["stepped_line"] = top.get("line")
+            scopes = dap.request("scopes", frameId=top["id"])["scopes"]
+            local = [s for s in scopes if s.get("name", "").lower().startswith("locals")]
+            out["locals"] = {}
+            if local:
+                for v in dap.request("variables",
+                                     variablesReference=local[0]["variablesReference"])["variables"]:
+                    out["locals"][v["name"]] = v["value"]
+            if args.evaluate:
+                out["stepped_value"] = dap.request("evaluate", expression=args.evaluate,
+                                                   frameId=top["id"], context="repl")["result"]
         if out["stopped"] == "exception":
             out["exception"] = dap.request("exceptionInfo", threadId=thread).get("exceptionId")
     if args.hold_until:
