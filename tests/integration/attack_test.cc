@@ -326,7 +326,9 @@ true
   EXPECT_EQ(record.value("state", ""), "succeeded") << record.dump();
   const std::string log = logOf(bob_, id);
   EXPECT_TRUE(contains(log, isolated_ ? "bob-ownbob-own" : "bob-own")) << log;
-  if (isolated_) EXPECT_FALSE(contains(log, "alice-")) << log;
+  if (isolated_) {
+    EXPECT_FALSE(contains(log, "alice-")) << log;
+  }
   EXPECT_EQ(raw("GET", "/v1/store/models/" + id + "/out.txt", bob_).second, "output\n");
   EXPECT_EQ(raw("GET", "/v1/store/models/" + id + "/out.txt", alice_).first, 404);
 
