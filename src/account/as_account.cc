@@ -15,6 +15,7 @@
 
 #include "proc/spawn.h"
 #include "util/fd.h"
+#include "util/packet.h"
 #include "util/text.h"
 
 namespace cohort::account {
@@ -36,60 +37,20 @@ const std::vector<std::string> kWorkerEnvironment = {"PATH=/usr/sbin:/usr/bin:/s
 Result<void> sendMessage(int sock, const Json& message, int fd = -1) {
   const std::string text = message.dump();
   if (text.size() > kMaxMessage) return fail(Code::kInternal, "a message over the channel's limit");
-  iovec iov{const_cast<char*>(text.data()), text.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  if (fd >= 0) {
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  }
-  for (;;) {
-    if (::sendmsg(sock, &msg, MSG_NOSIGNAL) >= 0) return {};
-    if (errno != EINTR) return failErrno("send to the account worker's channel");
-  }
+  auto sent = sendPacket(sock, text, fd);
+  if (!sent) return fail(Code::kIo, "send to the account worker's channel: " + sent.error().message);
+  return {};
 }
 
 // The next message, and the descriptor that came with it (if any). Errors: kUnavailable when
 // the other side is gone, kInvalidArgument for what is not a message.
 Result<Json> receiveMessage(int sock, UniqueFd* fd) {
-  std::string buf(kMaxMessage, '\0');
-  iovec iov{buf.data(), buf.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)] = {};
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  ssize_t n;
-  do {
-    n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-  } while (n < 0 && errno == EINTR);
-  if (n < 0) return failErrno("receive from the account worker's channel");
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < count; ++i) {
-      int got;
-      std::memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      if (fd && !fd->valid()) {
-        fd->reset(got);
-      } else {
-        ::close(got);
-      }
-    }
+  auto got = receivePacket(sock, kMaxMessage, fd);
+  if (!got) {
+    if (got.error().code != Code::kIo) return tl::unexpected<Error>(got.error());
+    return fail(Code::kIo, "receive from the account worker's channel: " + got.error().message);
   }
-  if (n == 0) return fail(Code::kUnavailable, "the channel closed");
-  if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
-    return fail(Code::kInvalidArgument, "a message over the channel's limit");
-  }
-  Json j = Json::parse(std::string_view(buf.data(), static_cast<size_t>(n)), nullptr, false);
+  Json j = Json::parse(*got, nullptr, false);
   if (!j.is_object()) return fail(Code::kInvalidArgument, "a message that is not a JSON object");
   return j;
 }

@@ -130,6 +130,9 @@ class Coordinator {
     }));
     COHORT_TRY(loop_.add(heartbeat_.fd(), EPOLLIN, [this](uint32_t) { onHeartbeatTime(); }));
     COHORT_TRY(loop_.add(launch_poll_.fd(), EPOLLIN, [this](uint32_t) { onLaunchPoll(); }));
+    for (const auto& [fd, call] : options_.watch) {
+      COHORT_TRY(loop_.add(fd, EPOLLIN, [call = call](uint32_t) { call(); }));
+    }
     heartbeat_.arm(heartbeatEvery());
     if (options_.report) reporter_ = std::make_unique<Reporter>(*options_.report);
     feed(JobBegins{});

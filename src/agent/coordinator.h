@@ -90,6 +90,9 @@ struct CoordinatorOptions {
   // coordinator's state (its copy of the plan, every rank's record and buffers) is then left for
   // the kernel to take back at once rather than freed piece by piece.
   bool process_ends_after = false;
+  // More descriptors the coordinator's loop watches for input (not owned), with what to call
+  // then, on the loop thread (the job's ports for the server: job_ports.h).
+  std::vector<std::pair<int, std::function<void()>>> watch;
 };
 
 // Runs the job to its end. Errors: only when the coordinator itself cannot work (no socket, no

@@ -21,6 +21,7 @@
 
 #include "account/as_account.h"
 #include "agent/coordinator.h"
+#include "agent/job_ports.h"
 #include "agent/node_agent.h"
 #include "agent/reporter.h"
 #include "backends/local.h"
@@ -480,6 +481,19 @@ int cmdRun(int argc, char** argv) {
     copts.report = std::move(*taken);
   }
   copts.write_plan = [&plan] { return writePlan(*plan); };
+  // A server's job: the server reaches a port inside the job's network (a paused rank's
+  // debugger) by asking this coordinator, which holds the nodes' namespaces (agent/job_ports.h).
+  std::optional<agent::JobPortsEndpoint> ports;
+  if (options->report && !slurm) {
+    std::vector<int> namespaces;
+    for (size_t node = 0; node < plan->nodes.size(); ++node) {
+      namespaces.push_back(*network ? (*network)->nodeNamespace(static_cast<int>(node)) : -1);
+    }
+    auto endpoint = agent::JobPortsEndpoint::listen(plan->job_dir, std::move(namespaces));
+    if (!endpoint) return refuse(endpoint.error());
+    ports = std::move(*endpoint);
+    copts.watch.emplace_back(ports->fd(), [&ports] { ports->answer(); });
+  }
   // The job is over and its record written when runCoordinator() returns. What is left is freeing
   // this process's memory piece by piece (the coordinator's state, the plan, the spec, the
   // libraries' tables at exit): the kernel takes it all back at once. That was 0.3 ms of a
@@ -487,6 +501,7 @@ int cmdRun(int argc, char** argv) {
   // (docs/benchmarks.md).
   copts.process_ends_after = true;
   auto outcome = agent::runCoordinator(*plan, *launcher, copts);
+  ports.reset();  // its socket goes with it: nothing reaches the job's network any more
   if (!outcome) return refuse(outcome.error());
   printOutcome(*plan, *outcome, progress);
   std::fflush(nullptr);

@@ -360,6 +360,26 @@ Result<Json> ApiClient::call(const std::string& method, const std::string& path,
   return jsonAnswer(answer, method, path);
 }
 
+Result<std::unique_ptr<http::Tunnel>> ApiClient::tunnel(const std::string& path,
+                                                       const std::string& protocol) {
+  COHORT_ASSIGN(Endpoint endpoint, parseEndpoint(settings_.server));
+  http::Request r =
+      request("GET", endpoint, endpoint.base_path + path, settings_.token, settings_.ca);
+  auto opened = http::Tunnel::open(r, protocol);
+  if (!opened) {
+    if (opened.error().code == Code::kUnavailable) {
+      return fail(Code::kUnavailable, "the server at " + settings_.server + ": GET " + path +
+                                          ": " + opened.error().message);
+    }
+    return tl::unexpected<Error>(opened.error());
+  }
+  if (!opened->tunnel) {
+    return tl::unexpected<Error>(
+        errorFromAnswer(opened->refusal.status, opened->refusal.body, "GET " + path));
+  }
+  return std::move(opened->tunnel);
+}
+
 Result<Json> ApiClient::sendFile(const std::string& method, const std::string& path, int fd,
                                  uint64_t size, const std::string& content_type,
                                  const std::function<void(uint64_t)>& progress) {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "http/tunnel.h"
 #include "util/result.h"
 
 namespace cohort::cli {
@@ -120,6 +122,11 @@ class ApiClient {
   Result<nlohmann::json> sendFile(const std::string& method, const std::string& path, int fd,
                                   uint64_t size, const std::string& content_type,
                                   const std::function<void(uint64_t sent)>& progress);
+
+  // Opens a tunnel (http/tunnel.h) at `path`, asking to switch to `protocol`. Errors: as
+  // call()'s, from the server's answer when it is not 101.
+  Result<std::unique_ptr<http::Tunnel>> tunnel(const std::string& path,
+                                               const std::string& protocol);
 
   // GETs `path` and hands the body of a successful answer to `sink` as it arrives (a chunked,
   // endless answer included); `sink` returns false to stop reading, which is not an error.

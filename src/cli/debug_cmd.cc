@@ -1,13 +1,19 @@
 #include "cli/debug_cmd.h"
 
+#include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "agent/channel.h"
 #include "cli/args.h"
 #include "cli/client.h"
 #include "job/debug.h"
@@ -88,20 +94,57 @@ void printTable(const std::string& id, const Json& ranks, bool remote, const std
     std::printf("%-14s %-5s %-9s %-22s %s\n", field(r, "name").c_str(), field(r, "node").c_str(),
                 field(r, "state").c_str(), field(r, "address").c_str(), where.c_str());
   }
-  std::string host =
-      server.substr(server.find("://") == std::string::npos ? 0 : server.find("://") + 3);
-  host = host.substr(0, host.rfind(':'));
-  const std::string port = field(ranks[0], "port");
-  if (remote && host != "127.0.0.1" && host != "localhost") {
+  (void)server;
+  if (remote) {
+    // A server's rank listens in its job's own network: only a tunnel through the server
+    // reaches it.
     std::fprintf(stderr,
-                 "cohort debug: the ranks listen on the server's machine only: tunnel first, "
-                 "e.g. ssh -N -L %s:127.0.0.1:%s %s\n",
-                 port.c_str(), port.c_str(), host.c_str());
+                 "cohort debug: the ranks listen inside the job's network on the server: "
+                 "attach through it with cohort debug %s --attach %s (a local port for your "
+                 "debugger), or cohort debug %s --attach %s --vscode --write for VS Code "
+                 "(docs/debugging.md)\n",
+                 id.c_str(), field(ranks[0], "rank").c_str(), id.c_str(),
+                 field(ranks[0], "rank").c_str());
+    return;
   }
   std::fprintf(stderr,
                "cohort debug: attach VS Code with cohort debug %s --vscode --write, then Run "
                "and Debug '%s%s %s' (docs/debugging.md)\n",
                id.c_str(), kPrefix.c_str(), id.c_str(), field(ranks[0], "name").c_str());
+}
+
+// --attach: a port on this machine's loopback whose every connection is carried through the
+// server to the rank's debugger (an HTTP Upgrade: server/tunnels.h). Runs until interrupted.
+int attachThroughServer(const ServerSettings& settings, const std::string& id, const Json& target,
+                        UniqueFd listener, int port) {
+  const std::string name = field(target, "name");
+  const std::string path = "/v1/jobs/" + urlEncode(id) + "/debug/" + field(target, "rank") +
+                           "/tunnel";
+  std::fprintf(stderr,
+               "cohort debug: %s of job %s: attach your debugger to 127.0.0.1:%d; cohort carries "
+               "each connection through %s to the rank (Ctrl-C ends)\n",
+               name.c_str(), id.c_str(), port, settings.server.c_str());
+  std::printf("127.0.0.1:%d\n", port);
+  std::fflush(stdout);
+  for (;;) {
+    UniqueFd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!conn.valid()) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return failWith(kExitFailed, std::string("accept: ") + std::strerror(errno));
+    }
+    std::thread([settings, path, name, conn = std::move(conn)]() mutable {
+      auto tunnel = ApiClient(settings).tunnel(path, "cohort-tunnel");
+      if (!tunnel) {
+        std::fprintf(stderr, "cohort debug: %s: %s\n", name.c_str(),
+                     tunnel.error().message.c_str());
+        return;
+      }
+      std::fprintf(stderr, "cohort debug: a debugger is connected to %s\n", name.c_str());
+      auto relayed = (*tunnel)->relay(conn.get(), conn.get());
+      std::fprintf(stderr, "cohort debug: the debugger of %s disconnected%s%s\n", name.c_str(),
+                   relayed ? "" : ": ", relayed ? "" : relayed.error().message.c_str());
+    }).detach();
+  }
 }
 
 }  // namespace
@@ -186,6 +229,12 @@ Result<Ordered> mergeLaunch(const std::string& existing, const Ordered& ours,
 // The flags of cohort debug, each once with its help.
 const std::vector<FlagSpec>& debugFlags() {
   static const std::vector<FlagSpec> kFlags = withServerFlags({
+      {"--attach", "", "",
+       "a job of the server: listen on 127.0.0.1 here (the port is printed on stdout) and carry "
+       "each debugger's connection through the server to RANK, the second argument (default: "
+       "the one paused rank); runs until Ctrl-C. With --vscode, the configuration points at "
+       "that port"},
+      {"--port", "", "N", "with --attach: the local port (default: a free one)"},
       {"--json", "", "",
        "the ranks as JSON: {\"job\", \"ranks\": [{name, rank, node, state, reason, where, host, "
        "port, address, since}], \"workdir\"}"},
@@ -207,13 +256,15 @@ const std::vector<FlagSpec>& debugFlags() {
 std::string debugHelp() {
   return R"(Usage: cohort debug [JOB] [--json] [--vscode [--write] [--local-root DIR]]
                       [--data-root DIR] [--server URL] [--token T]
+       cohort debug JOB --attach [RANK] [--port N] [--vscode [--write]]
 
 Lists the ranks of JOB that wait for a debugger, or have one attached, and where to attach:
 a job that `cohort run` runs on this machine, or else a job of the server you logged in to
 (cohort login). Without JOB: the one job running on this machine that has such ranks. Ranks pause in a job with debug: (or cohort run --debug RANKS): the chosen
 ranks at their start, any rank at a breakpoint(), and with post_mortem any rank at an exception
-nothing caught. Each listens on 127.0.0.1 of its node only: from another machine, tunnel
-(ssh -L PORT:127.0.0.1:PORT HOST). See docs/debugging.md.
+nothing caught. Each listens on 127.0.0.1 of its node only. A rank of a server's job listens
+inside the job's own network: --attach opens a port on this machine and carries each
+connection to it through the server, as your account (docs/debugging.md).
 
 )" + flagsHelp(debugFlags());
 }
@@ -221,8 +272,16 @@ nothing caught. Each listens on 127.0.0.1 of its node only: from another machine
 int cmdDebug(int argc, char** argv) {
   auto args = parseArgs("debug", argc, argv, debugFlags());
   if (!args) return failWith(kExitUsage, args.error().message);
-  if (args->positional.size() > 1) {
-    return failWith(kExitUsage, "give one job id (see cohort debug --help)");
+  const bool attach = args->has("--attach");
+  if (args->positional.size() > (attach ? 2u : 1u)) {
+    return failWith(kExitUsage, attach ? "give a job id and at most one rank (see cohort debug --help)"
+                                       : "give one job id (see cohort debug --help)");
+  }
+  if (args->has("--port") && !attach) {
+    return failWith(kExitUsage, "--port is the local port of --attach: give both");
+  }
+  if (attach && args->positional.empty()) {
+    return failWith(kExitUsage, "--attach: give the job id (cohort ps lists your jobs)");
   }
   if (args->has("--write") && !args->has("--vscode")) {
     return failWith(kExitUsage, "--write writes the --vscode configurations: give both");
@@ -246,11 +305,49 @@ int cmdDebug(int argc, char** argv) {
   const Json ranks =
       found->contains("ranks") && (*found)["ranks"].is_array() ? (*found)["ranks"] : Json::array();
   const std::string workdir = field(*found, "workdir");
+  Json shown = ranks;  // where the IDE connects: the ranks, or --attach's local port
+  UniqueFd listener;
+  int local_port = 0;
+  Json target;
+  if (attach) {
+    if (!remote) {
+      return failWith(kExitUsage, "job " + id + " runs on this machine: attach to the address " +
+                                      "cohort debug " + id + " lists (--attach is for a job of "
+                                      "the server)");
+    }
+    const std::string wanted = args->positional.size() > 1 ? args->positional[1] : "";
+    for (const Json& r : ranks) {
+      if (wanted.empty() ? ranks.size() == 1 : field(r, "rank") == wanted) target = r;
+    }
+    if (target.is_null()) {
+      std::vector<std::string> listed;
+      for (const Json& r : ranks) listed.push_back(field(r, "rank") + " (" + field(r, "name") + ")");
+      if (ranks.empty()) {
+        return failWith(kExitFailed, "no rank of job " + id + " waits for a debugger now");
+      }
+      return failWith(kExitUsage,
+                      (wanted.empty() ? "several ranks wait for a debugger: give one of "
+                                      : "rank " + wanted + " does not wait for a debugger: give one of ") +
+                          join(listed, ", "));
+    }
+    auto port = parseInt(args->get("--port", "0"));
+    if (!port || *port < 0 || *port > 65535) return failWith(kExitUsage, "--port: expected a port number");
+    auto listened = agent::listenTcp("127.0.0.1", *port);
+    if (!listened) return failWith(kExitFailed, "--port: " + listened.error().message);
+    listener = std::move(listened->first);
+    ::fcntl(listener.get(), F_SETFL, ::fcntl(listener.get(), F_GETFL) & ~O_NONBLOCK);  // accept waits
+    local_port = listened->second;
+    target["host"] = "127.0.0.1";
+    target["port"] = local_port;
+    target["address"] = "127.0.0.1:" + std::to_string(local_port);
+    shown = Json::array({target});
+  }
   if (args->has("--vscode")) {
     const Ordered launch =
-        vscodeLaunch(id, ranks, args->get("--local-root"), remote ? workdir : "");
+        vscodeLaunch(id, shown, args->get("--local-root"), remote ? workdir : "");
     if (!args->has("--write")) {
       std::printf("%s\n", launch.dump(2).c_str());
+      if (attach) return attachThroughServer(where->settings, id, target, std::move(listener), local_port);
       return 0;
     }
     const std::string path = ".vscode/launch.json";
@@ -280,10 +377,12 @@ int cmdDebug(int argc, char** argv) {
     if (auto written = writeFileAtomic(path, merged.dump(2) + "\n", false); !written) {
       return failWith(kExitFailed, written.error().message);
     }
-    std::fprintf(stderr, "cohort debug: %zu configuration(s) for job %s in %s\n", ranks.size(),
+    std::fprintf(stderr, "cohort debug: %zu configuration(s) for job %s in %s\n", shown.size(),
                  id.c_str(), path.c_str());
+    if (attach) return attachThroughServer(where->settings, id, target, std::move(listener), local_port);
     return 0;
   }
+  if (attach) return attachThroughServer(where->settings, id, target, std::move(listener), local_port);
   if (args->has("--json")) {
     Ordered out = {{"job", id}, {"ranks", ranks}, {"workdir", workdir}};
     std::printf("%s\n", out.dump(-1, ' ', false, Ordered::error_handler_t::replace).c_str());

@@ -51,7 +51,10 @@ Result<std::optional<proc::JobNetwork>> makeJobNetwork(PreparedJob& job,
   if (job.spec.backend != spec::Backend::kLocal) {
     return refuse("only the nodes simulated on this machine get a network of their own");
   }
-  if (job.spec.debug.enabled) {
+  // A server's job (--report) is attached through the server, which asks this coordinator for
+  // a connection inside the node's namespace (agent/job_ports.h); on this machine, nothing
+  // would reach the debugger.
+  if (job.spec.debug.enabled && !options.report) {
     return refuse("a debugged rank's debugger is reached on this machine's loopback, which the "
                   "job's own network keeps from it: use --job-network host");
   }

@@ -146,6 +146,9 @@ const std::vector<FlagSpec>& quotaFlags() {
        "uploads being received or waiting for their job (default 16)"},
       {"--max-followers", "", "N",
        "streams one account may follow at once: jobs' events and logs, builds' logs (default 256)"},
+      {"--max-tunnels", "", "N",
+       "tunnels one account may hold open at once into its jobs' networks: debuggers attached "
+       "with cohort debug --attach (default 8)"},
       {"--quota-max-priority", "", "N",
        "the highest --priority an account may give its jobs (default 0)"},
   };
@@ -345,6 +348,10 @@ int cmdServer(int argc, char** argv) {
       auto n = parseInt64(value);
       if (!n || *n < 1 || *n > 1000000) return bad("expected a number from 1 to 1000000");
       options.quotas.followers = *n;
+    } else if (flag == "--max-tunnels") {
+      auto n = parseInt64(value);
+      if (!n || *n < 1 || *n > 100000) return bad("expected a number from 1 to 100000");
+      options.max_tunnels = *n;
     } else if (flag == "--quota-bytes") {
       auto bytes = parseBytes(value);
       if (value != "none" && (!bytes || *bytes < 1)) return bad("expected a size (like 500Gi) or none");

@@ -59,6 +59,26 @@ size_t onUpload(char* buf, size_t size, size_t count, void* user) {
 
 }  // namespace
 
+void setConnection(void* handle, const Request& request, char* error) {
+  auto lib = curlLib();
+  if (!lib) return;
+  const CurlLib* curl = *lib;
+  CURL* h = static_cast<CURL*>(handle);
+  curl->easy_setopt(h, CURLOPT_URL, request.url.c_str());
+  curl->easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+  if (!request.ca_file.empty()) curl->easy_setopt(h, CURLOPT_CAINFO, request.ca_file.c_str());
+  if (!request.pin.empty()) {
+    // The key is the identity: the name the server is reached by need not be in its certificate.
+    curl->easy_setopt(h, CURLOPT_PINNEDPUBLICKEY, request.pin.c_str());
+    curl->easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
+    curl->easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
+  }
+  curl->easy_setopt(h, CURLOPT_PROXY, "");
+  curl->easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl->easy_setopt(h, CURLOPT_ERRORBUFFER, error);
+  curl->easy_setopt(h, CURLOPT_CONNECTTIMEOUT, static_cast<long>(request.connect_timeout_s));
+}
+
 Result<Response> perform(const Request& request) {
   COHORT_ASSIGN(const CurlLib* curl, curlLib());
   Response response;
@@ -72,21 +92,9 @@ Result<Response> perform(const Request& request) {
   // libcurl asks for "100 Continue" before a large body and waits a second for it.
   headers = curl->slist_append(headers, "Expect:");
   char error[CURL_ERROR_SIZE] = {0};
-  curl->easy_setopt(h, CURLOPT_URL, request.url.c_str());
-  curl->easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-  if (!request.ca_file.empty()) curl->easy_setopt(h, CURLOPT_CAINFO, request.ca_file.c_str());
-  if (!request.pin.empty()) {
-    // The key is the identity: the name the server is reached by need not be in its certificate.
-    curl->easy_setopt(h, CURLOPT_PINNEDPUBLICKEY, request.pin.c_str());
-    curl->easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
-    curl->easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
-  }
-  curl->easy_setopt(h, CURLOPT_PROXY, "");
-  curl->easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  setConnection(h, request, error);
   curl->easy_setopt(h, CURLOPT_FORBID_REUSE, 1L);
   curl->easy_setopt(h, CURLOPT_HTTPHEADER, headers);
-  curl->easy_setopt(h, CURLOPT_ERRORBUFFER, error);
-  curl->easy_setopt(h, CURLOPT_CONNECTTIMEOUT, static_cast<long>(request.connect_timeout_s));
   if (request.stall_timeout_s > 0) {
     curl->easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl->easy_setopt(h, CURLOPT_LOW_SPEED_TIME, static_cast<long>(request.stall_timeout_s));

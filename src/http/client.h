@@ -52,6 +52,11 @@ struct Response {
   bool timed_out = false;  // the failure was a timeout (connecting, or a stall)
 };
 
+// Sets on libcurl handle `h` (a CURL*) how perform() reaches `request.url`: the schemes, the
+// TLS verification (ca_file or pin), no proxy, no signals, the connect timeout, and where its
+// error message goes (`error`, CURL_ERROR_SIZE bytes). What the tunnel (tunnel.h) shares.
+void setConnection(void* h, const Request& request, char* error);
+
 // Sends `request` and waits for the whole answer. Errors: kFailedPrecondition when libcurl cannot
 // be loaded (the message follows "... needs "); what happened to the transfer is in Response.
 Result<Response> perform(const Request& request);

@@ -35,6 +35,8 @@ Result<CurlLib> load() {
   find(lib.easy_strerror, "curl_easy_strerror");
   find(lib.slist_append, "curl_slist_append");
   find(lib.slist_free_all, "curl_slist_free_all");
+  find(lib.easy_send, "curl_easy_send");
+  find(lib.easy_recv, "curl_easy_recv");
   if (!missing.empty()) {
     return fail(Code::kFailedPrecondition,
                 "libcurl 7.75 or later; the libcurl.so.4 found lacks " + missing);

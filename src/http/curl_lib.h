@@ -22,6 +22,8 @@ struct CurlLib {
   const char* (*easy_strerror)(CURLcode);
   curl_slist* (*slist_append)(curl_slist*, const char*);
   void (*slist_free_all)(curl_slist*);
+  CURLcode (*easy_send)(CURL*, const void*, size_t, size_t*);
+  CURLcode (*easy_recv)(CURL*, void*, size_t, size_t*);
 };
 
 // Loads libcurl once per process (thread-safe); later calls return the same answer. Errors:

@@ -35,8 +35,11 @@ Result<std::shared_ptr<AccountLimits::Slot>> AccountLimits::take(
   if (limit && static_cast<int64_t>(count + elsewhere) >= *limit) {
     const int64_t used = static_cast<int64_t>(count + elsewhere);
     return tl::unexpected(
-        kind == Kind::kFollower
-            ? overQuota(account, "followers", used, 1, *limit, "end some first")
+        kind == Kind::kFollower ? overQuota(account, "followers", used, 1, *limit, "end some first")
+        : kind == Kind::kTunnel
+            ? overQuota(account, "tunnels", used, 1, *limit,
+                        "close some first (each debugger attached through cohort debug --attach "
+                        "holds one)")
             : overQuota(account, "uploads", used, 1, *limit,
                         "let them finish (a code upload waits until a job names it, or an "
                         "hour)"));

@@ -1,6 +1,6 @@
 // AccountLimits: how much of the server's edge one account holds at once: followers (streams
-// waiting for a job's events or log, or a build's log) and uploads (bodies being received: store
-// files and code uploads). Counting and taking are one step under one lock, so concurrent
+// waiting for a job's events or log, or a build's log), uploads (bodies being received: store
+// files and code uploads) and tunnels (connections into its jobs' networks: tunnels.h). Counting and taking are one step under one lock, so concurrent
 // requests never take more than the limit between them (a check that counted first and took
 // later let 24 uploads through a limit of 16). A slot is given back when it is destroyed.
 //
@@ -24,7 +24,7 @@ namespace cohort::server {
 
 class AccountLimits {
  public:
-  enum class Kind { kFollower, kUpload };
+  enum class Kind { kFollower, kUpload, kTunnel };
 
   // A held slot. `revoked()` turns true when the token it was taken with is revoked, and then
   // `on_revoke` (set by the stream holding it) is called once, from the revoking thread.

@@ -2,6 +2,11 @@
 // and the coordinators' reports.
 #include "server/server_impl.h"
 
+#include <sys/socket.h>
+
+#include "agent/job_ports.h"
+#include "server/tunnels.h"
+
 namespace cohort::server {
 
 namespace {
@@ -564,6 +569,51 @@ void Server::Impl::jobRoutes() {
             }
           }
           writeJson(res, 200, body);
+          return Result<void>();
+        });
+  // A tunnel to a paused rank's debugger: an HTTP Upgrade ("Upgrade: cohort-tunnel") whose
+  // connection then carries the debugger's bytes to the rank's port in its node's network,
+  // through the job's coordinator (agent/job_ports.h). Who may open which is decideTunnel's;
+  // each open one holds a tunnel slot of the caller's account, and ends with its token.
+  route({"GET", "/v1/jobs/{id}/debug/{rank}/tunnel", Who::kAccount, BodyKind::kNone},
+        [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
+          std::string upgrade = req.header("Upgrade");
+          for (char& ch : upgrade) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+          if (upgrade != kTunnelProtocol) {
+            return fail(Code::kInvalidArgument,
+                        "a tunnel is an HTTP Upgrade: send 'Connection: Upgrade' and 'Upgrade: " +
+                            std::string(kTunnelProtocol) + "' (cohort debug JOB --attach does)");
+          }
+          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[0]));
+          auto rank = parseInt(req.matches[1]);
+          if (!rank || *rank < 0) {
+            return fail(Code::kInvalidArgument, "rank: expected a rank number, got '" +
+                                                    printable(req.matches[1]) + "'");
+          }
+          COHORT_ASSIGN(std::vector<store::Event> stored, store->events(job.id));
+          TunnelAsk ask;
+          ask.caller = c;
+          ask.job_id = job.id;
+          ask.job_account = job.account;
+          ask.job_final = store::isFinalState(job.state);
+          ask.job_started = !job.job_dir.empty();
+          ask.rank = *rank;
+          std::vector<job::Event> events;
+          for (const store::Event& e : stored) {
+            if (auto decoded = job::decodeEvent(e.json)) events.push_back(std::move(*decoded));
+          }
+          ask.paused = job::debugTargets(events);
+          COHORT_ASSIGN(TunnelTo to, decideTunnel(ask));
+          // The slot before the connection: a debugpy that sees a client come and go lets its
+          // rank run on.
+          COHORT_ASSIGN(auto slot, takeTunnel(req, c));
+          COHORT_ASSIGN(UniqueFd sock, agent::connectJobPort(job.job_dir, to.node, to.port));
+          auto tunnel = std::make_shared<UniqueFd>(std::move(sock));
+          slot->onRevoke([tunnel] { ::shutdown(tunnel->get(), SHUT_RDWR); });
+          res.tunnel = tunnel;
+          res.tunnel_ended = [slot] {};  // the slot is held until the tunnel ends
+          res.setHeader("Upgrade", kTunnelProtocol);
+          res.setHeader("Connection", "Upgrade");
           return Result<void>();
         });
   route({"GET", "/v1/jobs/{id}/logs", Who::kAccount, BodyKind::kNone},

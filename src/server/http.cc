@@ -5,6 +5,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -97,6 +98,7 @@ class WorkerPool {
 // the server a header block, when that must be complete.
 struct ConnectionState {
   int fd = -1;
+  bool upgraded = false;  // a tunnel: no header block is owed any more
   std::optional<std::chrono::steady_clock::time_point> header_deadline;
 };
 
@@ -122,6 +124,9 @@ struct HttpServer::Impl {
   uint64_t next_stream = kFirstStream;
   std::atomic<size_t> open_connections{0};
   std::atomic<int> suspended{0};  // connections this layer holds suspended
+  std::mutex tunnels_mu;
+  std::condition_variable tunnels_cv;
+  int tunnels = 0;  // relays running; each ends once `event` (the stop) is readable
 
   // libmicrohttpd's callbacks (its polling thread).
   static MHD_Result onRequest(void* cls, MHD_Connection* c, const char* url, const char* method,
@@ -131,6 +136,8 @@ struct HttpServer::Impl {
   static void onConnection(void* cls, MHD_Connection* c, void** socket_context,
                            MHD_ConnectionNotificationCode code);
   static size_t keepEscapes(void* cls, MHD_Connection* c, char* s);
+  static void onUpgraded(void* cls, MHD_Connection* c, void* ctx, const char* extra_in,
+                         size_t extra_in_size, MHD_socket sock, MHD_UpgradeResponseHandle* urh);
   static void log(void* cls, const char* format, va_list args);
 
   MHD_Result begin(MHD_Connection* c, const char* url, const char* method, const char* version,
@@ -168,6 +175,13 @@ struct Exchange {
   bool admit_at_end = false;      // no body: admitted with the whole request
   size_t body_limit = 0;
   Response response;
+  // A tunnel's socket from its 101's queueing until the upgrade takes it; `tunnel_ended` is
+  // called here when it never does (the client went before the 101 left).
+  std::shared_ptr<UniqueFd> tunnel;
+  std::function<void()> tunnel_ended;
+  ~Exchange() {
+    if (tunnel_ended) tunnel_ended();
+  }
 };
 
 // A streamed answer: what its source produced and what libmicrohttpd has not taken yet, and
@@ -289,13 +303,77 @@ ssize_t readStream(void* cls, uint64_t, char* buf, size_t max) {
   return (*static_cast<std::shared_ptr<StreamDriver>*>(cls))->read(buf, max);
 }
 
+// A tunnel's bytes both ways between `a` (the client's side) and `b` (the socket a handler
+// connected), `early` (what the client sent before the 101) first, until both directions have
+// ended (an end of one is passed on as a half-close) or either side fails, or `stop` is
+// readable. At most kTunnelBuffer bytes wait in each direction: a side that does not read
+// holds up only the other.
+constexpr size_t kTunnelBuffer = 256 << 10;
+void relayTunnel(int a, int b, std::string early, int stop) {
+  for (int fd : {a, b}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  struct Way {
+    int from, to;
+    std::string buf;
+    size_t sent = 0;
+    bool eof = false;   // `from` said it sends no more
+    bool done = false;  // ...and all of it reached `to`, which was told
+  };
+  Way ways[2] = {{a, b, std::move(early)}, {b, a, {}}};
+  char chunk[64 << 10];
+  for (;;) {
+    pollfd p[3] = {{a, 0, 0}, {b, 0, 0}, {stop, POLLIN, 0}};
+    auto slot = [&](int fd) -> pollfd& { return fd == a ? p[0] : p[1]; };
+    for (Way& w : ways) {
+      if (!w.eof && w.buf.size() - w.sent < kTunnelBuffer) slot(w.from).events |= POLLIN;
+      if (w.sent < w.buf.size()) slot(w.to).events |= POLLOUT;
+    }
+    if (::poll(p, 3, -1) < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (p[2].revents) return;
+    for (Way& w : ways) {
+      const short in = slot(w.from).revents;
+      if (!w.eof && (in & (POLLIN | POLLHUP | POLLERR))) {
+        const ssize_t n = ::read(w.from, chunk, sizeof chunk);
+        if (n > 0) {
+          if (w.sent == w.buf.size()) w.buf.clear(), w.sent = 0;
+          w.buf.append(chunk, static_cast<size_t>(n));
+        } else if (n == 0) {
+          w.eof = true;
+        } else if (errno != EAGAIN && errno != EINTR) {
+          return;
+        }
+      }
+      if (w.sent < w.buf.size()) {
+        const ssize_t n = ::send(w.to, w.buf.data() + w.sent, w.buf.size() - w.sent,
+                                 MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+          w.sent += static_cast<size_t>(n);
+        } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+          return;
+        }
+      }
+      if (w.eof && !w.done && w.sent == w.buf.size()) {
+        ::shutdown(w.to, SHUT_WR);
+        w.done = true;
+      }
+    }
+    if (ways[0].done && ways[1].done) return;
+    // A side that hung up with nothing more to read: what goes to it can go nowhere.
+    for (Way& w : ways) {
+      if (w.eof && (slot(w.from).revents & (POLLERR | POLLNVAL))) return;
+    }
+  }
+}
+
 
 }  // namespace
 
 void HttpServer::Impl::setHeaderDeadline(MHD_Connection* c, bool owed) {
   std::lock_guard lock(mu);
   auto it = connections.find(c);
-  if (it == connections.end()) return;
+  if (it == connections.end() || it->second->upgraded) return;
   if (owed) {
     it->second->header_deadline = std::chrono::steady_clock::now() + options.limits.header_timeout;
   } else {
@@ -382,6 +460,40 @@ void HttpServer::Impl::onCompleted(void* cls, MHD_Connection* c, void** ctx,
   delete static_cast<Exchange*>(*ctx);
   *ctx = nullptr;
   s->setHeaderDeadline(c, true);  // the next request's header block is owed from now
+}
+
+// A 101 has left: the tunnel's relay takes the connection on a thread of its own (this is
+// libmicrohttpd's polling thread, which must not wait).
+void HttpServer::Impl::onUpgraded(void* cls, MHD_Connection* c, void* ctx, const char* extra_in,
+                                  size_t extra_in_size, MHD_socket sock,
+                                  MHD_UpgradeResponseHandle* urh) {
+  auto* s = static_cast<Impl*>(cls);
+  auto* x = static_cast<Exchange*>(ctx);
+  {
+    std::lock_guard lock(s->mu);
+    auto it = s->connections.find(c);
+    if (it != s->connections.end()) {
+      it->second->upgraded = true;
+      it->second->header_deadline.reset();
+    }
+  }
+  std::shared_ptr<UniqueFd> tunnel = x ? std::move(x->tunnel) : nullptr;
+  std::function<void()> ended = x ? std::move(x->tunnel_ended) : nullptr;
+  if (x) x->tunnel_ended = nullptr;
+  std::string early(extra_in ? extra_in : "", extra_in ? extra_in_size : 0);
+  {
+    std::lock_guard lock(s->tunnels_mu);
+    ++s->tunnels;
+  }
+  std::thread([s, sock, urh, tunnel, ended = std::move(ended), early = std::move(early)]() mutable {
+    if (tunnel && tunnel->valid()) relayTunnel(sock, tunnel->get(), std::move(early), s->event.get());
+    s->mhd->upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+    if (tunnel) tunnel->reset();
+    if (ended) ended();
+    std::lock_guard lock(s->tunnels_mu);
+    --s->tunnels;
+    s->tunnels_cv.notify_all();
+  }).detach();
 }
 
 size_t HttpServer::Impl::keepEscapes(void*, MHD_Connection*, char* s) { return std::strlen(s); }
@@ -562,7 +674,13 @@ MHD_Result HttpServer::Impl::queue(Exchange& x) {
   Response& r = x.response;
   MHD_Response* answer = nullptr;
   std::shared_ptr<StreamDriver> driver;
-  if (r.stream) {
+  if (r.tunnel) {
+    x.tunnel = std::move(r.tunnel);
+    x.tunnel_ended = std::move(r.tunnel_ended);
+    answer = mhd->create_response_for_upgrade(&Impl::onUpgraded, this);
+    r.status = 101;
+    r.content_type.clear();
+  } else if (r.stream) {
     driver = std::make_shared<StreamDriver>(*this, x.connection, r.stream);
     auto* keep = new std::shared_ptr<StreamDriver>(driver);
     answer = mhd->create_response_from_callback(
@@ -611,6 +729,11 @@ HttpServer::~HttpServer() {
     // (stopping), streams end, and the handlers in flight finish and resume theirs.
     const MHD_socket listening = s.mhd->quiesce_daemon(s.daemon);  // now ours to close
     if (listening != MHD_INVALID_SOCKET) ::close(listening);
+    {
+      // Every tunnel's relay sees the stop (`event`) and ends.
+      std::unique_lock lock(s.tunnels_mu);
+      s.tunnels_cv.wait_for(lock, std::chrono::seconds(5), [&] { return s.tunnels == 0; });
+    }
     for (int i = 0; i < 500 && s.suspended > 0; ++i) {
       s.endStreams();
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -684,7 +807,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(Options options) {
                         "the libmicrohttpd found was built without TLS (GnuTLS)");
   }
   unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
-                       MHD_USE_ERROR_LOG;
+                       MHD_ALLOW_UPGRADE | MHD_USE_ERROR_LOG;
   if (tls) flags |= MHD_USE_TLS;
   if (ipv6) flags |= MHD_USE_IPv6;
   const auto idle_s = static_cast<unsigned int>(

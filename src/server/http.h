@@ -18,6 +18,11 @@
 //   suspended connection, not a thread: the source calls StreamWaker::wake (any thread) when it
 //   may have more, and a worker then asks it. A client that hangs up while its stream waits
 //   ends the stream at once (the layer watches such connections for the hang-up).
+// - Tunnels: a handler may answer with a connected socket (Response::tunnel) instead of a body.
+//   The answer is then 101 Switching Protocols, and the layer relays bytes both ways between
+//   the client's connection (after TLS, when the server speaks it) and that socket until both
+//   sides have closed theirs (a half-close is passed on), on a thread of the tunnel's own, so
+//   that a tunnel holds no worker; the server's stop ends every tunnel.
 // - Conflicting framing refused before anything else: two Content-Length headers, a
 //   Content-Length beside Transfer-Encoding, a transfer coding other than chunked.
 //
@@ -106,6 +111,11 @@ struct Response {
   std::shared_ptr<UniqueFd> file;        // set: the body is `file_size` bytes of this file
   uint64_t file_size = 0;
   bool close = false;  // close the connection after this answer
+  // Set: the answer is 101 with these headers, and the connection then carries bytes to and
+  // from this socket (see the top of this file); `tunnel_ended` is called once it is over (on
+  // the tunnel's thread), or when the 101 could not be sent.
+  std::shared_ptr<UniqueFd> tunnel;
+  std::function<void()> tunnel_ended;
 
   void setContent(std::string content, std::string type) {
     body = std::move(content);

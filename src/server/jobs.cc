@@ -403,21 +403,31 @@ Result<std::pair<int, int>> accountIdentity(store::JobStore& store, const Identi
   return std::pair<int, int>{id, id};
 }
 
+bool JobService::debuggerHasItsOwnNetwork() const {
+  return options_.nodes == spec::Backend::kLocal &&
+         (options_.job_network == "isolated" || options_.job_network == "nat");
+}
+
 // Each account's ranks need an identity of their own, and must be able to read the job's code.
 Result<void> JobService::checkIdentity(const Caller& caller, const spec::JobSpec& spec,
                                        bool uploaded) {
   const Identities& ids = options_.identities;
-  if (spec.debug.enabled && ids.first >= 0) {
+  if (spec.debug.enabled && ids.first >= 0 && !debuggerHasItsOwnNetwork()) {
     // debugpy runs whatever a client sends it, and listens on its node's loopback without a
-    // password: where accounts are kept apart, another account's ranks could take it over.
+    // password: where accounts are kept apart but their jobs share the machine's network,
+    // another account's ranks could take it over. In a network of the job's own only the
+    // job's ranks reach it, and its account through a tunnel (server/tunnels.h).
     COHORT_ASSIGN(std::vector<store::Account> accounts, store_.accounts());
     if (accounts.size() > 1) {
       return fail(Code::kFailedPrecondition,
                   "debug: a paused rank's debugger listens on its node's 127.0.0.1 without a "
-                  "password, where the jobs of this server's " +
+                  "password, and the jobs of this server's " +
                       std::to_string(accounts.size()) +
-                      " accounts could reach it: debug the job with cohort run on a machine "
-                      "of your own, or on a server with one account (docs/debugging.md)");
+                      " accounts share the machine's network (cohort server --job-network " +
+                      (options_.job_network.empty() ? std::string("host") : options_.job_network) +
+                      ", or a backend whose nodes are not the server's), where they could reach "
+                      "it: debug the job with cohort run on a machine of your own, or on a "
+                      "server whose jobs have networks of their own (docs/debugging.md)");
     }
   }
   if (ids.first < 0) {
@@ -820,15 +830,11 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
   };
   bool has_code = false;  // the job's directory exists already, holding only its code/
   std::string job_file_text;  // what the coordinator reads: the spec with its data placed
-  bool debugged = false;
   std::string environments;  // where its coordinator looks environments up
   {
     auto spec = spec::parseJobFile(job.spec_json, "job");
     if (!spec) return failed(spec.error());
     has_code = spec->workdir == job::Layout(job.job_dir).codeDir();
-    // A paused rank's debugger is reached on its node's loopback, which a network of the
-    // job's own would keep from it (only a server whose accounts are one person takes debug:).
-    debugged = spec->debug.enabled;
     auto account = store_.account(job.account);
     if (!account) return failed(account.error());
     auto placed = checkData({account->name, account->admin}, *spec, job.id);
@@ -877,7 +883,9 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
   launch.report = true;
   launch.environments = environments;
   launch.input_roots = options_.input_roots;
-  launch.job_network = debugged ? "host" : options_.job_network;
+  // A paused rank's debugger listens in its node's own network, reached through the job's
+  // coordinator (agent/job_ports.h), never by widening the job's network.
+  launch.job_network = options_.job_network;
   auto handle = backend_->submit(launch);
   if (!handle) return failed(handle.error());
   gpus_held_[job.id] = launch.gpus;

@@ -160,6 +160,9 @@ class JobService {
   Result<std::pair<int, int>> identityOf(const std::string& account);
   // `uploaded`: the workdir is the job's own snapshot, which the server makes readable.
   Result<void> checkIdentity(const Caller& caller, const spec::JobSpec& spec, bool uploaded);
+  // Whether a paused rank's debugger listens in a network of its job's own (the local backend,
+  // with --job-network isolated or nat), where no other account's job reaches it.
+  bool debuggerHasItsOwnNetwork() const;
   Result<std::string> copyOfCode(const Caller& caller, const std::string& job_id);
   // The job's environment: one the caller may use now (its COHORT_ENVS: "" for none), not an
   // image. Errors name the field.

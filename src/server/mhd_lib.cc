@@ -39,6 +39,8 @@ Result<MhdLib> load() {
   find(lib.create_response_from_fd_at_offset64, "MHD_create_response_from_fd_at_offset64");
   find(lib.add_response_header, "MHD_add_response_header");
   find(lib.is_feature_supported, "MHD_is_feature_supported");
+  find(lib.create_response_for_upgrade, "MHD_create_response_for_upgrade");
+  find(lib.upgrade_action, "MHD_upgrade_action");
   if (!missing.empty()) {
     return fail(Code::kFailedPrecondition,
                 "libmicrohttpd 0.9.75 or later; the libmicrohttpd.so.12 found lacks " + missing);

@@ -34,6 +34,8 @@ struct MhdLib {
   MHD_Response* (*create_response_from_fd_at_offset64)(uint64_t, int, uint64_t);
   enum MHD_Result (*add_response_header)(MHD_Response*, const char*, const char*);
   enum MHD_Result (*is_feature_supported)(enum MHD_FEATURE);
+  MHD_Response* (*create_response_for_upgrade)(MHD_UpgradeHandler, void*);
+  enum MHD_Result (*upgrade_action)(MHD_UpgradeResponseHandle*, enum MHD_UpgradeAction, ...);
 };
 
 // Loads libmicrohttpd once per process (thread-safe); later calls return the same answer.

@@ -161,6 +161,13 @@ void Server::Impl::handle(Request& req, Response& res) {
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
+Result<std::shared_ptr<AccountLimits::Slot>> Server::Impl::takeTunnel(const Request& req,
+                                                                      const Caller& caller) {
+  auto admitted = std::static_pointer_cast<Admitted>(req.context);
+  return limits.take(AccountLimits::Kind::kTunnel, caller.account,
+                     admitted ? admitted->token_hash : std::string(), options.max_tunnels);
+}
+
 bool Server::Impl::isFollower(const Request& req) {
   return followParameter(req) || req.hasParam("wait") ||
          req.header("Accept").find("text/event-stream") != std::string::npos;

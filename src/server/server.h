@@ -41,6 +41,7 @@ struct ServerOptions {
   int http_threads = 32;      // workers that run handlers; followers hold none
   Millis http_idle_timeout{60000};  // a client that keeps a connection waiting this long loses it
   int64_t max_upload_bytes = int64_t{1} << 30;  // a code upload's archive (POST /v1/uploads)
+  int64_t max_tunnels = 8;  // tunnels one account holds open at once (server/tunnels.h)
   int64_t rank_pids = 4096;  // processes and threads per rank (JobServiceOptions::rank_pids)
   // Each account's quotas where its admin set none (server/quotas.h); followers: streams one
   // account may follow at once (jobs' events and logs).

@@ -100,6 +100,10 @@ struct Server::Impl {
 
   Result<store::Job> visibleJob(const Caller& caller, const std::string& id);
 
+  // One of the caller's account's tunnel slots (cohort server --max-tunnels), taken with the
+  // request's token, so that revoking it ends the tunnel. Errors: kResourceExhausted.
+  Result<std::shared_ptr<AccountLimits::Slot>> takeTunnel(const Request& req, const Caller& caller);
+
   Json jobJson(const store::Job& job);
 
   // The file a job's logs come from: the merged console, or a rank's log. The plan only says

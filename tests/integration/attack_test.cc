@@ -406,14 +406,152 @@ done
 
 // A debugged rank's debugpy listens on loopback without a password and runs what it is sent:
 // on a server that keeps accounts apart, no account may start one.
-TEST_F(Attack, ADebuggedJobIsRefusedWhereAccountsAreKeptApart) {
-  auto [status, json] =
-      submit(alice_,
-             shellJob("dbg", "true",
-                      {{"command", {"/usr/bin/python3", "-c", "1"}}, {"debug", {{"ranks", {0}}}}}));
-  EXPECT_EQ(status, 409) << json.dump();
-  EXPECT_NE(json.dump().find("debug: a paused rank's debugger listens"), std::string::npos)
-      << json.dump();
+// Where accounts are kept apart but their jobs share the machine's network, a paused rank's
+// debugger (no password, on its node's loopback) would be in every other job's reach: refused.
+TEST_F(Attack, ADebuggedJobIsRefusedWhereAccountsShareTheMachinesNetwork) {
+  if (!separate_users_) GTEST_SKIP() << "the server is not root: accounts share its user";
+  std::string why;
+  auto shared = startServer(&why, {"--cpus", "2", "--job-network", "host"});
+  ASSERT_TRUE(shared) << why;
+  const std::string url = shared->url();
+  httplib::Client client("127.0.0.1", std::atoi(url.c_str() + url.rfind(':') + 1));
+  auto made = client.Post("/v1/accounts", {{"Authorization", "Bearer " + shared->adminToken()}},
+                          Json{{"name", "carol"}}.dump(), "application/json");
+  ASSERT_TRUE(made && made->status == 201);
+  const std::string carol = Json::parse(made->body).value("token", "");
+  const Json job = shellJob("dbg", "true", {{"command", {"/usr/bin/python3", "-c", "1"}},
+                                           {"debug", {{"ranks", {0}}}}});
+  auto res = client.Post("/v1/jobs", {{"Authorization", "Bearer " + carol}},
+                         Json{{"job", job}}.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 409) << res->body;
+  EXPECT_TRUE(contains(res->body, "debug: a paused rank's debugger listens")) << res->body;
+  EXPECT_TRUE(contains(res->body, "--job-network host")) << res->body;
+}
+
+// An HTTP Upgrade to `path` as `token`: the answer's status line and what followed, raw.
+std::string upgrade(const std::string& url, const std::string& path, const std::string& token) {
+  const int port = std::atoi(url.c_str() + url.rfind(':') + 1);
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(port));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
+    ::close(fd);
+    return "";
+  }
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  const std::string req = "GET " + path + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                          token + "\r\nConnection: Upgrade\r\nUpgrade: cohort-tunnel\r\n\r\n";
+  (void)!::write(fd, req.data(), req.size());
+  std::string answer;
+  char buf[4096];
+  ssize_t n;
+  while (answer.find("\r\n\r\n") == std::string::npos && (n = ::read(fd, buf, sizeof buf)) > 0) {
+    answer.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return answer;
+}
+
+// Whether something on this machine's own network accepts a connection to 127.0.0.1:`port`.
+bool loopbackAccepts(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(port));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// A paused rank's debugger listens in its job's own network: its account attaches a real DAP
+// client through the server's tunnel (cohort debug --attach), steps and reads locals; another
+// account reaches it neither through the API (as itself, with the job's id and rank) nor over
+// the network (from the machine, or from a job of its own), and an account holds at most its
+// --max-tunnels of them.
+TEST_F(Attack, APausedRanksDebuggerIsReachedOnlyByItsAccountThroughTheServer) {
+  if (!separate_users_ || !isolated_) GTEST_SKIP() << "needs root and the sandbox";
+  REQUIRE("/usr/bin/python3 -c 'import debugpy'", "Debian's python3-debugpy is not installed");
+  const std::string program = work_ + "/paused.py";
+  std::ofstream(program) << "def step(n):\n"
+                            "    total = n * 2\n"       // line 2: the breakpoint
+                            "    total += 1\n"          // line 3: where next stops
+                            "    return total\n"
+                            "print('result', step(20))\n";
+  ::chmod(program.c_str(), 0644);
+  auto [status, json] = submit(alice_, shellJob("paused", "", {{"command", {"/usr/bin/python3", program}},
+                                                               {"debug", {{"ranks", {0}}}}}));
+  ASSERT_EQ(status, 201) << json.dump();
+  const std::string id = json.value("id", "");
+  const std::vector<std::string> as_alice = {"COHORT_SERVER=" + server_->url(),
+                                             "COHORT_TOKEN=" + alice_};
+  const std::vector<std::string> as_bob = {"COHORT_SERVER=" + server_->url(),
+                                           "COHORT_TOKEN=" + bob_};
+  Json listed;
+  const bool waiting = waitFor(
+      [&] {
+        RunResult r = CohortProcess({"debug", id, "--json"}, as_alice).wait();
+        listed = Json::parse(r.out, nullptr, false);
+        return listed.is_object() && listed["ranks"].size() == 1 &&
+               listed["ranks"][0]["state"] == "waiting";
+      },
+      kDeadline, 200ms);
+  ASSERT_TRUE(waiting) << listed << server_->log();
+  const int rank_port = listed["ranks"][0]["port"].get<int>();
+
+  // Bob, through the API: the job does not exist for him, tunnel or list.
+  const std::string tunnel = "/v1/jobs/" + id + "/debug/0/tunnel";
+  const std::string refused = upgrade(server_->url(), tunnel, bob_);
+  EXPECT_TRUE(contains(refused, " 404 ")) << refused;
+  EXPECT_TRUE(contains(upgrade(server_->url(), tunnel, ""), " 401 "));
+  RunResult bob_attach = CohortProcess({"debug", id, "--attach", "0"}, as_bob).wait();
+  EXPECT_NE(bob_attach.exit_code, 0) << bob_attach.out;
+  EXPECT_TRUE(contains(bob_attach.err, "no job")) << bob_attach.err;
+  // Bob, over the network: from the machine's loopback, and from a rank of his own job, at
+  // the port and at every address a node of a job has.
+  EXPECT_FALSE(loopbackAccepts(rank_port));
+  const std::string probe =
+      "import socket\n"
+      "for host in ['127.0.0.1', '10.88.0.1', '10.88.0.2', '10.88.0.3']:\n"
+      "    s = socket.socket(); s.settimeout(2)\n"
+      "    try:\n"
+      "        s.connect((host, " + std::to_string(rank_port) + ")); print('reached', host)\n"
+      "    except OSError as e:\n"
+      "        print('refused', host, e)\n";
+  auto [ps, pj] = submit(bob_, shellJob("probe", "", {{"command", {"/usr/bin/python3", "-c", probe}}}));
+  ASSERT_EQ(ps, 201) << pj.dump();
+  waitFinal(bob_, pj.value("id", ""));
+  const std::string probed = logOf(bob_, pj.value("id", ""));
+  EXPECT_FALSE(contains(probed, "reached")) << probed;
+  EXPECT_TRUE(contains(probed, "refused 127.0.0.1")) << probed;
+
+  // Alice: a local port carried through the server; a real DAP client stops at the
+  // breakpoint, steps over a line and reads the locals.
+  const int local_port = freePort();
+  CohortProcess attached({"debug", id, "--attach", "0", "--port", std::to_string(local_port)},
+                         as_alice);
+  ASSERT_TRUE(waitFor([&] { return loopbackAccepts(local_port); }, 30s, 50ms));
+  const std::string out = shellOutput(
+      "/usr/bin/python3 " + sourceDir() + "/tests/integration/dap_client.py --port " +
+      std::to_string(local_port) + " --breakpoint " + program + ":2 --evaluate n --step 2>&1");
+  Json dap = Json::parse(out.substr(std::min(out.find('{'), out.size())), nullptr, false);
+  ASSERT_TRUE(dap.is_object()) << out << server_->log();
+  EXPECT_EQ(dap["stopped"], "breakpoint") << out;
+  EXPECT_EQ(dap["line"], 2) << out;
+  EXPECT_EQ(dap["value"], "20") << out;
+  EXPECT_EQ(dap["stepped_line"], 3) << out;
+  EXPECT_EQ(dap["locals"]["n"], "20") << out;
+  EXPECT_EQ(dap["locals"]["total"], "40") << out;
+  Json record = waitFinal(alice_, id);
+  EXPECT_EQ(record.value("state", ""), "succeeded") << record.dump();
+  EXPECT_TRUE(contains(logOf(alice_, id), "result 41")) << logOf(alice_, id);
+  // Once the job has ended there is nothing to tunnel to.
+  EXPECT_TRUE(contains(upgrade(server_->url(), tunnel, alice_), " 409 "));
+  expectServerHealthy();
 }
 
 TEST_F(Attack, EachAccountsRanksRunAsTheirOwnUser) {

@@ -2,7 +2,7 @@
 
     dap_client.py --port P [--breakpoint FILE:LINE] [--evaluate EXPR] [--hold-until FILE]
                   [--then continue|disconnect] [--timeout S] [--no-stop] [--just-my-code 0|1]
-                  [--after]
+                  [--after] [--step]
 
 Attaches to the debugpy listening on 127.0.0.1:P (initialize, attach, setBreakpoints,
 setExceptionBreakpoints ["uncaught"], configurationDone), waits for a `stopped` event, reads the
@@ -13,6 +13,9 @@ stderr when anything fails. With --after, once continued it waits for what comes
 it in "after": "stopped" (with "after_reason"), "exited" or "terminated", or "closed" when the
 debuggee went away.
 With --no-stop it attaches, waits for --hold-until, and disconnects without waiting to stop.
+With --step, once stopped it steps over one line (next), waits to stop again, and adds
+"stepped_line" and the top frame's local variables ("locals": {name: value}, from scopes and
+variables) to its answer, EXPR evaluated again as "stepped_value".
 """
 
 import argparse
@@ -99,6 +102,7 @@ def main():
     p.add_argument("--no-stop", action="store_true")
     p.add_argument("--just-my-code", type=int, choices=[0, 1], default=1)
     p.add_argument("--after", action="store_true")
+    p.add_argument("--step", action="store_true")
     args = p.parse_args()
 
     dap = Dap(args.port, args.timeout)
@@ -131,6 +135,22 @@ def main():
         if args.evaluate:
             out["value"] = dap.request("evaluate", expression=args.evaluate, frameId=top["id"],
                                        context="repl")["result"]
+        if args.step:
+            dap.request("next", threadId=thread)
+            dap.event("stopped")
+            top = dap.request("stackTrace", threadId=thread, startFrame=0,
+                              levels=1)["stackFrames"][0]
+            out["stepped_line"] = top.get("line")
+            scopes = dap.request("scopes", frameId=top["id"])["scopes"]
+            local = [s for s in scopes if s.get("name", "").lower().startswith("locals")]
+            out["locals"] = {}
+            if local:
+                for v in dap.request("variables",
+                                     variablesReference=local[0]["variablesReference"])["variables"]:
+                    out["locals"][v["name"]] = v["value"]
+            if args.evaluate:
+                out["stepped_value"] = dap.request("evaluate", expression=args.evaluate,
+                                                   frameId=top["id"], context="repl")["result"]
         if out["stopped"] == "exception":
             out["exception"] = dap.request("exceptionInfo", threadId=thread).get("exceptionId")
     if args.hold_until:

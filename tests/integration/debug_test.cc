@@ -599,7 +599,7 @@ TEST(DebugFlags, AServerJobsPausedRanksComeThroughTheServer) {
   const std::vector<std::string> env = {"COHORT_SERVER=" + server->url(),
                                         "COHORT_TOKEN=" + server->adminToken()};
   const std::string dir = tempDir();
-  const std::string py = script(dir, "x.py", "value = 7\nprint('ran', value)\n");
+  const std::string py = script(dir, "x.py", "value = 7\nvalue += 0\nprint('ran', value)\n");
   RunResult submitted = CohortProcess({"submit", "--framework", "generic", "--workdir", dir,
                                        "--debug", "0", "--", "/usr/bin/python3", py},
                                       env)
@@ -618,13 +618,34 @@ TEST(DebugFlags, AServerJobsPausedRanksComeThroughTheServer) {
   ASSERT_TRUE(waiting) << listed << server->log();
   EXPECT_EQ(listed["workdir"], dir);
   EXPECT_EQ(listed["ranks"][0]["name"], "worker/0");
-  RunResult vscode = CohortProcess({"debug", id, "--vscode"}, env).wait();
-  auto launch = nlohmann::json::parse(vscode.out, nullptr, false);
-  ASSERT_TRUE(launch.is_object()) << vscode.out << vscode.err;
+  RunResult told = CohortProcess({"debug", id}, env).wait();
+  EXPECT_TRUE(contains(told.err, "cohort debug " + id + " --attach 0")) << told.err;
+  // --attach --vscode --write: a launch.json for a local port, then that port carried through
+  // the server to the rank (which may listen in a network of its job's own).
+  const std::string workspace = tempDir();
+  const int local_port = freePort();
+  char here[4096];
+  ASSERT_TRUE(::getcwd(here, sizeof here));
+  ASSERT_EQ(::chdir(workspace.c_str()), 0);  // where it writes .vscode/launch.json
+  CohortProcess carrier(
+      {"debug", id, "--attach", "--vscode", "--write", "--port", std::to_string(local_port)}, env);
+  ASSERT_EQ(::chdir(here), 0);
+  nlohmann::json launch;
+  ASSERT_TRUE(waitFor(
+      [&] {
+        launch = nlohmann::json::parse(readText(workspace + "/.vscode/launch.json"), nullptr, false);
+        return launch.is_object();
+      },
+      30s, 50ms));
   EXPECT_EQ(launch["configurations"][0]["pathMappings"][0]["remoteRoot"], dir);
-  EXPECT_EQ(launch["configurations"][0]["connect"]["port"], listed["ranks"][0]["port"]);
+  EXPECT_EQ(launch["configurations"][0]["connect"]["port"], local_port);
+  EXPECT_EQ(launch["configurations"][0]["connect"]["host"], "127.0.0.1");
   std::string said;
-  attach(listed["ranks"][0]["port"].get<int>(), "--no-stop", &said);
+  const nlohmann::json stopped =
+      attach(local_port, "--breakpoint " + py + ":2 --evaluate value --step", &said);
+  EXPECT_EQ(stopped["line"], 2) << said << server->log();
+  EXPECT_EQ(stopped["value"], "7") << said;
+  EXPECT_EQ(stopped["locals"]["value"], "7") << said;
   const bool ran = waitFor(
       [&] { return contains(CohortProcess({"logs", id}, env).wait().out, "ran 7"); }, 30s, 200ms);
   EXPECT_TRUE(ran) << said << server->log();

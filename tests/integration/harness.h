@@ -103,6 +103,8 @@ std::string readText(const std::string& path);
 // The TCP port that process `pid` listens on (a coordinator's control channel), from /proc; 0 if
 // none.
 int listeningPort(pid_t pid);
+// A port of 127.0.0.1 that nothing listens on now (for a command's --port).
+int freePort();
 // What `sh -c command` printed on stdout.
 std::string shellOutput(const std::string& command);
 // Whether `sh -c check` succeeds (quietly): what a test needs is installed.

@@ -284,14 +284,27 @@ test("a rank waiting for a debugger shows where to attach; once attached, it goe
   assert.match(cells[3], /^127\.0\.0\.1:\d+$/);
   assert.match(cells[4], /^start: before -c/);
   const steps = await page.locator("#debug-steps").textContent();
-  assert.match(steps, new RegExp("cohort debug " + job.id + " --vscode --write"));
-  assert.doesNotMatch(steps, /ssh -N -L/, "a server on this machine needs no tunnel");
+  assert.match(steps, new RegExp("cohort debug " + job.id + " --attach 1 --vscode --write"));
   const waiting = page.locator('li[data-event="debug"]', { hasText: "is waiting for a debugger" });
   assert.match(await waiting.first().textContent(), /worker\/1 on node 0 is waiting for a debugger at 127\.0\.0\.1:\d+ \(start/);
   await shot(page, "debug", page.locator("#record"), page.locator("#debug"));
-  // VS Code's side: a DAP client attaches and lets the rank go on; the job succeeds.
-  const attach = spawnSync("/usr/bin/python3", [dapClient, "--port", cells[3].split(":")[1], "--no-stop"],
+  // VS Code's side, as the panel says: cohort debug --attach carries a local port to the rank
+  // through the server; a DAP client attaches there and lets the rank go on; the job succeeds.
+  const carrier = spawn(binary, ["debug", job.id, "--attach", "1"],
+    { env: { ...process.env, COHORT_SERVER: url, COHORT_TOKEN: token }, stdio: ["ignore", "pipe", "pipe"] });
+  const local = await new Promise((done, fail) => {
+    let out = "", err = "";
+    carrier.stderr.on("data", (d) => { err += d; });
+    carrier.stdout.on("data", (d) => {
+      out += d;
+      const m = out.match(/^127\.0\.0\.1:(\d+)$/m);
+      if (m) done(m[1]);
+    });
+    carrier.on("exit", (code) => fail(new Error("cohort debug --attach exited with " + code + ":\n" + err)));
+  });
+  const attach = spawnSync("/usr/bin/python3", [dapClient, "--port", local, "--no-stop"],
     { encoding: "utf8", timeout: 60_000 });
+  carrier.kill();
   assert.equal(attach.status, 0, attach.stdout + attach.stderr);
   assert.equal((await waitForJob(job.id)).state, "succeeded");
   await page.locator('li[data-event="debug"]', { hasText: "a debugger is attached to worker/1 on node 0" }).waitFor();

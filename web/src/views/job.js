@@ -245,14 +245,14 @@ export function jobView(view, id) {
     if (key === debugShown) return;
     debugShown = key;
     const list = body.ranks || [];
-    const host = location.hostname;
-    const local = host === "127.0.0.1" || host === "localhost" || host === "[::1]";
+    // A rank listens inside its job's network on the server: `cohort debug --attach` carries a
+    // local port to it through the server, as the account whose token it holds.
     const steps = list.length ? [
-      !local && "# the ranks listen on the server's 127.0.0.1 only: tunnel each port first\n" +
-        list.map((r) => "ssh -N -L " + r.port + ":127.0.0.1:" + r.port + " " + host).join("\n"),
-      "# in your copy of the code (" + (body.workdir || "the job's workdir") + " on the server):\n" +
-        "cohort debug " + j.id + " --vscode --write --local-root .",
-      "# then VS Code: Run and Debug > \"cohort: " + j.id + " " + list[0].name + "\""].filter(Boolean).join("\n") : "";
+      "# in your copy of the code (" + (body.workdir || "the job's workdir") + " on the server):",
+      "cohort debug " + j.id + " --attach " + list[0].rank + " --vscode --write --local-root .",
+      "# it writes .vscode/launch.json for a local port and carries it to the rank until Ctrl-C;",
+      "# then VS Code: Run and Debug > \"cohort: " + j.id + " " + list[0].name + "\"",
+      ...list.slice(1).map((r) => "# " + r.name + ": cohort debug " + j.id + " --attach " + r.rank + " --port PORT")].join("\n") : "";
     replace(debug, el("h2", { text: "Debugger" }), el("div", { class: "panel" },
       list.length ? [
         el("table", { "aria-label": "Ranks being debugged" },
