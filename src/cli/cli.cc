@@ -28,6 +28,7 @@
 #include "cli/args.h"
 #include "cli/client.h"
 #include "cli/client_cmd.h"
+#include "cli/command.h"
 #include "cli/coordinate_cmd.h"
 #include "cli/cp_cmd.h"
 #include "cli/debug_cmd.h"
@@ -56,21 +57,11 @@ namespace {
 const char* kMainHelp = R"(cohort: run distributed training jobs, on this machine or a cluster
 
 Usage:
-  cohort run [flags] [-f job.yaml] [-- command...]   run a job here, nodes simulated locally
-  cohort plan [flags] [-f job.yaml] [-- command...]  show what each rank would get; start nothing
-  cohort cp [flags] SRC DST                          copy files to, from or within the store
-  cohort env ls | show | build | create | rm | push  the environments jobs run in (presets, saved;
-                                                     push: to a server, which builds it)
-  cohort stacks JOB                                  every rank's Python stack of a running job, now
-  cohort debug JOB [--vscode]                        the ranks waiting for a debugger, where to attach
-  cohort top JOB                                     a running job's ranks: CPU, memory, metrics
-  cohort server [flags]                              the multi-user job service (queue, accounts)
-  cohort exec --coordinator ADDR:PORT --node N       a node agent (started by cohort itself)
-  cohort coordinate [--listen ADDR:PORT]             a Volcano Job's coordinator (its pod's command)
-  cohort version                                     print the version
-  cohort help [command]                              help for a command
+%HERE%
 
-%CLIENT%
+Server commands (a cohort server queues jobs for several users; start with cohort login):
+%SERVER%
+
 Examples:
   cohort run --nodes 2 --nproc-per-node 2 --framework pytorch -- python3 train.py
   cohort run -f examples/pytorch/ddp.yaml
@@ -83,13 +74,15 @@ Examples:
 Exit codes: 0 the job succeeded; 2 bad usage or a bad job (nothing was started); 124 max_runtime
 exceeded, or no rank made progress for hang_timeout; 128+N stopped by signal N; otherwise the
 exit code of the rank that failed first (128+N if it was killed by signal N); 1 when the job
-could not run or finish for another reason (staging an input or copying an output failed, a node's agent was lost), which cohort
-prints with the file or node concerned.
+could not run or finish for another reason (staging an input or copying an output failed, a
+node's agent was lost), which cohort prints with the file or node concerned.
 )";
 
+// cohort --help: every command's line, from the table.
 std::string mainHelp() {
   std::string text = kMainHelp;
-  text.replace(text.find("%CLIENT%"), 8, clientCommandsHelp());
+  text.replace(text.find("%HERE%\n"), 7, commandLines(commands(), Command::Group::kHere));
+  text.replace(text.find("%SERVER%\n"), 9, commandLines(commands(), Command::Group::kServer));
   return text;
 }
 
@@ -112,12 +105,7 @@ the Kubernetes cluster of your kubeconfig (--namespace NS, else the context's): 
 it, says what its gang waits for, prints what its coordinator pod prints and exits with the
 job's exit code; Ctrl-C deletes it, stopping every rank gracefully (docs/volcano.md).
 
-)") + jobFlagsHelp() + R"(
-Output:
-  --log-ranks LIST         ranks echoed on the console: all (default), none, 0, 0,2-3
-                           (every rank's full output is always in its log file)
-  -q, --quiet              no progress lines from cohort on stderr
-
+)") + jobFlagsHelp("run") + "\nOutput:\n" + jobOutputFlagsHelp("run") + R"(
 Ctrl-C stops the job gracefully (every rank gets the stop signal, SIGTERM unless
 --stop-signal says otherwise, then SIGKILL after the grace period); press it again to kill at
 once.
@@ -137,15 +125,26 @@ kubectl create -f - (YAML; JSON with --json): its pods run the image of --image 
 job file's environment: {image: REF}) and read the job's secret from the Kubernetes Secret
 <job>-secret (docs/volcano.md).
 
-)") + jobFlagsHelp() +
-         R"(
-Output:
-  --json                   the plan as JSON
-)";
+)") + jobFlagsHelp("plan") + "\nOutput:\n" + jobOutputFlagsHelp("plan");
 }
 
-const char* kExecHelp =
-    R"(cohort exec: the node agent (started by srun on a cluster, by a Volcano Job's pods, or
+// The flags of cohort exec, each once with its help.
+const std::vector<FlagSpec>& execFlags() {
+  static const std::vector<FlagSpec> kFlags = {
+      {"--coordinator", "", "ADDR:PORT", "the job's coordinator, which this agent dials"},
+      {"--node", "", "N", "this node's index (default: Slurm's SLURM_NODEID)"},
+      {"--interface", "", "NAME",
+       "tell the coordinator this host's address on NAME (default: the address this host "
+       "reaches the coordinator from)"},
+      {"--cidr", "", "NET", "tell the coordinator this host's address in NET"},
+      // cohort run hands an agent it starts its node's network namespace.
+      {"--netns-fd", "", "FD", ""},
+  };
+  return kFlags;
+}
+
+std::string execHelp() {
+  return R"(cohort exec: the node agent (started by srun on a cluster, by a Volcano Job's pods, or
 by cohort run, whose agents are most often copies of itself named "cohort node N")
 
 Usage: cohort exec --coordinator ADDR:PORT [--node N] [--interface NAME | --cidr NET]
@@ -153,10 +152,9 @@ Usage: cohort exec --coordinator ADDR:PORT [--node N] [--interface NAME | --cidr
 Reads the job secret from COHORT_JOB_SECRET, dials the coordinator, runs this node's ranks.
 ADDR is an IPv4 address or a host name (a pod's, from Volcano's svc plugin), looked up forward
 until it resolves or 60 s have passed.
-  --node N          this node's index (default: Slurm's SLURM_NODEID)
-  --interface NAME  tell the coordinator this host's address on NAME (default: the address
-  --cidr NET        in NET; by default the address this host reaches the coordinator from)
-)";
+
+)" + flagsHelp(execFlags());
+}
 
 int reportError(const Error& e) {
   std::fprintf(stderr, "cohort: error: %s\n", e.message.c_str());
@@ -189,26 +187,24 @@ int cmdRerun(int argc, char** argv) {
     return kExitUsage;
   }
   const std::string id = argv[2];
-  Args flags;  // --data-root, --server, --token, --ca
-  for (int i = 3; i < argc && std::strcmp(argv[i], "--") != 0; ++i) {
-    const std::string arg = argv[i];
-    for (const char* name : {"--data-root", "--server", "--token", "--ca"}) {
-      if (arg == name && i + 1 < argc) flags.flags[name].push_back(argv[i + 1]);
-      if (startsWith(arg, std::string(name) + "="))
-        flags.flags[name].push_back(arg.substr(strlen(name) + 1));
-    }
-  }
-  const std::string root = dataRoot(flags.get("--data-root"));
+  // Its flags are cohort run's for a job of this machine, and its own for a job of the server:
+  // here only where the job is matters (--data-root, --server, --token, --ca).
+  std::vector<FlagSpec> specs = clientFlags("rerun");
+  for (const FlagSpec& f : jobFlagSpecs()) specs.push_back(f);
+  auto flags = parseArgs("rerun", argc, argv, withServerFlags(std::move(specs)),
+                         ParseMode::kPositionals, 3);
+  if (!flags) return reportError(flags.error());
+  const std::string root = dataRoot(flags->get("--data-root"));
   const job::Layout layout = job::Layout::of(root, id);
   if (id.find('/') != std::string::npos || id[0] == '.' ||
       ::access(layout.dir().c_str(), F_OK) != 0) {
     // Not a job of this machine: one of the server this machine is logged in to, if any.
-    if (auto server = resolveServerSettings(flags); !server) {
+    if (auto server = resolveServerSettings(*flags); !server) {
       std::fprintf(stderr, "cohort rerun: no job '%s' in %s, and no server to ask (%s)\n",
                    id.c_str(), job::jobsDir(root).c_str(), server.error().message.c_str());
       return kExitUsage;
     }
-    return cmdClient(argc, argv);
+    return cmdServerRerun(argc, argv);
   }
   if (::access(layout.specFile().c_str(), R_OK) != 0) {
     std::fprintf(stderr,
@@ -225,7 +221,7 @@ int cmdRerun(int argc, char** argv) {
 }
 
 int cmdPlan(int argc, char** argv) {
-  auto options = parseJobOptions(argc, argv, 2);
+  auto options = parseJobOptions("plan", argc, argv, 2);
   if (!options) return reportError(options.error());
   for (const std::string& note : options->notes) std::fprintf(stderr, "cohort: %s\n", note.c_str());
   auto job = prepareJob(*options, /*dry=*/true);
@@ -267,7 +263,7 @@ int cmdRun(int argc, char** argv) {
   // that cohort's user types Ctrl-C into. Asked before anything is opened, which could take
   // descriptor 0 when it was closed.
   const bool stdin_to_forward = ::fcntl(STDIN_FILENO, F_GETFD) >= 0 && !::isatty(STDIN_FILENO);
-  auto options = parseJobOptions(argc, argv, 2);
+  auto options = parseJobOptions("run", argc, argv, 2);
   if (!options) return reportError(options.error());
   for (const std::string& note : options->notes) std::fprintf(stderr, "cohort: %s\n", note.c_str());
   if (auto spec = buildSpec(*options); spec && spec->backend == spec::Backend::kVolcano) {
@@ -382,55 +378,47 @@ int cmdRun(int argc, char** argv) {
 
 int cmdExec(int argc, char** argv) {
   agent::AgentOptions options;
-  bool node_given = false;
-  for (int i = 2; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kExecHelp, stdout);
-      return 0;
-    }
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "cohort exec: %s needs a value\n", arg.c_str());
+  auto args = parseArgs("exec", argc, argv, execFlags());
+  if (args && !args->positional.empty()) {
+    args = fail(Code::kInvalidArgument, "exec: unexpected argument '" + args->positional[0] + "'");
+  }
+  if (!args) {
+    std::fprintf(stderr, "cohort exec: %s\n", args.error().message.c_str());
+    return kExitUsage;
+  }
+  if (args->has("--coordinator")) {
+    const std::string value = args->get("--coordinator");
+    auto colon = value.rfind(':');
+    auto port = colon == std::string::npos ? Result<int>(0) : parseInt(value.substr(colon + 1));
+    if (colon == std::string::npos || !port) {
+      std::fprintf(stderr, "cohort exec: --coordinator: expected ADDR:PORT, got '%s'\n",
+                   value.c_str());
       return kExitUsage;
     }
-    std::string value = argv[++i];
-    if (arg == "--coordinator") {
-      auto colon = value.rfind(':');
-      auto port = colon == std::string::npos ? Result<int>(0) : parseInt(value.substr(colon + 1));
-      if (colon == std::string::npos || !port) {
-        std::fprintf(stderr, "cohort exec: --coordinator: expected ADDR:PORT, got '%s'\n",
-                     value.c_str());
-        return kExitUsage;
-      }
-      options.coordinator_addr = value.substr(0, colon);
-      options.coordinator_port = *port;
-    } else if (arg == "--node") {
-      auto node = parseInt(value);
-      if (!node || *node < 0) {
-        std::fprintf(stderr, "cohort exec: --node: expected a node index, got '%s'\n",
-                     value.c_str());
-        return kExitUsage;
-      }
-      options.node = *node;
-      node_given = true;
-    } else if (arg == "--interface") {
-      options.interface = value;
-    } else if (arg == "--cidr") {
-      options.cidr = value;
-    } else if (arg == "--netns-fd") {
-      // Internal: `cohort run` hands an agent it starts its node's network namespace.
-      auto fd = parseInt(value);
-      if (!fd || *fd < 3 || ::ioctl(*fd, NS_GET_NSTYPE) != CLONE_NEWNET) {
-        std::fprintf(stderr, "cohort exec: --netns-fd: %s is not a network namespace\n",
-                     value.c_str());
-        return kExitUsage;
-      }
-      ::fcntl(*fd, F_SETFD, FD_CLOEXEC);
-      options.netns_fd = *fd;
-    } else {
-      std::fprintf(stderr, "cohort exec: unknown flag '%s'\n", arg.c_str());
+    options.coordinator_addr = value.substr(0, colon);
+    options.coordinator_port = *port;
+  }
+  const bool node_given = args->has("--node");
+  if (node_given) {
+    auto node = parseInt(args->get("--node"));
+    if (!node || *node < 0) {
+      std::fprintf(stderr, "cohort exec: --node: expected a node index, got '%s'\n",
+                   args->get("--node").c_str());
       return kExitUsage;
     }
+    options.node = *node;
+  }
+  options.interface = args->get("--interface");
+  options.cidr = args->get("--cidr");
+  if (args->has("--netns-fd")) {
+    auto fd = parseInt(args->get("--netns-fd"));
+    if (!fd || *fd < 3 || ::ioctl(*fd, NS_GET_NSTYPE) != CLONE_NEWNET) {
+      std::fprintf(stderr, "cohort exec: --netns-fd: %s is not a network namespace\n",
+                   args->get("--netns-fd").c_str());
+      return kExitUsage;
+    }
+    ::fcntl(*fd, F_SETFD, FD_CLOEXEC);
+    options.netns_fd = *fd;
   }
   if (!node_given) {
     // Started by srun: one agent per node of the allocation, in node order.
@@ -468,78 +456,102 @@ bool wantsHelp(int argc, char** argv) {
   return false;
 }
 
-int help(const std::string& topic) {
-  if (topic == "run") {
-    std::fputs(runHelp().c_str(), stdout);
-  } else if (topic == "plan") {
-    std::fputs(planHelp().c_str(), stdout);
-  } else if (topic == "exec") {
-    std::fputs(kExecHelp, stdout);
-  } else if (topic == "coordinate") {
-    std::fputs(coordinateHelp(), stdout);
-  } else if (topic == "cp") {
-    std::fputs(cpHelp(), stdout);
-  } else if (topic == "env") {
-    std::fputs(envHelp(), stdout);
-  } else if (topic == "stacks") {
-    std::fputs(stacksHelp(), stdout);
-  } else if (topic == "debug") {
-    std::fputs(debugHelp(), stdout);
-  } else if (topic == "top") {
-    std::fputs(topHelp(), stdout);
-  } else if (topic == "server") {
-    std::fputs(serverHelp(), stdout);
-  } else if (!clientHelp(topic).empty()) {
-    std::fputs(clientHelp(topic).c_str(), stdout);
-  } else {
-    std::fputs(mainHelp().c_str(), stdout);
+}  // namespace
+
+const Command* findCommand(const std::string& name) {
+  for (const Command& c : commands()) {
+    if (c.name == name) return &c;
   }
+  return nullptr;
+}
+
+namespace {
+
+// `cohort help [COMMAND]`.
+int cmdHelp(int argc, char** argv) {
+  const Command* c = argc > 2 ? findCommand(argv[2]) : nullptr;
+  std::fputs(c ? c->help().c_str() : mainHelp().c_str(), stdout);
+  return 0;
+}
+
+int cmdVersion(int, char**) {
+  std::printf("cohort %s\n", COHORT_VERSION);
   return 0;
 }
 
 }  // namespace
+
+// Every command of cohort, once (command.h): cohort --help, each command's help, the "did you
+// mean" and the dispatch come from here. The server's commands are client_cmd.cc's.
+const std::vector<Command>& commands() {
+  using G = Command::Group;
+  static const std::vector<Command> kCommands = [] {
+    std::vector<Command> c = {
+        {"run", "run [flags] [-f job.yaml] [-- command...]",
+         "run a job here, nodes simulated locally", G::kHere, runHelp, cmdRun},
+        {"plan", "plan [flags] [-f job.yaml] [-- command...]",
+         "show what each rank would get; start nothing", G::kHere, planHelp, cmdPlan},
+        {"cp", "cp [flags] SRC DST", "copy files to, from or within the store", G::kHere, cpHelp,
+         cmdCp},
+        {"env", "env ls | show | build | create | rm | push",
+         "the environments jobs run in (presets, saved; push: to a server, which builds it)",
+         G::kHere, envHelp, cmdEnv},
+        {"stacks", "stacks JOB", "every rank's Python stack of a running job, now", G::kHere,
+         stacksHelp, cmdStacks},
+        {"debug", "debug JOB [--vscode]", "the ranks waiting for a debugger, where to attach",
+         G::kHere, debugHelp, cmdDebug},
+        {"top", "top JOB", "a running job's ranks: CPU, memory, metrics", G::kHere, topHelp,
+         cmdTop},
+        {"server", "server [flags]", "the multi-user job service (queue, accounts)", G::kHere,
+         serverHelp, cmdServer},
+        {"exec", "exec --coordinator ADDR:PORT --node N", "a node agent (started by cohort itself)",
+         G::kHere, execHelp, cmdExec},
+        {"coordinate", "coordinate [--listen ADDR:PORT]",
+         "a Volcano Job's coordinator (its pod's command)", G::kHere, coordinateHelp,
+         cmdCoordinate},
+        {"version", "version", "print the version", G::kHere,
+         [] { return std::string("Usage: cohort version\n\nPrints cohort's version.\n"); },
+         cmdVersion},
+        {"help", "help [command]", "help for a command", G::kHere, mainHelp, cmdHelp,
+         /*reads_help=*/true},
+        // Started by cohort itself, as an account (account/as_account.h).
+        {"account-worker", "", "", G::kInternal, mainHelp,
+         [](int, char**) { return account::accountWorkerMain(); }, /*reads_help=*/true},
+    };
+    for (Command& server_command : clientCommands()) {
+      // A job of this machine runs again here; any other is the server's (cmdRerun above).
+      if (server_command.name == "rerun") server_command.run = cmdRerun;
+      c.push_back(std::move(server_command));
+    }
+    return c;
+  }();
+  return kCommands;
+}
 
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fputs(mainHelp().c_str(), stderr);
     return kExitUsage;
   }
-  std::string command = argv[1];
-  if (command == "-h" || command == "--help" || command == "help") {
-    return help(argc > 2 ? argv[2] : "");
+  std::string name = argv[1];
+  if (name == "-h" || name == "--help") name = "help";
+  if (name == "--version") name = "version";
+  const Command* command = findCommand(name);
+  if (!command) {
+    std::vector<std::string> names;
+    for (const Command& c : commands()) {
+      if (c.group != Command::Group::kInternal) names.push_back(c.name);
+    }
+    const std::string near = nearestName(name, names);
+    std::fprintf(stderr, "cohort: unknown command '%s'%s (see cohort --help)\n", name.c_str(),
+                 near.empty() ? "" : (": did you mean " + near + "?").c_str());
+    return kExitUsage;
   }
-  if (command == "version" || command == "--version") {
-    std::printf("cohort %s\n", COHORT_VERSION);
+  if (!command->reads_help && wantsHelp(argc, argv)) {
+    std::fputs(command->help().c_str(), stdout);
     return 0;
   }
-  // Internal: started by cohort itself, as an account (account/as_account.h).
-  if (command == "account-worker") return account::accountWorkerMain();
-  if (command == "cp") return cmdCp(argc, argv);
-  if (command == "coordinate") return cmdCoordinate(argc, argv);
-  if (command == "env") return cmdEnv(argc, argv);
-  if (command == "rerun") {
-    if (wantsHelp(argc, argv)) return help(command);
-    return cmdRerun(argc, argv);
-  }
-  if (command == "stacks") return cmdStacks(argc, argv);
-  if (command == "debug") return cmdDebug(argc, argv);
-  if (command == "top") return cmdTop(argc, argv);
-  if (command == "server") {
-    if (wantsHelp(argc, argv)) return help(command);
-    return cmdServer(argc, argv);
-  }
-  if (isClientCommand(command)) {
-    if (wantsHelp(argc, argv)) return help(command);
-    return cmdClient(argc, argv);
-  }
-  if (command == "run" || command == "plan" || command == "exec") {
-    if (command != "exec" && wantsHelp(argc, argv)) return help(command);
-    if (command == "run") return cmdRun(argc, argv);
-    if (command == "plan") return cmdPlan(argc, argv);
-    return cmdExec(argc, argv);
-  }
-  std::fprintf(stderr, "cohort: unknown command '%s' (see cohort --help)\n", command.c_str());
-  return kExitUsage;
+  return command->run(argc, argv);
 }
 
 }  // namespace cohort::cli

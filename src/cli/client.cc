@@ -431,8 +431,22 @@ Result<int> ApiClient::stream(const std::string& path, const QueryParams& query,
   return answer.status;
 }
 
+const std::vector<FlagSpec>& serverFlags() {
+  static const std::vector<FlagSpec> kFlags = {
+      {"--server", "", "URL",
+       "the cohort server (default $COHORT_SERVER, else the one saved by cohort login)"},
+      {"--token", "", "TOKEN",
+       "the token to send (default $COHORT_TOKEN, else the one saved with that server)"},
+      {"--ca", "", "FILE",
+       "for an https:// server: trust the certificates in FILE (a private certificate "
+       "authority's) instead of the system's (default $COHORT_CA, else what cohort login saved "
+       "with that server)"},
+  };
+  return kFlags;
+}
+
 std::vector<FlagSpec> withServerFlags(std::vector<FlagSpec> specs) {
-  for (const char* name : {"--server", "--token", "--ca"}) specs.push_back({name, "", true});
+  specs.insert(specs.end(), serverFlags().begin(), serverFlags().end());
   return specs;
 }
 

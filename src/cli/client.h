@@ -59,8 +59,9 @@ Result<ServerSettings> resolveServerSettings(const std::string& flag_server,
                                              const std::string& flag_token,
                                              const std::string& flag_ca = "");
 
-// The flags of every command that may speak to a server, one list: `specs` with --server,
-// --token and --ca added; and the settings their values in `args` give (as above).
+// The flags of every command that may speak to a server, one list: --server, --token and --ca;
+// `specs` with them added; and the settings their values in `args` give (as above).
+const std::vector<FlagSpec>& serverFlags();
 std::vector<FlagSpec> withServerFlags(std::vector<FlagSpec> specs);
 Result<ServerSettings> resolveServerSettings(const Args& args);
 

@@ -26,6 +26,7 @@
 #include "cli/args.h"
 #include "cli/client.h"
 #include "cli/code_upload.h"
+#include "cli/command.h"
 #include "cli/job_options.h"
 #include "http/client.h"
 #include "server/tls.h"
@@ -50,324 +51,13 @@ constexpr const char* kLongPoll = "30s";
 constexpr auto kWaitRetryFor = std::chrono::minutes(2);  // a server restart, ridden out
 constexpr auto kRetryInterval = std::chrono::milliseconds(300);
 
-const char* const kCommands[] = {"login",  "whoami", "submit",  "rerun",    "ps",
-                                 "status", "logs",   "stop",    "delete",   "outputs",
-                                 "share",  "shares", "unshare", "accounts", "tokens"};
-
 // ---------------------------------------------------------------------------------------------
 // Help
-
-const char* kClientCommandsHelp =
-    R"(Server commands (a cohort server queues jobs for several users; start with cohort login):
-  cohort login URL [--token T] [--fingerprint FP]    check a token and save it with the server
-  cohort submit [flags] [-f job.yaml] [-- cmd...]    queue a job on the server; prints its id
-  cohort rerun JOB                                   submit a job's job file again (or run it)
-  cohort ps [--state S]                              list jobs
-  cohort status JOB                                  a job's state, ranks, events, root cause
-  cohort logs JOB [--rank R] [-f]                    print (or follow) a job's log
-  cohort stop JOB | cohort delete JOB                stop a job; delete a finished one
-  cohort outputs JOB [download DEST]                 list or download a job's output files
-  cohort share store://B/P --with ACCOUNT            share a store prefix (also: shares, unshare)
-  cohort whoami | accounts | tokens                  who you are; accounts and tokens
-)";
-
-const char* kServerFlagsHelp = R"(Server:
-  --server URL             the cohort server (default $COHORT_SERVER, else the one saved by
-                           cohort login)
-  --token TOKEN            the token to send (default $COHORT_TOKEN, else the one saved with
-                           that server)
-  --ca FILE                for an https:// server: trust the certificates in FILE (a private
-                           certificate authority's) instead of the system's (default
-                           $COHORT_CA, else what cohort login saved with that server)
-)";
 
 const char* kExitCodesHelp = R"(
 Exit codes: 0 done; 2 bad usage, or a request the server refused (invalid, not found, not
 allowed, in the wrong state); 1 the server could not be reached or failed.
 )";
-
-// jobFlagsHelp() without the flags that mean nothing for a job the server runs.
-std::string submitJobFlagsHelp() {
-  std::string out;
-  bool skipping = false;
-  for (const std::string& line : split(jobFlagsHelp(), '\n')) {
-    bool continuation = startsWith(line, "                    ");
-    if (!continuation) {
-      skipping = startsWith(line, "  --data-root") || startsWith(line, "  --isolate") ||
-                 startsWith(line, "  --input-root") || startsWith(line, "  --job-network");
-    }
-    if (!skipping) out += line + "\n";
-  }
-  while (out.size() >= 2 && out.substr(out.size() - 2) == "\n\n") out.pop_back();
-  return out;
-}
-
-std::string helpFor(const std::string& command) {
-  std::string server = kServerFlagsHelp;
-  if (command == "login") {
-    return std::string(R"(cohort login: check a token with a server and save both for later commands
-
-Usage: cohort login URL [--token TOKEN] [--ca FILE | --fingerprint SHA256]
-
-The token comes from --token, else $COHORT_TOKEN, else stdin (typed without echo on a
-terminal). It is checked with the server (GET /v1/whoami), then the server and the token are
-written to $XDG_CONFIG_HOME/cohort/config.json (default ~/.config/cohort/config.json, mode
-0600). Later commands use them unless --server/--token or COHORT_SERVER/COHORT_TOKEN say
-otherwise; the saved token is only ever sent to the saved server.
-
-An https:// server's certificate is always verified, against the system's certificate
-authorities unless told otherwise:
-  --ca FILE                trust the certificates in FILE (a private certificate authority's);
-                           saved with the server
-  --fingerprint SHA256     trust the certificate the server presents if its SHA-256
-                           fingerprint is this one (what cohort server --tls-self-signed
-                           printed); it is saved beside the config file and trusted from then
-                           on. A different certificate is refused before the token is sent.
-
-Examples:
-  cohort login http://gpu-box:8600 --token cohort_...
-  cohort login https://gpu-box:8600 --token cohort_... --fingerprint 3A:9F:...
-  echo "$TOKEN" | cohort login gpu-box:8600
-)") + kExitCodesHelp;
-  }
-  if (command == "whoami") {
-    return R"(cohort whoami: the account the token belongs to
-
-Usage: cohort whoami [--json]
-
-Prints the account's name, and "admin" after it for an admin account.
-
-)" + server +
-           kExitCodesHelp;
-  }
-  if (command == "rerun") {
-    return R"(cohort rerun: run a job again, with the job file it ran
-
-Usage: cohort rerun JOB [flags]
-
-A job that cohort run ran on this machine (found under --data-root, default $COHORT_DATA_ROOT
-or ~/.cohort) runs again here, from the job file kept in its directory (job.json, every field
-written out, paths absolute); the flags are cohort run's and change that job file, as they
-would change a job.yaml:  cohort rerun JOB --nodes 4 --max-runtime 2h
-
-Else JOB is a job of the server: the job file it ran (its record's spec) is submitted again
-as a new job; a job that ran uploaded code runs a copy of that same code. Its flags:
-  --name NAME              the new job's name (default: the same)
-  --priority N             its priority (default: the same as JOB's)
-  --wait                   wait until it ends, then exit with its exit code
-  --json                   print its record instead of its id
-  -q, --quiet              no lines from cohort on stderr, except a failure's
-
-)" + server +
-           R"(
-Exit codes: as cohort run (here) or cohort submit (a server's job).
-)";
-  }
-  if (command == "submit") {
-    return R"(cohort submit: queue a job on a cohort server
-
-Usage: cohort submit [flags] [-f job.yaml] [-- command...]
-
-The job file and the flags are read as by cohort run; the job then waits in the server's queue
-until the whole gang fits, and runs on the server's machine. Its workdir (default: the job
-file's directory, or here) is uploaded as a snapshot (leaving out what its .cohortignore, else
-its .gitignore, names; .git always), and the ranks run on that snapshot, so later edits here do
-not change the job. A server on this machine (localhost, 127.x.x.x, [::1]) reads the workdir
-where it is instead, unless --upload is given. Local input paths are made absolute here: they
-must exist on the server's machine (or be in its store: store://...). Prints the job id on
-stdout, so that JOB=$(cohort submit ...) works, and on stderr where the job stands ("queued:
-needs 4 CPUs, 2 free").
-
-)" + submitJobFlagsHelp() +
-           R"(
-Submit:
-  --priority N             queued jobs with a higher priority start first (default 0; at most
-                           your account's max_priority quota, cohort accounts quota)
-  --wait                   wait until the job ends, then exit with its exit code; Ctrl-C
-                           stops waiting, not the job (cohort stop JOB does)
-  --json                   print the job record instead of the id
-  -q, --quiet              no lines from cohort on stderr, except a failure's
-  --upload                 upload the workdir even to a server on this machine
-  --no-upload              never upload: the workdir is a path on the server's machine
-  --max-upload SIZE        the largest workdir snapshot to upload (default 256Mi; the server
-                           takes up to its own --max-upload, 1Gi by default)
-
-)" + server +
-           R"(
-Examples:
-  cohort submit -f examples/pytorch/ddp.yaml --priority 10
-  JOB=$(cohort submit --nodes 2 --nproc-per-node 2 -- python3 train.py)
-  cohort submit --wait --framework generic -- ./check.sh
-
-Exit codes: 0 submitted (with --wait: the job's exit code, as for cohort run); 2 bad usage, a
-bad job, or a request the server refused; 1 the server could not be reached or failed.
-)";
-  }
-  if (command == "ps") {
-    return R"(cohort ps: list jobs on the server, newest first
-
-Usage: cohort ps [--state STATE[,STATE]] [--limit N] [--json]
-
-Shows your jobs (an admin's: everyone's). INFO says why a queued job waits, how long an
-active one has run, and how a finished one ended.
-
-Flags:
-  --state LIST             only jobs in these states (repeatable): queued, starting, staging,
-                           running, restarting, stopping, succeeded, failed, stopped
-  --limit N                at most N jobs (default: the server's, 1000)
-  --json                   the job records as a JSON array
-
-)" + server +
-           kExitCodesHelp;
-  }
-  if (command == "status") {
-    return R"(cohort status: everything about one job
-
-Usage: cohort status JOB [--wait] [--json]
-
-Shows the job's state, times, resources and why it waits or ended; its ranks (node, state,
-exit code); its events in order; and, when a rank's failure ended it, that rank's exit code,
-a hint and its last log lines.
-
-Flags:
-  --wait                   wait until the job ends first, and exit with its exit code
-  --json                   {"job": record, "ranks": [...], "events": [...]}
-
-)" + server +
-           kExitCodesHelp;
-  }
-  if (command == "logs") {
-    return R"(cohort logs: print a job's log
-
-Usage: cohort logs JOB [--rank R] [-f]
-
-By default the merged log of every rank, each line prefixed with [role/rank node]; with
---rank, that rank's log alone.
-
-Flags:
-  --rank R                 one rank's log (R is the global rank)
-  -f, --follow             keep printing new lines until the job ends (Ctrl-C stops)
-
-)" + server +
-           kExitCodesHelp;
-  }
-  if (command == "stop") {
-    return R"(cohort stop: stop a job
-
-Usage: cohort stop JOB
-
-A queued job is stopped at once; a running one's ranks get its stop signal (policy.stop_signal,
-SIGTERM by default: their notice to save a checkpoint), then SIGKILL after its grace period.
-
-)" + server +
-           kExitCodesHelp;
-  }
-  if (command == "delete") {
-    return R"(cohort delete: delete a finished job: its record, events, logs and outputs
-
-Usage: cohort delete JOB
-
-Only a job that ended (succeeded, failed or stopped) can be deleted; stop it first.
-
-)" + server +
-           kExitCodesHelp;
-  }
-  if (command == "outputs") {
-    return R"(cohort outputs: list or download a job's output files
-
-Usage: cohort outputs JOB [--json]
-       cohort outputs JOB download DEST [-q]
-
-The files are those the ranks wrote under $COHORT_OUTPUT_DIR. download writes each file to
-DEST/<path> (directories created; each file under a temporary name, then renamed), and refuses
-any path that would land outside DEST.
-
-Flags:
-  --json                   the list as JSON
-  -q, --quiet              no line per file on stderr
-
-)" + server +
-           kExitCodesHelp;
-  }
-  if (command == "share") {
-    return R"(cohort share: let another account read (or write) a prefix of one of your buckets
-
-Usage: cohort share store://BUCKET/PREFIX --with ACCOUNT [--access read|write] [--json]
-
-Prints the new share's id (for cohort unshare). write includes read.
-
-Flags:
-  --with ACCOUNT           the account to share with (required)
-  --access read|write      default read
-  --json                   print the share as JSON
-
-)" + server +
-           kExitCodesHelp;
-  }
-  if (command == "shares") {
-    return R"(cohort shares: the shares you granted and those granted to you
-
-Usage: cohort shares [--json]
-
-)" + server +
-           kExitCodesHelp;
-  }
-  if (command == "unshare") {
-    return R"(cohort unshare: revoke a share at once
-
-Usage: cohort unshare ID
-
-)" + server +
-           kExitCodesHelp;
-  }
-  if (command == "accounts") {
-    return R"(cohort accounts: the server's accounts (admin only, but for your own quotas)
-
-Usage: cohort accounts [list] [--json]
-       cohort accounts create NAME [--admin] [--max-gpus N] [--max-cpus N]
-       cohort accounts quota [NAME] [--bytes SIZE] [--inodes N] [--queued-jobs N]
-                             [--uploads N] [--followers N] [--max-priority N] [--json]
-
-create prints the new account's first token on stdout; the server never shows it again.
-quota shows an account's quotas (yours without NAME) and what it uses of each; with flags an
-admin sets them (`default`: back to the server's, cohort server --quota-*).
-
-Flags:
-  --admin                  the account may see every job and manage accounts
-  --max-gpus N             at most N GPUs held by the account's running jobs
-  --max-cpus N             at most N CPUs held by the account's running jobs
-  --bytes SIZE             bytes it may hold in the data root (store files, uploads, jobs'
-                           directories, environments), e.g. 200Gi
-  --inodes N               files, directories and links it may hold there
-  --queued-jobs N          jobs it may have waiting in the queue at once
-  --uploads N              uploads it may have being received or waiting for their job
-  --followers N            streams (jobs' events and logs) it may follow at once
-  --max-priority N         the highest priority it may give its jobs
-  --json                   print the answer as JSON
-
-)" + server +
-           kExitCodesHelp;
-  }
-  if (command == "tokens") {
-    return R"(cohort tokens: your tokens (an admin's: everyone's)
-
-Usage: cohort tokens [list] [--json]
-       cohort tokens create [--label LABEL] [--account ACCOUNT]
-       cohort tokens delete ID
-
-create prints the new token on stdout; the server never shows it again. delete revokes a
-token at once.
-
-Flags:
-  --label LABEL            what the token is for ("laptop", "ci")
-  --account ACCOUNT        (admin) make the token for another account
-  --json                   print the answer as JSON
-
-)" + server +
-           kExitCodesHelp;
-  }
-  return "";
-}
 
 // ---------------------------------------------------------------------------------------------
 // Flags
@@ -377,10 +67,9 @@ tl::unexpected<Error> usage(const std::string& command, const std::string& messa
               command + ": " + message + " (see cohort " + command + " --help)");
 }
 
-// The command's flags plus the two every client command takes.
-Result<Args> parseClientArgs(const std::string& command, int argc, char** argv,
-                             std::vector<FlagSpec> specs) {
-  return parseArgs(command, argc, argv, withServerFlags(std::move(specs)));
+// The command's flags (its one list, clientTable() below) plus those every client command takes.
+Result<Args> parseClientArgs(const std::string& command, int argc, char** argv) {
+  return parseArgs(command, argc, argv, withServerFlags(clientFlags(command)));
 }
 
 Result<ApiClient> connect(const Args& args) {
@@ -667,7 +356,7 @@ void reportEnd(const Json& job, bool quiet) {
 // Commands
 
 Result<int> cmdLogin(int argc, char** argv) {
-  COHORT_ASSIGN(Args args, parseClientArgs("login", argc, argv, {{"--fingerprint", "", true}}));
+  COHORT_ASSIGN(Args args, parseClientArgs("login", argc, argv));
   std::string url = args.get("--server");
   if (url.empty()) {
     if (args.positional.empty()) return usage("login", "expects the server's URL");
@@ -754,7 +443,7 @@ Result<int> cmdLogin(int argc, char** argv) {
 }
 
 Result<int> cmdWhoami(int argc, char** argv) {
-  COHORT_ASSIGN(Args args, parseClientArgs("whoami", argc, argv, {{"--json", "", false}}));
+  COHORT_ASSIGN(Args args, parseClientArgs("whoami", argc, argv));
   COHORT_TRY(expectPositional("whoami", args, {}));
   COHORT_ASSIGN(ApiClient api, connect(args));
   COHORT_ASSIGN(Json me, api.call("GET", "/v1/whoami"));
@@ -764,23 +453,6 @@ Result<int> cmdWhoami(int argc, char** argv) {
     printOut(str(me, "account") + (at(me, "admin") == true ? " (admin)" : "") + "\n");
   }
   return 0;
-}
-
-// The flags `cohort run` has that a job run by the server cannot honour.
-const std::map<std::string, std::string>& refusedSubmitFlags() {
-  static const std::map<std::string, std::string> kRefused = {
-      {"--data-root", "the server keeps jobs under its own data root"},
-      {"--isolate", "the server decides how jobs are isolated"},
-      {"--input-root", "the server's admin lists where local inputs may be (cohort server "
-                       "--input-root)"},
-      {"--job-network", "the server decides its jobs' networks (cohort server --job-network)"},
-      {"--log-ranks", "read a rank's output with cohort logs JOB --rank R"},
-      {"--job-id", "the server picks the job id"},
-      {"--run-as", "the server runs each account's ranks as that account's own user"},
-      {"--report", "the server follows the jobs it runs"},
-      {"--pdb", "a server's job has no terminal: attach a debugger (cohort debug JOB)"},
-  };
-  return kRefused;
 }
 
 // Submits `job` (the job file as JSON) and says so: the new job's id on stdout, its state on
@@ -816,37 +488,15 @@ Result<int> submitJob(ApiClient& api, const Json& job, int priority, bool wait, 
 }
 
 Result<int> cmdSubmit(int argc, char** argv) {
-  // Take out the flags of submit itself, then leave the job's to parseJobOptions.
-  Args client;
-  std::vector<std::string> job_args = {argv[0], argv[1]};
-  for (int i = 2; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--" || arg.empty() || arg[0] != '-') {
-      for (; i < argc; ++i) job_args.emplace_back(argv[i]);  // the command
-      break;
-    }
-    std::string name = arg;
-    std::optional<std::string> value;
-    if (size_t eq = arg.find('='); startsWith(arg, "--") && eq != std::string::npos) {
-      name = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-    }
-    if (auto refused = refusedSubmitFlags().find(name); refused != refusedSubmitFlags().end()) {
-      return usage("submit", name + " does not apply to a submitted job: " + refused->second);
-    }
-    if (name == "--priority" || name == "--server" || name == "--token" || name == "--ca" ||
-        name == "--max-upload") {
-      if (!value) {
-        if (i + 1 >= argc) return usage("submit", name + " needs a value");
-        value = argv[++i];
-      }
-      client.flags[name].push_back(*value);
-    } else if (name == "--wait" || name == "--upload" || name == "--no-upload") {
-      if (value) return usage("submit", name + " takes no value");
-      client.flags[name].push_back("");
-    } else {
-      job_args.push_back(arg);
-      if (!value && jobFlagTakesValue(name) && i + 1 < argc) job_args.emplace_back(argv[++i]);
+  // submit's own flags (the first of a name wins: its --json and -q say what they print for a
+  // submitted job), the job's, and the server's.
+  std::vector<FlagSpec> specs = clientFlags("submit");
+  for (const FlagSpec& f : jobFlagSpecs()) specs.push_back(f);
+  COHORT_ASSIGN(Args client, parseArgs("submit", argc, argv, withServerFlags(std::move(specs)),
+                                       ParseMode::kCommandAfterFlags));
+  for (const Args::Given& given : client.given) {
+    if (std::string why = notSubmitted(given.name); !why.empty()) {
+      return usage("submit", given.spelled + " does not apply to a submitted job: " + why);
     }
   }
   int priority = 0;
@@ -858,9 +508,7 @@ Result<int> cmdSubmit(int argc, char** argv) {
     }
     priority = *p;
   }
-  std::vector<char*> job_argv;
-  for (std::string& a : job_args) job_argv.push_back(a.data());
-  auto options = parseJobOptions(static_cast<int>(job_argv.size()), job_argv.data(), 2);
+  auto options = jobOptionsFrom(client);
   if (!options) return withContext(options.error(), "submit");
   COHORT_ASSIGN(spec::JobSpec spec, buildSpec(*options));
 
@@ -909,12 +557,7 @@ Result<int> cmdSubmit(int argc, char** argv) {
 // `cohort rerun JOB` for a job of the server: the job file it ran (the record's `spec`, every
 // field written out) submitted again, as a new job.
 Result<int> cmdRerun(int argc, char** argv) {
-  COHORT_ASSIGN(Args args, parseClientArgs("rerun", argc, argv,
-                                           {{"--priority", "", true},
-                                            {"--name", "", true},
-                                            {"--wait", "", false},
-                                            {"--json", "", false},
-                                            {"--quiet", "-q", false}}));
+  COHORT_ASSIGN(Args args, parseClientArgs("rerun", argc, argv));
   COHORT_TRY(expectPositional("rerun", args, {"JOB"}));
   const std::string id = args.positional[0];
   COHORT_ASSIGN(ApiClient api, connect(args));
@@ -963,8 +606,7 @@ std::string psInfo(const Json& job) {
 Result<int> cmdPs(int argc, char** argv) {
   COHORT_ASSIGN(
       Args args,
-      parseClientArgs("ps", argc, argv,
-                      {{"--state", "", true}, {"--limit", "", true}, {"--json", "", false}}));
+      parseClientArgs("ps", argc, argv));
   COHORT_TRY(expectPositional("ps", args, {}));
   QueryParams query;
   if (args.has("--state")) query.emplace_back("state", join(args.all("--state"), ","));
@@ -1158,8 +800,7 @@ std::string statusText(const Json& job, const Json& ranks, const Json& events) {
 }
 
 Result<int> cmdStatus(int argc, char** argv) {
-  COHORT_ASSIGN(Args args, parseClientArgs("status", argc, argv,
-                                           {{"--json", "", false}, {"--wait", "", false}}));
+  COHORT_ASSIGN(Args args, parseClientArgs("status", argc, argv));
   COHORT_TRY(expectPositional("status", args, {"JOB"}));
   const std::string id = args.positional[0];
   COHORT_ASSIGN(ApiClient api, connect(args));
@@ -1179,8 +820,7 @@ Result<int> cmdStatus(int argc, char** argv) {
 }
 
 Result<int> cmdLogs(int argc, char** argv) {
-  COHORT_ASSIGN(Args args, parseClientArgs("logs", argc, argv,
-                                           {{"--rank", "", true}, {"--follow", "-f", false}}));
+  COHORT_ASSIGN(Args args, parseClientArgs("logs", argc, argv));
   COHORT_TRY(expectPositional("logs", args, {"JOB"}));
   QueryParams query;
   if (args.has("--rank")) {
@@ -1232,7 +872,7 @@ Result<int> cmdLogs(int argc, char** argv) {
 }
 
 Result<int> cmdStop(int argc, char** argv) {
-  COHORT_ASSIGN(Args args, parseClientArgs("stop", argc, argv, {}));
+  COHORT_ASSIGN(Args args, parseClientArgs("stop", argc, argv));
   COHORT_TRY(expectPositional("stop", args, {"JOB"}));
   COHORT_ASSIGN(ApiClient api, connect(args));
   COHORT_ASSIGN(Json job, api.call("POST", jobPath(args.positional[0]) + "/stop"));
@@ -1252,7 +892,7 @@ Result<int> cmdStop(int argc, char** argv) {
 }
 
 Result<int> cmdDelete(int argc, char** argv) {
-  COHORT_ASSIGN(Args args, parseClientArgs("delete", argc, argv, {}));
+  COHORT_ASSIGN(Args args, parseClientArgs("delete", argc, argv));
   COHORT_TRY(expectPositional("delete", args, {"JOB"}));
   COHORT_ASSIGN(ApiClient api, connect(args));
   COHORT_TRY(api.call("DELETE", jobPath(args.positional[0])));
@@ -1330,8 +970,7 @@ Result<int64_t> downloadOutput(ApiClient& api, const std::string& id, const std:
 }
 
 Result<int> cmdOutputs(int argc, char** argv) {
-  COHORT_ASSIGN(Args args, parseClientArgs("outputs", argc, argv,
-                                           {{"--json", "", false}, {"--quiet", "-q", false}}));
+  COHORT_ASSIGN(Args args, parseClientArgs("outputs", argc, argv));
   if (args.positional.empty()) return usage("outputs", "expects JOB");
   const bool download = args.positional.size() > 1;
   if (download) {
@@ -1391,8 +1030,7 @@ Result<int> cmdOutputs(int argc, char** argv) {
 Result<int> cmdShare(int argc, char** argv) {
   COHORT_ASSIGN(
       Args args,
-      parseClientArgs("share", argc, argv,
-                      {{"--with", "", true}, {"--access", "", true}, {"--json", "", false}}));
+      parseClientArgs("share", argc, argv));
   COHORT_TRY(expectPositional("share", args, {"store://BUCKET/PREFIX"}));
   const std::string prefix = args.positional[0];
   if (!startsWith(prefix, "store://") || prefix.size() <= std::strlen("store://")) {
@@ -1419,7 +1057,7 @@ Result<int> cmdShare(int argc, char** argv) {
 }
 
 Result<int> cmdShares(int argc, char** argv) {
-  COHORT_ASSIGN(Args args, parseClientArgs("shares", argc, argv, {{"--json", "", false}}));
+  COHORT_ASSIGN(Args args, parseClientArgs("shares", argc, argv));
   COHORT_TRY(expectPositional("shares", args, {}));
   COHORT_ASSIGN(ApiClient api, connect(args));
   COHORT_ASSIGN(Json answer, api.call("GET", "/v1/shares"));
@@ -1442,7 +1080,7 @@ Result<int> cmdShares(int argc, char** argv) {
 }
 
 Result<int> cmdUnshare(int argc, char** argv) {
-  COHORT_ASSIGN(Args args, parseClientArgs("unshare", argc, argv, {}));
+  COHORT_ASSIGN(Args args, parseClientArgs("unshare", argc, argv));
   COHORT_TRY(expectPositional("unshare", args, {"ID"}));
   COHORT_ASSIGN(ApiClient api, connect(args));
   COHORT_TRY(api.call("DELETE", "/v1/shares/" + urlEncode(args.positional[0])));
@@ -1510,12 +1148,7 @@ Result<int> accountQuota(const Args& args) {
 }
 
 Result<int> cmdAccounts(int argc, char** argv) {
-  std::vector<FlagSpec> flags = {{"--admin", "", false},
-                                 {"--max-gpus", "", true},
-                                 {"--max-cpus", "", true},
-                                 {"--json", "", false}};
-  for (const auto& [flag, field_name] : kQuotaFlags) flags.push_back({flag, "", true});
-  COHORT_ASSIGN(Args args, parseClientArgs("accounts", argc, argv, flags));
+  COHORT_ASSIGN(Args args, parseClientArgs("accounts", argc, argv));
   std::string sub = args.positional.empty() ? "list" : args.positional[0];
   if (sub == "quota") {
     for (const char* flag : {"--admin", "--max-gpus", "--max-cpus"}) {
@@ -1587,8 +1220,7 @@ Result<int> cmdAccounts(int argc, char** argv) {
 Result<int> cmdTokens(int argc, char** argv) {
   COHORT_ASSIGN(
       Args args,
-      parseClientArgs("tokens", argc, argv,
-                      {{"--label", "", true}, {"--account", "", true}, {"--json", "", false}}));
+      parseClientArgs("tokens", argc, argv));
   std::string sub = args.positional.empty() ? "list" : args.positional[0];
   if (sub != "list" && sub != "create" && sub != "delete") {
     return usage("tokens", "unknown subcommand '" + sub + "' (list, create, delete)");
@@ -1637,42 +1269,289 @@ Result<int> cmdTokens(int argc, char** argv) {
   return 0;
 }
 
-Result<int> dispatch(const std::string& command, int argc, char** argv) {
-  if (command == "login") return cmdLogin(argc, argv);
-  if (command == "whoami") return cmdWhoami(argc, argv);
-  if (command == "submit") return cmdSubmit(argc, argv);
-  if (command == "rerun") return cmdRerun(argc, argv);
-  if (command == "ps") return cmdPs(argc, argv);
-  if (command == "status") return cmdStatus(argc, argv);
-  if (command == "logs") return cmdLogs(argc, argv);
-  if (command == "stop") return cmdStop(argc, argv);
-  if (command == "delete") return cmdDelete(argc, argv);
-  if (command == "outputs") return cmdOutputs(argc, argv);
-  if (command == "share") return cmdShare(argc, argv);
-  if (command == "shares") return cmdShares(argc, argv);
-  if (command == "unshare") return cmdUnshare(argc, argv);
-  if (command == "accounts") return cmdAccounts(argc, argv);
-  if (command == "tokens") return cmdTokens(argc, argv);
-  return fail(Code::kInvalidArgument, "unknown command '" + command + "' (see cohort --help)");
+// ---------------------------------------------------------------------------------------------
+// The server's commands, each declared once: its line in cohort --help, its help and its flags
+// (besides serverFlags(), which every one takes), and what runs it.
+
+struct ClientCommand {
+  std::string name, usage, summary;
+  std::string about;             // its help's title, usage and prose, up to its flags
+  std::vector<FlagSpec> flags;   // its own, shown under "Flags:"
+  Result<int> (*run)(int argc, char** argv);
+  std::string after = kExitCodesHelp;  // its help's end: examples, exit codes
+  // Its help's flags, when they are more than its own list (submit: the job's too).
+  std::string (*flags_help)() = nullptr;
+};
+
+std::string submitFlagsHelp();
+
+const std::vector<ClientCommand>& clientTable() {
+  static const FlagSpec kJson = {"--json", "", "", "print the answer as JSON"};
+  static const std::vector<ClientCommand> kTable = {
+      {"login", "login URL [--token T] [--fingerprint FP]",
+       "check a token and save it with the server",
+       R"(cohort login: check a token with a server and save both for later commands
+
+Usage: cohort login URL [--token TOKEN] [--ca FILE | --fingerprint SHA256]
+
+The token comes from --token, else $COHORT_TOKEN, else stdin (typed without echo on a
+terminal). It is checked with the server (GET /v1/whoami), then the server and the token are
+written to $XDG_CONFIG_HOME/cohort/config.json (default ~/.config/cohort/config.json, mode
+0600). Later commands use them unless --server/--token or COHORT_SERVER/COHORT_TOKEN say
+otherwise; the saved token is only ever sent to the saved server.
+
+An https:// server's certificate is always verified, against the system's certificate
+authorities unless --ca FILE (a private certificate authority's, saved with the server) or
+--fingerprint says otherwise.
+
+)",
+       {{"--fingerprint", "", "SHA256",
+         "trust the certificate the server presents if its SHA-256 fingerprint is this one (what "
+         "cohort server --tls-self-signed printed); it is saved beside the config file and "
+         "trusted from then on. A different certificate is refused before the token is sent."}},
+       cmdLogin,
+       R"(
+Examples:
+  cohort login http://gpu-box:8600 --token cohort_...
+  cohort login https://gpu-box:8600 --token cohort_... --fingerprint 3A:9F:...
+  echo "$TOKEN" | cohort login gpu-box:8600
+)" + std::string(kExitCodesHelp)},
+      {"whoami", "whoami", "the account your token belongs to",
+       R"(cohort whoami: the account the token belongs to
+
+Usage: cohort whoami [--json]
+
+Prints the account's name, and "admin" after it for an admin account.
+
+)",
+       {kJson}, cmdWhoami},
+      {"submit", "submit [flags] [-f job.yaml] [-- cmd...]",
+       "queue a job on the server; prints its id",
+       R"(cohort submit: queue a job on a cohort server
+
+Usage: cohort submit [flags] [-f job.yaml] [-- command...]
+
+The job file and the flags are read as by cohort run; the job then waits in the server's queue
+until the whole gang fits, and runs on the server's machine. Its workdir (default: the job
+file's directory, or here) is uploaded as a snapshot (leaving out what its .cohortignore, else
+its .gitignore, names; .git always), and the ranks run on that snapshot, so later edits here do
+not change the job. A server on this machine (localhost, 127.x.x.x, [::1]) reads the workdir
+where it is instead, unless --upload is given. Local input paths are made absolute here: they
+must exist on the server's machine (or be in its store: store://...). Prints the job id on
+stdout, so that JOB=$(cohort submit ...) works, and on stderr where the job stands ("queued:
+needs 4 CPUs, 2 free").
+
+)",
+       {{"--priority", "", "N",
+         "queued jobs with a higher priority start first (default 0; at most your account's "
+         "max_priority quota, cohort accounts quota)"},
+        {"--wait", "", "",
+         "wait until the job ends, then exit with its exit code; Ctrl-C stops waiting, not the "
+         "job (cohort stop JOB does)"},
+        {"--json", "", "", "print the job record instead of the id"},
+        {"--quiet", "-q", "", "no lines from cohort on stderr, except a failure's"},
+        {"--upload", "", "", "upload the workdir even to a server on this machine"},
+        {"--no-upload", "", "", "never upload: the workdir is a path on the server's machine"},
+        {"--max-upload", "", "SIZE",
+         "the largest workdir snapshot to upload (default 256Mi; the server takes up to its own "
+         "--max-upload, 1Gi by default)"}},
+       cmdSubmit,
+       R"(
+Examples:
+  cohort submit -f examples/pytorch/ddp.yaml --priority 10
+  JOB=$(cohort submit --nodes 2 --nproc-per-node 2 -- python3 train.py)
+  cohort submit --wait --framework generic -- ./check.sh
+
+Exit codes: 0 submitted (with --wait: the job's exit code, as for cohort run); 2 bad usage, a
+bad job, or a request the server refused; 1 the server could not be reached or failed.
+)",
+       submitFlagsHelp},
+      {"rerun", "rerun JOB", "run a job again with its job file (here, or on the server)",
+       R"(cohort rerun: run a job again, with the job file it ran
+
+Usage: cohort rerun JOB [flags]
+
+A job that cohort run ran on this machine (found under --data-root, default $COHORT_DATA_ROOT
+or ~/.cohort) runs again here, from the job file kept in its directory (job.json, every field
+written out, paths absolute); the flags are cohort run's and change that job file, as they
+would change a job.yaml:  cohort rerun JOB --nodes 4 --max-runtime 2h
+
+Else JOB is a job of the server: the job file it ran (its record's spec) is submitted again
+as a new job; a job that ran uploaded code runs a copy of that same code, with these flags:
+
+)",
+       {{"--name", "", "NAME", "the new job's name (default: the same)"},
+        {"--priority", "", "N", "its priority (default: the same as JOB's)"},
+        {"--wait", "", "", "wait until it ends, then exit with its exit code"},
+        {"--json", "", "", "print its record instead of its id"},
+        {"--quiet", "-q", "", "no lines from cohort on stderr, except a failure's"}},
+       cmdRerun, R"(
+Exit codes: as cohort run (here) or cohort submit (a server's job).
+)"},
+      {"ps", "ps [--state S]", "list jobs",
+       R"(cohort ps: list jobs on the server, newest first
+
+Usage: cohort ps [--state STATE[,STATE]] [--limit N] [--json]
+
+Shows your jobs (an admin's: everyone's). INFO says why a queued job waits, how long an
+active one has run, and how a finished one ended.
+
+)",
+       {{"--state", "", "LIST",
+         "only jobs in these states (repeatable): queued, starting, staging, running, "
+         "restarting, stopping, succeeded, failed, stopped"},
+        {"--limit", "", "N", "at most N jobs (default: the server's, 1000)"},
+        {"--json", "", "", "the job records as a JSON array"}},
+       cmdPs},
+      {"status", "status JOB", "a job's state, ranks, events, root cause",
+       R"(cohort status: everything about one job
+
+Usage: cohort status JOB [--wait] [--json]
+
+Shows the job's state, times, resources and why it waits or ended; its ranks (node, state,
+exit code); its events in order; and, when a rank's failure ended it, that rank's exit code,
+a hint and its last log lines.
+
+)",
+       {{"--wait", "", "", "wait until the job ends first, and exit with its exit code"},
+        {"--json", "", "", R"({"job": record, "ranks": [...], "events": [...]})"}},
+       cmdStatus},
+      {"logs", "logs JOB [--rank R] [-f]", "print (or follow) a job's log",
+       R"(cohort logs: print a job's log
+
+Usage: cohort logs JOB [--rank R] [-f]
+
+By default the merged log of every rank, each line prefixed with [role/rank node]; with
+--rank, that rank's log alone.
+
+)",
+       {{"--rank", "", "R", "one rank's log (R is the global rank)"},
+        {"--follow", "-f", "", "keep printing new lines until the job ends (Ctrl-C stops)"}},
+       cmdLogs},
+      {"stop", "stop JOB", "stop a job (its ranks get their stop signal)",
+       R"(cohort stop: stop a job
+
+Usage: cohort stop JOB
+
+A queued job is stopped at once; a running one's ranks get its stop signal (policy.stop_signal,
+SIGTERM by default: their notice to save a checkpoint), then SIGKILL after its grace period.
+
+)",
+       {}, cmdStop},
+      {"delete", "delete JOB", "delete a finished job: record, logs, outputs",
+       R"(cohort delete: delete a finished job: its record, events, logs and outputs
+
+Usage: cohort delete JOB
+
+Only a job that ended (succeeded, failed or stopped) can be deleted; stop it first.
+
+)",
+       {}, cmdDelete},
+      {"outputs", "outputs JOB [download DEST]", "list or download a job's output files",
+       R"(cohort outputs: list or download a job's output files
+
+Usage: cohort outputs JOB [--json]
+       cohort outputs JOB download DEST [-q]
+
+The files are those the ranks wrote under $COHORT_OUTPUT_DIR. download writes each file to
+DEST/<path> (directories created; each file under a temporary name, then renamed), and refuses
+any path that would land outside DEST.
+
+)",
+       {{"--json", "", "", "the list as JSON"},
+        {"--quiet", "-q", "", "no line per file on stderr"}},
+       cmdOutputs},
+      {"share", "share store://B/P --with ACCOUNT", "share a store prefix with another account",
+       R"(cohort share: let another account read (or write) a prefix of one of your buckets
+
+Usage: cohort share store://BUCKET/PREFIX --with ACCOUNT [--access read|write] [--json]
+
+Prints the new share's id (for cohort unshare). write includes read.
+
+)",
+       {{"--with", "", "ACCOUNT", "the account to share with (required)"},
+        {"--access", "", "read|write", "default read"},
+        {"--json", "", "", "print the share as JSON"}},
+       cmdShare},
+      {"shares", "shares", "the shares you granted and those granted to you",
+       R"(cohort shares: the shares you granted and those granted to you
+
+Usage: cohort shares [--json]
+
+)",
+       {kJson}, cmdShares},
+      {"unshare", "unshare ID", "revoke a share at once",
+       R"(cohort unshare: revoke a share at once
+
+Usage: cohort unshare ID
+
+)",
+       {}, cmdUnshare},
+      {"accounts", "accounts [create NAME | quota [NAME]]", "the server's accounts and quotas",
+       R"(cohort accounts: the server's accounts (admin only, but for your own quotas)
+
+Usage: cohort accounts [list] [--json]
+       cohort accounts create NAME [--admin] [--max-gpus N] [--max-cpus N]
+       cohort accounts quota [NAME] [--bytes SIZE] [--inodes N] [--queued-jobs N]
+                             [--uploads N] [--followers N] [--max-priority N] [--json]
+
+create prints the new account's first token on stdout; the server never shows it again.
+quota shows an account's quotas (yours without NAME) and what it uses of each; with flags an
+admin sets them (`default`: back to the server's, cohort server --quota-*).
+
+)",
+       {{"--admin", "", "", "the account may see every job and manage accounts"},
+        {"--max-gpus", "", "N", "at most N GPUs held by the account's running jobs"},
+        {"--max-cpus", "", "N", "at most N CPUs held by the account's running jobs"},
+        {"--bytes", "", "SIZE",
+         "bytes it may hold in the data root (store files, uploads, jobs' directories, "
+         "environments), e.g. 200Gi"},
+        {"--inodes", "", "N", "files, directories and links it may hold there"},
+        {"--queued-jobs", "", "N", "jobs it may have waiting in the queue at once"},
+        {"--uploads", "", "N", "uploads it may have being received or waiting for their job"},
+        {"--followers", "", "N", "streams (jobs' events and logs) it may follow at once"},
+        {"--max-priority", "", "N", "the highest priority it may give its jobs"},
+        kJson},
+       cmdAccounts},
+      {"tokens", "tokens [create | delete ID]", "your tokens (an admin's: everyone's)",
+       R"(cohort tokens: your tokens (an admin's: everyone's)
+
+Usage: cohort tokens [list] [--json]
+       cohort tokens create [--label LABEL] [--account ACCOUNT]
+       cohort tokens delete ID
+
+create prints the new token on stdout; the server never shows it again. delete revokes a
+token at once.
+
+)",
+       {{"--label", "", "LABEL", R"(what the token is for ("laptop", "ci"))"},
+        {"--account", "", "ACCOUNT", "(admin) make the token for another account"},
+        kJson},
+       cmdTokens},
+  };
+  return kTable;
 }
 
-}  // namespace
-
-bool isClientCommand(const std::string& command) {
-  for (const char* c : kCommands) {
-    if (command == c) return true;
+const ClientCommand& clientCommand(const std::string& name) {
+  for (const ClientCommand& c : clientTable()) {
+    if (c.name == name) return c;
   }
-  return false;
+  std::abort();  // a bug: a command of this file that is not in its table
 }
 
-int cmdClient(int argc, char** argv) {
-  const std::string command = argc > 1 ? argv[1] : "";
+// The job's flags that a server's job takes, then submit's own.
+std::string submitFlagsHelp() {
+  return jobFlagsHelp("submit") + "\nSubmit:\n" + flagsHelp(clientCommand("submit").flags);
+}
+
+// Runs `c`, its error (or an exception of the JSON library) a message on stderr.
+int runClient(const ClientCommand& c, int argc, char** argv) {
   Result<int> result = [&]() -> Result<int> {
     try {
-      return dispatch(command, argc, argv);
+      return c.run(argc, argv);
     } catch (const std::exception& e) {
       // The server's JSON had a shape cohort did not expect, or memory ran out.
-      return fail(Code::kInternal, command + ": " + e.what());
+      return fail(Code::kInternal, c.name + ": " + e.what());
     }
   }();
   std::fflush(stdout);
@@ -1683,10 +1562,36 @@ int cmdClient(int argc, char** argv) {
   return *result;
 }
 
-std::string clientHelp(const std::string& command) {
-  return isClientCommand(command) ? helpFor(command) : "";
+std::string helpOf(const ClientCommand& c) {
+  std::string text = c.about;
+  if (c.flags_help) {
+    text += c.flags_help();
+  } else if (!c.flags.empty()) {
+    text += "Flags:\n" + flagsHelp(c.flags);
+  }
+  if (!c.flags.empty() || c.flags_help) text += "\n";
+  return text + "Server:\n" + flagsHelp(serverFlags()) + c.after;
 }
 
-const char* clientCommandsHelp() { return kClientCommandsHelp; }
+}  // namespace
+
+const std::vector<FlagSpec>& clientFlags(const std::string& command) {
+  return clientCommand(command).flags;
+}
+
+std::vector<Command> clientCommands() {
+  std::vector<Command> out;
+  for (const ClientCommand& c : clientTable()) {
+    Command command{c.name, c.usage, c.summary, Command::Group::kServer,
+                    [&c] { return helpOf(c); }, nullptr};
+    command.run = [&c](int argc, char** argv) { return runClient(c, argc, argv); };
+    out.push_back(std::move(command));
+  }
+  return out;
+}
+
+int cmdServerRerun(int argc, char** argv) {
+  return runClient(clientCommand("rerun"), argc, argv);
+}
 
 }  // namespace cohort::cli

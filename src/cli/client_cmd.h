@@ -5,20 +5,23 @@
 #pragma once
 
 #include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/command.h"
 
 namespace cohort::cli {
 
-bool isClientCommand(const std::string& command);
+// The server's commands, each with its line in cohort --help, its help, its flags and what runs
+// it (command.h). Their exit codes: 0 success, 2 bad usage or a request the server refused as
+// invalid (400, 404, 409), 1 when the server cannot be reached or failed; `cohort submit --wait`
+// and `cohort status --wait` return the job's exit code.
+std::vector<Command> clientCommands();
 
-// Runs the client command argv[1] and returns the exit code: 0 success, 2 bad usage or a request
-// the server refused as invalid (400, 404, 409), 1 when the server cannot be reached or failed;
-// `cohort submit --wait` and `cohort status --wait` return the job's exit code.
-int cmdClient(int argc, char** argv);
+// The flags of the server's command `command` (besides serverFlags()).
+const std::vector<FlagSpec>& clientFlags(const std::string& command);
 
-// Help for one client command; "" when `command` is not one.
-std::string clientHelp(const std::string& command);
-
-// The client commands' lines for `cohort --help`.
-const char* clientCommandsHelp();
+// `cohort rerun JOB` for a job of the server (cohort rerun runs a job of this machine here).
+int cmdServerRerun(int argc, char** argv);
 
 }  // namespace cohort::cli

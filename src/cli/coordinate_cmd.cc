@@ -29,8 +29,15 @@ Reads the job from its environment: COHORT_JOB (the job file, as JSON), COHORT_J
 COHORT_JOB_SECRET; with COHORT_REPORT_URL and COHORT_REPORT_TOKEN it reports the job to that
 server (an https:// one verified by COHORT_REPORT_PIN, its key's pin, when given). Waits for every node's agent (cohort exec, in the job's other pods) to dial in, runs the
 job as cohort run does, prints its merged log, and exits with the job's exit code.
-  --listen ADDR:PORT   where the agents dial (default 0.0.0.0:7070)
+
 )";
+
+const std::vector<FlagSpec>& coordinateFlags() {
+  static const std::vector<FlagSpec> kFlags = {
+      {"--listen", "", "ADDR:PORT", "where the agents dial (default 0.0.0.0:7070)"},
+  };
+  return kFlags;
+}
 
 // How long every agent has to dial in: the pods of a gang start together, but each node pulls
 // the image first, which for a training image can take minutes.
@@ -57,7 +64,7 @@ const char* env(const char* name) {
 
 }  // namespace
 
-const char* coordinateHelp() { return kCoordinateHelp; }
+std::string coordinateHelp() { return kCoordinateHelp + flagsHelp(coordinateFlags()); }
 
 int cmdCoordinate(int argc, char** argv) {
   // As cohort run: a stop that comes while the job is prepared is the coordinator's to take.
@@ -65,21 +72,13 @@ int cmdCoordinate(int argc, char** argv) {
   sigemptyset(&stops);
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stops, sig);
   ::sigprocmask(SIG_BLOCK, &stops, nullptr);
-  std::string listen = "0.0.0.0:" + std::to_string(7070);
-  for (int i = 2; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kCoordinateHelp, stdout);
-      return 0;
-    }
-    if (arg == "--listen" && i + 1 < argc) {
-      listen = argv[++i];
-    } else if (startsWith(arg, "--listen=")) {
-      listen = arg.substr(9);
-    } else {
-      return usage("unexpected argument '" + arg + "' (see cohort coordinate --help)");
-    }
+  auto args = parseArgs("coordinate", argc, argv, coordinateFlags());
+  if (args && !args->positional.empty()) {
+    return usage("unexpected argument '" + args->positional[0] +
+                 "' (see cohort coordinate --help)");
   }
+  if (!args) return usage(args.error().message);
+  const std::string listen = args->get("--listen", "0.0.0.0:7070");
   const size_t colon = listen.rfind(':');
   auto port = colon == std::string::npos ? Result<int>(0) : parseInt(listen.substr(colon + 1));
   if (colon == std::string::npos || !port || *port <= 0 || *port > 65535) {

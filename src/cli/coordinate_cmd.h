@@ -9,9 +9,11 @@
 // there is one, and exits with the job's exit code, which the pod's phase carries to Volcano.
 #pragma once
 
+#include <string>
+
 namespace cohort::cli {
 
 int cmdCoordinate(int argc, char** argv);
-const char* coordinateHelp();
+std::string coordinateHelp();
 
 }  // namespace cohort::cli

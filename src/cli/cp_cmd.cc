@@ -27,7 +27,23 @@ namespace {
 
 constexpr int kExitInterrupted = 128 + SIGINT;
 
-const char* kCpHelp = R"(cohort cp: copy files and directory trees in parallel, verifying every file
+}  // namespace
+
+// The flags of cohort cp, each once with its help.
+const std::vector<FlagSpec>& cpFlags() {
+  static const std::vector<FlagSpec> kFlags = withServerFlags({
+      {"--workers", "", "N", "files copied at once (default 8)"},
+      {"--checksum", "", "",
+       "compare content instead of size and modification time to decide what to skip"},
+      {"--data-root", "", "DIR",
+       "where store:// lives: DIR/store (default $COHORT_DATA_ROOT or ~/.cohort)"},
+      {"--quiet", "-q", "", "no progress line and no summary on stderr"},
+  });
+  return kFlags;
+}
+
+std::string cpHelp() {
+  return R"(cohort cp: copy files and directory trees in parallel, verifying every file
 
 Usage: cohort cp [flags] SRC DST
 
@@ -54,16 +70,7 @@ command again after an interruption or a failure finishes the copy. Symbolic lin
 followed; a link loop is an error.
 
 Flags:
-  --workers N        files copied at once (default 8)
-  --checksum         compare content instead of size and modification time to decide what
-                     to skip
-  --data-root DIR    where store:// lives: DIR/store (default $COHORT_DATA_ROOT or ~/.cohort)
-  -q, --quiet        no progress line and no summary on stderr
-  --server URL       with server://: the server (default: COHORT_SERVER, else cohort login's)
-  --token TOKEN      with server://: the token (default: COHORT_TOKEN, else cohort login's)
-  --ca FILE          with an https:// server: the certificates to trust (default: COHORT_CA,
-                     else cohort login's)
-
+)" + flagsHelp(cpFlags()) + R"(
 Examples:
   cohort cp ./mnist store://datasets/mnist
   cohort cp ./mnist server://datasets/mnist     # into the store of the server you logged in to
@@ -75,6 +82,9 @@ Examples:
 Exit codes: 0 copied; 1 the copy failed (the message names the file and the cause); 2 bad
 usage; 130 interrupted (run the same command again to finish).
 )";
+}
+
+namespace {
 
 std::atomic<bool> g_interrupted{false};
 
@@ -107,20 +117,13 @@ struct CpArgs {
   std::vector<std::string> paths;
   Args server_flags;  // --server, --token, --ca: with server://
   bool quiet = false;
-  bool help = false;
 };
 
 Result<CpArgs> parseCpArgs(int argc, char** argv) {
-  const std::vector<FlagSpec> specs = withServerFlags({{"--help", "-h", false},
-                                                       {"--quiet", "-q", false},
-                                                       {"--checksum", "", false},
-                                                       {"--workers", "", true},
-                                                       {"--data-root", "", true}});
-  COHORT_ASSIGN(Args parsed, parseArgs("cp", argc, argv, specs));
+  COHORT_ASSIGN(Args parsed, parseArgs("cp", argc, argv, cpFlags()));
   CpArgs args;
   args.server_flags = parsed;
   args.paths = parsed.positional;
-  args.help = parsed.has("--help");
   args.quiet = parsed.has("--quiet");
   args.options.checksum = parsed.has("--checksum");
   if (parsed.has("--workers")) {
@@ -220,17 +223,11 @@ int copyObjects(CpArgs& args, storage::Place& src, storage::Place& dst) {
 
 }  // namespace
 
-const char* cpHelp() { return kCpHelp; }
-
 int cmdCp(int argc, char** argv) {
   auto args = parseCpArgs(argc, argv);
   if (!args) {
     std::fprintf(stderr, "cohort: error: %s\n", args.error().message.c_str());
     return kExitUsage;
-  }
-  if (args->help) {
-    std::fputs(kCpHelp, stdout);
-    return 0;
   }
   if (args->paths.size() != 2) {
     return usageError("expected SRC and DST, got " + std::to_string(args->paths.size()) +

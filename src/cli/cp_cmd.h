@@ -5,14 +5,15 @@
 // duration of the copy so that Ctrl-C stops cleanly.
 #pragma once
 
+#include <string>
+
 namespace cohort::cli {
 
 // Runs `cohort cp` with argv[0] the program and argv[1] "cp"; flags start at argv[2]. Returns
 // the exit code: 0 copied, 1 the copy failed, 2 bad usage or an invalid URI, 130 interrupted.
-// "--help" prints cpHelp() to stdout and returns 0.
 int cmdCp(int argc, char** argv);
 
 // The help text of `cohort cp`.
-const char* cpHelp();
+std::string cpHelp();
 
 }  // namespace cohort::cli

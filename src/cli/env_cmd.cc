@@ -98,7 +98,7 @@ void showImage(const env::ImageInfo& i) {
 int execInImage(int argc, char** argv) {
   const std::vector<std::string> args(argv + 3, argv + argc);
   if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
-    std::fputs(envHelp(), stdout);
+    std::fputs(envHelp().c_str(), stdout);
     return 0;
   }
   auto parsed = env::parseImageExec(args);
@@ -269,7 +269,32 @@ Result<int> onServer(const std::string& verb, const Args& args, env::Store& stor
 
 }  // namespace
 
-const char* envHelp() {
+// The flags of cohort env's verbs, each once with its help.
+const std::vector<FlagSpec>& envFlags() {
+  static const std::vector<FlagSpec> kFlags = withServerFlags({
+      {"--from", "", "BASE",
+       "the environment to build on"},
+      {"--pip", "", "PKG==VER",
+       "a requirement (repeatable)"},
+      {"--requirements", "", "FILE",
+       "a requirements.txt"},
+      {"--lock", "", "FILE",
+       "install exactly the pins of this lock file (another machine's lock.txt)"},
+      {"--as", "", "NAME",
+       "push under another name"},
+      {"--on-server", "", "",
+       "ls, show, rm: the server's environments, not this machine's"},
+      {"--json", "", "",
+       "machine-readable output (ls, show)"},
+      {"--data-root", "", "DIR",
+       "environments are kept in DIR/envs (default $COHORT_DATA_ROOT or ~/.cohort), or in "
+       "$COHORT_ENVS (DIR[:DIR...]: made in the first, looked up in each, presets in the last) "
+       "when it is set"},
+  });
+  return kFlags;
+}
+
+std::string envHelp() {
   return R"(cohort env: the environments jobs run in
 
 Usage: cohort env ls [--json]
@@ -315,21 +340,7 @@ files) to the server, which builds it as your account's user, and follows the bu
 built or failed; your jobs there then name it like a preset. An admin's pushed environments are
 every account's. ls/show/rm --on-server list, show and remove what the server has for you.
 
-  --from BASE          the environment to build on
-  --pip PKG==VER       a requirement (repeatable)
-  --requirements FILE  a requirements.txt
-  --lock FILE          install exactly the pins of this lock file (another machine's lock.txt)
-  --as NAME            push under another name
-  --on-server          ls, show, rm: the server's environments, not this machine's
-  --server URL         the server (default $COHORT_SERVER, else the one cohort login saved);
-  --token TOKEN        and the token to send (default $COHORT_TOKEN, else the saved one)
-  --ca FILE            an https:// server's certificates to trust (default $COHORT_CA, else
-                       the saved ones)
-  --json               machine-readable output (ls, show)
-  --data-root DIR      environments are kept in DIR/envs (default $COHORT_DATA_ROOT or
-                       ~/.cohort), or in $COHORT_ENVS (DIR[:DIR...]: made in the first, looked
-                       up in each, presets in the last) when it is set
-
+)" + flagsHelp(envFlags()) + R"(
 Exit codes: 0 done; 1 a build failed (also push's build on the server), or the server could not
 be reached; 2 bad usage, no such environment, or a request the server refused; exec: COMMAND's,
 or 127 when it could not start.
@@ -338,27 +349,15 @@ or 127 when it could not start.
 
 int cmdEnv(int argc, char** argv) {
   if (argc < 3 || std::string(argv[2]) == "--help" || std::string(argv[2]) == "-h") {
-    std::fputs(envHelp(), argc < 3 ? stderr : stdout);
+    std::fputs(envHelp().c_str(), argc < 3 ? stderr : stdout);
     return argc < 3 ? kExitUsage : 0;
   }
   const std::string verb = argv[2];
   if (verb == "exec") return execInImage(argc, argv);
   // The verb's own arguments: argv[1] becomes "env VERB" for the messages.
   auto args = parseArgs("env " + verb, argc - 1, argv + 1,
-                        withServerFlags({{"--from", "", true},
-                         {"--pip", "", true},
-                         {"--requirements", "", true},
-                         {"--lock", "", true},
-                         {"--as", "", true},
-                         {"--on-server", "", false},
-                         {"--json", "", false},
-                         {"--data-root", "", true},
-                         {"--help", "-h", false}}));
+                        envFlags());
   if (!args) return failWith(kExitUsage, args.error().message);
-  if (args->has("--help")) {
-    std::fputs(envHelp(), stdout);
-    return 0;
-  }
   env::Store store(env::storeDirs(dataRoot(args->get("--data-root"))));
   if (verb == "push" || args->has("--on-server") || args->has("--server") || args->has("--token") ||
       args->has("--ca")) {

@@ -3,12 +3,14 @@
 // FILE], rebuild NAME, rm NAME.
 #pragma once
 
+#include <string>
+
 namespace cohort::cli {
 
 // argv[1] is "env". Exit codes: 0 done, 1 a build that failed (pip's words on stderr), 2 bad
 // usage or no such environment.
 int cmdEnv(int argc, char** argv);
 
-const char* envHelp();
+std::string envHelp();
 
 }  // namespace cohort::cli

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -194,6 +195,254 @@ Result<void> applyDebugFlags(const JobOptions& o, spec::JobSpec& s) {
   return {};
 }
 
+// Setting what a flag says: `flag` as the command line spelled it (for messages), `value` its
+// value ("" for a switch).
+using Apply = std::function<Result<void>(JobOptions&, const std::string& flag,
+                                         const std::string& value)>;
+
+// Where a flag shows in help: the "Job:" section of run, plan and submit, or a command's own
+// "Output:"/"Submit:" section, or nowhere (flags cohort passes to itself, torchrun's).
+enum class Section { kJob, kOutput, kHidden };
+
+struct JobFlag {
+  FlagSpec spec;
+  Apply apply;
+  Section section = Section::kJob;
+  // For Section::kOutput, the commands whose help shows it: "run plan submit".
+  std::string shown_in;
+  // Why cohort submit refuses it ("" when a server's job takes it): a job the server runs has
+  // its own data root, sandbox, ids and no terminal.
+  std::string not_submitted;
+};
+
+Apply text(std::string JobOptions::*field) {
+  return [field](JobOptions& o, const std::string&, const std::string& v) -> Result<void> {
+    o.*field = v;
+    return {};
+  };
+}
+Apply each(std::vector<std::string> JobOptions::*field) {
+  return [field](JobOptions& o, const std::string&, const std::string& v) -> Result<void> {
+    (o.*field).push_back(v);
+    return {};
+  };
+}
+Apply yes(bool JobOptions::*field) {
+  return [field](JobOptions& o, const std::string&, const std::string&) -> Result<void> {
+    o.*field = true;
+    return {};
+  };
+}
+Apply integer(int JobOptions::*field, int min) {
+  return [field, min](JobOptions& o, const std::string& flag,
+                      const std::string& v) -> Result<void> {
+    auto n = parseInt(v);
+    if (!n || *n < min) {
+      return fail(Code::kInvalidArgument,
+                  flag + ": expected an integer >= " + std::to_string(min) + ", got '" + v + "'");
+    }
+    o.*field = *n;
+    return {};
+  };
+}
+
+Result<void> procsPerNode(JobOptions& o, const std::string& flag, const std::string& v) {
+  // gpu, as torchrun has it: one per GPU (cohort's auto: 1 without GPUs); cpu: one per CPU of
+  // this machine.
+  if (v == "auto" || v == "gpu") {
+    o.procs_per_node = spec::kAutoProcs;
+  } else if (v == "cpu") {
+    o.procs_per_node = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  } else {
+    return integer(&JobOptions::procs_per_node, 1)(o, flag, v);
+  }
+  return {};
+}
+
+// cohort's own flags of run, plan and submit, in the order of their help.
+const std::vector<JobFlag>& ownJobFlags() {
+  using O = JobOptions;
+  static const std::vector<JobFlag> kFlags = {
+      {{"--file", "-f", "FILE", "job file (YAML or JSON); flags below override its fields"},
+       text(&O::file)},
+      {{"--name", "", "NAME",
+        "job name (default: from the file, else the script's or program's name, cut to 40 "
+        "characters)"},
+       text(&O::name)},
+      {{"--framework", "", "NAME",
+        "pytorch (default) | mindspore | tensorflow | mpi | generic (generic sets only the "
+        "COHORT_* variables)"},
+       text(&O::framework)},
+      {{"--launcher", "", "NAME",
+        "direct (default): cohort starts every rank; torchrun: one torchrun per node; spawn: one "
+        "process per node with --init_method --rank --world_size (mp.spawn); mpirun: one mpirun "
+        "(default for mpi); preload: one Python process per node imports `preload` (torch) once, "
+        "then forks every rank of the node from it"},
+       text(&O::launcher)},
+      {{"--preload", "", "MOD[,MOD]",
+        "launcher preload, each node importing these modules once (e.g. torch,numpy; default "
+        "torch for pytorch, none for generic)"},
+       [](O& o, const std::string&, const std::string& v) -> Result<void> {
+         o.preload = v;
+         return {};
+       }},
+      {{"--mode", "", "NAME", "MindSpore: dynamic_cluster (default) | rank_table (Ascend)"},
+       text(&O::mode)},
+      {{"--compat", "", "NAME",
+        "modelarts (default): also set the managed service's MA_* and VC_* variables, and append "
+        "--task_name/--task_index to the tasks of a TensorFlow ps/worker job | none: neither"},
+       text(&O::compat)},
+      {{"--backend", "", "NAME",
+        "local (default): nodes simulated on this machine | slurm: the nodes of a Slurm batch "
+        "job, one per host (docs/slurm.md) | volcano: the pods of a Volcano Job on Kubernetes, "
+        "one per node (cohort run submits it, cohort plan renders it; docs/volcano.md)"},
+       text(&O::backend)},
+      {{"--nodes", "", "N", "nodes of a single-role job"}, integer(&O::nodes, 1)},
+      {{"--nproc-per-node", "--nproc_per_node", "N|auto|gpu|cpu",
+        "processes per node (auto, gpu: one per GPU, 1 without GPUs; cpu: one per CPU of this "
+        "machine); also --nproc_per_node"},
+       procsPerNode},
+      {{"--workdir", "", "DIR", "where ranks run (default: the job file's directory, or here)"},
+       text(&O::workdir)},
+      {{"--environment", "", "NAME",
+        "run every rank in this environment: a preset (system, pytorch, tensorflow, mindspore; "
+        "built on first use) or one saved with cohort env create; its python3 comes first on "
+        "PATH (cohort env ls)"},
+       text(&O::environment)},
+      {{"--image", "", "REF",
+        "run every rank in this container image (environment: {image: REF}): one in podman's "
+        "storage, or pulled; locally and on Slurm each rank runs in the image's root file system "
+        "with the host's network and the job's directories (needs root); on volcano, the pods' "
+        "image"},
+       text(&O::image)},
+      {{"--namespace", "", "NS",
+        "backend volcano: the Kubernetes namespace of the Volcano Job (default: the kubeconfig "
+        "context's, else \"default\")"},
+       text(&O::kube_namespace)},
+      {{"--env", "", "KEY=VALUE", "set a variable for every rank (repeatable)"}, each(&O::env)},
+      {{"--hp", "", "KEY=VALUE",
+        "hyperparameter, appended to the command as --KEY=VALUE (repeatable)"},
+       each(&O::hyperparameters)},
+      {{"--max-restarts", "--max_restarts", "N",
+        "restart the whole gang up to N times after a failure (default 0)"},
+       integer(&O::max_restarts, 0)},
+      {{"--grace-period", "", "DUR",
+        "stop signal -> SIGKILL delay when stopping ranks (default 30s)"},
+       text(&O::grace_period)},
+      {{"--stop-signal", "", "SIG",
+        "what a graceful stop sends every rank, its notice to checkpoint: SIGTERM (default) | "
+        "SIGINT | SIGHUP | SIGQUIT | SIGUSR1 | SIGUSR2"},
+       text(&O::stop_signal)},
+      {{"--heartbeat-timeout", "", "DUR",
+        "a node that says nothing for this long is lost (default 5s)"},
+       text(&O::heartbeat_timeout)},
+      {{"--max-runtime", "", "DUR", "stop the job after this long (e.g. 2h); exit code 124"},
+       text(&O::max_runtime)},
+      {{"--hang-timeout", "", "DUR",
+        "no rank printed for this long: take every rank's stack, name the one that holds the "
+        "others up, exit code 124 (docs/observing.md)"},
+       text(&O::hang_timeout)},
+      {{"--startup-timeout", "", "DUR",
+        "the limit until the first output instead (imports, data loading)"},
+       text(&O::startup_timeout)},
+      {{"--success", "", "ROLE[,ROLE]",
+        "key roles: the job succeeds when all their ranks exit 0"},
+       text(&O::success)},
+      {{"--debug", "", "RANKS|all|none",
+        "these ranks (0, 0,2-3, all) start paused under debugpy, each waiting for a debugger on "
+        "a port of its own; a breakpoint() in any rank pauses it the same way, also with none "
+        "(docs/debugging.md, cohort debug JOB)"},
+       text(&O::debug)},
+      {{"--post-mortem", "", "", "a rank whose exception nothing caught waits for a debugger"},
+       yes(&O::post_mortem)},
+      {{"--pdb", "", "", "with --debug N: rank N runs pdb on this terminal instead"},
+       yes(&O::pdb), Section::kJob, "",
+       "a server's job has no terminal: attach a debugger (cohort debug JOB)"},
+      {{"--data-root", "", "DIR",
+        "where job directories go (default $COHORT_DATA_ROOT or ~/.cohort)"},
+       text(&O::data_root), Section::kJob, "", "the server keeps jobs under its own data root"},
+      {{"--isolate", "", "",
+        "run ranks under bubblewrap: other jobs' directories and the store are not visible to "
+        "them, only this job's directory"},
+       yes(&O::isolate), Section::kJob, "", "the server decides how jobs are isolated"},
+      {{"--input-root", "", "DIR",
+        "local inputs only below DIR (repeatable), opened and copied without following a link"},
+       each(&O::input_roots), Section::kJob, "",
+       "the server's admin lists where local inputs may be (cohort server --input-root)"},
+      {{"--job-network", "", "MODE",
+        "with --isolate: isolated (the default as root) puts each node's ranks in a network of "
+        "the job's own, with no way out and nothing of the machine's reaching in, MASTER_ADDR "
+        "node 0's address there; nat lets them out through the machine; host keeps the "
+        "machine's network"},
+       text(&O::job_network), Section::kJob, "",
+       "the server decides its jobs' networks (cohort server --job-network)"},
+      {{"--log-ranks", "", "LIST",
+        "ranks echoed on the console: all (default), none, 0, 0,2-3 (every rank's full output "
+        "is always in its log file)"},
+       text(&O::log_ranks), Section::kOutput, "run",
+       "read a rank's output with cohort logs JOB --rank R"},
+      {{"--json", "", "", "the plan as JSON"}, yes(&O::json), Section::kOutput, "plan"},
+      {{"--quiet", "-q", "", "no progress lines from cohort on stderr"}, yes(&O::quiet),
+       Section::kOutput, "run"},
+      // Set by cohort server for the jobs it runs.
+      {{"--job-id", "", "ID", ""}, text(&O::job_id), Section::kHidden, "",
+       "the server picks the job id"},
+      {{"--run-as", "", "UID:GID", ""}, text(&O::run_as), Section::kHidden, "",
+       "the server runs each account's ranks as that account's own user"},
+      {{"--report", "", "", ""}, yes(&O::report), Section::kHidden, "",
+       "the server follows the jobs it runs"},
+  };
+  return kFlags;
+}
+
+const JobFlag* ownJobFlag(const std::string& name) {
+  for (const JobFlag& f : ownJobFlags()) {
+    if (f.spec.names(name)) return &f;
+  }
+  return nullptr;
+}
+
+// Every flag of run, plan and submit: cohort's own, then torchrun's spellings that are not
+// cohort's too (cli/torchrun_flags.h), each doing what its entry there says.
+const std::vector<JobFlag>& jobFlags() {
+  static const std::vector<JobFlag> kFlags = [] {
+    std::vector<JobFlag> flags = ownJobFlags();
+    for (const TorchrunFlag& t : torchrunFlags()) {
+      for (const std::string& name : t.names) {
+        if (ownJobFlag(name)) continue;
+        JobFlag f{{name, "", t.takes_value ? "VALUE" : "", ""}, nullptr, Section::kHidden};
+        if (t.kind == TorchrunFlag::Kind::kRefused) {
+          f.apply = [why = t.why](JobOptions&, const std::string& flag,
+                                  const std::string&) -> Result<void> {
+            return fail(Code::kInvalidArgument,
+                        flag + ": torchrun's flag has no place in cohort run: " + why);
+          };
+        } else if (t.kind == TorchrunFlag::Kind::kNothing) {
+          f.apply = [why = t.why](JobOptions& o, const std::string& flag,
+                                  const std::string&) -> Result<void> {
+            o.notes.push_back(flag + " changes nothing: " + why);
+            return {};
+          };
+        } else if (startsWith(t.cohort, "--env ")) {
+          // --master-port N: --env MASTER_PORT=N
+          f.apply = [prefix = t.cohort.substr(6)](JobOptions& o, const std::string&,
+                                                  const std::string& v) -> Result<void> {
+            o.env.push_back(prefix + v);
+            return {};
+          };
+        } else {
+          const JobFlag* own = ownJobFlag(t.cohort);
+          if (!own) std::abort();  // a bug: torchrun_flags.cc names a flag cohort lacks
+          f.apply = own->apply;
+        }
+        flags.push_back(std::move(f));
+      }
+    }
+    return flags;
+  }();
+  return kFlags;
+}
+
 // torchrun's flags, from their one list (cli/torchrun_flags.h).
 std::string torchrunFlagsHelp() {
   std::vector<std::string> same, nothing, refused;
@@ -218,227 +467,81 @@ std::string torchrunFlagsHelp() {
   return "\n" + wrapped + line + "\n";
 }
 
-}  // namespace
-
-std::string jobFlagsHelp() {
-  return R"(Job:
-  -f, --file FILE          job file (YAML or JSON); flags below override its fields
-  --name NAME              job name (default: from the file, else the script's or
-                           program's name, cut to 40 characters)
-  --framework NAME         pytorch (default) | mindspore | tensorflow | mpi | generic
-                           (generic sets only the COHORT_* variables)
-  --launcher NAME          direct (default): cohort starts every rank; torchrun: one torchrun
-                           per node; spawn: one process per node with --init_method --rank
-                           --world_size (mp.spawn); mpirun: one mpirun (default for mpi);
-                           preload: one Python process per node imports `preload` (torch)
-                           once, then forks every rank of the node from it
-  --preload MOD[,MOD]      launcher preload, each node importing these modules once (e.g.
-                           torch,numpy; default torch for pytorch, none for generic)
-  --mode NAME              MindSpore: dynamic_cluster (default) | rank_table (Ascend)
-  --compat NAME            modelarts (default): also set the managed service's MA_* and
-                           VC_* variables, and append --task_name/--task_index to the tasks
-                           of a TensorFlow ps/worker job | none: neither
-  --backend NAME           local (default): nodes simulated on this machine | slurm: the nodes
-                           of a Slurm batch job, one per host (docs/slurm.md) | volcano: the
-                           pods of a Volcano Job on Kubernetes, one per node (cohort run
-                           submits it, cohort plan renders it; docs/volcano.md)
-  --nodes N                nodes of a single-role job
-  --nproc-per-node N|auto|gpu|cpu  processes per node (auto, gpu: one per GPU, 1 without
-                           GPUs; cpu: one per CPU of this machine); also --nproc_per_node
-  --workdir DIR            where ranks run (default: the job file's directory, or here)
-  --environment NAME       run every rank in this environment: a preset (system, pytorch,
-                           tensorflow, mindspore; built on first use) or one saved with
-                           cohort env create; its python3 comes first on PATH (cohort env ls)
-  --image REF              run every rank in this container image (environment: {image:
-                           REF}): one in podman's storage, or pulled; locally and on Slurm
-                           each rank runs in the image's root file system with the host's
-                           network and the job's directories (needs root); on volcano, the
-                           pods' image
-  --namespace NS           backend volcano: the Kubernetes namespace of the Volcano Job
-                           (default: the kubeconfig context's, else "default")
-  --env KEY=VALUE          set a variable for every rank (repeatable)
-  --hp KEY=VALUE           hyperparameter, appended to the command as --KEY=VALUE (repeatable)
-  --max-restarts N         restart the whole gang up to N times after a failure (default 0)
-  --grace-period DUR       stop signal -> SIGKILL delay when stopping ranks (default 30s)
-  --stop-signal SIG        what a graceful stop sends every rank, its notice to checkpoint:
-                           SIGTERM (default) | SIGINT | SIGHUP | SIGQUIT | SIGUSR1 | SIGUSR2
-  --heartbeat-timeout DUR  a node that says nothing for this long is lost (default 5s)
-  --max-runtime DUR        stop the job after this long (e.g. 2h); exit code 124
-  --hang-timeout DUR       no rank printed for this long: take every rank's stack, name the
-                           one that holds the others up, exit code 124 (docs/observing.md)
-  --startup-timeout DUR    the limit until the first output instead (imports, data loading)
-  --success ROLE[,ROLE]    key roles: the job succeeds when all their ranks exit 0
-  --debug RANKS|all|none   these ranks (0, 0,2-3, all) start paused under debugpy, each
-                           waiting for a debugger on a port of its own; a breakpoint() in any
-                           rank pauses it the same way, also with none (docs/debugging.md,
-                           cohort debug JOB)
-  --post-mortem            a rank whose exception nothing caught waits for a debugger
-  --pdb                    with --debug N: rank N runs pdb on this terminal instead
-  --data-root DIR          where job directories go (default $COHORT_DATA_ROOT or ~/.cohort)
-  --isolate                run ranks under bubblewrap: other jobs' directories and the store
-                           are not visible to them, only this job's directory
-  --input-root DIR         local inputs only below DIR (repeatable), opened and copied without
-                           following a link
-  --job-network MODE       with --isolate: isolated (the default as root) puts each node's ranks
-                           in a network of the job's own, with no way out and nothing of the
-                           machine's reaching in, MASTER_ADDR node 0's address there; nat lets
-                           them out through the machine; host keeps the machine's network
-  -- COMMAND...            the command every rank runs
-)" + torchrunFlagsHelp();
+std::vector<FlagSpec> specsOf(const std::vector<JobFlag>& flags, Section section,
+                              const std::string& command) {
+  std::vector<FlagSpec> specs;
+  for (const JobFlag& f : flags) {
+    if (f.section != section) continue;
+    if (command == "submit" && !f.not_submitted.empty()) continue;
+    if (section == Section::kOutput &&
+        (" " + f.shown_in + " ").find(" " + command + " ") == std::string::npos) {
+      continue;
+    }
+    specs.push_back(f.spec);
+  }
+  return specs;
 }
 
-Result<JobOptions> parseJobOptions(int argc, char** argv, int first) {
+}  // namespace
+
+std::vector<FlagSpec> jobFlagSpecs() {
+  std::vector<FlagSpec> specs;
+  for (const JobFlag& f : jobFlags()) specs.push_back(f.spec);
+  return specs;
+}
+
+std::string jobFlagsHelp(const std::string& command) {
+  return "Job:\n" + flagsHelp(specsOf(jobFlags(), Section::kJob, command)) +
+         "  -- COMMAND...            the command every rank runs\n" + torchrunFlagsHelp();
+}
+
+std::string jobOutputFlagsHelp(const std::string& command) {
+  return flagsHelp(specsOf(jobFlags(), Section::kOutput, command));
+}
+
+std::string notSubmitted(const std::string& flag) {
+  for (const JobFlag& f : jobFlags()) {
+    if (f.spec.names(flag)) return f.not_submitted;
+  }
+  return "";
+}
+
+Result<JobOptions> jobOptionsFrom(const Args& args) {
   JobOptions o;
-  for (int i = first; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--") {
-      for (++i; i < argc; ++i) o.command.emplace_back(argv[i]);
+  for (const Args::Given& given : args.given) {
+    for (const JobFlag& f : jobFlags()) {
+      if (f.spec.name != given.name) continue;
+      if (auto applied = f.apply(o, given.spelled, given.value); !applied) {
+        return tl::unexpected(applied.error());
+      }
       break;
-    }
-    std::string value;
-    bool inline_value = false;
-    if (startsWith(arg, "--") && arg.find('=') != std::string::npos) {
-      value = arg.substr(arg.find('=') + 1);
-      arg = arg.substr(0, arg.find('='));
-      inline_value = true;
-    }
-    auto next = [&]() -> Result<std::string> {
-      if (inline_value) return value;
-      if (i + 1 >= argc) return fail(Code::kInvalidArgument, arg + ": needs a value");
-      return std::string(argv[++i]);
-    };
-    // torchrun's flags (cli/torchrun_flags.h): its name for one of ours, or one that means
-    // nothing here (its value taken, a note said), or one refused with the reason.
-    if (const TorchrunFlag* t = findTorchrunFlag(arg)) {
-      if (t->kind == TorchrunFlag::Kind::kRefused) {
-        return fail(Code::kInvalidArgument, arg + ": torchrun's flag has no place in cohort run: " + t->why);
-      }
-      if (t->kind == TorchrunFlag::Kind::kNothing) {
-        if (t->takes_value) COHORT_TRY(next());
-        o.notes.push_back(arg + " changes nothing: " + t->why);
-        continue;
-      }
-      if (t->cohort == "--env MASTER_PORT=") {
-        COHORT_ASSIGN(std::string port, next());
-        o.env.push_back("MASTER_PORT=" + port);
-        continue;
-      }
-      arg = t->cohort;
-    }
-    auto number = [&](int min) -> Result<int> {
-      COHORT_ASSIGN(std::string text, next());
-      auto n = parseInt(text);
-      if (!n || *n < min) {
-        return fail(Code::kInvalidArgument, arg + ": expected an integer >= " +
-                                                std::to_string(min) + ", got '" + text + "'");
-      }
-      return *n;
-    };
-    if (arg == "-f" || arg == "--file") {
-      COHORT_ASSIGN(o.file, next());
-    } else if (arg == "--name") {
-      COHORT_ASSIGN(o.name, next());
-    } else if (arg == "--framework") {
-      COHORT_ASSIGN(o.framework, next());
-    } else if (arg == "--nodes") {
-      COHORT_ASSIGN(o.nodes, number(1));
-    } else if (arg == "--nproc-per-node") {
-      const std::string word = inline_value ? value : i + 1 < argc ? argv[i + 1] : "";
-      if (word == "auto" || word == "gpu" || word == "cpu") {
-        if (!inline_value) ++i;
-        // gpu, as torchrun has it: one per GPU (cohort's auto: 1 without GPUs); cpu: one per
-        // CPU of this machine.
-        o.procs_per_node = word == "cpu" ? std::max(1, static_cast<int>(std::thread::hardware_concurrency()))
-                                         : spec::kAutoProcs;
-      } else {
-        COHORT_ASSIGN(o.procs_per_node, number(1));
-      }
-    } else if (arg == "--launcher") {
-      COHORT_ASSIGN(o.launcher, next());
-    } else if (arg == "--preload") {
-      COHORT_ASSIGN(o.preload, next());
-    } else if (arg == "--backend") {
-      COHORT_ASSIGN(o.backend, next());
-    } else if (arg == "--mode") {
-      COHORT_ASSIGN(o.mode, next());
-    } else if (arg == "--compat") {
-      COHORT_ASSIGN(o.compat, next());
-    } else if (arg == "--workdir") {
-      COHORT_ASSIGN(o.workdir, next());
-    } else if (arg == "--environment") {
-      COHORT_ASSIGN(o.environment, next());
-    } else if (arg == "--image") {
-      COHORT_ASSIGN(o.image, next());
-    } else if (arg == "--namespace") {
-      COHORT_ASSIGN(o.kube_namespace, next());
-    } else if (arg == "--env") {
-      COHORT_ASSIGN(std::string kv, next());
-      o.env.push_back(kv);
-    } else if (arg == "--hp") {
-      COHORT_ASSIGN(std::string kv, next());
-      o.hyperparameters.push_back(kv);
-    } else if (arg == "--max-restarts") {
-      COHORT_ASSIGN(o.max_restarts, number(0));
-    } else if (arg == "--grace-period") {
-      COHORT_ASSIGN(o.grace_period, next());
-    } else if (arg == "--heartbeat-timeout") {
-      COHORT_ASSIGN(o.heartbeat_timeout, next());
-    } else if (arg == "--max-runtime") {
-      COHORT_ASSIGN(o.max_runtime, next());
-    } else if (arg == "--hang-timeout") {
-      COHORT_ASSIGN(o.hang_timeout, next());
-    } else if (arg == "--startup-timeout") {
-      COHORT_ASSIGN(o.startup_timeout, next());
-    } else if (arg == "--stop-signal") {
-      COHORT_ASSIGN(o.stop_signal, next());
-    } else if (arg == "--success") {
-      COHORT_ASSIGN(o.success, next());
-    } else if (arg == "--data-root") {
-      COHORT_ASSIGN(o.data_root, next());
-    } else if (arg == "--log-ranks") {
-      COHORT_ASSIGN(o.log_ranks, next());
-    } else if (arg == "--debug") {
-      COHORT_ASSIGN(o.debug, next());
-    } else if (arg == "--post-mortem") {
-      o.post_mortem = true;
-    } else if (arg == "--pdb") {
-      o.pdb = true;
-    } else if (arg == "--job-id") {
-      COHORT_ASSIGN(o.job_id, next());
-    } else if (arg == "--run-as") {
-      COHORT_ASSIGN(o.run_as, next());
-    } else if (arg == "--job-network") {
-      COHORT_ASSIGN(o.job_network, next());
-    } else if (arg == "--input-root") {
-      COHORT_ASSIGN(std::string root, next());
-      o.input_roots.push_back(std::move(root));
-    } else if (arg == "--report") {
-      o.report = true;
-    } else if (arg == "--isolate") {
-      o.isolate = true;
-    } else if (arg == "--json") {
-      o.json = true;
-    } else if (arg == "-q" || arg == "--quiet") {
-      o.quiet = true;
-    } else if (!startsWith(arg, "-")) {
-      // The command without "--": everything from here on. A job file given this way would
-      // otherwise fail later as a program not found on PATH.
-      if (o.file.empty() &&
-          (arg.ends_with(".yaml") || arg.ends_with(".yml") || arg.ends_with(".json"))) {
-        return fail(Code::kInvalidArgument,
-                    "'" + arg + "' looks like a job file: give it with -f " + arg +
-                        " (a command whose first word is a file of that name goes after --)");
-      }
-      for (; i < argc; ++i) o.command.emplace_back(argv[i]);
-      break;
-    } else {
-      const std::string near = nearestFlag(arg, knownJobFlags());
-      return fail(Code::kInvalidArgument, "unknown flag '" + arg + "'" +
-                                              (near.empty() ? "" : ": did you mean " + near + "?") +
-                                              " (see --help)");
     }
   }
+  if (!args.command.empty() && !args.command_after_dashes && o.file.empty()) {
+    // The command without "--". A job file given this way would otherwise fail later as a
+    // program not found on PATH.
+    const std::string& first = args.command[0];
+    if (first.ends_with(".yaml") || first.ends_with(".yml") || first.ends_with(".json")) {
+      return fail(Code::kInvalidArgument,
+                  "'" + first + "' looks like a job file: give it with -f " + first +
+                      " (a command whose first word is a file of that name goes after --)");
+    }
+  }
+  o.command = args.command;
   return o;
+}
+
+Result<JobOptions> parseJobOptions(const std::string& command, int argc, char** argv, int first) {
+  COHORT_ASSIGN(Args args, parseArgs(command, argc, argv, jobFlagSpecs(),
+                                     ParseMode::kCommandAfterFlags, first));
+  return jobOptionsFrom(args);
+}
+
+bool jobFlagTakesValue(const std::string& flag) {
+  for (const JobFlag& f : jobFlags()) {
+    if (f.spec.names(flag)) return f.spec.takesValue();
+  }
+  return false;
 }
 
 std::string absoluteIn(const std::string& path, const std::string& base) {
@@ -457,33 +560,6 @@ void makePathsAbsolute(spec::JobSpec& spec) {
       in.source = absoluteIn(where->path, spec.base_dir);
     }
   }
-}
-
-namespace {
-// Every flag of parseJobOptions above that reads next() (job_options_test checks the help).
-// clang-format off
-const std::set<std::string> kValueFlags = {
-      "-f", "--file", "--name", "--framework", "--nodes", "--nproc-per-node", "--nproc_per_node",
-      "--launcher", "--preload", "--backend", "--mode", "--compat", "--workdir", "--environment", "--image", "--namespace", "--env",
-      "--hp", "--max-restarts", "--grace-period", "--heartbeat-timeout", "--max-runtime",
-      "--hang-timeout", "--startup-timeout", "--stop-signal", "--success", "--data-root",
-      "--log-ranks", "--job-id", "--run-as", "--input-root", "--job-network",
-      "--debug"};
-// clang-format on
-}  // namespace
-
-bool jobFlagTakesValue(const std::string& flag) {
-  if (const TorchrunFlag* t = findTorchrunFlag(flag)) return t->takes_value;
-  return kValueFlags.count(flag) > 0;
-}
-
-std::vector<std::string> knownJobFlags() {
-  std::vector<std::string> known(kValueFlags.begin(), kValueFlags.end());
-  for (const char* flag : {"--post-mortem", "--pdb", "--report", "--isolate", "--json", "--quiet"}) {
-    known.emplace_back(flag);
-  }
-  for (const TorchrunFlag& t : torchrunFlags()) known.insert(known.end(), t.names.begin(), t.names.end());
-  return known;
 }
 
 Result<spec::JobSpec> buildSpec(const JobOptions& o) {

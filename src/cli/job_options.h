@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/args.h"
 #include "plan/plan.h"
 #include "spec/job_spec.h"
 #include "util/result.h"
@@ -49,15 +50,30 @@ struct JobOptions {
   std::vector<std::string> notes;
 };
 
-// Parses flags for run/plan from argv[first..]. Errors: kInvalidArgument naming the flag.
-Result<JobOptions> parseJobOptions(int argc, char** argv, int first);
+// Every flag of run, plan and submit, declared once in job_options.cc (with its help, what it
+// sets, where its help shows and why a submitted job refuses it), torchrun's spellings included
+// (cli/torchrun_flags.h). To add one: one JobFlag there, and its field in JobOptions.
+std::vector<FlagSpec> jobFlagSpecs();
 
-// Whether `flag` is one of parseJobOptions' flags that take a value ("--nodes", not "--json"),
-// for commands that pick their own flags out first (cohort submit).
+// Parses the flags of `command` (run, plan) from argv[first..]; the first word that is not a
+// flag, or the words after "--", are the ranks' command. Errors: kInvalidArgument naming the
+// flag.
+Result<JobOptions> parseJobOptions(const std::string& command, int argc, char** argv, int first);
+
+// The options that `args` (parsed over jobFlagSpecs() and maybe more, in
+// ParseMode::kCommandAfterFlags) give; flags that are not the job's are left alone.
+Result<JobOptions> jobOptionsFrom(const Args& args);
+
+// Whether `flag` is one of the job's flags that take a value ("--nodes", not "--json").
 bool jobFlagTakesValue(const std::string& flag);
 
-// Every flag parseJobOptions knows, torchrun's included: what an unknown flag is compared with.
-std::vector<std::string> knownJobFlags();
+// Why `cohort submit` refuses the job flag `flag` ("" when a server's job takes it).
+std::string notSubmitted(const std::string& flag);
+
+// The help of the job's flags for `command` (run, plan, submit: submit's leaves out those it
+// refuses), under "Job:", and those its own "Output:" section lists.
+std::string jobFlagsHelp(const std::string& command);
+std::string jobOutputFlagsHelp(const std::string& command);
 
 // `path` relative to `base` (unless it is absolute), without "." and ".." parts.
 std::string absoluteIn(const std::string& path, const std::string& base);
@@ -99,6 +115,5 @@ std::string jobDirFor(const JobOptions& options);
 // its ranks then show where the environment will be).
 Result<PreparedJob> prepareJob(const JobOptions& options, bool dry = false);
 
-std::string jobFlagsHelp();
 
 }  // namespace cohort::cli

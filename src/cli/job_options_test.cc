@@ -11,7 +11,7 @@ namespace {
 // cohort submit picks its own flags out of the job's with jobFlagTakesValue: every flag the
 // help shows with a value ("--nodes N") must be one that takes a value, and the others not.
 TEST(JobFlags, EveryFlagInTheHelpTakesAValueExactlyWhenTheHelpShowsOne) {
-  std::istringstream help(jobFlagsHelp());
+  std::istringstream help(jobFlagsHelp("run"));
   const std::regex line(R"(^  (?:(-\w), )?(--[a-z_-]+)( [A-Z][A-Z|=a-z,\[\]]*)?\s)");
   int seen = 0;
   for (std::string text; std::getline(help, text);) {
@@ -30,7 +30,7 @@ TEST(JobFlags, EveryFlagInTheHelpTakesAValueExactlyWhenTheHelpShowsOne) {
 Result<spec::JobSpec> specOf(std::vector<std::string> args) {
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
-  auto options = parseJobOptions(static_cast<int>(argv.size()), argv.data(), 0);
+  auto options = parseJobOptions("run", static_cast<int>(argv.size()), argv.data(), 0);
   if (!options) return tl::unexpected(options.error());
   return buildSpec(*options);
 }
@@ -104,7 +104,7 @@ TEST(JobFlags, AJobFileGivenAsTheCommandIsPointedToDashF) {
 Result<JobOptions> optionsOf(std::vector<std::string> args) {
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
-  return parseJobOptions(static_cast<int>(argv.size()), argv.data(), 0);
+  return parseJobOptions("run", static_cast<int>(argv.size()), argv.data(), 0);
 }
 
 TEST(TorchrunFlags, BothSpellingsOfItsOwnFlagsAreCohorts) {
@@ -148,10 +148,11 @@ TEST(TorchrunFlags, AnUnknownFlagNamesTheNearestKnownOne) {
   auto o = optionsOf({"--nproc-per-nod", "2", "--", "python3", "train.py"});
   ASSERT_FALSE(o);
   EXPECT_EQ(o.error().message,
-            "unknown flag '--nproc-per-nod': did you mean --nproc-per-node? (see --help)");
+            "run: unknown flag '--nproc-per-nod': did you mean --nproc-per-node? (see cohort run "
+            "--help)");
   o = optionsOf({"--frobnicate", "--", "python3", "train.py"});
   ASSERT_FALSE(o);
-  EXPECT_EQ(o.error().message, "unknown flag '--frobnicate' (see --help)");
+  EXPECT_EQ(o.error().message, "run: unknown flag '--frobnicate' (see cohort run --help)");
 }
 
 }  // namespace

@@ -33,8 +33,8 @@ namespace cohort::cli {
 
 namespace {
 
-const char* kServerHelp =
-    R"(cohort server: the multi-user job service (queue, gang scheduler, accounts, shares)
+// The help's text around its flags.
+const char* kServerAbout = R"(cohort server: the multi-user job service (queue, gang scheduler, accounts, shares)
 
 Usage: cohort server [flags]
 
@@ -44,78 +44,113 @@ of a data root it creates the account "admin" and prints its token (also saved, 
 <data-root>/server/admin.token).
 
 Flags:
-  --listen HOST:PORT       where the HTTP API listens (default 127.0.0.1:8600; port 0: any).
-                           Anything but loopback needs TLS (below) or --insecure-http
-  --tls-cert FILE          speak HTTPS with this certificate (PEM, the chain leaf first) ...
-  --tls-key FILE           ... and its private key (PEM, unencrypted; keep it 0600)
-  --tls-self-signed        speak HTTPS with a certificate made for this machine's names and
-                           addresses on the first start (kept in <data-root>/server/tls/); the
-                           server prints its fingerprint, which cohort login --fingerprint pins
-  --insecure-http          listen beyond loopback without TLS: tokens and data cross the
-                           network in the clear (behind a TLS-terminating proxy only)
-  --data-root DIR          database, jobs and store (default $COHORT_DATA_ROOT or ~/.cohort)
-  --store s3://BUCKET/PREFIX
-                           keep the accounts' buckets (store://, server://, shares) under
-                           PREFIX of an S3 bucket instead of <data-root>/store; credentials,
-                           region and endpoint from this process's AWS_* variables or ~/.aws/
-                           (as cohort cp takes them, never a flag); checked at start
-  --backend NAME           local (default): jobs' nodes are simulated on this machine | slurm:
-                           each job is a Slurm batch job, its ranks on the cluster's nodes; the
-                           server queues by account and priority, Slurm allocates (docs/slurm.md)
-                           | volcano: each job is a Volcano Job in the Kubernetes cluster of
-                           the kubeconfig (or of the pod the server runs in); Volcano queues
-                           and gang-schedules (docs/volcano.md)
-  --namespace NS           with volcano: the Jobs' namespace (default: the kubeconfig's)
-  --cpus N                 CPUs the scheduler hands out (default: this machine's; with slurm:
-                           no limit of its own)
-  --memory SIZE            memory the scheduler hands out, e.g. 64Gi (default: this machine's)
-  --gpus N                 GPUs the scheduler hands out (default: those nvidia-smi lists)
-  --isolate                run every job's ranks under bubblewrap, where the store and other
-                           jobs' directories do not exist (the default when bubblewrap works;
-                           with --isolate the server refuses to start without it)
-  --no-isolate             run jobs without the sandbox
-  --rank-uids FIRST-LAST   as root, account number N's ranks run as uid and gid FIRST-1+N
-                           (default 2000001-2100000): no account can read, signal or trace
-                           another's processes or files
-  --single-user            every account is one person: ranks run as the server's own user
-                           (needed to serve several accounts without root)
-  --job-network MODE       isolated (the default as root, with the sandbox): each node of a job
-                           in a network of the job's own, which nothing else reaches, with no
-                           way out | nat: the same, with a way out through this machine (nft) |
-                           host: jobs share this machine's network (the default without root)
-  --input-root DIR         jobs may name local inputs below DIR (repeatable; default: none, use
-                           store://); each is read as the job's account, and no link below DIR
-                           is followed
-  --max-upload SIZE        the largest code upload accepted (the archive cohort submit sends
-                           of a job's workdir; default 1Gi, at most 4Gi)
-  --threads N              HTTP worker threads (default 32; followers hold none)
-  --idle-timeout DUR       close a connection whose client keeps it waiting this long: half
-                           a body, an answer not read (default 60s; followers waiting for
-                           their job are not idle). A request's headers must all be in within
-                           10s of the connection (or its previous answer), or this if shorter,
-                           however slowly they come
-  --rank-pids N            processes and threads each rank of a job may have at once (default
-                           4096; a job's resources.pids may ask fewer; 0: no limit)
-  --max-connections N      connections open at once, in all (default 16384)
-  --max-connections-per-address N
-                           connections open at once from one client address (default 1024)
-
+)";
+const char* kQuotasAbout = R"(
 Quotas: what one account may hold and do at once, where an admin set none of its own (cohort
 accounts quota NAME ...); admin accounts are held only to their own. Over one: HTTP 429, naming
 the quota and what is in use; the running jobs that take an account past its bytes or inodes
 are stopped, saying so (docs/server.md#quotas-and-limits). none: no limit.
-  --quota-bytes SIZE       bytes in the data root: its store files, uploads, jobs' directories
-                           and environments (default: a quarter of the data root's file system)
-  --quota-inodes N         files, directories and links there (default: a quarter of its inodes)
-  --quota-queued-jobs N    jobs waiting in the queue at once (default 100)
-  --quota-uploads N        uploads being received or waiting for their job (default 16)
-  --max-followers N        streams one account may follow at once: jobs' events and logs,
-                           builds' logs (default 256)
-  --quota-max-priority N   the highest --priority an account may give its jobs (default 0)
-
+)";
+const char* kServerAfter = R"(
 The API is described in docs/server-api.md and served at /v1/openapi.json; Prometheus metrics
 at /metrics. Clients: cohort login URL, then cohort submit/ps/status/logs/... (cohort --help).
 )";
+
+// The server's flags, each once with its help: the service's, then the quotas' defaults.
+const std::vector<FlagSpec>& serviceFlags() {
+  static const std::vector<FlagSpec> kFlags = {
+      {"--listen", "", "HOST:PORT",
+       "where the HTTP API listens (default 127.0.0.1:8600; port 0: any). Anything but loopback "
+       "needs TLS (below) or --insecure-http"},
+      {"--tls-cert", "", "FILE",
+       "speak HTTPS with this certificate (PEM, the chain leaf first) ..."},
+      {"--tls-key", "", "FILE",
+       "... and its private key (PEM, unencrypted; keep it 0600)"},
+      {"--tls-self-signed", "", "",
+       "speak HTTPS with a certificate made for this machine's names and addresses on the first "
+       "start (kept in <data-root>/server/tls/); the server prints its fingerprint, which cohort "
+       "login --fingerprint pins"},
+      {"--insecure-http", "", "",
+       "listen beyond loopback without TLS: tokens and data cross the network in the clear "
+       "(behind a TLS-terminating proxy only)"},
+      {"--data-root", "", "DIR",
+       "database, jobs and store (default $COHORT_DATA_ROOT or ~/.cohort)"},
+      {"--store", "", "s3://BUCKET/PREFIX",
+       "keep the accounts' buckets (store://, server://, shares) under PREFIX of an S3 bucket "
+       "instead of <data-root>/store; credentials, region and endpoint from this process's AWS_* "
+       "variables or ~/.aws/ (as cohort cp takes them, never a flag); checked at start"},
+      {"--backend", "", "NAME",
+       "local (default): jobs' nodes are simulated on this machine | slurm: each job is a Slurm "
+       "batch job, its ranks on the cluster's nodes; the server queues by account and priority, "
+       "Slurm allocates (docs/slurm.md) | volcano: each job is a Volcano Job in the Kubernetes "
+       "cluster of the kubeconfig (or of the pod the server runs in); Volcano queues and "
+       "gang-schedules (docs/volcano.md)"},
+      {"--namespace", "", "NS",
+       "with volcano: the Jobs' namespace (default: the kubeconfig's)"},
+      {"--cpus", "", "N",
+       "CPUs the scheduler hands out (default: this machine's; with slurm: no limit of its own)"},
+      {"--memory", "", "SIZE",
+       "memory the scheduler hands out, e.g. 64Gi (default: this machine's)"},
+      {"--gpus", "", "N",
+       "GPUs the scheduler hands out (default: those nvidia-smi lists)"},
+      {"--isolate", "", "",
+       "run every job's ranks under bubblewrap, where the store and other jobs' directories do "
+       "not exist (the default when bubblewrap works; with --isolate the server refuses to start "
+       "without it)"},
+      {"--no-isolate", "", "",
+       "run jobs without the sandbox"},
+      {"--rank-uids", "", "FIRST-LAST",
+       "as root, account number N's ranks run as uid and gid FIRST-1+N (default 2000001-2100000): "
+       "no account can read, signal or trace another's processes or files"},
+      {"--single-user", "", "",
+       "every account is one person: ranks run as the server's own user (needed to serve several "
+       "accounts without root)"},
+      {"--job-network", "", "MODE",
+       "isolated (the default as root, with the sandbox): each node of a job in a network of the "
+       "job's own, which nothing else reaches, with no way out | nat: the same, with a way out "
+       "through this machine (nft) | host: jobs share this machine's network (the default without "
+       "root)"},
+      {"--input-root", "", "DIR",
+       "jobs may name local inputs below DIR (repeatable; default: none, use store://); each is "
+       "read as the job's account, and no link below DIR is followed"},
+      {"--max-upload", "", "SIZE",
+       "the largest code upload accepted (the archive cohort submit sends of a job's workdir; "
+       "default 1Gi, at most 4Gi)"},
+      {"--threads", "", "N",
+       "HTTP worker threads (default 32; followers hold none)"},
+      {"--idle-timeout", "", "DUR",
+       "close a connection whose client keeps it waiting this long: half a body, an answer not "
+       "read (default 60s; followers waiting for their job are not idle). A request's headers "
+       "must all be in within 10s of the connection (or its previous answer), or this if shorter, "
+       "however slowly they come"},
+      {"--rank-pids", "", "N",
+       "processes and threads each rank of a job may have at once (default 4096; a job's "
+       "resources.pids may ask fewer; 0: no limit)"},
+      {"--max-connections", "", "N",
+       "connections open at once, in all (default 16384)"},
+      {"--max-connections-per-address", "", "N",
+       "connections open at once from one client address (default 1024)"},
+  };
+  return kFlags;
+}
+const std::vector<FlagSpec>& quotaFlags() {
+  static const std::vector<FlagSpec> kFlags = {
+      {"--quota-bytes", "", "SIZE",
+       "bytes in the data root: its store files, uploads, jobs' directories and environments "
+       "(default: a quarter of the data root's file system)"},
+      {"--quota-inodes", "", "N",
+       "files, directories and links there (default: a quarter of its inodes)"},
+      {"--quota-queued-jobs", "", "N",
+       "jobs waiting in the queue at once (default 100)"},
+      {"--quota-uploads", "", "N",
+       "uploads being received or waiting for their job (default 16)"},
+      {"--max-followers", "", "N",
+       "streams one account may follow at once: jobs' events and logs, builds' logs (default 256)"},
+      {"--quota-max-priority", "", "N",
+       "the highest --priority an account may give its jobs (default 0)"},
+  };
+  return kFlags;
+}
 
 int64_t memTotal() {
   auto text = readFile("/proc/meminfo");
@@ -205,7 +240,10 @@ std::vector<std::string> tlsNames(const std::string& listen_host) {
 
 }  // namespace
 
-const char* serverHelp() { return kServerHelp; }
+std::string serverHelp() {
+  return kServerAbout + flagsHelp(serviceFlags()) + kQuotasAbout + flagsHelp(quotaFlags()) +
+         kServerAfter;
+}
 
 int cmdServer(int argc, char** argv) {
   server::ServerOptions options;
@@ -217,37 +255,9 @@ int cmdServer(int argc, char** argv) {
   options.capacity.memory_bytes = memTotal();
   const std::vector<int> found_gpus = backends::localGpus();
   int64_t gpus = static_cast<int64_t>(found_gpus.size());
-  auto parsed = parseArgs("server", argc, argv,
-                          {{"--listen", "", true},
-                           {"--data-root", "", true},
-                           {"--store", "", true},
-                           {"--cpus", "", true},
-                           {"--memory", "", true},
-                           {"--gpus", "", true},
-                           {"--threads", "", true},
-                           {"--max-upload", "", true},
-                           {"--idle-timeout", "", true},
-                           {"--max-followers", "", true},
-                           {"--quota-bytes", "", true},
-                           {"--quota-inodes", "", true},
-                           {"--quota-queued-jobs", "", true},
-                           {"--quota-uploads", "", true},
-                           {"--quota-max-priority", "", true},
-                           {"--rank-pids", "", true},
-                           {"--tls-cert", "", true},
-                           {"--tls-key", "", true},
-                           {"--tls-self-signed", "", false},
-                           {"--insecure-http", "", false},
-                           {"--max-connections", "", true},
-                           {"--max-connections-per-address", "", true},
-                           {"--backend", "", true},
-                           {"--namespace", "", true},
-                           {"--rank-uids", "", true},
-                           {"--single-user", "", false},
-                           {"--input-root", "", true},
-                           {"--job-network", "", true},
-                           {"--isolate", "", false},
-                           {"--no-isolate", "", false}});
+  std::vector<FlagSpec> specs = serviceFlags();
+  specs.insert(specs.end(), quotaFlags().begin(), quotaFlags().end());
+  auto parsed = parseArgs("server", argc, argv, specs);
   if (parsed && !parsed->positional.empty()) {
     parsed = fail(Code::kInvalidArgument, "server: unexpected argument '" + parsed->positional[0] +
                                               "' (see cohort server --help)");

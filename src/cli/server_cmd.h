@@ -2,9 +2,11 @@
 // until SIGINT/SIGTERM.
 #pragma once
 
+#include <string>
+
 namespace cohort::cli {
 
 int cmdServer(int argc, char** argv);
-const char* serverHelp();
+std::string serverHelp();
 
 }  // namespace cohort::cli

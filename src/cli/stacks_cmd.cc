@@ -59,7 +59,16 @@ int serverStacks(ApiClient api, const std::string& id) {
 
 }  // namespace
 
-const char* stacksHelp() {
+// The flags of cohort stacks, each once with its help.
+const std::vector<FlagSpec>& stacksFlags() {
+  static const std::vector<FlagSpec> kFlags = withServerFlags({
+      {"--data-root", "", "DIR",
+       "where job directories are (default $COHORT_DATA_ROOT or ~/.cohort)"},
+  });
+  return kFlags;
+}
+
+std::string stacksHelp() {
   return R"(Usage: cohort stacks JOB [--data-root DIR] [--server URL] [--token T]
 
 Prints every rank's Python stack of JOB now, identical stacks once with the ranks that share
@@ -69,23 +78,12 @@ py-spy (pip install py-spy; or beside cohort, in venv-tools/), without stopping 
 rank's state (stopped, in uninterruptible sleep) is shown too. A job that hung with
 policy.hang_timeout has its stacks of that moment in its stacks.txt.
 
-  --data-root DIR    where job directories are (default $COHORT_DATA_ROOT or ~/.cohort)
-  --server URL       the server to ask (default: COHORT_SERVER, else cohort login's)
-  --token T          its token (default: COHORT_TOKEN, else cohort login's)
-  --ca FILE          an https:// server's certificates to trust (default: COHORT_CA, else
-                     cohort login's)
-)";
+)" + flagsHelp(stacksFlags());
 }
 
 int cmdStacks(int argc, char** argv) {
-  auto args = parseArgs("stacks", argc, argv,
-                        withServerFlags({{"--data-root", "", true},
-                         {"--help", "-h", false}}));
+  auto args = parseArgs("stacks", argc, argv, stacksFlags());
   if (!args) return failWith(kExitUsage, args.error().message);
-  if (args->has("--help")) {
-    std::fputs(stacksHelp(), stdout);
-    return 0;
-  }
   if (args->positional.size() != 1) {
     return failWith(kExitUsage, "give one job id (see cohort stacks --help)");
   }

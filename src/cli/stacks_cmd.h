@@ -6,12 +6,14 @@
 // serves the file. The job goes on.
 #pragma once
 
+#include <string>
+
 namespace cohort::cli {
 
 // argv[1] is "stacks". Exit codes: 0 printed, 1 the job is not running or did not answer, 2 bad
 // usage or no such job.
 int cmdStacks(int argc, char** argv);
 
-const char* stacksHelp();
+std::string stacksHelp();
 
 }  // namespace cohort::cli

@@ -198,7 +198,18 @@ std::string render(Sources src, const std::string& id) {
 
 }  // namespace
 
-const char* topHelp() {
+// The flags of cohort top, each once with its help.
+const std::vector<FlagSpec>& topFlags() {
+  static const std::vector<FlagSpec> kFlags = withServerFlags({
+      {"--once", "", "",
+       "print the table once and exit"},
+      {"--data-root", "", "DIR",
+       "where job directories are (default $COHORT_DATA_ROOT or ~/.cohort)"},
+  });
+  return kFlags;
+}
+
+std::string topHelp() {
   return R"(Usage: cohort top JOB [--once] [--data-root DIR] [--server URL] [--token T]
 
 A live table of JOB's ranks, for a job that `cohort run` runs on this machine (or, when there is
@@ -210,26 +221,15 @@ its latest training metrics (what it logged with cohort.log(step=..., loss=...),
 stdout is not a terminal, or with --once. The samples are in the job's resources.jsonl and
 metrics.jsonl.
 
-  --once             print the table once and exit
-  --data-root DIR    where job directories are (default $COHORT_DATA_ROOT or ~/.cohort)
-  --server URL       the server to ask (default: COHORT_SERVER, else cohort login's)
-  --token T          its token (default: COHORT_TOKEN, else cohort login's)
-  --ca FILE          an https:// server's certificates to trust (default: COHORT_CA, else
-                     cohort login's)
-)";
+)" + flagsHelp(topFlags());
 }
 
 int cmdTop(int argc, char** argv) {
   auto args =
-      parseArgs("top", argc, argv,
-                withServerFlags({{"--data-root", "", true}, {"--once", "", false}, {"--help", "-h", false}}));
+      parseArgs("top", argc, argv, topFlags());
   if (!args) {
     std::fprintf(stderr, "cohort top: %s\n", args.error().message.c_str());
     return kExitUsage;
-  }
-  if (args->has("--help")) {
-    std::fputs(topHelp(), stdout);
-    return 0;
   }
   if (args->positional.size() != 1) {
     std::fprintf(stderr, "cohort top: give one job id (see cohort top --help)\n");

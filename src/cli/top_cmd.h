@@ -5,11 +5,13 @@
 // directory; any other is asked of the server (GET /v1/jobs/{id}, /ranks, /metrics).
 #pragma once
 
+#include <string>
+
 namespace cohort::cli {
 
 // argv[1] is "top". Exit codes: 0 shown, 2 bad usage or no such job.
 int cmdTop(int argc, char** argv);
 
-const char* topHelp();
+std::string topHelp();
 
 }  // namespace cohort::cli

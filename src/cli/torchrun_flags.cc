@@ -29,21 +29,6 @@ TorchrunFlag refused(const std::string& name, bool value, const std::string& why
 const std::string kRendezvous =
     "cohort's coordinator is every job's rendezvous, on a port it leases for the job";
 
-size_t editDistance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
-
 }  // namespace
 
 const std::vector<TorchrunFlag>& torchrunFlags() {
@@ -88,19 +73,6 @@ const TorchrunFlag* findTorchrunFlag(const std::string& flag) {
     if (std::find(f.names.begin(), f.names.end(), flag) != f.names.end()) return &f;
   }
   return nullptr;
-}
-
-std::string nearestFlag(const std::string& flag, const std::vector<std::string>& known) {
-  std::string best;
-  size_t best_distance = 3;  // at most two edits away
-  for (const std::string& name : known) {
-    const size_t d = editDistance(flag, name);
-    if (d < best_distance) {
-      best = name;
-      best_distance = d;
-    }
-  }
-  return best;
 }
 
 }  // namespace cohort::cli

@@ -2,7 +2,7 @@
 // the word `torchrun` swapped for `cohort run`: each flag of torchrun, in both its spellings
 // (--nproc-per-node and --nproc_per_node), is one of cohort's own, or means nothing here and is
 // accepted with a note that says why, or is refused with the reason and what to use instead.
-// The one list of them: parseJobOptions, the suggestion for an unknown flag and the table in
+// The one list of them: the job's flags (job_options.h), their help and the table in
 // docs/frameworks.md come from it. Pure; any thread.
 #pragma once
 
@@ -28,9 +28,5 @@ const std::vector<TorchrunFlag>& torchrunFlags();
 
 // The entry that names `flag` (either spelling), or null.
 const TorchrunFlag* findTorchrunFlag(const std::string& flag);
-
-// The message for an unknown flag `flag` among `known` (cohort's flags): the nearest one by
-// spelling when it is close ("did you mean --nodes?"), else "".
-std::string nearestFlag(const std::string& flag, const std::vector<std::string>& known);
 
 }  // namespace cohort::cli
