@@ -4,7 +4,7 @@
 #
 #   steps_begin NAME LOG     lines start with "NAME:", tools' output goes to LOG (emptied)
 #   step WHAT COMMAND...     runs COMMAND quietly; on a terminal one line, updated as it runs
-#                            (with ninja's [done/total]); elsewhere a line every 30 s and a last
+#                            (with ninja's [done/total]); elsewhere a line a minute and a last
 #                            one. Exits with COMMAND's status, after the log's tail, if it fails
 #   step --may-fail WHAT COMMAND...   the same, but returns COMMAND's status instead of exiting
 #   install_debian WHY PKG...  installs from Debian's packages those of PKG that are missing
@@ -45,7 +45,7 @@ step() {
     line=$(steps_line "$what" "$offset" "$start")
     if [ -t 2 ]; then
       printf '\r\033[K%s: %s' "$steps_name" "$line" >&2
-    elif [ $((SECONDS - start)) -ge $((shown + 30)) ]; then
+    elif [ $((SECONDS - start)) -ge $((shown + 60)) ]; then
       shown=$((SECONDS - start))
       steps_say "$line"
     fi
