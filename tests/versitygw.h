@@ -1,6 +1,6 @@
 // A real S3 server for tests: versitygw (its posix backend serves a directory: each directory
 // under it is a bucket, each object a plain file), which checks every request's signature.
-// scripts/setup installs it into build/go-bin with `go install`; a test that finds none skips
+// scripts/test installs it into build/go-bin with `go install`; a test that finds none skips
 // and says so. Started on a loopback port the kernel picked, stopped (SIGTERM) with the object.
 #pragma once
 

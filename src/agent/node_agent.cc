@@ -62,7 +62,7 @@ constexpr size_t kOutputLowWater = 8u << 20;
 constexpr Millis kLastWordsTimeout{30000};
 
 // py-spy reads a Python process's stack from outside, without stopping it or changing the
-// script: from PATH, else where scripts/setup installs it beside cohort (venv-tools/bin).
+// script: from PATH, else beside cohort (venv-tools/bin, where scripts/test installs it).
 std::string findPySpy() {
   const char* path = std::getenv("PATH");
   if (auto found = proc::findProgram("py-spy", path ? path : "/usr/local/bin:/usr/bin:/bin", "/")) {

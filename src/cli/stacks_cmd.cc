@@ -74,7 +74,7 @@ std::string stacksHelp() {
 Prints every rank's Python stack of JOB now, identical stacks once with the ranks that share
 them: a job that `cohort run` runs on this machine, or else a job of the server you logged in
 to (cohort login). The job goes on. Stacks are read with
-py-spy (scripts/setup installs it; else pip install py-spy), without stopping the ranks; a
+py-spy (pip install py-spy; or beside cohort, in venv-tools/), without stopping the ranks; a
 rank's state (stopped, in uninterruptible sleep) is shown too. A job that hung with
 policy.hang_timeout has its stacks of that moment in its stacks.txt.
 

@@ -110,7 +110,7 @@ TEST(JobNetwork, ItsNodesReachEachOtherAndNothingOutsideReachesThem) {
 // one of its own addresses), as the hub's address; the nodes still reach each other.
 TEST(JobNetwork, WithNatItsNodesGetOutThroughTheMachine) {
   if (!JobNetwork::available()) GTEST_SKIP() << "making network namespaces needs root";
-  if (::access("/usr/sbin/nft", X_OK) != 0) GTEST_SKIP() << "needs nftables (scripts/setup)";
+  if (::access("/usr/sbin/nft", X_OK) != 0) GTEST_SKIP() << "needs nftables (scripts/test installs it)";
   std::string machine;
   for (const InterfaceAddress& a : ipv4Addresses()) {
     char text[INET_ADDRSTRLEN];

@@ -104,7 +104,7 @@ class Stores : public ::testing::TestWithParam<std::string> {
 
   void SetUp() override {
     if (GetParam() != "directory" && !gw_) {
-      GTEST_SKIP() << "versitygw not found (scripts/setup installs it into build/go-bin with go "
+      GTEST_SKIP() << "versitygw not found (scripts/test installs it into build/go-bin with go "
                       "install; or set COHORT_VERSITYGW): the contract did not run against S3";
     }
     if (gw_) {

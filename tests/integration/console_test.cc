@@ -180,7 +180,7 @@ class ConsoleInChromium : public ::testing::Test {
   void SetUp() override {
     if (chromium_->empty()) {
       GTEST_SKIP() << "no chromium binary (chromium, chromium-browser, google-chrome on PATH, or "
-                      "COHORT_CHROMIUM); scripts/setup installs Debian's chromium";
+                      "COHORT_CHROMIUM); scripts/test installs Debian's chromium";
     }
     ASSERT_EQ(problem_, nullptr) << *problem_;
   }

@@ -361,13 +361,13 @@ std::string pydevdPyCharm() {
 }
 
 // PyCharm's flow (docs/debugging.md): the IDE listens, the rank dials it with pydevd-pycharm,
-// PyCharm's own debugger (scripts/setup installs it into build/pydevd-pycharm). The IDE is
+// PyCharm's own debugger (scripts/test installs it into build/pydevd-pycharm). The IDE is
 // played by pycharm_server.py, speaking pydevd's protocol as PyCharm does.
 TEST(DebugFlags, ARankDialsPyCharmsDebugServerAndStopsAtABreakpointOrItsException) {
   REQUIRE(kDebugpy, "Debian's python3-debugpy is not installed");
   const std::string pydevd = pydevdPyCharm();
   REQUIRE("PYTHONPATH=" + pydevd + " /usr/bin/python3 -c 'import pydevd_pycharm' 2>/dev/null",
-          "pydevd-pycharm is not installed (scripts/setup puts it in build/pydevd-pycharm)");
+          "pydevd-pycharm is not installed (scripts/test puts it in build/pydevd-pycharm)");
   for (const bool post_mortem : {false, true}) {
     SCOPED_TRACE(post_mortem ? "post-mortem" : "breakpoint()");
     const std::string root = tempDir();
@@ -551,7 +551,7 @@ TEST(DebugFlags, ContinueAfterAPostMortemStopEndsTheRankWithoutAnotherStop) {
 TEST(DebugFlags, WhenPyCharmGoesAwayTheRankGoesOnAndSaysSoOnce) {
   const std::string pydevd = pydevdPyCharm();
   REQUIRE("PYTHONPATH=" + pydevd + " /usr/bin/python3 -c 'import pydevd_pycharm' 2>/dev/null",
-          "pydevd-pycharm is not installed (scripts/setup puts it in build/pydevd-pycharm)");
+          "pydevd-pycharm is not installed (scripts/test puts it in build/pydevd-pycharm)");
   const std::string root = tempDir();
   const std::string py = script(root, "loop.py",
                                 "import time\nstep = 40\nfor i in range(4):\n"

@@ -103,7 +103,7 @@ TEST(RealPyTorch, AHungRankIsNamedWithEveryRanksStack) {
   for (const std::string how : {"stop", "sleep"}) {  // NOLINT: a copy per case
     SCOPED_TRACE(how);
     if (how == "sleep" && !py_spy) {
-      GTEST_SKIP() << "py-spy is not installed (scripts/setup puts it in build/venv-tools): "
+      GTEST_SKIP() << "py-spy is not installed (scripts/test puts it in build/venv-tools): "
                       "the stuck-outside-the-collective case needs the Python stacks";
     }
     std::string root = tempDir();

@@ -1,6 +1,6 @@
 // `cohort cp` against a real S3 server that checks every signature: versitygw (its posix
 // backend serves a directory: each directory under it is a bucket, each object a plain file),
-// started by the suite on a loopback port. scripts/setup installs it into build/go-bin with
+// started by the suite on a loopback port. scripts/test installs it into build/go-bin with
 // `go install`; without it these tests skip and say so. A small TCP proxy in the test cuts
 // connections mid-upload.
 #include <arpa/inet.h>
@@ -157,7 +157,7 @@ class S3 : public ::testing::Test {
   }
   void SetUp() override {
     if (!root_) {
-      GTEST_SKIP() << "versitygw not found (scripts/setup installs it into build/go-bin with "
+      GTEST_SKIP() << "versitygw not found (scripts/test installs it into build/go-bin with "
                       "go install; or set COHORT_VERSITYGW): the s3:// tests did not run";
     }
     ASSERT_TRUE(gw_->up()) << "versitygw did not start:\n" << readText(*root_ + "/versitygw.log");

@@ -638,7 +638,7 @@ namespace {
 TEST_F(Volcano, AServersStoreInS3IsWhereItsPodsStageFromAndCopyTo) {
   const std::string bin = COHORT_BIN;
   const std::string gw = Versitygw::find({bin.substr(0, bin.rfind('/'))});
-  if (gw.empty()) GTEST_SKIP() << "versitygw is not installed (scripts/setup builds it)";
+  if (gw.empty()) GTEST_SKIP() << "versitygw is not installed (scripts/test builds it)";
   startSim("/tmp");
   const std::string host = clusterEnv("COHORT_KUBE_HOST_ADDR");
   const std::string served = tempDir();
