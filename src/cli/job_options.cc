@@ -195,6 +195,51 @@ Result<void> applyDebugFlags(const JobOptions& o, spec::JobSpec& s) {
   return {};
 }
 
+// --cpus, --memory and --gpus: each process's resources, those of the job's one role.
+Result<void> applyResourceFlags(const JobOptions& o, spec::JobSpec& s) {
+  if (s.roles.size() != 1) {
+    return fail(Code::kInvalidArgument,
+                "--cpus/--memory/--gpus apply to single-role jobs; this job has " +
+                    std::to_string(s.roles.size()) +
+                    " roles: set each one's resources in the job file (roles: {NAME: {resources: "
+                    "{cpus: 2, memory: 4Gi, gpus: 1}}})");
+  }
+  spec::Resources& r = s.roles[0].resources;
+  const std::string role = "roles." + s.roles[0].name + ".resources.";
+  if (!o.cpus.empty()) {
+    auto cpus = parseCpus(o.cpus);
+    if (!cpus || *cpus <= 0) {
+      return fail(Code::kInvalidArgument,
+                  "--cpus: expected a positive number of CPUs per process (examples: 0.5, 2), "
+                  "got '" + o.cpus + "'");
+    }
+    r.cpus = *cpus;
+    r.cpus_given = true;
+    s.origin.setByFlag(role + "cpus", "--cpus");
+  }
+  if (!o.memory.empty()) {
+    auto bytes = parseBytes(o.memory);
+    if (!bytes || *bytes <= 0) {
+      return fail(Code::kInvalidArgument,
+                  "--memory: expected a size per process such as 512Mi or 4Gi, got '" +
+                      o.memory + "'");
+    }
+    r.memory_bytes = *bytes;
+    s.origin.setByFlag(role + "memory", "--memory");
+  }
+  if (!o.gpus.empty()) {
+    auto gpus = parseInt(o.gpus);
+    if (!gpus || *gpus < 0) {
+      return fail(Code::kInvalidArgument,
+                  "--gpus: expected a number of GPUs per process (0, 1, ...), got '" + o.gpus +
+                      "'");
+    }
+    r.gpus = *gpus;
+    s.origin.setByFlag(role + "gpus", "--gpus");
+  }
+  return {};
+}
+
 // Setting what a flag says: `flag` as the command line spelled it (for messages), `value` its
 // value ("" for a switch).
 using Apply = std::function<Result<void>(JobOptions&, const std::string& flag,
@@ -302,6 +347,16 @@ const std::vector<JobFlag>& ownJobFlags() {
         "processes per node (auto, gpu: one per GPU, 1 without GPUs; cpu: one per CPU of this "
         "machine); also --nproc_per_node"},
        procsPerNode},
+      {{"--cpus", "", "N",
+        "CPUs each process takes (resources.cpus; e.g. 0.5, 2): what a server's scheduler counts "
+        "(default 1), and a limit where cgroups allow"},
+       text(&O::cpus)},
+      {{"--memory", "", "SIZE",
+        "memory each process may use (resources.memory; e.g. 2Gi): what a server's scheduler "
+        "counts, and a limit where cgroups allow (default: no limit)"},
+       text(&O::memory)},
+      {{"--gpus", "", "N", "GPUs each process takes (resources.gpus; default 0)"},
+       text(&O::gpus)},
       {{"--workdir", "", "DIR", "where ranks run (default: the job file's directory, or here)"},
        text(&O::workdir)},
       {{"--environment", "", "NAME",
@@ -672,6 +727,9 @@ Result<spec::JobSpec> buildSpec(const JobOptions& o) {
       s.roles[0].procs_per_node = o.procs_per_node;
       origin.setByFlag(role + ".procs_per_node", "--nproc-per-node");
     }
+  }
+  if (!o.cpus.empty() || !o.memory.empty() || !o.gpus.empty()) {
+    COHORT_TRY(applyResourceFlags(o, s));
   }
   if (!o.workdir.empty()) {
     s.workdir = o.workdir;

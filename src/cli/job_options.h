@@ -39,6 +39,8 @@ struct JobOptions {
   // --isolate where this process may make one (root), else host.
   std::string job_network;
   int nodes = 0, procs_per_node = 0, max_restarts = -1;  // procs_per_node may be kAutoProcs
+  // --cpus, --memory, --gpus: each process's resources (roles' resources:), "" when not given
+  std::string cpus, memory, gpus;
   std::vector<std::string> env, hyperparameters;  // KEY=VALUE
   std::vector<std::string> command;               // after "--"
   bool json = false, quiet = false, isolate = false;
