@@ -723,22 +723,26 @@ class RealServer(unittest.TestCase):
         self.assertEqual(alice.list_files("store://alice-models/run1"),
                          [{"path": "model.pt", "size": 3000}])
         back = os.path.join(self.tmp, "back.pt")
-        with self.assertRaises(CohortError) as caught:
-            bob.download("store://alice-models/run1/model.pt", back)
-        self.assertEqual(caught.exception.status, 404)
+        # Bob's own "alice-models" is not alice's; hers is named with its owner, and needs a share.
+        for theirs in ("store://alice-models/run1/model.pt",
+                       "store://alice@alice-models/run1/model.pt"):
+            with self.assertRaises(CohortError) as caught:
+                bob.download(theirs, back)
+            self.assertEqual(caught.exception.status, 404)
         share = alice.share("store://alice-models/run1/", with_account="bob", access="read")
         self.assertEqual((share["owner"], share["with"], share["access"]),
                          ("alice", "bob", "read"))
-        self.assertEqual([s["id"] for s in bob.shares()], [share["id"]])
-        self.assertEqual(bob.download("store://alice-models/run1/model.pt", back), back)
+        self.assertEqual([(s["id"], s["prefix"]) for s in bob.shares()],
+                         [(share["id"], "store://alice@alice-models/run1")])
+        self.assertEqual(bob.download("store://alice@alice-models/run1/model.pt", back), back)
         with open(src, "rb") as f1, open(back, "rb") as f2:
             self.assertEqual(f1.read(), f2.read())
         with self.assertRaises(CohortError) as caught:  # read is not write
-            bob.upload(src, "store://alice-models/run1/other.pt")
+            bob.upload(src, "store://alice@alice-models/run1/other.pt")
         self.assertIn(caught.exception.status, (403, 404))
         alice.unshare(share["id"])
         with self.assertRaises(CohortError) as caught:
-            bob.download("store://alice-models/run1/model.pt", back)
+            bob.download("store://alice@alice-models/run1/model.pt", back)
         self.assertEqual(caught.exception.status, 404)
 
     def test_a_new_token_works_and_a_deleted_one_does_not(self):

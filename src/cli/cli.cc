@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,8 +25,10 @@
 #include "agent/reporter.h"
 #include "backends/local.h"
 #include "backends/slurm.h"
+#include "backends/ssh.h"
 #include "backends/volcano.h"
 #include "cli/args.h"
+#include "cli/code_upload.h"
 #include "cli/client.h"
 #include "cli/client_cmd.h"
 #include "cli/command.h"
@@ -42,6 +45,7 @@
 #include "job/layout.h"
 #include "plan/port_lease.h"
 #include "spec/job_spec.h"
+#include "storage/archive.h"
 #include "util/fd.h"
 #include "util/net.h"
 #include "util/text.h"
@@ -69,6 +73,7 @@ Examples:
   cohort plan -f examples/pytorch/ddp.yaml --json
   cohort plan -f examples/pytorch/ddp.yaml --backend volcano --image REF   # a Volcano Job
   cohort run -f examples/pytorch/ddp.yaml --backend volcano --image REF    # run it there
+  cohort run --hosts gpu1,gpu2 --nproc-per-node 8 -- python3 train.py        # two machines, ssh
   cohort cp ./digits store://datasets/digits
 
 Exit codes: 0 the job succeeded; 2 bad usage or a bad job (nothing was started); 124 max_runtime
@@ -104,6 +109,14 @@ With --backend volcano (or backend: volcano in the job file) the job runs as a V
 the Kubernetes cluster of your kubeconfig (--namespace NS, else the context's): cohort creates
 it, says what its gang waits for, prints what its coordinator pod prints and exits with the
 job's exit code; Ctrl-C deletes it, stopping every rank gracefully (docs/volcano.md).
+
+With --hosts h1,h2 (or --hostfile FILE) each node runs on one of those machines: cohort runs
+your ssh (--ssh to change it) to start a node agent on each, copying cohort itself into the
+host's ~/.cache/cohort/bin when it lacks it and the workdir as a snapshot (unless
+--shared-workdir); the agents dial back to this machine, where the job is coordinated, logged
+and decided as locally. A host that cannot be reached or lacks the job's Python or modules is
+named before anything starts; whatever ends the job, nothing of it is left on the hosts, and
+what the ranks wrote in the job's output/ comes back here (docs/multi-host.md).
 
 )") + jobFlagsHelp("run") + "\nOutput:\n" + jobOutputFlagsHelp("run") + R"(
 Ctrl-C stops the job gracefully (every rank gets the stop signal, SIGTERM unless
@@ -251,6 +264,87 @@ int cmdPlan(int argc, char** argv) {
   return 0;
 }
 
+bool progress_wanted(const JobOptions& options) { return !options.quiet; }
+
+// How `cohort run --hosts` reaches its hosts. Errors: kInvalidArgument for --hosts, --hostfile
+// or --ssh.
+Result<backends::SshOptions> sshOptions(const JobOptions& options, const PreparedJob& job,
+                                        bool progress) {
+  backends::SshOptions o;
+  COHORT_ASSIGN(o.hosts, hostsOf(options));
+  COHORT_ASSIGN(o.ssh, backends::splitSshCommand(options.ssh.empty() ? "ssh" : options.ssh));
+  o.cohort_exe = backends::selfExecutable();
+  if (!job.host_python.args.empty()) {
+    o.python = job.spec.command[0];
+    o.python_args = job.host_python.args;
+    o.explain = job.host_python.explain;
+  }
+  o.progress = progress;
+  return o;
+}
+
+// The snapshot of `workdir` that hosts without it get (storage/archive.h: its .cohortignore,
+// else its .gitignore, is left out), also unpacked into `code_dir` for a host that shares this
+// machine's job directory. Errors: those of listTree and writeArchive, naming --shared-workdir.
+Result<std::string> workdirSnapshot(const std::string& workdir, const std::string& code_dir) {
+  auto made = [&]() -> Result<std::string> {
+    COHORT_ASSIGN(auto rules, storage::IgnoreRules::forTree(workdir));
+    storage::ArchiveLimits limits;
+    limits.max_bytes = kDefaultMaxUpload;
+    COHORT_ASSIGN(auto listing, storage::listTree(workdir, rules, limits));
+    UniqueFd file(::memfd_create("cohort-snapshot", MFD_CLOEXEC));
+    if (!file.valid()) return failErrno("memfd_create");
+    COHORT_TRY(storage::writeArchive(workdir, listing, file.get()));
+    struct stat st{};
+    if (::fstat(file.get(), &st) != 0) return failErrno("stat the snapshot");
+    std::string archive(static_cast<size_t>(st.st_size), '\0');
+    if (::pread(file.get(), archive.data(), archive.size(), 0) != st.st_size) {
+      return failErrno("read the snapshot");
+    }
+    COHORT_TRY(storage::extractArchive(archive, code_dir, limits));
+    return archive;
+  }();
+  if (!made) {
+    return fail(made.error().code,
+                "workdir: its snapshot for the hosts (" + workdir + "): " + made.error().message +
+                    " (on a filesystem every host shares, --shared-workdir sends none)");
+  }
+  return made;
+}
+
+// `cohort snapshot pack DIR` (to stdout) | `unpack DIR` (from stdin): what a host's script
+// over SSH runs to receive the workdir and send back what the ranks wrote (backends/ssh.h).
+int cmdSnapshot(int argc, char** argv) {
+  if (argc != 4 || (std::strcmp(argv[2], "pack") != 0 && std::strcmp(argv[2], "unpack") != 0)) {
+    std::fprintf(stderr, "cohort snapshot: pack DIR | unpack DIR (started by cohort itself)\n");
+    return kExitUsage;
+  }
+  const std::string dir = argv[3];
+  storage::ArchiveLimits limits;
+  if (std::strcmp(argv[2], "pack") == 0) {
+    auto listing = storage::listTree(dir, storage::IgnoreRules::fromText(""), limits);
+    auto written = listing ? storage::writeArchive(dir, *listing, STDOUT_FILENO)
+                           : Result<void>(tl::unexpected<Error>(listing.error()));
+    if (!written) return reportError(withContext(written.error(), dir).value());
+    return 0;
+  }
+  std::string archive;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return reportError(Error{Code::kIo, std::string("read: ") + std::strerror(errno)});
+    if (n == 0) break;
+    archive.append(buf, static_cast<size_t>(n));
+    if (static_cast<int64_t>(archive.size()) > limits.max_bytes + (int64_t{64} << 20)) {
+      return reportError(Error{Code::kInvalidArgument, "the snapshot is over its limit"});
+    }
+  }
+  auto extracted = storage::extractArchive(archive, dir, limits);
+  if (!extracted) return reportError(withContext(extracted.error(), dir).value());
+  return 0;
+}
+
 int cmdRun(int argc, char** argv) {
   // A stop that comes while the job is being prepared is held for the coordinator (its signalfd
   // reads it), which then stops the job and writes its result, rather than ending cohort with no
@@ -294,12 +388,26 @@ int cmdRun(int argc, char** argv) {
   auto plan = plan::makePlan(job->spec, job->context);
   if (!plan) return refuse(plan.error());
   const bool slurm = job->spec.backend == spec::Backend::kSlurm;
+  const bool ssh = job->spec.backend == spec::Backend::kSsh;
   std::string listen_addr = "127.0.0.1";
   if (slurm) {
     // Asked before anything is made: a cluster that cannot be reached leaves nothing behind.
     auto at = backends::slurmCoordinatorAddress(job->spec.network);
     if (!at) return refuse(at.error());
     listen_addr = at->address;
+  }
+  std::optional<backends::SshOptions> on_hosts;
+  if (ssh) {
+    auto made = sshOptions(*options, *job, progress_wanted(*options));
+    if (!made) return refuse(made.error());
+    on_hosts = std::move(*made);
+    // The job's network setting, where this machine has it; else every address, each host's
+    // agent dialling the one that host reached this machine from.
+    listen_addr = "0.0.0.0";
+    const spec::Network& net = job->spec.network;
+    if (!net.interface.empty() || !net.cidr.empty()) {
+      if (auto here = chooseAddress(net.interface, net.cidr, ""); here) listen_addr = here->address;
+    }
   }
 
   if (auto made = makeJobDirs(plan->job_dir, !options->job_id.empty(), job->context.uid,
@@ -317,11 +425,21 @@ int cmdRun(int argc, char** argv) {
     }
   }
   const bool progress = !options->quiet;
+  if (on_hosts && !options->shared_workdir) {
+    auto snapshot = workdirSnapshot(job->source_workdir, job::Layout(plan->job_dir).codeDir());
+    if (!snapshot) return refuse(snapshot.error());
+    on_hosts->snapshot = std::move(*snapshot);
+  }
   agent::CoordinatorOptions copts;
   copts.progress = progress;
   copts.listen_addr = listen_addr;
   std::unique_ptr<agent::AgentLauncher> launcher;
-  if (slurm) {
+  if (on_hosts) {
+    // Each host's agent says where its node is; the plan is made again with those addresses.
+    copts.place = placeOnHosts(*job);
+    launcher = std::make_unique<backends::SshLauncher>(*plan, job->spec.network,
+                                                       std::move(*on_hosts));
+  } else if (slurm) {
     // The agents dial in from the cluster's nodes; each says where its node is, and the plan is
     // made again with those addresses (MASTER_ADDR is node 0's).
     copts.place = placeOnHosts(*job);
@@ -517,6 +635,8 @@ const std::vector<Command>& commands() {
         // Started by cohort itself, as an account (account/as_account.h).
         {"account-worker", "", "", G::kInternal, mainHelp,
          [](int, char**) { return account::accountWorkerMain(); }, /*reads_help=*/true},
+        // Run on a host over SSH by cohort itself (backends/ssh.h).
+        {"snapshot", "", "", G::kInternal, mainHelp, cmdSnapshot, /*reads_help=*/true},
     };
     for (Command& server_command : clientCommands()) {
       // A job of this machine runs again here; any other is the server's (cmdRerun above).

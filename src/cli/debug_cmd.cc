@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "cli/client.h"
 #include "job/debug.h"
 #include "job/layout.h"
+#include "job/state.h"
 #include "util/fd.h"
 #include "util/json_limits.h"
 #include "util/text.h"
@@ -133,7 +135,8 @@ Ordered vscodeLaunch(const std::string& job_id, const Json& targets, const std::
 }
 
 Result<Ordered> mergeLaunch(const std::string& existing, const Ordered& ours,
-                            const std::string& job_id) {
+                            const std::string& job_id,
+                            const std::function<bool(const std::string&)>& still_runs) {
   if (existing.size() > (4u << 20) || !checkJsonDepth(existing)) {
     return fail(Code::kInvalidArgument, "it is not a launch.json cohort can read");
   }
@@ -141,14 +144,27 @@ Result<Ordered> mergeLaunch(const std::string& existing, const Ordered& ours,
   if (old.is_discarded() || !old.is_object()) {
     return fail(Code::kInvalidArgument, "it is not a JSON object");
   }
-  const std::string mine = kPrefix + job_id + " ";
+  // The job a configuration is cohort's for ("cohort: JOB worker/1"), or "" for the user's own.
+  auto jobOf = [](const Ordered& c) -> std::string {
+    if (!c.is_object() || !c.contains("name") || !c["name"].is_string()) return "";
+    const std::string name = c["name"].get<std::string>();
+    if (!startsWith(name, kPrefix)) return "";
+    const std::string rest = name.substr(kPrefix.size());
+    return rest.substr(0, rest.find(' '));
+  };
+  std::map<std::string, bool> runs;  // each other job is asked about once
   auto keep = [&](const char* list, const Ordered& add) {
     Ordered out = Ordered::array();
     if (old.contains(list) && old[list].is_array()) {
       for (const Ordered& c : old[list]) {
-        const bool ours_before = c.is_object() && c.contains("name") && c["name"].is_string() &&
-                                 startsWith(c["name"].get<std::string>(), mine);
-        if (!ours_before) out.push_back(c);
+        const std::string job = jobOf(c);
+        if (job == job_id) continue;  // replaced by ours
+        if (!job.empty()) {
+          auto [at, asked] = runs.try_emplace(job, false);
+          if (asked) at->second = still_runs(job);
+          if (!at->second) continue;  // a job that ended: nothing to attach to any more
+        }
+        out.push_back(c);
       }
     }
     if (add.is_array()) {
@@ -159,7 +175,11 @@ Result<Ordered> mergeLaunch(const std::string& existing, const Ordered& ours,
   old["version"] = old.value("version", std::string("0.2.0"));
   old["configurations"] = keep("configurations", ours["configurations"]);
   Ordered compounds = keep("compounds", ours.contains("compounds") ? ours["compounds"] : Ordered());
-  if (!compounds.empty()) old["compounds"] = std::move(compounds);
+  if (!compounds.empty()) {
+    old["compounds"] = std::move(compounds);
+  } else {
+    old.erase("compounds");
+  }
   return old;
 }
 
@@ -174,7 +194,7 @@ const std::vector<FlagSpec>& debugFlags() {
        "worker/1\"; path mappings for a job of the server)"},
       {"--write", "", "",
        "with --vscode: write it into .vscode/launch.json here, replacing this job's cohort "
-       "configurations and keeping every other one"},
+       "configurations, dropping those of jobs that have ended, and keeping every other one"},
       {"--local-root", "", "DIR",
        "with --vscode, a job of the server: the local copy of the job's workdir (default "
        "${workspaceFolder})"},
@@ -235,8 +255,21 @@ int cmdDebug(int argc, char** argv) {
     }
     const std::string path = ".vscode/launch.json";
     Ordered merged = launch;
+    // Another job's configurations stay while it runs: on this machine, or on the server (one
+    // the server cannot be asked about stays too).
+    const std::string data_root = dataRoot(args->get("--data-root"));
+    auto still_runs = [&](const std::string& other) {
+      if (other.find('/') != std::string::npos || other[0] == '.') return false;
+      const std::string dir = job::Layout::of(data_root, other).dir();
+      if (::access(dir.c_str(), F_OK) == 0) return runningCoordinator(dir).has_value();
+      auto settings = resolveServerSettings(*args);
+      if (!settings) return false;
+      auto job = ApiClient(*settings).call("GET", "/v1/jobs/" + urlEncode(other));
+      if (!job) return job.error().code != Code::kNotFound;
+      return !job::isFinalState(field(*job, "state"));
+    };
     if (auto existing = readFile(path)) {
-      auto combined = mergeLaunch(*existing, launch, id);
+      auto combined = mergeLaunch(*existing, launch, id, still_runs);
       if (!combined) {
         return failWith(kExitFailed, "'" + path + "': " + combined.error().message +
                                          "; left as it is (cohort debug --vscode prints ours)");

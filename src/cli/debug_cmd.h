@@ -6,6 +6,7 @@
 // of the server, whose ranks run in a directory of the server's machine.
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -26,10 +27,11 @@ nlohmann::ordered_json vscodeLaunch(const std::string& job_id, const nlohmann::j
                                     const std::string& local_root, const std::string& remote_root);
 
 // `existing` (a launch.json's text, comments allowed) with its cohort configurations for
-// `job_id` replaced by those of `ours`, every other configuration kept. Errors:
+// `job_id` replaced by those of `ours`, those of another job kept only where `still_runs(job)`
+// says so (asked once per job), and every configuration of the user's own kept. Errors:
 // kInvalidArgument when `existing` is not a JSON object.
-Result<nlohmann::ordered_json> mergeLaunch(const std::string& existing,
-                                           const nlohmann::ordered_json& ours,
-                                           const std::string& job_id);
+Result<nlohmann::ordered_json> mergeLaunch(
+    const std::string& existing, const nlohmann::ordered_json& ours, const std::string& job_id,
+    const std::function<bool(const std::string& job)>& still_runs);
 
 }  // namespace cohort::cli

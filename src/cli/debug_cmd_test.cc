@@ -43,15 +43,57 @@ TEST(VsCodeLaunch, MergingKeepsOtherConfigurationsAndReplacesThisJobs) {
       {"name": "cohort: j1 worker/9", "type": "debugpy", "request": "attach"},
       {"name": "cohort: j2 worker/0", "type": "debugpy", "request": "attach"}
     ]})";
-  auto merged = mergeLaunch(existing, vscodeLaunch("j1", kTargets, "", ""), "j1");
+  auto runs = [](const std::string&) { return true; };
+  auto merged = mergeLaunch(existing, vscodeLaunch("j1", kTargets, "", ""), "j1", runs);
   ASSERT_TRUE(merged) << merged.error().message;
   std::vector<std::string> names;
   for (const auto& c : (*merged)["configurations"]) names.push_back(c["name"]);
   EXPECT_EQ(names, (std::vector<std::string>{"Python: Current File", "cohort: j2 worker/0",
                                              "cohort: j1 worker/1", "cohort: j1 worker/3"}));
-  EXPECT_FALSE(mergeLaunch("[1, 2]", vscodeLaunch("j1", kTargets, "", ""), "j1"));
-  EXPECT_FALSE(mergeLaunch("{", vscodeLaunch("j1", kTargets, "", ""), "j1"));
-  EXPECT_FALSE(mergeLaunch(std::string(1000, '['), vscodeLaunch("j1", kTargets, "", ""), "j1"));
+  EXPECT_FALSE(mergeLaunch("[1, 2]", vscodeLaunch("j1", kTargets, "", ""), "j1", runs));
+  EXPECT_FALSE(mergeLaunch("{", vscodeLaunch("j1", kTargets, "", ""), "j1", runs));
+  EXPECT_FALSE(
+      mergeLaunch(std::string(1000, '['), vscodeLaunch("j1", kTargets, "", ""), "j1", runs));
+}
+
+// Every old job's entries would pile up: those of a job that ended go, each job asked once; the
+// user's own configurations and compounds stay.
+TEST(VsCodeLaunch, MergingDropsTheConfigurationsOfJobsThatEnded) {
+  const std::string existing = R"({
+    "version": "0.2.0",
+    "configurations": [
+      {"name": "Python: Current File", "type": "debugpy", "request": "launch"},
+      {"name": "cohort: old-1 worker/0", "type": "debugpy", "request": "attach"},
+      {"name": "cohort: old-1 worker/1", "type": "debugpy", "request": "attach"},
+      {"name": "cohort: live-2 worker/0", "type": "debugpy", "request": "attach"},
+      {"name": "cohort:old-3", "type": "debugpy", "request": "attach"}
+    ],
+    "compounds": [
+      {"name": "cohort: old-1 every paused rank", "configurations": []},
+      {"name": "mine", "configurations": ["Python: Current File"]}
+    ]})";
+  std::vector<std::string> asked;
+  auto runs = [&](const std::string& job) {
+    asked.push_back(job);
+    return job == "live-2";
+  };
+  auto merged = mergeLaunch(existing, vscodeLaunch("j1", Json::array({kTargets[0]}), "", ""),
+                            "j1", runs);
+  ASSERT_TRUE(merged) << merged.error().message;
+  std::vector<std::string> names;
+  for (const auto& c : (*merged)["configurations"]) names.push_back(c["name"]);
+  EXPECT_EQ(names, (std::vector<std::string>{"Python: Current File", "cohort: live-2 worker/0",
+                                             "cohort:old-3", "cohort: j1 worker/1"}));
+  EXPECT_EQ(asked, (std::vector<std::string>{"old-1", "live-2"}));
+  ASSERT_EQ((*merged)["compounds"].size(), 1u);
+  EXPECT_EQ((*merged)["compounds"][0]["name"], "mine");
+
+  // The last old job gone and no compound of ours: no empty "compounds" is left behind.
+  auto alone = mergeLaunch(R"({"configurations": [], "compounds": [
+      {"name": "cohort: old-1 every paused rank", "configurations": []}]})",
+                           vscodeLaunch("j1", Json::array({kTargets[0]}), "", ""), "j1", runs);
+  ASSERT_TRUE(alone);
+  EXPECT_FALSE(alone->contains("compounds")) << alone->dump();
 }
 
 }  // namespace

@@ -320,6 +320,11 @@ Result<void> procsPerNode(JobOptions& o, const std::string& flag, const std::str
   return {};
 }
 
+// A server runs its jobs where its own backend puts them.
+constexpr const char* kHostsNotSubmitted =
+    "a server's jobs run where the server's backend puts them (cohort run --hosts runs them "
+    "from here)";
+
 // cohort's own flags of run, plan and submit, in the order of their help.
 const std::vector<JobFlag>& ownJobFlags() {
   using O = JobOptions;
@@ -356,8 +361,23 @@ const std::vector<JobFlag>& ownJobFlags() {
       {{"--backend", "", "NAME",
         "local (default): nodes simulated on this machine | slurm: the nodes of a Slurm batch "
         "job, one per host (docs/slurm.md) | volcano: the pods of a Volcano Job on Kubernetes, "
-        "one per node (cohort run submits it, cohort plan renders it; docs/volcano.md)"},
+        "one per node (cohort run submits it, cohort plan renders it; docs/volcano.md) | ssh: "
+        "plain hosts reached over SSH (--hosts, docs/multi-host.md)"},
        text(&O::backend)},
+      {{"--hosts", "", "HOST,HOST",
+        "run one node on each host, its agent started over ssh (the coordinator stays here); "
+        "HOST:N also says its slots (processes)"},
+       text(&O::hosts), Section::kJob, "", kHostsNotSubmitted},
+      {{"--hostfile", "", "FILE",
+        "the hosts, one a line: `host slots=N` (mpirun's and DeepSpeed's format)"},
+       text(&O::hostfile), Section::kJob, "", kHostsNotSubmitted},
+      {{"--ssh", "", "COMMAND",
+        "how hosts are reached (default ssh; e.g. \"ssh -p 2222 -i KEY\"): your config, keys "
+        "and agent apply"},
+       text(&O::ssh), Section::kJob, "", kHostsNotSubmitted},
+      {{"--shared-workdir", "", "",
+        "the workdir is at the same path on every host (NFS): no snapshot of it is sent"},
+       yes(&O::shared_workdir), Section::kJob, "", kHostsNotSubmitted},
       {{"--nodes", "", "N", "nodes of a single-role job"}, integer(&O::nodes, 1)},
       {{"--nproc-per-node", "--nproc_per_node", "N|auto|gpu|cpu",
         "processes per node (auto, gpu: one per GPU, 1 without GPUs; cpu: one per CPU of this "
@@ -702,11 +722,22 @@ Result<spec::JobSpec> buildSpec(const JobOptions& o) {
     origin.setByFlag("framework", "--framework");
     if (*f == spec::Framework::kMpi && o.launcher.empty()) s.launcher = spec::Launcher::kMpirun;
   }
-  if (!o.backend.empty()) {
-    auto b = spec::parseBackend(o.backend);
-    if (!b) return withContext(b.error(), "--backend");
+  const bool on_hosts = !o.hosts.empty() || !o.hostfile.empty();
+  {
+    auto b = backends::chooseBackend(o.backend, s.backend, on_hosts);
+    if (!b) {
+      const bool named = startsWith(b.error().message, "--") || startsWith(b.error().message, "backend");
+      return named ? tl::unexpected<Error>(b.error()) : withContext(b.error(), "--backend");
+    }
+    if (!o.backend.empty() || on_hosts) {
+      origin.setByFlag("backend", on_hosts ? (o.hosts.empty() ? "--hostfile" : "--hosts") : "--backend");
+    }
     s.backend = *b;
-    origin.setByFlag("backend", "--backend");
+  }
+  if (!on_hosts && (!o.ssh.empty() || o.shared_workdir)) {
+    return fail(Code::kInvalidArgument,
+                std::string(o.ssh.empty() ? "--shared-workdir" : "--ssh") +
+                    ": only with --hosts or --hostfile (the hosts to reach over SSH)");
   }
   if (!o.launcher.empty()) {
     auto l = spec::parseLauncher(o.launcher);
@@ -829,9 +860,24 @@ Result<spec::JobSpec> buildSpec(const JobOptions& o) {
     s.policy.success = split(o.success, ',');
     origin.setByFlag("policy.success", "--success");
   }
+  if (on_hosts) {
+    COHORT_ASSIGN(auto hosts, hostsOf(o));
+    COHORT_TRY(backends::placeNodesOnHosts(s, hosts, o.nodes > 0, o.procs_per_node != 0));
+  }
   COHORT_TRY(applyDebugFlags(o, s));
   COHORT_TRY(spec::validate(s));
   return s;
+}
+
+Result<std::vector<backends::SshHost>> hostsOf(const JobOptions& o) {
+  if (!o.hosts.empty() && !o.hostfile.empty()) {
+    return fail(Code::kInvalidArgument, "--hosts and --hostfile: give one of them");
+  }
+  if (!o.hosts.empty()) return backends::parseHostList(o.hosts);
+  if (o.hostfile.empty()) return std::vector<backends::SshHost>();
+  auto text = readFile(o.hostfile);
+  if (!text) return withContext(text.error(), "--hostfile");
+  return backends::parseHostfile(*text, o.hostfile);
 }
 
 // An s3:// input: a valid URI and, unless only planning, credentials and something there, so
@@ -1064,10 +1110,18 @@ Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
   }
   // The file system: refuse now what would fail at start. A Volcano Job's command runs in its
   // image, not here: nothing of this machine to check.
+  // On hosts over SSH the program is looked for there, when the agent starts it; the workdir
+  // (what is sent) and the script in it are checked here.
+  const bool on_hosts = s.backend == spec::Backend::kSsh;
+  const backends::ProgramFinder anywhere = [](const std::string& program, const std::string&,
+                                              const std::string&) {
+    return Result<std::string>(program);
+  };
   auto checked = s.backend == spec::Backend::kVolcano
                      ? Result<std::string>(absoluteIn(s.workdir.empty() ? "." : s.workdir,
                                                       s.base_dir.empty() ? cwd : s.base_dir))
-                     : backends::checkCommand(with_environment, programFinder(image));
+                     : backends::checkCommand(with_environment,
+                                              on_hosts ? anywhere : programFinder(image));
   if (!checked) {
     // Its messages start with the field; say where that field came from.
     std::string msg = checked.error().message;
@@ -1086,6 +1140,9 @@ Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
     for (const auto& [k, v] : with_environment.env) ranks.env.push_back(k + "=" + v);
     ranks.env.push_back("PATH=" + ranks.path);
     COHORT_TRY(checkPython(with_environment, ranks, pythonNeeds(s), {"cohort"}));
+  }
+  if (on_hosts && runsPython(s.command)) {
+    job.host_python = remotePythonCheck(s, workdir, pythonNeeds(s));
   }
   plan::PlanContext& ctx = job.context;
   ctx.as_root = ::geteuid() == 0;
@@ -1132,7 +1189,8 @@ Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
   }
   ctx.cohort_bin = backends::selfExecutable();
   // Ranks that inherit the user's environment keep its PYTHONPATH before cohort's module's.
-  if (!o.isolate && o.run_as.empty() && !image && s.backend != spec::Backend::kVolcano) {
+  if (!o.isolate && o.run_as.empty() && !image && s.backend != spec::Backend::kVolcano &&
+      !on_hosts) {
     if (const char* python_path = std::getenv("PYTHONPATH")) ctx.inherited_python_path = python_path;
   }
   if (o.isolate) {
@@ -1157,7 +1215,8 @@ Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
     ctx.uid = *uid;
     ctx.gid = *gid;
   }
-  ctx.workdir = workdir;
+  job.source_workdir = workdir;
+  ctx.workdir = on_hosts && !o.shared_workdir ? job::Layout(ctx.job_dir).codeDir() : workdir;
   if (o.log_ranks == "none") {
     ctx.console_ranks = {-1};  // no rank has that number: nothing is echoed
   } else if (!o.log_ranks.empty()) {

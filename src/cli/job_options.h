@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "backends/ssh_hosts.h"
 #include "cli/args.h"
+#include "cli/python_check.h"
 #include "plan/plan.h"
 #include "spec/job_spec.h"
 #include "util/result.h"
@@ -38,6 +40,11 @@ struct JobOptions {
   // (proc/job_network.h), with or without a way out, or the machine's. Default: isolated with
   // --isolate where this process may make one (root), else host.
   std::string job_network;
+  // The ssh backend (backends/ssh.h): --hosts h1,h2 or --hostfile FILE (one node on each),
+  // --ssh "ssh -p 2222" (the command that reaches them), --shared-workdir (the workdir is at
+  // the same path on every host: no snapshot is sent).
+  std::string hosts, hostfile, ssh;
+  bool shared_workdir = false;
   int nodes = 0, procs_per_node = 0, max_restarts = -1;  // procs_per_node may be kAutoProcs
   // --cpus, --memory, --gpus: each process's resources (roles' resources:), "" when not given
   std::string cpus, memory, gpus;
@@ -107,7 +114,17 @@ struct PreparedJob {
   spec::JobSpec spec;
   plan::PlanContext context;
   std::string data_root;
+  // The workdir on this machine. On hosts over SSH the ranks run in its snapshot, unpacked in
+  // the job directory's code/ (context.workdir), unless --shared-workdir.
+  std::string source_workdir;
+  // On hosts over SSH: what asks each host's Python for the job's imports (none when the job
+  // runs no Python).
+  RemotePythonCheck host_python;
 };
+
+// The hosts of --hosts or --hostfile (read now); none when neither is given. Errors:
+// kInvalidArgument naming the flag or the file's line.
+Result<std::vector<backends::SshHost>> hostsOf(const JobOptions& options);
 
 // Where a job's files go: --data-root, else COHORT_DATA_ROOT, else ~/.cohort.
 std::string dataRootFor(const JobOptions& options);

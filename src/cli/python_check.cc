@@ -2,11 +2,14 @@
 
 #include <climits>
 #include <cstdlib>
+#include <filesystem>
+#include <functional>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "proc/spawn.h"
+#include "util/fd.h"
 #include "util/text.h"
 
 extern char** environ;
@@ -39,10 +42,12 @@ def changes_path(node):
         if isinstance(n, ast.ImportFrom) and n.module in ("sys", "site"):
             return True
     return False
-def imports(path):
+def imports(path, source=None):
     try:
-        with open(path, "rb") as f:
-            tree = ast.parse(f.read(), path)
+        if source is None:
+            with open(path, "rb") as f:
+                source = f.read()
+        tree = ast.parse(source, path)
     except (OSError, SyntaxError, ValueError):
         return []
     out = []
@@ -55,7 +60,9 @@ def imports(path):
             out.append((node.module.split(".")[0], node.lineno))
     return out
 wanted = []
-if req.get("script"):
+if req.get("source") is not None:
+    wanted = [([m], line) for m, line in imports(req["script"], req["source"])]
+elif req.get("script"):
     sys.path[0] = os.path.dirname(os.path.abspath(req["script"]))
     wanted = [([m], line) for m, line in imports(req["script"])]
 elif req.get("module"):
@@ -89,6 +96,33 @@ Json programOf(const std::vector<std::string>& command, const std::string& workd
   return Json::object();
 }
 
+// The interpreter's answer (kProbe's JSON, whose "missing" is an array), read without trusting
+// its types: a host's answer crossed the network.
+Answer answerOf(const Json& out, const std::string& python) {
+  auto text = [](const Json& o, const char* key, const std::string& otherwise) {
+    auto it = o.find(key);
+    return it != o.end() && it->is_string() ? it->get<std::string>() : otherwise;
+  };
+  Answer a;
+  a.executable = text(out, "executable", python);
+  a.prefix = text(out, "prefix", "");
+  a.version = text(out, "version", "");
+  for (const Json& m : out.at("missing")) {
+    if (!m.is_object()) continue;
+    std::vector<std::string> modules;
+    auto names = m.find("modules");
+    if (names != m.end() && names->is_array()) {
+      for (const Json& name : *names) {
+        if (name.is_string()) modules.push_back(name.get<std::string>());
+      }
+    }
+    auto line = m.find("line");
+    const int at = line != m.end() && line->is_number_integer() ? line->get<int>() : 0;
+    if (!modules.empty()) a.missing.emplace_back(std::move(modules), at);
+  }
+  return a;
+}
+
 // Asks `python` (absolute) for `request`'s modules. Errors: the interpreter did not answer
 // (kFailedPrecondition, with what it printed).
 Result<Answer> ask(const std::string& python, const Json& request, const PythonRanks& ranks) {
@@ -105,18 +139,7 @@ Result<Answer> ask(const std::string& python, const Json& request, const PythonR
     return fail(Code::kFailedPrecondition,
                 "it " + ran->status.describe() + (why.empty() ? "" : " (" + why + ")"));
   }
-  Answer a;
-  a.executable = out.value("executable", python);
-  a.prefix = out.value("prefix", "");
-  a.version = out.value("version", "");
-  for (const Json& m : out["missing"]) {
-    std::vector<std::string> modules;
-    for (const Json& name : m.value("modules", Json::array())) {
-      if (name.is_string()) modules.push_back(name.get<std::string>());
-    }
-    if (!modules.empty()) a.missing.emplace_back(std::move(modules), m.value("line", 0));
-  }
-  return a;
+  return answerOf(out, python);
 }
 
 std::string realPath(const std::string& path) {
@@ -152,7 +175,67 @@ std::string quoted(const std::vector<std::string>& modules) {
   return join(words, " or ");
 }
 
+// "'torch' (train.py line 3), 'numpy'": what the answer says is missing.
+std::string missingNames(const Answer& answer, const std::string& script) {
+  std::vector<std::string> names;
+  for (const auto& [modules, at] : answer.missing) {
+    std::string name = quoted(modules);
+    if (at > 0) name += " (" + script.substr(script.rfind('/') + 1) + " line " + std::to_string(at) + ")";
+    names.push_back(name);
+  }
+  return join(names, ", ");
+}
+
 }  // namespace
+
+RemotePythonCheck remotePythonCheck(const spec::JobSpec& s, const std::string& workdir,
+                                    const std::vector<PythonNeed>& needs) {
+  RemotePythonCheck check;
+  Json request = programOf(s.command, workdir);
+  const std::string script = request.value("script", "");
+  // The script goes to the host in the probe's arguments (one argument holds 128 KiB at most):
+  // a larger one is not asked about, only what cohort needs.
+  if (!script.empty()) {
+    auto text = readFile(script);
+    if (text && text->size() <= 64 * 1024 && validUtf8(*text)) {
+      request["source"] = *text;
+    } else {
+      request.erase("script");
+    }
+  }
+  request["needs"] = Json::array();
+  for (const PythonNeed& need : needs) request["needs"].push_back(need.modules);
+  // What the workdir holds is on the host once its snapshot is: its modules count as found.
+  Json provided = Json::array({"cohort"});
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(workdir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory(ec)) provided.push_back(name);
+    if (name.size() > 3 && name.ends_with(".py")) provided.push_back(name.substr(0, name.size() - 3));
+  }
+  request["provided"] = provided;
+  check.args = {"-c", kProbe, request.dump()};
+  check.explain = [s, needs, script](const std::string& text) -> std::string {
+    Json out = Json::parse(text, nullptr, false);
+    if (!out.is_object() || !out["missing"].is_array()) {
+      return "the ranks' interpreter '" + s.command[0] + "' could not say what it imports";
+    }
+    const Answer a = answerOf(out, s.command[0]);
+    if (a.missing.empty()) return "";
+    const PythonNeed* need = nullptr;
+    for (const PythonNeed& n : needs) {
+      if (n.modules == a.missing.front().first) need = &n;
+    }
+    return (need ? spec::fieldLabel(s, need->field) : spec::fieldLabel(s, "command")) +
+           "the ranks' interpreter '" + s.command[0] + "' (" + a.executable +
+           (a.version.empty() ? "" : ", Python " + a.version) + ") cannot import " +
+           missingNames(a, script) + " there: install " +
+           (need && !need->install.empty() ? need->install
+                                           : "it for that interpreter (" + a.executable +
+                                                 " -m pip install " + a.missing.front().first.front() + ")");
+  };
+  return check;
+}
 
 bool runsPython(const std::vector<std::string>& command) {
   if (command.empty()) return false;

@@ -10,6 +10,7 @@
 // process's user: a privileged process never runs an interpreter a job chose.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -43,5 +44,16 @@ bool runsPython(const std::vector<std::string>& command);
 Result<void> checkPython(const spec::JobSpec& s, const PythonRanks& ranks,
                          const std::vector<PythonNeed>& needs,
                          const std::vector<std::string>& provided);
+
+// The same question for ranks on other hosts (over SSH), asked there by whoever reaches them:
+// `args` make the job's interpreter answer (the script's text goes with them, since the host
+// may not have the workdir yet; what the workdir holds counts as found), and `explain` turns
+// its answer into the refusal ("" when nothing is missing).
+struct RemotePythonCheck {
+  std::vector<std::string> args;
+  std::function<std::string(const std::string& answer)> explain;
+};
+RemotePythonCheck remotePythonCheck(const spec::JobSpec& s, const std::string& workdir,
+                                    const std::vector<PythonNeed>& needs);
 
 }  // namespace cohort::cli

@@ -335,7 +335,11 @@ int cmdServer(int argc, char** argv) {
       options.http_threads = *n;
     } else if (flag == "--backend") {
       auto b = spec::parseBackend(value);
-      if (!b) return bad("expected local, slurm or volcano");
+      if (!b || *b == spec::Backend::kSsh) {
+        return bad(b ? "ssh: a server does not yet run jobs on hosts over SSH; use cohort run "
+                       "--hosts (docs/multi-host.md)"
+                     : "expected local, slurm or volcano");
+      }
       options.nodes = *b;
     } else if (flag == "--max-followers") {
       auto n = parseInt64(value);

@@ -127,7 +127,40 @@ def _start_debugger():
         _say("the debugger could not start: %s" % e)
         return False
     _listening = True
+    _hide_bootstrap()
     return True
+
+
+def _hide_bootstrap():
+    """This file's frames, and runpy's that run the program, are cohort's, not the program's:
+    the debugger neither shows them on the stack nor steps into them, with justMyCode or
+    without (pydevd's "do not trace" files, which already hide debugpy's own)."""
+    try:
+        import pydevd
+        from _pydevd_bundle.pydevd_api import PyDevdAPI
+        py_db = pydevd.get_global_debugger()
+        if py_db is None:
+            return
+        current = py_db.dont_trace_external_files
+        start = tuple(getattr(current, "start_patterns", ()))
+        end = tuple(getattr(current, "end_patterns", ()))
+        ours = tuple(os.path.realpath(f) for f in (__file__, runpy.__file__))
+        PyDevdAPI().set_dont_trace_start_end_patterns(py_db, start, end + ours)
+    except Exception as e:  # an older or newer pydevd: the frames show, nothing else changes
+        _say("the debugger shows cohort's own frames (%s)" % e)
+
+
+def _end_without_stopping_again():
+    """After the post-mortem stop the rank ends with sys.exit(1): the debugger, which has just
+    shown the exception, does not stop again on the SystemExit."""
+    try:
+        import pydevd
+        py_db = pydevd.get_global_debugger()
+        if py_db is not None:
+            codes = set(getattr(py_db, "_ignore_system_exit_codes", ()))
+            py_db.set_ignore_system_exit_codes(codes | {1})
+    except Exception:
+        pass
 
 
 def _attached():
@@ -345,6 +378,7 @@ def main():
         sys.stderr.flush()
         if _pause("exception", where):
             _show_exception((exc[0], exc[1], tb))
+            _end_without_stopping_again()
         _write_status("running")
         sys.exit(1)
 

@@ -10,28 +10,40 @@ bool prefixCovers(const std::string& prefix, const std::string& key) {
   return key.size() == p.size() || key[p.size()] == '/';
 }
 
-Result<void> checkStoreAccess(store::JobStore& store, const Caller& caller,
-                              const std::string& bucket, const std::string& key, Access access) {
+Result<store::Bucket> reachBucket(store::JobStore& store, const Caller& caller,
+                                  const storage::Location& where, Access access) {
+  const std::string owner = where.owner.empty() ? caller.account : where.owner;
+  const bool own = owner == caller.account;
   auto not_found = [&] {
-    return fail(Code::kNotFound, "store://" + bucket + "/" + key + ": not found");
+    return fail(Code::kNotFound,
+                storage::storeUri(storage::storeDirName(where.owner, where.bucket), where.key) +
+                    ": not found");
   };
-  COHORT_ASSIGN(std::optional<std::string> owner, store.bucketOwner(bucket));
-  if (!owner) {
-    if (access == Access::kWrite) {
-      COHORT_ASSIGN(std::string claimed, store.claimBucket(bucket, caller.account));
-      if (claimed == caller.account || caller.admin) return {};
-    }
-    return not_found();
+  COHORT_ASSIGN(std::optional<store::Bucket> bucket, store.bucket(owner, where.bucket));
+  if (!bucket) {
+    if (access != Access::kWrite || !(own || caller.admin)) return not_found();
+    if (!own && !store.account(owner)) return not_found();
+    return store.claimBucket(owner, where.bucket, storage::storeDirName(owner, where.bucket));
   }
-  if (*owner == caller.account || caller.admin) return {};
-  COHORT_ASSIGN(std::vector<store::Share> shares, store.sharesFor(bucket, caller.account));
+  if (own || caller.admin) return *bucket;
+  COHORT_ASSIGN(std::vector<store::Share> shares,
+                store.sharesFor(owner, where.bucket, caller.account));
   for (const store::Share& share : shares) {
-    if (!prefixCovers(share.prefix, key)) continue;
-    if (access == Access::kRead || share.access == "write") return {};
+    if (!prefixCovers(share.prefix, where.key)) continue;
+    if (access == Access::kRead || share.access == "write") return *bucket;
     return fail(Code::kPermissionDenied,
-                "store://" + bucket + "/" + key + ": shared with you read-only");
+                storage::storeUri(storage::storeDirName(owner, where.bucket), where.key) +
+                    ": shared with you read-only");
   }
   return not_found();
+}
+
+std::string placedUri(const store::Bucket& bucket, const std::string& key, bool directory) {
+  return storage::storeUri(bucket.dir, key) + (directory && !key.empty() ? "/" : "");
+}
+
+std::string sharedUri(const store::Share& share) {
+  return storage::storeUri(storage::storeDirName(share.owner, share.bucket), share.prefix);
 }
 
 }  // namespace cohort::server

@@ -226,7 +226,7 @@ Json accountJson(const store::Account& a) {
 }
 
 Json shareJson(const store::Share& s) {
-  return {{"id", s.id},         {"prefix", "store://" + s.bucket + "/" + s.prefix},
+  return {{"id", s.id},         {"prefix", sharedUri(s)},
           {"owner", s.owner},   {"with", s.grantee},
           {"access", s.access}, {"created", isoOrNull(s.created)}};
 }
@@ -236,13 +236,5 @@ Json tokenJson(const store::Token& t) {
       {"id", t.id}, {"account", t.account}, {"label", t.label}, {"created", isoOrNull(t.created)}};
 }
 
-bool validAccountName(const std::string& name) {
-  if (name.empty() || name.size() > 64) return false;
-  for (char c : name) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
-    if (!ok) return false;
-  }
-  return name[0] != '-' && name[0] != '_';
-}
 
 }  // namespace cohort::server

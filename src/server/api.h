@@ -125,7 +125,7 @@ Json shareJson(const store::Share& s);
 
 Json tokenJson(const store::Token& t);
 
-bool validAccountName(const std::string& name);
+using storage::validAccountName;
 
 template <class T>
 Result<T> field(const Json& body, const std::string& name, T fallback) {

@@ -4,26 +4,33 @@
 namespace cohort::server {
 
 void Server::Impl::storeRoutes() {
-  // The bucket and the normalised key, as in share prefixes: "a//b/./c/" is "a/b/c".
-  auto location = [](const Request& req) -> Result<std::pair<std::string, std::string>> {
+  // The bucket as the caller spells it (its own "BUCKET", or "OWNER@BUCKET") and the normalised
+  // key, as in share prefixes: "a//b/./c/" is "a/b/c".
+  auto location = [](const Request& req) -> Result<storage::Location> {
     const std::string uri =
         "store://" + std::string(req.matches[0]) + "/" + std::string(req.matches[1]);
     if (!validUtf8(uri)) {
       return fail(Code::kInvalidArgument, printable(uri) + ": the path is not valid UTF-8");
     }
-    if (!storage::validBucketName(req.matches[0]))
+    if (!storage::validStoreDirName(req.matches[0]))
       return fail(Code::kNotFound, uri + ": not found");
     COHORT_ASSIGN(storage::Location where, storage::parseLocation(uri));
-    COHORT_TRY(checkStorePath(where.bucket, where.key));
-    return std::pair{where.bucket, where.key};
+    COHORT_TRY(checkStorePath(storage::storeDirName(where.owner, where.bucket), where.key));
+    return where;
+  };
+  // What the caller reached, named as it spelled it.
+  auto openAs = [this](const storage::Location& where, const store::Bucket& bucket) {
+    return storage::openBucket(
+        site, bucket.dir, storage::storeUri(storage::storeDirName(where.owner, where.bucket), ""));
   };
   route({"GET", "/v1/store/{bucket}/{path*}", Who::kAccount, BodyKind::kNone},
-        [this, location](const Request& req, Response& res, const Caller& c) -> Result<void> {
-          COHORT_ASSIGN(auto where, location(req));
-          const auto& [bucket, key] = where;
-          COHORT_TRY(checkStoreAccess(*store, c, bucket, key, Access::kRead));
-          COHORT_ASSIGN(auto objects, storage::openBucket(site, bucket));
-          const std::string uri = "store://" + bucket + "/" + key;
+        [this, location, openAs](const Request& req, Response& res,
+                                 const Caller& c) -> Result<void> {
+          COHORT_ASSIGN(storage::Location where, location(req));
+          const std::string& key = where.key;
+          COHORT_ASSIGN(store::Bucket bucket, reachBucket(*store, c, where, Access::kRead));
+          COHORT_ASSIGN(auto objects, openAs(where, bucket));
+          const std::string uri = objects->uri(key);
           if (!key.empty() && req.param("list") != "1") {
             auto object = objects->open(key, options.data_root + "/server");
             if (object) {
@@ -47,22 +54,20 @@ void Server::Impl::storeRoutes() {
           return Result<void>();
         });
   route({"PUT", "/v1/store/{bucket}/{path*}", Who::kAccount, BodyKind::kStoreFile},
-      [this, location](const Request& req, Response& res, const Caller& c) -> Result<void> {
-        COHORT_ASSIGN(auto where, location(req));
-        const auto& [bucket, key] = where;
+      [this, location, openAs](const Request& req, Response& res, const Caller& c) -> Result<void> {
+        COHORT_ASSIGN(storage::Location where, location(req));
+        const std::string& key = where.key;
         if (key.empty()) return fail(Code::kInvalidArgument, "a file upload needs a path");
-        COHORT_TRY(checkStoreAccess(*store, c, bucket, key, Access::kWrite));
-        COHORT_ASSIGN(auto objects, storage::openBucket(site, bucket));
+        COHORT_ASSIGN(store::Bucket bucket, reachBucket(*store, c, where, Access::kWrite));
+        COHORT_ASSIGN(auto objects, openAs(where, bucket));
         // The body was received into a file of the account's upload area, never held whole.
         if (!req.body_file) return fail(Code::kInternal, "the upload's body was not kept");
         const int64_t size = static_cast<int64_t>(req.body_size);
         // The file is the bucket owner's (one who shares a bucket for writing lends its quota).
-        COHORT_ASSIGN(std::optional<std::string> owner, store->bucketOwner(bucket));
-        const std::string holder = owner ? *owner : c.account;
-        COHORT_TRY(checkDisk(holder, {size, 1}));
+        COHORT_TRY(checkDisk(bucket.owner, {size, 1}));
         COHORT_TRY(objects->put(key, req.body_file->get(), size, nullptr));
-        usage.add(holder, {size, 1});
-        writeJson(res, 201, {{"uri", "store://" + bucket + "/" + key}, {"size", size}});
+        usage.add(bucket.owner, {size, 1});
+        writeJson(res, 201, {{"uri", objects->uri(key)}, {"size", size}});
         return Result<void>();
       });
   route({"GET", "/v1/buckets", Who::kAccount, BodyKind::kNone},
@@ -90,16 +95,18 @@ void Server::Impl::storeRoutes() {
           if (access != "read" && access != "write") {
             return fail(Code::kInvalidArgument, "access: 'read' or 'write', got '" + access + "'");
           }
-          COHORT_ASSIGN(std::optional<std::string> owner, store->bucketOwner(where->bucket));
-          if (!owner || (*owner != c.account && !c.admin)) {
+          // One of the caller's own buckets (an admin may name any account's).
+          const std::string owner = where->owner.empty() ? c.account : where->owner;
+          COHORT_ASSIGN(std::optional<store::Bucket> bucket, store->bucket(owner, where->bucket));
+          if (!bucket || (owner != c.account && !c.admin)) {
             return fail(Code::kNotFound, "bucket '" + where->bucket + "' not found among yours");
           }
           auto grantee = store->account(with);
           if (!grantee) return fail(Code::kNotFound, "with: account '" + with + "' not found");
-          if (with == *owner) {
+          if (with == owner) {
             return fail(Code::kInvalidArgument, "with: '" + with + "' owns the bucket already");
           }
-          store::Share share{0, where->bucket, where->key, *owner, with, access, nowUnixNanos()};
+          store::Share share{0, where->bucket, where->key, owner, with, access, nowUnixNanos()};
           COHORT_ASSIGN(share.id, store->addShare(share));
           writeJson(res, 201, shareJson(share));
           return Result<void>();

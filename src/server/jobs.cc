@@ -35,6 +35,9 @@ using Json = nlohmann::json;
 
 namespace {
 
+// A running job's reason while it stops because someone asked (rather than the server).
+constexpr std::string_view kStoppedOnRequest = "stopped on request";
+
 // Every state but the final ones.
 std::vector<std::string> liveStates() {
   std::vector<std::string> live;
@@ -231,6 +234,10 @@ Result<void> JobService::reconcile() {
       queue_[job.id] = schedJob(job);
       continue;
     }
+    // A stop the server decided (a quota) names its cause in the record: it outlives a restart.
+    if (job.state == "stopping" && !job.reason.empty() && job.reason != kStoppedOnRequest) {
+      stopped_why_[job.id] = job.reason;
+    }
     auto s = std::make_unique<Supervised>();
     s->id = job.id;
     s->handle = job.handle;
@@ -289,9 +296,11 @@ bool belowInputRoot(const std::string& path, const std::vector<std::string>& roo
 
 // The job's data: store:// locations the caller may read (inputs) or write (outputs), local
 // inputs outside the server's data root. Checked at submission and again at the start, so that
-// a share revoked in between stops the job from reading through it.
-Result<void> JobService::checkData(const Caller& caller, const spec::JobSpec& spec,
-                                   const std::string& job_id) {
+// a share revoked in between stops the job from reading through it; the spec placed at the
+// start is the one its coordinator reads.
+Result<spec::JobSpec> JobService::checkData(const Caller& caller, const spec::JobSpec& spec,
+                                            const std::string& job_id) {
+  spec::JobSpec placed = spec;
   const std::string root = options_.data_root + "/";
   std::error_code root_ec;
   const std::string real_root =
@@ -325,8 +334,9 @@ Result<void> JobService::checkData(const Caller& caller, const spec::JobSpec& sp
     auto where = storage::parseLocation(spec.inputs[i].source);
     if (!where) return withContext(where.error(), field);
     if (where->kind == storage::Location::Kind::kStore) {
-      auto ok = checkStoreAccess(store_, caller, where->bucket, where->key, Access::kRead);
-      if (!ok) return withContext(ok.error(), field);
+      auto bucket = reachBucket(store_, caller, *where, Access::kRead);
+      if (!bucket) return withContext(bucket.error(), field);
+      placed.inputs[i].source = placedUri(*bucket, where->key, where->trailing_slash);
       if (options_.store_in_s3 && spec.inputs[i].mode == spec::Input::Mode::kLink) {
         return fail(Code::kInvalidArgument,
                     "inputs[" + std::to_string(i) +
@@ -368,11 +378,11 @@ Result<void> JobService::checkData(const Caller& caller, const spec::JobSpec& sp
                       ": a server job writes its outputs to store://bucket/path (its "
                       "output/ directory can always be downloaded with cohort outputs)");
     }
-    auto ok = checkStoreAccess(store_, caller, where->bucket, where->key, Access::kWrite);
-    if (!ok) return withContext(ok.error(), field);
+    auto bucket = reachBucket(store_, caller, *where, Access::kWrite);
+    if (!bucket) return withContext(bucket.error(), field);
+    placed.outputs[i].target = placedUri(*bucket, where->key, where->trailing_slash);
   }
-
-  return {};
+  return placed;
 }
 
 Result<std::pair<int, int>> JobService::identityOf(const std::string& account_name) {
@@ -671,7 +681,7 @@ Result<store::Job> JobService::stop(const std::string& id, const std::string& wh
   if (!job.handle.empty()) backend_->cancel(job.handle);  // again, if it was asked before
   if (to) {
     job.state = *to;  // stopping
-    job.reason = why.empty() ? "stopped on request" : why;
+    job.reason = why.empty() ? std::string(kStoppedOnRequest) : why;
     if (!why.empty()) stopped_why_[id] = why;
     COHORT_TRY(store_.updateJob(job));
     notify(id);
@@ -820,6 +830,7 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
     return tl::unexpected<Error>(e);
   };
   bool has_code = false;  // the job's directory exists already, holding only its code/
+  std::string job_file_text;  // what the coordinator reads: the spec with its data placed
   bool debugged = false;
   std::string environments;  // where its coordinator looks environments up
   {
@@ -831,9 +842,9 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
     debugged = spec->debug.enabled;
     auto account = store_.account(job.account);
     if (!account) return failed(account.error());
-    if (auto data = checkData({account->name, account->admin}, *spec, job.id); !data) {
-      return failed(data.error());
-    }
+    auto placed = checkData({account->name, account->admin}, *spec, job.id);
+    if (!placed) return failed(placed.error());
+    job_file_text = spec::toJobFile(*placed);
     if (options_.nodes != spec::Backend::kVolcano) {
       auto envs = environmentOf({account->name, account->admin}, *spec);
       if (!envs) return failed(envs.error());
@@ -856,7 +867,7 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
   }
   const job::Layout layout(job.job_dir);
   const std::string job_file = layout.specFile();
-  if (auto w = writeFileAtomic(job_file, job.spec_json, false); !w) return failed(w.error());
+  if (auto w = writeFileAtomic(job_file, job_file_text, false); !w) return failed(w.error());
   // Where the coordinator reports, and its credential: the server keeps only its hash.
   auto token = newToken();
   if (!token) return failed(token.error());

@@ -151,8 +151,11 @@ class JobService {
   struct Supervised;  // a started job the loop follows
   JobService(store::JobStore& store, JobServiceOptions options, const sched::Clock& clock);
 
-  Result<void> checkData(const Caller& caller, const spec::JobSpec& spec,
-                         const std::string& job_id);
+  // The job's data checked for `caller`; returns the spec with each store:// input and output
+  // placed: named by its bucket's directory (server/access.h's placedUri), as the job's
+  // coordinator takes it.
+  Result<spec::JobSpec> checkData(const Caller& caller, const spec::JobSpec& spec,
+                                  const std::string& job_id);
   // The uid and gid that run `account`'s ranks; {-1, -1}: the server's own.
   Result<std::pair<int, int>> identityOf(const std::string& account);
   // `uploaded`: the workdir is the job's own snapshot, which the server makes readable.
@@ -195,7 +198,8 @@ class JobService {
   std::map<std::string, std::unique_ptr<Supervised>> supervised_;  // by id (loop thread)
   std::map<std::string, std::vector<int>> gpus_held_;              // started jobs' GPUs, by id
   // Why the server itself stopped a running job (stop()'s `why`), by id: its reason once it
-  // has ended, rather than the signal its coordinator was sent.
+  // has ended, rather than the signal its coordinator was sent. Rebuilt from the records of
+  // stopping jobs after a restart.
   std::map<std::string, std::string> stopped_why_;
   std::mutex incoming_mu_;
   std::vector<sched::Job> incoming_;  // submitted, not yet in queue_

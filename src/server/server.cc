@@ -325,7 +325,7 @@ void Server::Impl::enforceDiskQuotas() {
     std::vector<DiskUsage::Root>& list = roots[a.name];
     if (!site.inS3()) {
       if (auto buckets = store->buckets(a.name)) {
-        for (const store::Bucket& b : *buckets) list.push_back({site.dir + "/" + b.name});
+        for (const store::Bucket& b : *buckets) list.push_back({site.dir + "/" + b.dir});
       }
     }
     list.push_back({job::uploadsDir(options.data_root) + "/" + a.name});

@@ -59,15 +59,17 @@ const char* backendName(Backend b) {
       return "slurm";
     case Backend::kVolcano:
       return "volcano";
+    case Backend::kSsh:
+      return "ssh";
   }
   return "local";
 }
 
 Result<Backend> parseBackend(const std::string& text) {
-  for (Backend b : {Backend::kLocal, Backend::kSlurm, Backend::kVolcano}) {
+  for (Backend b : {Backend::kLocal, Backend::kSlurm, Backend::kVolcano, Backend::kSsh}) {
     if (text == backendName(b)) return b;
   }
-  return fail(Code::kInvalidArgument, "unknown backend '" + text + "' (local, slurm, volcano)");
+  return fail(Code::kInvalidArgument, "unknown backend '" + text + "' (local, slurm, volcano, ssh)");
 }
 
 std::string stopSignalName(int signal) {

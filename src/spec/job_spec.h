@@ -35,7 +35,7 @@ enum class MindSporeMode { kDynamicCluster, kRankTable };
 // Where a job's nodes come from. local: simulated on this machine (the default). slurm: an
 // allocation of a Slurm cluster, each node its own host (docs/slurm.md). volcano: the pods of a
 // Volcano Job on Kubernetes, each node a pod (docs/volcano.md).
-enum class Backend { kLocal, kSlurm, kVolcano };
+enum class Backend { kLocal, kSlurm, kVolcano, kSsh };
 const char* backendName(Backend b);
 
 inline constexpr int kAutoProcs = -1;  // procs_per_node: auto (one per device)

@@ -350,7 +350,7 @@ TEST(Validate, VolcanoFieldsAreKubernetesNames) {
 TEST(Validate, ClusterFieldsCannotInjectIntoTheBatchScript) {
   const std::string base = "name: x\ncommand: [true]\n";
   EXPECT_NE(errorOf(base + "backend: pbs\n")
-                .find("backend: unknown backend 'pbs' (local, slurm, volcano)"),
+                .find("backend: unknown backend 'pbs' (local, slurm, volcano, ssh)"),
             std::string::npos);
   EXPECT_NE(errorOf(base + "network: {interface: eth0, cidr: 10.0.0.0/8}\n").find("not both"),
             std::string::npos);

@@ -196,14 +196,16 @@ std::vector<std::string> siteVariableNames() {
   return names;
 }
 
-Result<std::unique_ptr<ObjectStore>> openBucket(const StoreSite& site, const std::string& bucket) {
-  if (!validBucketName(bucket)) {
-    return fail(Code::kInvalidArgument, "store://" + bucket + ": not a valid bucket name");
+Result<std::unique_ptr<ObjectStore>> openBucket(const StoreSite& site, const std::string& dir,
+                                                const std::string& name) {
+  if (!validStoreDirName(dir)) {
+    return fail(Code::kInvalidArgument, storeUri(dir, "") + ": not a valid bucket name");
   }
-  if (!site.inS3()) return makeDirStore(site.dir + "/" + bucket, "store://" + bucket);
+  const std::string uri = name.empty() ? storeUri(dir, "") : name;
+  if (!site.inS3()) return makeDirStore(site.dir + "/" + dir, uri);
   COHORT_ASSIGN(auto s3, makeS3Store(site.s3, site.s3_bucket));
-  return std::unique_ptr<ObjectStore>(std::make_unique<BucketInS3>(
-      std::move(s3), site.s3_prefix + bucket + "/", "store://" + bucket));
+  return std::unique_ptr<ObjectStore>(
+      std::make_unique<BucketInS3>(std::move(s3), site.s3_prefix + dir + "/", uri));
 }
 
 Result<Place> openPlace(const std::string& uri, const std::string& data_root,
@@ -219,7 +221,7 @@ Result<Place> openPlace(const std::string& uri, const std::string& data_root,
   if (where.kind == Location::Kind::kStore) {
     COHORT_ASSIGN(StoreSite site, storeSite(data_root));
     if (site.inS3()) {
-      COHORT_ASSIGN(place.store, openBucket(site, where.bucket));
+      COHORT_ASSIGN(place.store, openBucket(site, storeDirName(where.owner, where.bucket)));
       place.key = where.key + (where.trailing_slash && !where.key.empty() ? "/" : "");
       return place;
     }

@@ -1,10 +1,11 @@
 // Where the data a URI names is, for the code that moves it (`cohort cp`, staging, outputs, the
 // server's store): a local path, or a key in an object store (storage/object_store.h).
 //  - s3://BUCKET/KEY: an S3-compatible service, configured as AWS's tools are (storage/s3.h).
-//  - store://BUCKET/KEY: the embedded store of a data root, its StoreSite: a directory tree,
-//    <data-root>/store/BUCKET/KEY, which is a local path (storage/uri.h); or, for the server
-//    started with `--store s3://B/P` and the cohort processes of its jobs, the objects
-//    "P/BUCKET/KEY" of the S3 bucket B, with the server's credentials.
+//  - store://[OWNER@]BUCKET/KEY: the embedded store of a data root, its StoreSite: a directory
+//    tree, <data-root>/store/DIR/KEY (DIR is "[OWNER@]BUCKET"), which is a local path
+//    (storage/uri.h); or, for the server started with `--store s3://B/P` and the cohort
+//    processes of its jobs, the objects "P/DIR/KEY" of the S3 bucket B, with the server's
+//    credentials.
 //  - anything else: a local path (storage/uri.h).
 // The server hands its site to the coordinators and node agents of its jobs in their
 // environment (siteVariables: COHORT_STORE and COHORT_STORE_*); a node agent never passes those
@@ -58,11 +59,14 @@ bool isSiteVariable(std::string_view name);
 // from where it keeps them (a Kubernetes Secret).
 std::vector<std::string> siteVariableNames();
 
-// Bucket `bucket` of the site as an object store: its keys are the bucket's paths, its URIs
-// "store://BUCKET/KEY", and it refuses a key with an empty, "." or ".." part (storage/
-// dir_store.h on disk, the S3 bucket's "<prefix>BUCKET/" otherwise). Errors: kInvalidArgument
-// for an invalid bucket name, those of makeS3Store.
-Result<std::unique_ptr<ObjectStore>> openBucket(const StoreSite& site, const std::string& bucket);
+// The bucket whose directory in the site is `dir` ("BUCKET" or "OWNER@BUCKET", storage/uri.h's
+// storeDirName) as an object store: its keys are the bucket's paths, its URIs "NAME/KEY" (NAME
+// is `name`, or "store://DIR" when it is empty: how the caller spells the bucket), and it
+// refuses a key with an empty, "." or ".." part (storage/dir_store.h on disk, the S3 bucket's
+// "<prefix>DIR/" otherwise). Errors: kInvalidArgument for an invalid directory name, those of
+// makeS3Store.
+Result<std::unique_ptr<ObjectStore>> openBucket(const StoreSite& site, const std::string& dir,
+                                                const std::string& name = "");
 
 // One side of a copy.
 struct Place {

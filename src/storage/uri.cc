@@ -42,6 +42,28 @@ bool validBucketName(const std::string& name) {
   return true;
 }
 
+bool validAccountName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!isLowerAlnum(c) && c != '-' && c != '_') return false;
+  }
+  return name[0] != '-' && name[0] != '_';
+}
+
+std::string storeDirName(const std::string& owner, const std::string& bucket) {
+  return owner.empty() ? bucket : owner + "@" + bucket;
+}
+
+bool validStoreDirName(const std::string& name) {
+  const size_t at = name.find('@');
+  if (at == std::string::npos) return validBucketName(name);
+  return validAccountName(name.substr(0, at)) && validBucketName(name.substr(at + 1));
+}
+
+std::string storeUri(const std::string& dir, const std::string& key) {
+  return std::string(kStoreScheme) + dir + (key.empty() ? "" : "/" + key);
+}
+
 Result<Location> parseLocation(const std::string& uri) {
   if (uri.empty()) return fail(Code::kInvalidArgument, "location '': empty");
   Location loc;
@@ -67,6 +89,14 @@ Result<Location> parseLocation(const std::string& uri) {
   size_t slash = rest.find('/');
   loc.kind = Location::Kind::kStore;
   loc.bucket = rest.substr(0, slash);
+  if (const size_t at = loc.bucket.find('@'); at != std::string::npos) {
+    loc.owner = loc.bucket.substr(0, at);
+    loc.bucket = loc.bucket.substr(at + 1);
+    if (!validAccountName(loc.owner)) {
+      return badUri(uri, "invalid account name '" + loc.owner +
+                             "' before '@' (expected store://OWNER@BUCKET/path)");
+    }
+  }
   if (loc.bucket.empty()) return badUri(uri, "no bucket (expected store://bucket/path)");
   if (!validBucketName(loc.bucket)) {
     return badUri(uri, "invalid bucket name '" + loc.bucket +
@@ -98,7 +128,7 @@ Result<std::string> resolve(const std::string& uri, const std::string& data_root
   }
   std::string root = data_root;
   while (root.size() > 1 && root.back() == '/') root.pop_back();
-  std::string path = (root == "/" ? "" : root) + "/store/" + loc.bucket;
+  std::string path = (root == "/" ? "" : root) + "/store/" + storeDirName(loc.owner, loc.bucket);
   if (!loc.key.empty()) path += "/" + loc.key;
   if (loc.trailing_slash) path += "/";
   return path;

@@ -81,6 +81,35 @@ TEST(BucketName, FollowsS3Rules) {
   EXPECT_FALSE(validBucketName("abc."));
 }
 
+// An account's bucket: "OWNER@BUCKET", kept in the store's directory of that name, which no
+// bucket of a store without accounts can have.
+TEST(ParseLocation, AnOwnerNamesAnAccountsBucket) {
+  auto theirs = parseLocation("store://alice@models/run1/");
+  ASSERT_TRUE(theirs) << theirs.error().message;
+  EXPECT_EQ(theirs->owner, "alice");
+  EXPECT_EQ(theirs->bucket, "models");
+  EXPECT_EQ(theirs->key, "run1");
+  EXPECT_TRUE(theirs->trailing_slash);
+  EXPECT_EQ(parseLocation("store://models/x")->owner, "");
+  EXPECT_EQ(*resolve("store://alice@models/run1/a", "/data"), "/data/store/alice@models/run1/a");
+  expectRefused("store://@models/x", "invalid account name ''");
+  expectRefused("store://Alice@models/x", "invalid account name 'Alice'");
+  expectRefused("store://bob@alice@models/x", "invalid bucket name");
+  expectRefused("store://alice@/x", "no bucket");
+  expectRefused("store://alice@ab/x", "invalid bucket name 'ab'");
+  expectRefused("store://alice@models/../bob@models/x", "'..'");
+  EXPECT_EQ(storeDirName("alice", "models"), "alice@models");
+  EXPECT_EQ(storeDirName("", "models"), "models");
+  EXPECT_TRUE(validStoreDirName("alice@models"));
+  EXPECT_TRUE(validStoreDirName("models"));
+  for (const char* bad : {"@models", "alice@", "a/b@models", "alice@mo/dels", "..", "alice@..",
+                          "x@y@models", "Alice@models"}) {
+    EXPECT_FALSE(validStoreDirName(bad)) << bad;
+  }
+  EXPECT_EQ(storeUri("alice@models", "a/b"), "store://alice@models/a/b");
+  EXPECT_EQ(storeUri("models", ""), "store://models");
+}
+
 TEST(ParseLocation, SaysWhichKind) {
   auto store = parseLocation("store://runs/exp1/ckpt");
   ASSERT_TRUE(store);

@@ -118,6 +118,24 @@ ALTER TABLE accounts ADD COLUMN quota_uploads INTEGER;
 ALTER TABLE accounts ADD COLUMN quota_followers INTEGER;
 ALTER TABLE accounts ADD COLUMN quota_max_priority INTEGER;
 )sql",
+    // Buckets belong to accounts: each account has its own names, and a bucket has a directory
+    // in the store. One made before keeps the directory of its name, and its owner.
+    R"sql(
+CREATE TABLE account_buckets(
+  owner TEXT NOT NULL,
+  name TEXT NOT NULL,
+  dir TEXT NOT NULL,
+  created INTEGER NOT NULL,
+  PRIMARY KEY(owner, name)
+) WITHOUT ROWID;
+INSERT INTO account_buckets(owner, name, dir, created)
+  SELECT owner, name, name, created FROM buckets;
+DROP TABLE buckets;
+ALTER TABLE account_buckets RENAME TO buckets;
+CREATE UNIQUE INDEX buckets_dir ON buckets(dir);
+DROP INDEX shares_bucket_grantee;
+CREATE INDEX shares_bucket_grantee ON shares(owner, bucket, grantee);
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -352,6 +370,12 @@ Token readToken(const Query& q) {
                .label = q.text(2),
                .hash = q.text(3),
                .created = q.integer(4)};
+}
+
+constexpr const char* kBucketSelect = "SELECT owner, name, dir, created FROM buckets";
+
+Bucket readBucket(const Query& q) {
+  return Bucket{.owner = q.text(0), .name = q.text(1), .dir = q.text(2), .created = q.integer(3)};
 }
 
 constexpr const char* kShareSelect =
@@ -897,45 +921,45 @@ Result<std::vector<Event>> JobStore::events(const std::string& job_id) {
 
 // Buckets.
 
-Result<std::string> JobStore::claimBucket(const std::string& name, const std::string& owner) {
-  std::string current;
+Result<Bucket> JobStore::claimBucket(const std::string& owner, const std::string& name,
+                                     const std::string& dir) {
+  Bucket bucket;
   COHORT_TRY(impl_->write([&](Conn& c) -> Result<void> {
     {
       COHORT_ASSIGN(Query q, prepare(c,
-                                     "INSERT INTO buckets(name, owner, created) VALUES(?, ?, ?) "
-                                     "ON CONFLICT(name) DO NOTHING"));
-      q.bind(name).bind(owner).bind(nowUnixNanos());
+                                     "INSERT INTO buckets(owner, name, dir, created) "
+                                     "VALUES(?, ?, ?, ?) ON CONFLICT(owner, name) DO NOTHING"));
+      q.bind(owner).bind(name).bind(dir).bind(nowUnixNanos());
       COHORT_TRY(q.run());
     }
-    COHORT_ASSIGN(Query q, prepare(c, "SELECT owner FROM buckets WHERE name = ?"));
-    q.bind(name);
+    COHORT_ASSIGN(Query q,
+                  prepare(c, std::string(kBucketSelect) + " WHERE owner = ? AND name = ?"));
+    q.bind(owner).bind(name);
     COHORT_ASSIGN(bool row, q.step());
     if (!row) return fail(Code::kInternal, "bucket '" + name + "' vanished while claimed");
-    current = q.text(0);
+    bucket = readBucket(q);
     return {};
   }));
-  return current;
+  return bucket;
 }
 
-Result<std::optional<std::string>> JobStore::bucketOwner(const std::string& name) {
-  return impl_->read([&](Conn& c) -> Result<std::optional<std::string>> {
-    COHORT_ASSIGN(Query q, prepare(c, "SELECT owner FROM buckets WHERE name = ?"));
-    q.bind(name);
+Result<std::optional<Bucket>> JobStore::bucket(const std::string& owner, const std::string& name) {
+  return impl_->read([&](Conn& c) -> Result<std::optional<Bucket>> {
+    COHORT_ASSIGN(Query q,
+                  prepare(c, std::string(kBucketSelect) + " WHERE owner = ? AND name = ?"));
+    q.bind(owner).bind(name);
     COHORT_ASSIGN(bool row, q.step());
-    if (!row) return std::optional<std::string>();
-    return std::optional<std::string>(q.text(0));
+    if (!row) return std::optional<Bucket>();
+    return std::optional<Bucket>(readBucket(q));
   });
 }
 
 Result<std::vector<Bucket>> JobStore::buckets(const std::string& owner) {
   return impl_->read([&](Conn& c) -> Result<std::vector<Bucket>> {
-    COHORT_ASSIGN(Query q, prepare(c,
-                                   "SELECT name, owner, created FROM buckets WHERE owner = ? "
-                                   "ORDER BY name"));
+    COHORT_ASSIGN(Query q,
+                  prepare(c, std::string(kBucketSelect) + " WHERE owner = ? ORDER BY name"));
     q.bind(owner);
-    return allRows<Bucket>(q, [](const Query& r) {
-      return Bucket{.name = r.text(0), .owner = r.text(1), .created = r.integer(2)};
-    });
+    return allRows<Bucket>(q, readBucket);
   });
 }
 
@@ -975,12 +999,13 @@ Result<std::vector<Share>> JobStore::shares(const std::string& account) {
   });
 }
 
-Result<std::vector<Share>> JobStore::sharesFor(const std::string& bucket,
+Result<std::vector<Share>> JobStore::sharesFor(const std::string& owner, const std::string& bucket,
                                                const std::string& grantee) {
   return impl_->read([&](Conn& c) -> Result<std::vector<Share>> {
     COHORT_ASSIGN(Query q, prepare(c, std::string(kShareSelect) +
-                                          " WHERE bucket = ? AND grantee = ? ORDER BY id"));
-    q.bind(bucket).bind(grantee);
+                                          " WHERE owner = ? AND bucket = ? AND grantee = ? "
+                                          "ORDER BY id"));
+    q.bind(owner).bind(bucket).bind(grantee);
     return allRows<Share>(q, readShare);
   });
 }

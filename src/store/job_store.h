@@ -96,9 +96,13 @@ struct JobFilter {
   int limit = 1000;                    // newest first (by submitted, then id)
 };
 
+// An account's bucket: its name is the owner's own (another account may have one of the same
+// name); `dir` is its directory in the store (storage/uri.h's storeDirName, "OWNER@NAME"; a
+// bucket made before buckets belonged to accounts keeps "NAME").
 struct Bucket {
-  std::string name;
   std::string owner;
+  std::string name;
+  std::string dir;
   int64_t created = 0;
 };
 
@@ -106,7 +110,7 @@ struct Share {
   int64_t id = 0;
   std::string bucket;
   std::string prefix;  // path inside the bucket, "" for all of it; no leading '/'
-  std::string owner;   // the bucket's owner when the share was made
+  std::string owner;   // the bucket's owner
   std::string grantee;
   std::string access;  // "read" or "write"
   int64_t created = 0;
@@ -170,18 +174,21 @@ class JobStore {
                                 const std::vector<Event>& events);
   Result<std::vector<Event>> events(const std::string& job_id);  // by seq
 
-  // Buckets. claimBucket gives a bucket nobody owns to `owner` and returns the bucket's owner
-  // (the new one, or the one it already had).
-  Result<std::string> claimBucket(const std::string& name, const std::string& owner);
-  Result<std::optional<std::string>> bucketOwner(const std::string& name);
+  // Buckets, each an account's own. claimBucket makes `owner`'s bucket `name`, kept in `dir`,
+  // unless it has one, and returns it (with the directory it had); kAlreadyExists when another
+  // bucket has `dir`. bucket: std::nullopt when `owner` has none of that name.
+  Result<Bucket> claimBucket(const std::string& owner, const std::string& name,
+                             const std::string& dir);
+  Result<std::optional<Bucket>> bucket(const std::string& owner, const std::string& name);
   Result<std::vector<Bucket>> buckets(const std::string& owner);  // by name
 
   // Shares. addShare returns the new id. shares(account): those it owns or was granted, by id.
-  // sharesFor: the shares of `bucket` granted to `grantee`.
+  // sharesFor: the shares of `owner`'s `bucket` granted to `grantee`.
   Result<int64_t> addShare(const Share& share);
   Result<Share> share(int64_t id);  // kNotFound
   Result<std::vector<Share>> shares(const std::string& account);
-  Result<std::vector<Share>> sharesFor(const std::string& bucket, const std::string& grantee);
+  Result<std::vector<Share>> sharesFor(const std::string& owner, const std::string& bucket,
+                                       const std::string& grantee);
   Result<void> deleteShare(int64_t id);
 
  private:

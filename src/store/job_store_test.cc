@@ -193,7 +193,7 @@ TEST_F(JobStoreTest, RefusesAFileFromANewerCohort) {
   ASSERT_FALSE(store);
   EXPECT_EQ(store.error().code, Code::kFailedPrecondition);
   EXPECT_EQ(store.error().message, "database '" + path_ +
-                                       "' has schema version 99; this cohort knows up to 5: "
+                                       "' has schema version 99; this cohort knows up to 6: "
                                        "upgrade cohort");
   EXPECT_EQ(rawQuery(path_, "PRAGMA user_version"), 99);
 }
@@ -543,27 +543,39 @@ TEST_F(JobStoreTest, ConcurrentAppendsToOneJobGetDistinctConsecutiveSeqs) {
 
 // Buckets and shares.
 
-TEST_F(JobStoreTest, ClaimBucketIsFirstComeFirstServed) {
+TEST_F(JobStoreTest, EachAccountHasBucketNamesOfItsOwn) {
   auto store = openStore();
   ASSERT_TRUE(store);
-  EXPECT_EQ(*store->bucketOwner("models"), std::nullopt);
-  EXPECT_EQ(*store->claimBucket("models", "alice"), "alice");
-  EXPECT_EQ(*store->claimBucket("models", "bob"), "alice");
-  EXPECT_EQ(*store->claimBucket("data", "bob"), "bob");
-  EXPECT_EQ(*store->claimBucket("archive", "alice"), "alice");
-  EXPECT_EQ(*store->bucketOwner("models"), std::optional<std::string>("alice"));
+  EXPECT_EQ(*store->bucket("alice", "models"), std::nullopt);
+  auto alices = store->claimBucket("alice", "models", "alice@models");
+  ASSERT_TRUE(alices) << alices.error().message;
+  EXPECT_EQ(alices->owner, "alice");
+  EXPECT_EQ(alices->dir, "alice@models");
+  // Bob's first write to a "models" makes his own, in a directory of its own.
+  auto bobs = store->claimBucket("bob", "models", "bob@models");
+  ASSERT_TRUE(bobs) << bobs.error().message;
+  EXPECT_EQ(bobs->owner, "bob");
+  EXPECT_EQ(bobs->dir, "bob@models");
+  // Claiming again answers the bucket it has, with its directory.
+  EXPECT_EQ(store->claimBucket("alice", "models", "elsewhere")->dir, "alice@models");
+  // A directory is one bucket's.
+  EXPECT_EQ(store->claimBucket("carol", "x-y", "alice@models").error().code,
+            Code::kAlreadyExists);
+  ASSERT_TRUE(store->claimBucket("alice", "archive", "alice@archive"));
+  EXPECT_EQ(store->bucket("alice", "models")->value().dir, "alice@models");
 
-  auto alices = store->buckets("alice");
-  ASSERT_TRUE(alices);
-  ASSERT_EQ(alices->size(), 2u);
-  EXPECT_EQ((*alices)[0].name, "archive");  // by name
-  EXPECT_EQ((*alices)[1].name, "models");
-  EXPECT_EQ((*alices)[1].owner, "alice");
-  EXPECT_GT((*alices)[1].created, 0);
+  auto listed = store->buckets("alice");
+  ASSERT_TRUE(listed);
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ((*listed)[0].name, "archive");  // by name
+  EXPECT_EQ((*listed)[1].name, "models");
+  EXPECT_EQ((*listed)[1].owner, "alice");
+  EXPECT_GT((*listed)[1].created, 0);
+  EXPECT_EQ(store->buckets("bob")->size(), 1u);
   EXPECT_TRUE(store->buckets("carol")->empty());
 }
 
-TEST_F(JobStoreTest, ConcurrentClaimsOfOneBucketAgreeOnOneOwner) {
+TEST_F(JobStoreTest, ConcurrentClaimsOfOneBucketAgreeOnOneDirectory) {
   auto store = openStore();
   ASSERT_TRUE(store);
   constexpr int kThreads = 8;
@@ -571,15 +583,47 @@ TEST_F(JobStoreTest, ConcurrentClaimsOfOneBucketAgreeOnOneOwner) {
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      auto owner = store->claimBucket("shared", "user" + std::to_string(t));
-      ASSERT_TRUE(owner) << owner.error().message;
-      answers[t] = *owner;
+      auto bucket = store->claimBucket("alice", "shared", "dir" + std::to_string(t));
+      ASSERT_TRUE(bucket) << bucket.error().message;
+      answers[t] = bucket->dir;
     });
   }
   for (auto& thread : threads) thread.join();
-  auto owner = store->bucketOwner("shared");
-  ASSERT_TRUE(owner && *owner);
-  for (const auto& answer : answers) EXPECT_EQ(answer, **owner);
+  auto bucket = store->bucket("alice", "shared");
+  ASSERT_TRUE(bucket && *bucket);
+  for (const auto& answer : answers) EXPECT_EQ(answer, (*bucket)->dir);
+}
+
+// A file of schema version 5, when a bucket's name was the whole store's: each bucket becomes
+// its owner's, in the directory it had; its shares stay.
+TEST_F(JobStoreTest, BucketsOfAnOldFileBecomeTheirOwnersInTheirDirectories) {
+  { ASSERT_TRUE(openStore()); }
+  for (const char* sql : {
+           "DROP TABLE buckets",
+           "DROP INDEX shares_bucket_grantee",
+           "CREATE TABLE buckets(name TEXT PRIMARY KEY NOT NULL, owner TEXT NOT NULL, "
+           "created INTEGER NOT NULL)",
+           "CREATE INDEX shares_bucket_grantee ON shares(bucket, grantee)",
+           "INSERT INTO buckets VALUES('models', 'alice', 7)",
+           "INSERT INTO buckets VALUES('data', 'bob', 8)",
+           "INSERT INTO shares(bucket, prefix, owner, grantee, access, created) "
+           "VALUES('models', 'run1', 'alice', 'bob', 'read', 9)",
+           "PRAGMA user_version = 5",
+       }) {
+    rawQuery(path_, sql);
+  }
+  auto store = openStore();
+  ASSERT_TRUE(store);
+  EXPECT_GT(store->schemaVersion(), 5);
+  auto models = store->bucket("alice", "models");
+  ASSERT_TRUE(models && *models);
+  EXPECT_EQ((*models)->dir, "models");
+  EXPECT_EQ((*models)->created, 7);
+  EXPECT_EQ(store->bucket("bob", "data")->value().dir, "data");
+  EXPECT_EQ(*store->bucket("bob", "models"), std::nullopt);
+  EXPECT_EQ(store->claimBucket("bob", "models", "bob@models")->dir, "bob@models");
+  EXPECT_EQ(store->sharesFor("alice", "models", "bob")->size(), 1u);
+  EXPECT_TRUE(store->sharesFor("bob", "models", "bob")->empty());
 }
 
 TEST_F(JobStoreTest, SharesRoundTripAndListByAccountAndByBucketAndGrantee) {
@@ -617,13 +661,14 @@ TEST_F(JobStoreTest, SharesRoundTripAndListByAccountAndByBucketAndGrantee) {
   };
   EXPECT_EQ(ids(*store->shares("bob")), (std::vector<int64_t>{*id1, *id3, *id4}));
   EXPECT_EQ(ids(*store->shares("alice")), (std::vector<int64_t>{*id1, *id2, *id3, *id4}));
-  EXPECT_EQ(ids(*store->sharesFor("models", "bob")), (std::vector<int64_t>{*id1, *id4}));
-  EXPECT_TRUE(store->sharesFor("data", "bob")->empty());
+  EXPECT_EQ(ids(*store->sharesFor("alice", "models", "bob")), (std::vector<int64_t>{*id1, *id4}));
+  EXPECT_TRUE(store->sharesFor("alice", "data", "bob")->empty());
+  EXPECT_TRUE(store->sharesFor("bob", "models", "bob")->empty());
 
   ASSERT_TRUE(store->deleteShare(*id1));
   EXPECT_EQ(store->share(*id1).error().code, Code::kNotFound);
   EXPECT_EQ(store->deleteShare(*id1).error().code, Code::kNotFound);
-  EXPECT_EQ(ids(*store->sharesFor("models", "bob")), (std::vector<int64_t>{*id4}));
+  EXPECT_EQ(ids(*store->sharesFor("alice", "models", "bob")), (std::vector<int64_t>{*id4}));
 }
 
 // Concurrency.

@@ -197,7 +197,7 @@ TEST_F(Attack, AHostileRankReachesNothingThatIsNotItsOwn) {
 try() { name=$1; shift; if "$@" >/tmp/attack.$$ 2>&1; then echo "ATTEMPT $name ok $(head -c 200 /tmp/attack.$$ | tr '\n' ' ')"; else echo "ATTEMPT $name blocked"; fi; }
 try read-admin-token cat @ROOT@/server/admin.token
 try read-database cat @ROOT@/server/cohort.db
-try read-alice-bucket cat @ROOT@/store/alice-data/secret.txt
+try read-alice-bucket cat @ROOT@/store/alice@alice-data/secret.txt
 try list-other-jobs sh -c 'ls @ROOT@/jobs | grep -v "^$COHORT_JOB_ID$" | grep .'
 try read-server-environ cat /proc/@SERVER@/environ
 try read-server-root ls /proc/@SERVER@/root/
@@ -213,7 +213,7 @@ try read-report-token cat $COHORT_OUTPUT_DIR/../report.token
 try forge-own-result python3 -c "import urllib.request as u; u.urlopen(u.Request('@URL@/v1/jobs/$COHORT_JOB_ID/report', data=b'{\"seq\":1,\"events\":[],\"result\":{\"state\":\"succeeded\",\"exit_code\":0}}', headers={'Authorization': 'Bearer cohort_guess', 'Content-Type': 'application/json'}))"
 echo "IDENTITY $(id -u)"
 ln -s @ROOT@/server/admin.token $COHORT_OUTPUT_DIR/token-link
-ln -s @ROOT@/store/alice-data $COHORT_OUTPUT_DIR/alice-link
+ln -s @ROOT@/store/alice@alice-data $COHORT_OUTPUT_DIR/alice-link
 true
 )SH";
   for (const auto& [from, to] :
@@ -255,6 +255,97 @@ true
   expectServerHealthy();
   call("POST", "/v1/jobs/" + alice_job + "/stop", alice_);
   waitFinal(alice_, alice_job);
+}
+
+// Buckets belong to accounts. Bob reaches alice's "models" by no spelling: his own name for it,
+// hers without a share, "..", an encoded '@' or '/', in a request or in a job file, or (in the
+// sandbox) by its path. A share then opens what it names, no more.
+TEST_F(Attack, AnotherAccountsBucketIsReachedByNoSpelling) {
+  const std::string url = server_->url();
+  auto raw = [&](const std::string& method, const std::string& path, const std::string& token,
+                 const std::string& body = "") -> std::pair<int, std::string> {
+    httplib::Client client("127.0.0.1", std::atoi(url.c_str() + url.rfind(':') + 1));
+    httplib::Headers headers{{"Authorization", "Bearer " + token}};
+    auto res = method == "GET" ? client.Get(path, headers)
+                               : client.Put(path, headers, body, "application/octet-stream");
+    return res ? std::pair{res->status, res->body} : std::pair{0, std::string()};
+  };
+  ASSERT_EQ(raw("PUT", "/v1/store/models/secret.txt", alice_, "alice-secret").first, 201);
+  ASSERT_EQ(raw("PUT", "/v1/store/models/run1/model.txt", alice_, "alice-model").first, 201);
+  ASSERT_EQ(raw("PUT", "/v1/store/models/mine.txt", bob_, "bob-own").first, 201);
+
+  for (const std::string path :
+       {"/v1/store/alice@models/secret.txt",
+        "/v1/store/alice%40models/secret.txt", "/v1/store/models/../alice@models/secret.txt",
+        "/v1/store/models/..%2F..%2Falice@models%2Fsecret.txt",
+        "/v1/store/bob@models/%2E%2E/alice@models/secret.txt",
+        "/v1/store/models/..%2Fmodels%2Fsecret.txt", "/v1/store/Alice@models/secret.txt",
+        "/v1/store/@models/secret.txt", "/v1/store/bob@alice@models/secret.txt",
+        "/v1/store/alice@models?list=1", "/v1/store/alice@models/run1/model.txt"}) {
+    auto [got, body] = raw("GET", path, bob_);
+    EXPECT_NE(got, 200) << path << ": " << body;
+    EXPECT_FALSE(contains(body, "alice-")) << path << ": " << body;
+    auto [put, answer] = raw("PUT", path, bob_, "bob-was-here");
+    EXPECT_TRUE(put == 404 || put == 400) << path << ": " << put << " " << answer;
+  }
+  for (const auto& [field, value] : std::vector<std::pair<std::string, std::string>>{
+           {"inputs", "store://alice@models/secret.txt"},
+           {"inputs", "store://models/../alice@models/secret.txt"},
+           {"inputs", "store://bob@models/../alice@models"},
+           {"outputs", "store://alice@models/{job}/"},
+           {"outputs", "store://alice@models/"}}) {
+    Json data = field == "inputs" ? Json::array({{{"source", value}, {"target", "in"}}})
+                                  : Json::array({{{"source", "output/"}, {"target", value}}});
+    auto [status, json] = submit(bob_, shellJob("steal", "true", {{field, data}}));
+    EXPECT_TRUE(status == 404 || status == 400) << value << ": " << json.dump();
+    EXPECT_TRUE(contains(json.dump(), field + "[0]")) << json.dump();
+  }
+
+  // Bob's job names "models": his own; where its sandbox hides the store, alice's is not at its
+  // path either.
+  const std::string root = server_->dataRoot();
+  std::string script = fill(R"SH(
+cat $COHORT_WORK_DIR/copied/*
+cat @ROOT@/store/alice@models/secret.txt
+echo output > $COHORT_OUTPUT_DIR/out.txt
+true
+)SH", {{"@ROOT@", root}});
+  auto [status, json] = submit(
+      bob_, shellJob("own-models", script,
+                     {{"inputs", {{{"source", "store://models"}, {"target", "copied"}}}},
+                      {"outputs",
+                       {{{"source", "output/"}, {"target", "store://models/{job}/"}}}}}));
+  ASSERT_EQ(status, 201) << json.dump();
+  const std::string id = json.value("id", "");
+  Json record = waitFinal(bob_, id);
+  EXPECT_EQ(record.value("state", ""), "succeeded") << record.dump();
+  const std::string log = logOf(bob_, id);
+  EXPECT_TRUE(contains(log, "bob-own")) << log;
+  if (isolated_) {
+    EXPECT_FALSE(contains(log, "alice-")) << log;
+  }
+  EXPECT_EQ(raw("GET", "/v1/store/models/" + id + "/out.txt", bob_).second, "output\n");
+  EXPECT_EQ(raw("GET", "/v1/store/models/" + id + "/out.txt", alice_).first, 404);
+
+  // A share opens the prefix it names, read-only, under alice's name.
+  ASSERT_EQ(call("POST", "/v1/shares", alice_,
+                 Json{{"prefix", "store://models/run1"}, {"with", "bob"}, {"access", "read"}}
+                     .dump())
+                .first,
+            201);
+  EXPECT_EQ(raw("GET", "/v1/store/alice@models/run1/model.txt", bob_),
+            (std::pair<int, std::string>{200, "alice-model"}));
+  EXPECT_EQ(raw("GET", "/v1/store/alice@models/secret.txt", bob_).first, 404);
+  EXPECT_EQ(raw("GET", "/v1/store/models/run1/model.txt", bob_).first, 404);
+  EXPECT_EQ(raw("PUT", "/v1/store/alice@models/run1/model.txt", bob_, "x").first, 403);
+  // Bob's own "models" takes his writes under its name; nothing of alice's changed.
+  EXPECT_EQ(raw("PUT", "/v1/store/models/secret.txt", bob_, "bob-was-here").first, 201);
+  EXPECT_EQ(raw("GET", "/v1/store/models/secret.txt", bob_).second, "bob-was-here");
+  EXPECT_EQ(raw("GET", "/v1/store/models/secret.txt", alice_).second, "alice-secret");
+  EXPECT_EQ(raw("GET", "/v1/store/models/run1/model.txt", alice_).second, "alice-model");
+  auto [listed, files] = call("GET", "/v1/store/models?list=1", alice_);
+  EXPECT_EQ(files["files"].size(), 2u) << files.dump();
+  expectServerHealthy();
 }
 
 // /tmp, /var/tmp, /run/lock and /dev/shm are writable by everyone on the machine: what one job
@@ -387,7 +478,7 @@ TEST_F(Attack, LinksPlantedForALaterJobAndRootOnlyInputsAreNeitherFollowedNorRea
   ASSERT_EQ(::chmod(shared.c_str(), 01777), 0);
   const std::string plant = fill(R"SH(
 ln -s @ROOT@/server/cohort.db @SHARED@/db
-ln -s @ROOT@/store/alice-data @SHARED@/alice
+ln -s @ROOT@/store/alice@alice-data @SHARED@/alice
 ln -s @ROOT@ @SHARED@/everything
 mkdir @SHARED@/dir && echo mine > @SHARED@/dir/mine.txt && ln -s @ROOT@/server/admin.token @SHARED@/dir/token
 echo planted

@@ -837,7 +837,7 @@ TEST_F(LiveClient, CpWritesAndReadsTheServersStore) {
   RunResult r = admin({"cp", dir + "/data", "server://datasets/digits"});
   ASSERT_EQ(r.exit_code, 0) << r.err << server_->log();
   EXPECT_TRUE(Contains(r.err, "cohort: copied 2 files (2.9 KiB) to " + server_->url())) << r.err;
-  EXPECT_EQ(readText(server_->dataRoot() + "/store/datasets/digits/sub/b.bin"),
+  EXPECT_EQ(readText(server_->dataRoot() + "/store/admin@datasets/digits/sub/b.bin"),
             std::string(3000, 'b'));
   r = admin({"cp", "server://datasets/digits", dir + "/back"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -851,10 +851,13 @@ TEST_F(LiveClient, CpWritesAndReadsTheServersStore) {
   RunResult created = admin({"accounts", "create", "carol"});
   ASSERT_EQ(created.exit_code, 0) << created.err;
   const std::string carol = created.out.substr(0, created.out.find('\n'));
-  r = as(carol, {"cp", "server://datasets/digits/a.txt", dir + "/stolen.txt"});
-  EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_TRUE(Contains(r.err, "not found")) << r.err;
-  EXPECT_FALSE(std::filesystem::exists(dir + "/stolen.txt"));
+  for (const std::string theirs :
+       {"server://datasets/digits/a.txt", "server://admin@datasets/digits/a.txt"}) {
+    r = as(carol, {"cp", theirs, dir + "/stolen.txt"});
+    EXPECT_EQ(r.exit_code, 2) << theirs << ": " << r.err;
+    EXPECT_TRUE(Contains(r.err, "not found")) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir + "/stolen.txt"));
+  }
   r = admin({"cp", "server://datasets/digits/missing.txt", dir + "/m.txt"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_TRUE(Contains(r.err, "missing.txt")) << r.err;

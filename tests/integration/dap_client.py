@@ -1,13 +1,17 @@
 """A small Debug Adapter Protocol client, as VS Code's "attach" speaks it, for the debug tests.
 
     dap_client.py --port P [--breakpoint FILE:LINE] [--evaluate EXPR] [--hold-until FILE]
-                  [--then continue|disconnect] [--timeout S] [--no-stop]
+                  [--then continue|disconnect] [--timeout S] [--no-stop] [--just-my-code 0|1]
+                  [--after]
 
 Attaches to the debugpy listening on 127.0.0.1:P (initialize, attach, setBreakpoints,
 setExceptionBreakpoints ["uncaught"], configurationDone), waits for a `stopped` event, reads the
 top frame (stackTrace) and evaluates EXPR in it, waits until FILE exists (when given), then
 continues or disconnects. Prints one JSON object on stdout: {"stopped": reason, "file", "line",
-"function", "value", "exception"}; exits 1 with a message on stderr when anything fails.
+"function", "value", "exception", "stack": ["FILE:FUNCTION", ...]}; exits 1 with a message on
+stderr when anything fails. With --after, once continued it waits for what comes next and says
+it in "after": "stopped" (with "after_reason"), "exited" or "terminated", or "closed" when the
+debuggee went away.
 With --no-stop it attaches, waits for --hold-until, and disconnects without waiting to stop.
 """
 
@@ -93,12 +97,14 @@ def main():
     p.add_argument("--then", choices=["continue", "disconnect"], default="continue")
     p.add_argument("--timeout", type=float, default=60)
     p.add_argument("--no-stop", action="store_true")
+    p.add_argument("--just-my-code", type=int, choices=[0, 1], default=1)
+    p.add_argument("--after", action="store_true")
     args = p.parse_args()
 
     dap = Dap(args.port, args.timeout)
     dap.request("initialize", clientID="cohort-test", adapterID="debugpy", pathFormat="path",
                 linesStartAt1=True, columnsStartAt1=True)
-    attach = dap.send("attach", justMyCode=True)
+    attach = dap.send("attach", justMyCode=bool(args.just_my_code))
     dap.event("initialized")
     by_file = {}
     for b in args.breakpoint:
@@ -116,6 +122,8 @@ def main():
         out["stopped"] = stopped.get("reason")
         thread = stopped.get("threadId")
         frames = dap.request("stackTrace", threadId=thread, startFrame=0, levels=20)["stackFrames"]
+        out["stack"] = ["%s:%s" % (f.get("source", {}).get("path", ""), f.get("name"))
+                        for f in frames]
         top = frames[0]
         out["file"] = top.get("source", {}).get("path", "")
         out["line"] = top.get("line")
@@ -133,6 +141,21 @@ def main():
             time.sleep(0.05)
     if args.then == "continue" and not args.no_stop:
         dap.request("continue", threadId=thread)
+        if args.after:
+            try:
+                while True:
+                    m = dap.events.pop(0) if dap.events else dap.read()
+                    if m.get("type") == "event" and m.get("event") in ("stopped", "exited",
+                                                                        "terminated"):
+                        out["after"] = m["event"]
+                        out["after_reason"] = m.get("body", {}).get("reason", "")
+                        break
+            except (EOFError, OSError):
+                out["after"] = "closed"
+            if out["after"] != "stopped":
+                dap.sock.close()
+                print(json.dumps(out), flush=True)
+                return
     dap.request("disconnect", terminateDebuggee=False)
     dap.sock.close()
     print(json.dumps(out), flush=True)

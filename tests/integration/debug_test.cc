@@ -491,6 +491,61 @@ TEST(DebugFlags, ABreakpointAfterTheDebuggerDetachedPausesTheRankAgain) {
   EXPECT_TRUE(contains(r.out, "done 1")) << r.out;
 }
 
+// The debugger shows the program's frames only, as for `python3 -m debugpy script.py`: none of
+// cohort's bootstrap (nor runpy's that it runs the program with), with justMyCode and without.
+TEST(DebugFlags, TheDebuggersStackHoldsOnlyTheProgramsFrames) {
+  REQUIRE(kDebugpy, "Debian's python3-debugpy is not installed");
+  const std::string root = tempDir();
+  const std::string py = script(root, "deep.py",
+                                "import time\ndef step(i):\n    breakpoint()\n    return i\n"
+                                "for i in range(2):\n    step(i)\n    time.sleep(0.2)\n"
+                                "print('done', i)\n");
+  CohortProcess job({"run", "--data-root", root, "--debug", "none", "--", "/usr/bin/python3", py});
+  const std::string id = jobIdUnder(root);
+  for (const int just_my_code : {1, 0}) {
+    SCOPED_TRACE("justMyCode " + std::to_string(just_my_code));
+    auto rank = pausedRank(root, id, "worker/0");
+    ASSERT_TRUE(rank) << job.wait(5s).err;
+    std::string said;
+    auto stop = attach((*rank)["port"].get<int>(),
+                       "--evaluate i --then disconnect --just-my-code " +
+                           std::to_string(just_my_code),
+                       &said);
+    ASSERT_TRUE(stop.is_object()) << said;
+    EXPECT_EQ(stop["stack"], nlohmann::json::array({py + ":step", py + ":<module>"})) << stop;
+  }
+  auto r = job.wait(60s);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "done 1")) << r.out;
+}
+
+// One stop per post-mortem: Continue after the exception was shown lets the rank end (with its
+// exception's exit code) rather than stopping again on the SystemExit that ends it.
+TEST(DebugFlags, ContinueAfterAPostMortemStopEndsTheRankWithoutAnotherStop) {
+  REQUIRE(kDebugpy, "Debian's python3-debugpy is not installed");
+  const std::string root = tempDir();
+  const std::string py = script(root, "bad.py",
+                                "def load(batch):\n    raise RuntimeError('a bad batch')\n"
+                                "load(7)\n");
+  CohortProcess job({"run", "--data-root", root, "--debug", "none", "--post-mortem", "--",
+                     "/usr/bin/python3", py});
+  const std::string id = jobIdUnder(root);
+  auto rank = pausedRank(root, id, "worker/0");
+  ASSERT_TRUE(rank) << job.wait(5s).err;
+  EXPECT_EQ((*rank)["reason"], "exception");
+  std::string said;
+  auto stop =
+      attach((*rank)["port"].get<int>(), "--evaluate batch --then continue --after", &said);
+  ASSERT_TRUE(stop.is_object()) << said;
+  EXPECT_EQ(stop["stopped"], "exception");
+  EXPECT_EQ(stop["value"], "7");
+  EXPECT_EQ(stop["stack"], nlohmann::json::array({py + ":load", py + ":<module>"})) << stop;
+  EXPECT_NE(stop["after"], "stopped") << "stopped again: " << stop;
+  auto r = job.wait(60s);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "a bad batch")) << r.err;
+}
+
 // The user stops PyCharm's debug server while the rank runs: the breakpoint() calls after it go
 // on, and the rank says why once, not at every call.
 TEST(DebugFlags, WhenPyCharmGoesAwayTheRankGoesOnAndSaysSoOnce) {

@@ -553,7 +553,7 @@ TEST_F(S3, AServerKeepsItsStoreInS3AndItsJobsUseItWithoutSeeingItsCredentials) {
       CohortProcess({"cp", "-q", work_ + "/digits", "server://datasets/digits"}, as(alice))
           .wait(60s);
   ASSERT_EQ(up.exit_code, 0) << up.err;
-  EXPECT_EQ(readText(served("srv/cohort/datasets/digits/sub/b.txt")), "beta\n");
+  EXPECT_EQ(readText(served("srv/cohort/alice@datasets/digits/sub/b.txt")), "beta\n");
   EXPECT_FALSE(fs::exists(server->dataRoot() + "/store/datasets"));
   RunResult down =
       CohortProcess({"cp", "-q", "server://datasets/digits", work_ + "/back"}, as(alice)).wait(60s);
@@ -577,8 +577,8 @@ TEST_F(S3, AServerKeepsItsStoreInS3AndItsJobsUseItWithoutSeeingItsCredentials) {
   const std::string id = nlohmann::json::parse(submitted->body).value("id", "");
   nlohmann::json record = api.waitFinal(alice, id);
   ASSERT_EQ(record.value("state", ""), "succeeded") << record.dump() << "\n" << server->log();
-  EXPECT_EQ(readText(served("srv/cohort/models/" + id + "/model.txt")), "beta\n");
-  const std::string env = readText(served("srv/cohort/models/" + id + "/env.txt"));
+  EXPECT_EQ(readText(served("srv/cohort/alice@models/" + id + "/model.txt")), "beta\n");
+  const std::string env = readText(served("srv/cohort/alice@models/" + id + "/env.txt"));
   ASSERT_TRUE(contains(env, "COHORT_JOB_ID=" + id)) << env;
   for (const std::string& never : {std::string(kSecret), std::string(kKey),
                                    std::string("COHORT_STORE"), std::string("AWS_")}) {
@@ -593,11 +593,15 @@ TEST_F(S3, AServerKeepsItsStoreInS3AndItsJobsUseItWithoutSeeingItsCredentials) {
   ASSERT_EQ(outputs.exit_code, 0) << outputs.err;
   EXPECT_EQ(readText(work_ + "/outputs/model.txt"), "beta\n");
 
-  // Another account: 404 for alice's data, as input or download, until she shares it.
-  auto theirs = api.call("GET", "/v1/store/datasets/digits/a.txt", bob);
-  ASSERT_TRUE(theirs);
-  EXPECT_EQ(theirs->status, 404) << theirs->body;
-  EXPECT_FALSE(contains(theirs->body, "alpha"));
+  // Another account: its own "datasets" is not alice's, and alice's answers 404, as input or
+  // download, until she shares it.
+  for (const std::string path : {"/v1/store/datasets/digits/a.txt",
+                                  "/v1/store/alice@datasets/digits/a.txt"}) {
+    auto theirs = api.call("GET", path, bob);
+    ASSERT_TRUE(theirs);
+    EXPECT_EQ(theirs->status, 404) << path << ": " << theirs->body;
+    EXPECT_FALSE(contains(theirs->body, "alpha"));
+  }
   EXPECT_EQ(api.call("GET", "/v1/store/models?list=1", bob)->status, 404);
   nlohmann::json bobs = job;
   bobs["name"] = "bob-reads";
@@ -611,7 +615,7 @@ TEST_F(S3, AServerKeepsItsStoreInS3AndItsJobsUseItWithoutSeeingItsCredentials) {
       nlohmann::json{{"prefix", "store://datasets/digits"}, {"with", "bob"}, {"access", "read"}}
           .dump());
   ASSERT_TRUE(share && share->status == 201) << (share ? share->body : "");
-  auto shared = api.call("GET", "/v1/store/datasets/digits/a.txt", bob);
+  auto shared = api.call("GET", "/v1/store/alice@datasets/digits/a.txt", bob);
   ASSERT_TRUE(shared);
   EXPECT_EQ(shared->status, 200) << shared->body;
   EXPECT_EQ(shared->body, "alpha\n");

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sqlite3.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -38,6 +39,21 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr auto kDeadline = 20s;
+
+// Runs `sql` on the database at `path` with a connection of the test's own: "" or SQLite's
+// message.
+std::string sqlite(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  std::string error;
+  if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) error = sqlite3_errmsg(db);
+  char* message = nullptr;
+  if (error.empty() && sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &message) != SQLITE_OK) {
+    error = message ? message : "failed";
+  }
+  sqlite3_free(message);
+  sqlite3_close(db);
+  return error;
+}
 
 // A process's command line, its arguments split ("" when it is gone).
 std::vector<std::string> commandLine(pid_t pid) {
@@ -626,7 +642,7 @@ TEST_F(ServerIsolation, StorePathsAreNormalisedAsSharesAreAndAFileIsNoDirectory)
                 .status,
             201);
   // The share's prefix is normalised; so is the path it is checked against.
-  Answer odd = get("/v1/store/alice-data/./run1//model.txt", bob);
+  Answer odd = get("/v1/store/alice@alice-data/./run1//model.txt", bob);
   EXPECT_EQ(odd.status, 200) << odd;
   EXPECT_EQ(odd.body, "weights");
 
@@ -667,12 +683,14 @@ TEST_F(ServerIsolation, StoreNeedsAShareAndRevokingItWorksAtOnce) {
                      "application/octet-stream");
     ASSERT_EQ(up.status, 201) << up;
   }
-  const std::string inside = "/v1/store/alice-data/run1/model.txt";
+  const std::string inside = "/v1/store/alice@alice-data/run1/model.txt";
   Answer before = get(inside, bob);
   EXPECT_EQ(before.status, 404) << before;
   EXPECT_EQ(before.code(), "not_found");
   EXPECT_FALSE(contains(before.body, "weights"));
-  EXPECT_EQ(get("/v1/store/alice-data?list=1", bob).status, 404);
+  EXPECT_EQ(get("/v1/store/alice@alice-data?list=1", bob).status, 404);
+  // Bob's own "alice-data" is not alice's.
+  EXPECT_EQ(get("/v1/store/alice-data/run1/model.txt", bob).status, 404);
 
   Answer share = post("/v1/shares", alice,
                       {{"prefix", "store://alice-data/run1"}, {"with", "bob"}, {"access", "read"}});
@@ -682,21 +700,22 @@ TEST_F(ServerIsolation, StoreNeedsAShareAndRevokingItWorksAtOnce) {
   Answer read = get(inside, bob);
   EXPECT_EQ(read.status, 200) << read;
   EXPECT_EQ(read.body, "weights of run1/model.txt");
-  EXPECT_EQ(get("/v1/store/alice-data/run1?list=1", bob).status, 200);
+  EXPECT_EQ(get("/v1/store/alice@alice-data/run1?list=1", bob).status, 200);
   for (std::string outside :
-       {"/v1/store/alice-data/other/secret.txt", "/v1/store/alice-data/run10/model.txt",
-        "/v1/store/alice-data?list=1", "/v1/store/alice-data/run1/../other/secret.txt"}) {
+       {"/v1/store/alice@alice-data/other/secret.txt", "/v1/store/alice@alice-data/run10/model.txt",
+        "/v1/store/alice@alice-data?list=1", "/v1/store/alice@alice-data/run1/../other/secret.txt",
+        "/v1/store/alice-data/run1/model.txt"}) {
     Answer a = get(outside, bob);
     EXPECT_TRUE(a.status == 404 || a.status == 400) << outside << ": " << a;
     EXPECT_FALSE(contains(a.body, "weights")) << outside;
   }
-  Answer write = call("PUT", "/v1/store/alice-data/run1/model.txt", bob, "overwritten",
+  Answer write = call("PUT", "/v1/store/alice@alice-data/run1/model.txt", bob, "overwritten",
                       "application/octet-stream");
   EXPECT_EQ(write.status, 403) << write;
   EXPECT_EQ(write.code(), "permission_denied");
   EXPECT_EQ(get(inside, alice).body, "weights of run1/model.txt");
-  // Bob sees the share but cannot revoke it; alice can.
-  EXPECT_TRUE(contains(get("/v1/shares", bob).body, "store://alice-data/run1"));
+  // Bob sees the share, named as he reaches it, but cannot revoke it; alice can.
+  EXPECT_TRUE(contains(get("/v1/shares", bob).body, "store://alice@alice-data/run1"));
   EXPECT_EQ(call("DELETE", "/v1/shares/" + std::to_string(share_id), bob).status, 403);
 
   Answer revoked = call("DELETE", "/v1/shares/" + std::to_string(share_id), alice);
@@ -712,12 +731,16 @@ TEST_F(ServerIsolation, JobInputFromAnotherAccountsBucketNeedsAShare) {
   ASSERT_EQ(call("PUT", "/v1/store/alice-data/run1/model.txt", alice, "weights",
                  "application/octet-stream").status, 201);
   Json job = rankJob("bob-reads", {"work-file=model.txt"});
-  job["inputs"] = Json::array({{{"source", "store://alice-data/run1/model.txt"},
+  for (const std::string source :
+       {"store://alice@alice-data/run1/model.txt", "store://alice-data/run1/model.txt"}) {
+    job["inputs"] = Json::array({{{"source", source}, {"target", "model.txt"}}});
+    Answer refused = post("/v1/jobs", bob, {{"job", job}});
+    EXPECT_EQ(refused.status, 404) << refused;
+    EXPECT_EQ(refused.code(), "not_found");
+    EXPECT_EQ(refused.message(), "inputs[0].source: " + source + ": not found") << refused;
+  }
+  job["inputs"] = Json::array({{{"source", "store://alice@alice-data/run1/model.txt"},
                                 {"target", "model.txt"}}});
-  Answer refused = post("/v1/jobs", bob, {{"job", job}});
-  EXPECT_EQ(refused.status, 404) << refused;
-  EXPECT_EQ(refused.code(), "not_found");
-  EXPECT_TRUE(contains(refused.message(), "inputs[0]")) << refused;
 
   ASSERT_EQ(post("/v1/shares", alice,
                  {{"prefix", "store://alice-data/run1"}, {"with", "bob"}, {"access", "read"}})
@@ -726,6 +749,73 @@ TEST_F(ServerIsolation, JobInputFromAnotherAccountsBucketNeedsAShare) {
   ASSERT_FALSE(id.empty());
   Json record = waitFinal(bob, id);
   EXPECT_EQ(record.value("state", ""), "succeeded") << record.dump();
+}
+
+// The first hour: one account's first output to store://models does not take the name
+// from every other account. Each writes its own "models" with the same job file.
+TEST_F(ServerIsolation, EveryAccountsJobWritesItsOwnModelsBucket) {
+  const std::string alice = createAccount("alice");
+  const std::string bob = createAccount("bob");
+  Json job = rankJob("train", {"output-file=model.txt"});
+  job["outputs"] = Json::array({{{"source", "output/"}, {"target", "store://models/{job}/"}}});
+  const std::string first = submit(alice, job);
+  ASSERT_EQ(waitFinal(alice, first).value("state", ""), "succeeded");
+  const std::string second = submit(bob, job);
+  ASSERT_FALSE(second.empty());
+  Json record = waitFinal(bob, second);
+  ASSERT_EQ(record.value("state", ""), "succeeded") << record.dump();
+  EXPECT_EQ(get("/v1/store/models/" + second + "/model.txt", bob).body, "rank 0\n");
+  EXPECT_EQ(get("/v1/store/models/" + second + "/model.txt", alice).status, 404);
+  EXPECT_EQ(get("/v1/store/models/" + first + "/model.txt", bob).status, 404);
+  EXPECT_TRUE(std::filesystem::exists(data_root_ + "/store/bob@models/" + second + "/model.txt"));
+  Answer buckets = get("/v1/buckets", bob);
+  ASSERT_EQ(buckets.json["buckets"].size(), 1u) << buckets;
+  EXPECT_EQ(buckets.json["buckets"][0].value("name", ""), "models");
+  EXPECT_EQ(buckets.json["buckets"][0].value("owner", ""), "bob");
+}
+
+// A data root from before buckets belonged to accounts (schema version 5, each bucket in
+// store/NAME): the server opens it, each bucket is its owner's where it was, shares still work,
+// and another account's first write of the name makes a bucket of its own.
+TEST_F(ServerIsolation, AnOldDataRootsBucketsBecomeTheirOwners) {
+  const std::string alice = createAccount("alice");
+  const std::string bob = createAccount("bob");
+  ASSERT_EQ(call("PUT", "/v1/store/models/run1/model.txt", alice, "alice's weights",
+                 "application/octet-stream").status, 201);
+  ASSERT_EQ(post("/v1/shares", alice,
+                 {{"prefix", "store://models/run1"}, {"with", "bob"}, {"access", "read"}})
+                .status, 201);
+  stopServer();
+  // Back to the layout of schema version 5, as cohort before this one left it.
+  std::filesystem::rename(data_root_ + "/store/alice@models", data_root_ + "/store/models");
+  ASSERT_EQ(sqlite(data_root_ + "/server/cohort.db",
+                   "CREATE TABLE old_buckets(name TEXT PRIMARY KEY NOT NULL, owner TEXT NOT NULL, "
+                   "created INTEGER NOT NULL);"
+                   "INSERT INTO old_buckets SELECT name, owner, created FROM buckets;"
+                   "DROP TABLE buckets; ALTER TABLE old_buckets RENAME TO buckets;"
+                   "DROP INDEX shares_bucket_grantee;"
+                   "CREATE INDEX shares_bucket_grantee ON shares(bucket, grantee);"
+                   "PRAGMA user_version = 5;"),
+            "");
+  ASSERT_TRUE(startServer());
+
+  EXPECT_EQ(get("/v1/store/models/run1/model.txt", alice).body, "alice's weights");
+  EXPECT_EQ(get("/v1/store/alice@models/run1/model.txt", bob).body, "alice's weights");
+  EXPECT_EQ(get("/v1/store/models/run1/model.txt", bob).status, 404);
+  ASSERT_EQ(call("PUT", "/v1/store/models/run1/model.txt", bob, "bob's weights",
+                 "application/octet-stream").status, 201);
+  EXPECT_EQ(get("/v1/store/models/run1/model.txt", bob).body, "bob's weights");
+  EXPECT_EQ(get("/v1/store/models/run1/model.txt", alice).body, "alice's weights");
+  EXPECT_EQ(readText(data_root_ + "/store/models/run1/model.txt"), "alice's weights");
+  EXPECT_EQ(readText(data_root_ + "/store/bob@models/run1/model.txt"), "bob's weights");
+  // A job of alice's reads her old bucket and writes into it.
+  Json job = rankJob("reads-old", {"work-file=in/model.txt", "output-file=out.txt"});
+  job["inputs"] = Json::array({{{"source", "store://models/run1"}, {"target", "in"}}});
+  job["outputs"] = Json::array({{{"source", "output/"}, {"target", "store://models/run2/"}}});
+  const std::string id = submit(alice, job);
+  Json record = waitFinal(alice, id);
+  EXPECT_EQ(record.value("state", ""), "succeeded") << record.dump();
+  EXPECT_EQ(readText(data_root_ + "/store/models/run2/out.txt"), "rank 0\n");
 }
 
 TEST_F(ServerIsolation, AShareRevokedWhileTheJobWaitsStopsItFromStarting) {
@@ -742,7 +832,7 @@ TEST_F(ServerIsolation, AShareRevokedWhileTheJobWaitsStopsItFromStarting) {
   const std::string first = submit(bob, rankJob("first", {"sleep=30"}));
   waitJob(bob, first, isRunning);
   Json job = rankJob("bob-reads", {"work-file=model.txt"});
-  job["inputs"] = Json::array({{{"source", "store://alice-data/run1/model.txt"},
+  job["inputs"] = Json::array({{{"source", "store://alice@alice-data/run1/model.txt"},
                                 {"target", "model.txt"}}});
   const std::string id = submit(bob, job);
   ASSERT_FALSE(id.empty());
@@ -771,7 +861,7 @@ TEST_F(ServerIsolation, AJobSeesNeitherTheStoreNorOtherJobsDirectories) {
 
   Json snoop = {{"name", "snoop"}, {"framework", "generic"}, {"workdir", work_},
                 {"command", {"/bin/sh", "-c",
-                             "cat " + data_root_ + "/store/alice-data/run1/model.txt; "
+                             "cat " + data_root_ + "/store/alice@alice-data/run1/model.txt; "
                              "cat " + data_root_ + "/jobs/" + first + "/console.log; "
                              "ls " + data_root_ + "/jobs " + data_root_ + "/server; true"}}};
   const std::string id = submit(bob, snoop);
@@ -1861,7 +1951,14 @@ TEST_F(ServerRecovery, ACoordinatorWaitingForTheServerGoesWhenToldTo) {
 TEST_F(ServerRecovery, ACoordinatorWaitingForTheServerGoesWhenItsJobDirectoryIsGone) {
   Waiting w = endAJobWhileTheServerIsAway("dir-gone");
   ASSERT_GT(w.coordinator, 0);
-  std::filesystem::remove_all(w.dir);
+  // The job's agent may still be clearing its scratch files: remove until nothing is left.
+  ASSERT_TRUE(waitFor(
+      [&] {
+        std::error_code ec;
+        std::filesystem::remove_all(w.dir, ec);
+        return !std::filesystem::exists(w.dir, ec);
+      },
+      10s, 20ms));
   EXPECT_TRUE(waitFor([&] { return processGone(w.coordinator); }, 10s, 20ms))
       << "a coordinator whose job directory is gone waited for the server anyway";
 }
@@ -2907,7 +3004,7 @@ TEST_F(ServerQuotas, BytesAndInodesPastTheQuotaAreRefusedAndAnotherAccountStillW
   EXPECT_GE(quotas["inodes"]["used"].get<int64_t>(), 1) << quotas;
   // Nothing of alice's refused requests is left in the data root.
   std::error_code ec;
-  EXPECT_FALSE(std::filesystem::exists(data_root_ + "/store/alice-data/big", ec));
+  EXPECT_FALSE(std::filesystem::exists(data_root_ + "/store/alice@alice-data/big", ec));
 }
 
 // A job that writes past its account's bytes quota is stopped, saying why; another account's
@@ -2936,6 +3033,38 @@ TEST_F(ServerQuotas, ARunningJobThatWritesPastItsAccountsBytesIsStoppedAndNoOthe
   // Over its quota, alice may submit nothing more until it frees some.
   Answer more = post("/v1/jobs", alice, {{"job", rankJob("more", {"echo=x"})}});
   EXPECT_TRUE(overQuota(more, "bytes", "")) << more;
+}
+
+// The server's reason for a stop outlives the server: killed while the job stops, it comes back
+// and records the quota, not the signal the coordinator was sent.
+TEST_F(ServerQuotas, AQuotaStopKeepsItsReasonAcrossARestart) {
+  const std::string alice = createAccount("alice");
+  setQuotas("alice", {{"bytes", 8 << 20}});
+  const std::string go = work_ + "/fill-now";
+  Json filler = {{"name", "filler"},
+                 {"framework", "generic"},
+                 {"workdir", work_},
+                 {"command",
+                  {"/bin/sh", "-c",
+                   "while [ ! -e " + go + " ]; do sleep 0.05; done; "
+                   "head -c 33554432 /dev/zero > \"$COHORT_OUTPUT_DIR/fill\"; sleep 60"}}};
+  const std::string id = submit(alice, filler);
+  ASSERT_FALSE(id.empty());
+  waitJob(alice, id, isRunning);
+  pid_t coordinator = 0;
+  ASSERT_TRUE(waitFor([&] { return (coordinator = coordinatorOf(id)) > 0; }, kDeadline, 50ms));
+  // The coordinator cannot report the end while the server decides and then dies.
+  ASSERT_EQ(::kill(coordinator, SIGSTOP), 0);
+  openGate("fill-now");
+  const Json stopping =
+      waitJob(alice, id, [](const Json& r) { return r.value("state", "") == "stopping"; });
+  EXPECT_TRUE(contains(stopping.value("reason", ""), "(bytes quota)")) << stopping;
+  stopServer(SIGKILL);
+  ::kill(coordinator, SIGCONT);
+  ASSERT_TRUE(startServer());
+  const Json record = waitFinal(alice, id);
+  EXPECT_EQ(record.value("state", ""), "stopped") << record;
+  EXPECT_TRUE(contains(record.value("reason", ""), "(bytes quota)")) << record;
 }
 
 TEST_F(ServerQuotas, BadQuotasAreRefusedNamingTheField) {
