@@ -195,6 +195,67 @@ Result<void> applyDebugFlags(const JobOptions& o, spec::JobSpec& s) {
   return {};
 }
 
+// The ranks' command as torchrun would run the words after its flags: a module with -m
+// (python3 -m MODULE ...), a Python script with --run-path or when it is the first word of a
+// command given without "--" (`cohort run train.py` as `torchrun train.py`: python3 train.py),
+// and as it is with --no-python or after "--" (cohort's own form: the exact command).
+std::vector<std::string> commandAsTorchrunRunsIt(const JobOptions& o) {
+  std::vector<std::string> command = o.command;
+  const bool script = o.run_path || (!o.no_python && !o.command_after_dashes &&
+                                     command[0].ends_with(".py"));
+  if (o.module) {
+    command.insert(command.begin(), {"python3", "-m"});
+  } else if (script) {
+    command.insert(command.begin(), "python3");
+  }
+  return command;
+}
+
+// --cpus, --memory and --gpus: each process's resources, those of the job's one role.
+Result<void> applyResourceFlags(const JobOptions& o, spec::JobSpec& s) {
+  if (s.roles.size() != 1) {
+    return fail(Code::kInvalidArgument,
+                "--cpus/--memory/--gpus apply to single-role jobs; this job has " +
+                    std::to_string(s.roles.size()) +
+                    " roles: set each one's resources in the job file (roles: {NAME: {resources: "
+                    "{cpus: 2, memory: 4Gi, gpus: 1}}})");
+  }
+  spec::Resources& r = s.roles[0].resources;
+  const std::string role = "roles." + s.roles[0].name + ".resources.";
+  if (!o.cpus.empty()) {
+    auto cpus = parseCpus(o.cpus);
+    if (!cpus || *cpus <= 0) {
+      return fail(Code::kInvalidArgument,
+                  "--cpus: expected a positive number of CPUs per process (examples: 0.5, 2), "
+                  "got '" + o.cpus + "'");
+    }
+    r.cpus = *cpus;
+    r.cpus_given = true;
+    s.origin.setByFlag(role + "cpus", "--cpus");
+  }
+  if (!o.memory.empty()) {
+    auto bytes = parseBytes(o.memory);
+    if (!bytes || *bytes <= 0) {
+      return fail(Code::kInvalidArgument,
+                  "--memory: expected a size per process such as 512Mi or 4Gi, got '" +
+                      o.memory + "'");
+    }
+    r.memory_bytes = *bytes;
+    s.origin.setByFlag(role + "memory", "--memory");
+  }
+  if (!o.gpus.empty()) {
+    auto gpus = parseInt(o.gpus);
+    if (!gpus || *gpus < 0) {
+      return fail(Code::kInvalidArgument,
+                  "--gpus: expected a number of GPUs per process (0, 1, ...), got '" + o.gpus +
+                      "'");
+    }
+    r.gpus = *gpus;
+    s.origin.setByFlag(role + "gpus", "--gpus");
+  }
+  return {};
+}
+
 // Setting what a flag says: `flag` as the command line spelled it (for messages), `value` its
 // value ("" for a switch).
 using Apply = std::function<Result<void>(JobOptions&, const std::string& flag,
@@ -322,6 +383,26 @@ const std::vector<JobFlag>& ownJobFlags() {
         "processes per node (auto, gpu: one per GPU, 1 without GPUs; cpu: one per CPU of this "
         "machine); also --nproc_per_node"},
        procsPerNode},
+      {{"--cpus", "", "N",
+        "CPUs each process takes (resources.cpus; e.g. 0.5, 2): what a server's scheduler counts "
+        "(default 1), and a limit where cgroups allow"},
+       text(&O::cpus)},
+      {{"--memory", "", "SIZE",
+        "memory each process may use (resources.memory; e.g. 2Gi): what a server's scheduler "
+        "counts, and a limit where cgroups allow (default: no limit)"},
+       text(&O::memory)},
+      {{"--gpus", "", "N", "GPUs each process takes (resources.gpus; default 0)"},
+       text(&O::gpus)},
+      {{"--module", "-m", "",
+        "the command's first word is a Python module: python3 -m MODULE ARGS... (torchrun's -m)"},
+       yes(&O::module)},
+      {{"--run-path", "--run_path", "",
+        "the command's first word is a Python script: python3 SCRIPT ARGS... (torchrun's; also "
+        "what a first word ending in .py gets without \"--\")"},
+       yes(&O::run_path)},
+      {{"--no-python", "--no_python", "",
+        "the command is a program, run as it is (what a command after \"--\" always is)"},
+       yes(&O::no_python)},
       {{"--workdir", "", "DIR", "where ranks run (default: the job file's directory, or here)"},
        text(&O::workdir)},
       {{"--environment", "", "NAME",
@@ -463,28 +544,29 @@ const std::vector<JobFlag>& jobFlags() {
   return kFlags;
 }
 
-// torchrun's flags, from their one list (cli/torchrun_flags.h).
+// torchrun's flags, from their one list (cli/torchrun_flags.h), by their torchrun spelling.
 std::string torchrunFlagsHelp() {
   std::vector<std::string> same, nothing, refused;
   for (const TorchrunFlag& t : torchrunFlags()) {
-    const std::string name = t.names.back();
-    if (t.kind == TorchrunFlag::Kind::kSame) same.push_back(name + " (" + t.cohort + ")");
+    std::string name = t.names[0];
+    for (const std::string& n : t.names) {
+      if (startsWith(n, "--")) name = n;  // the underscored one, torchrun's first spelling
+    }
+    if (t.kind == TorchrunFlag::Kind::kSame) {
+      same.push_back(std::find(t.names.begin(), t.names.end(), t.cohort) == t.names.end()
+                         ? name + " (" + t.cohort + ")"
+                         : name);
+    }
     if (t.kind == TorchrunFlag::Kind::kNothing) nothing.push_back(name);
     if (t.kind == TorchrunFlag::Kind::kRefused) refused.push_back(name);
   }
-  std::string text = "\ntorchrun's flags, in either spelling (--max_restarts, --max-restarts): " +
-                     join(same, ", ") + " are cohort's; " + join(nothing, ", ") +
-                     " change nothing here (cohort says why); " + join(refused, ", ") +
-                     " are refused with what to use instead (docs/frameworks.md)";
-  std::string wrapped, line = "   ";
-  for (const std::string& word : split(text.substr(1), ' ')) {
-    if (line.size() + 1 + word.size() > 94) {
-      wrapped += line + "\n";
-      line = "   ";
-    }
-    line += " " + word;
-  }
-  return "\n" + wrapped + line + "\n";
+  return "\n" + besideColumn("", "torchrun's flags, in either spelling (--max_restarts, "
+                                  "--max-restarts): " +
+                                      join(same, ", ") + " are cohort's; " + join(nothing, ", ") +
+                                      " change nothing here (cohort says why); " +
+                                      join(refused, ", ") +
+                                      " are refused with what to use instead (docs/frameworks.md)",
+                              4, 95);
 }
 
 std::vector<FlagSpec> specsOf(const std::vector<JobFlag>& flags, Section section,
@@ -512,7 +594,12 @@ std::vector<FlagSpec> jobFlagSpecs() {
 
 std::string jobFlagsHelp(const std::string& command) {
   return "Job:\n" + flagsHelp(specsOf(jobFlags(), Section::kJob, command)) +
-         "  -- COMMAND...            the command every rank runs\n" + torchrunFlagsHelp();
+         besideColumn("  -- COMMAND...",
+                      "the command every rank runs, as it is; without \"--\", the first word "
+                      "that is not a flag starts it, and a first word ending in .py runs with "
+                      "python3 (as torchrun runs its script)",
+                      27, 95) +
+         torchrunFlagsHelp();
 }
 
 std::string jobOutputFlagsHelp(const std::string& command) {
@@ -548,6 +635,7 @@ Result<JobOptions> jobOptionsFrom(const Args& args) {
     }
   }
   o.command = args.command;
+  o.command_after_dashes = args.command_after_dashes;
   return o;
 }
 
@@ -598,8 +686,17 @@ Result<spec::JobSpec> buildSpec(const JobOptions& o) {
   }
   // Flags take a field's place: refusals of it then name the flag, not the file's line.
   spec::Origin& origin = s.origin;
+  if (o.module + o.run_path + o.no_python > 1) {
+    return fail(Code::kInvalidArgument,
+                "-m, --run-path and --no-python each say how to run the command: give one");
+  }
+  if ((o.module || o.run_path || o.no_python) && o.command.empty()) {
+    return fail(Code::kInvalidArgument,
+                std::string(o.module ? "-m" : o.run_path ? "--run-path" : "--no-python") +
+                    " says how to run the command: give the command after the flags");
+  }
   if (!o.command.empty()) {
-    s.command = o.command;
+    s.command = commandAsTorchrunRunsIt(o);
     origin.setByFlag("command", "");  // the words after "--": their messages need no label
   }
   if (!o.environment.empty()) {
@@ -703,6 +800,9 @@ Result<spec::JobSpec> buildSpec(const JobOptions& o) {
       s.roles[0].procs_per_node = o.procs_per_node;
       origin.setByFlag(role + ".procs_per_node", "--nproc-per-node");
     }
+  }
+  if (!o.cpus.empty() || !o.memory.empty() || !o.gpus.empty()) {
+    COHORT_TRY(applyResourceFlags(o, s));
   }
   if (!o.workdir.empty()) {
     s.workdir = o.workdir;

@@ -46,8 +46,14 @@ struct JobOptions {
   std::string hosts, hostfile, ssh;
   bool shared_workdir = false;
   int nodes = 0, procs_per_node = 0, max_restarts = -1;  // procs_per_node may be kAutoProcs
+  // --cpus, --memory, --gpus: each process's resources (roles' resources:), "" when not given
+  std::string cpus, memory, gpus;
   std::vector<std::string> env, hyperparameters;  // KEY=VALUE
-  std::vector<std::string> command;               // after "--"
+  std::vector<std::string> command;               // after "--", or the first word not a flag
+  bool command_after_dashes = false;              // the command came after "--"
+  // torchrun's ways to name the program: -m (the command's first word is a Python module),
+  // --run-path (a Python script), --no-python (a program, run as it is)
+  bool module = false, run_path = false, no_python = false;
   bool json = false, quiet = false, isolate = false;
   // --report: set by `cohort server`: push the job's record to the server that the job
   // directory's report.url names, with the credential in its report.token

@@ -101,6 +101,31 @@ TEST(JobFlags, AJobFileGivenAsTheCommandIsPointedToDashF) {
   ASSERT_TRUE(s) << s.error().message;
 }
 
+// --cpus, --memory and --gpus are each process's resources, the job's one role's.
+TEST(JobFlags, ResourceFlagsSetTheRolesResourcesPerProcess) {
+  auto s = specOf({"--nodes", "2", "--nproc-per-node", "2", "--cpus", "0.5", "--memory", "2Gi",
+                   "--gpus", "0", "--", "python3", "train.py"});
+  ASSERT_TRUE(s) << s.error().message;
+  ASSERT_EQ(s->roles.size(), 1u);
+  EXPECT_EQ(s->roles[0].resources.cpus, 0.5);
+  EXPECT_TRUE(s->roles[0].resources.cpus_given);
+  EXPECT_EQ(s->roles[0].resources.memory_bytes, 2LL << 30);
+  EXPECT_EQ(s->roles[0].resources.gpus, 0);
+
+  for (const auto& [args, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--cpus", "0"}, "--cpus: expected a positive number of CPUs per process"},
+           {{"--cpus", "lots"}, "--cpus: expected a positive number of CPUs per process"},
+           {{"--memory", "2 apples"}, "--memory: expected a size per process"},
+           {{"--gpus", "-1"}, "--gpus: expected a number of GPUs per process"},
+           {{"--cpus", "5000"}, "--cpus"}}) {
+    std::vector<std::string> words = args;
+    words.insert(words.end(), {"--", "python3", "train.py"});
+    s = specOf(words);
+    ASSERT_FALSE(s) << args[0] << " " << args[1];
+    EXPECT_EQ(s.error().message.rfind(message, 0), 0u) << s.error().message;
+  }
+}
+
 Result<JobOptions> optionsOf(std::vector<std::string> args) {
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());

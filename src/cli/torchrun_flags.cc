@@ -19,6 +19,11 @@ std::vector<std::string> spellings(const std::string& dashed) {
 TorchrunFlag same(const std::string& name, bool value, const std::string& cohort) {
   return {spellings(name), Kind::kSame, value, cohort, ""};
 }
+// torchrun's short name for a flag too: -m for --module.
+TorchrunFlag withShort(TorchrunFlag flag, const std::string& short_name) {
+  flag.names.push_back(short_name);
+  return flag;
+}
 TorchrunFlag nothing(const std::string& name, bool value, const std::string& why) {
   return {spellings(name), Kind::kNothing, value, "", why};
 }
@@ -37,6 +42,9 @@ const std::vector<TorchrunFlag>& torchrunFlags() {
       same("nproc-per-node", true, "--nproc-per-node"),
       same("max-restarts", true, "--max-restarts"),
       same("master-port", true, "--env MASTER_PORT="),
+      withShort(same("module", false, "--module"), "-m"),
+      same("no-python", false, "--no-python"),
+      same("run-path", false, "--run-path"),
       nothing("standalone", false, kRendezvous + ": a job of one node needs nothing more"),
       nothing("rdzv-backend", true, kRendezvous),
       nothing("rdzv-id", true, kRendezvous + ", under the job's id"),
@@ -46,12 +54,16 @@ const std::vector<TorchrunFlag>& torchrunFlags() {
       nothing("start-method", true, "cohort starts every rank as a process of its own"),
       nothing("log-dir", true,
               "every rank's whole output is in the job directory's logs/ (cohort logs JOB)"),
-      nothing("tee", true,
-              "cohort keeps every rank's output in its log and shows it on the terminal, "
-              "prefixed [role/rank node]"),
-      nothing("redirects", true,
-              "cohort keeps every rank's output in its log and shows it on the terminal, "
-              "prefixed [role/rank node]"),
+      withShort(nothing("tee", true,
+                        "cohort keeps every rank's output in its log and shows it on the "
+                        "terminal, prefixed [role/rank node]"),
+                "-t"),
+      withShort(nothing("redirects", true,
+                        "cohort keeps every rank's output in its log and shows it on the "
+                        "terminal, prefixed [role/rank node]"),
+                "-r"),
+      nothing("logs-specs", true,
+              "every rank's whole output is in the job directory's logs/ (cohort logs JOB)"),
       refused("rdzv-endpoint", true,
               kRendezvous +
                   ": cohort run starts every node itself (here, or on a cluster with --backend "
@@ -64,6 +76,9 @@ const std::vector<TorchrunFlag>& torchrunFlags() {
       refused("local-ranks-filter", true,
               "--log-ranks RANKS shows only these ranks' output (global ranks: 0,2-3)"),
       refused("role", true, "a job's roles are named in its job file (roles:)"),
+      refused("local-addr", true,
+              "each node says the address it reaches the coordinator from; network: {interface: "
+              "NAME} or {cidr: NET} in the job file picks another"),
   };
   return kFlags;
 }

@@ -597,15 +597,26 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
   // A job that can never start is refused now rather than queued forever.
   const sched::Resources need{job.cpu_millis, job.memory_bytes, job.gpus};
   if (!need.fitsIn(options_.capacity)) {
-    return fail(
-        Code::kInvalidArgument,
-        "roles: the job needs " + sched::describe(need) +
-            " at once (each rank takes "
-            "its role's resources, 1 CPU unless resources.cpus says less); this server has " +
-            sched::describe(options_.capacity) +
-            " in all (its --cpus, --memory and --gpus set what it hands out): ask less per "
-            "rank (resources: {cpus: 0.5} is half a CPU, held to it where cgroups allow), or "
-            "run fewer ranks");
+    // What to ask less of, per process, as the job file and cohort submit's flags say it.
+    const sched::Resources& have = options_.capacity;
+    std::vector<std::string> less;
+    if (need.cpu_millis > have.cpu_millis) {
+      less.push_back("--cpus 0.5 (resources: {cpus: 0.5}) is half a CPU each, held to it where "
+                     "cgroups allow");
+    }
+    if (need.memory_bytes > have.memory_bytes) {
+      less.push_back("--memory 2Gi (resources: {memory: 2Gi}) is 2Gi each");
+    }
+    if (need.gpus > have.gpus) less.push_back("--gpus N (resources: {gpus: N}) is N GPUs each");
+    return fail(Code::kInvalidArgument,
+                "roles: the job needs " + sched::describe(need) + " at once for its " +
+                    std::to_string(job.ranks) +
+                    " processes (each takes its role's resources: 1 CPU unless --cpus or "
+                    "resources.cpus says otherwise); this server has " +
+                    sched::describe(have) +
+                    " in all (its --cpus, --memory and --gpus set what it hands out): ask less "
+                    "per process (" +
+                    join(less, "; ") + "), or run fewer processes");
   }
   COHORT_ASSIGN(store::Account account, store_.account(caller.account));
   if ((account.max_gpus && need.gpus > *account.max_gpus) ||

@@ -529,6 +529,33 @@ TEST_F(LiveClient, StacksOfARunningServerJob) {
 }
 
 // cohort rerun for a server job: the same job file again, as a new job with its priority.
+// The server (4 CPUs) refuses a job of 8 processes at 1 CPU each, naming the flag that asks
+// less; with --cpus 0.5 the same job runs, and its record holds what the flag asked.
+TEST_F(LiveClient, ARefusalForCpusNamesTheFlagAndTheFlagMakesItFit) {
+  std::vector<std::string> job = {"submit", "--framework", "generic", "--nodes", "2",
+                                  "--nproc-per-node", "4"};
+  RunResult r = admin([&] {
+    auto args = job;
+    args.insert(args.end(), {"--", testRank()});
+    return args;
+  }());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(Contains(r.err, "the job needs 8 CPUs at once for its 8 processes")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "--cpus 0.5 (resources: {cpus: 0.5})")) << r.err;
+  EXPECT_TRUE(Lacks(r.err, "--memory 2Gi")) << r.err;
+
+  job.insert(job.end(), {"--cpus", "0.5", "--memory", "64Mi", "--wait", "--", testRank()});
+  r = admin(job);
+  ASSERT_EQ(r.exit_code, 0) << r.err << server_->log();
+  const std::string id = r.out.substr(0, r.out.find('\n'));
+  r = admin({"status", id, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json status = nlohmann::json::parse(r.out);
+  EXPECT_EQ(status["job"]["resources"]["cpus"], 4.0) << r.out;
+  EXPECT_EQ(status["job"]["resources"]["memory"], 8 * 64 * 1024 * 1024LL) << r.out;
+  EXPECT_EQ(status["job"]["spec"]["roles"]["worker"]["resources"]["cpus"], 0.5) << r.out;
+}
+
 TEST_F(LiveClient, RerunSubmitsTheJobFileAgain) {
   RunResult first =
       admin({"submit", "--framework", "generic", "--hang-timeout", "30s", "--priority", "4",
