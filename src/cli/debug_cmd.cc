@@ -1,6 +1,7 @@
 #include "cli/debug_cmd.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -133,6 +134,14 @@ int attachThroughServer(const ServerSettings& settings, const std::string& id, c
       return failWith(kExitFailed, std::string("accept: ") + std::strerror(errno));
     }
     std::thread([settings, path, name, conn = std::move(conn)]() mutable {
+      // A debugger speaks first (DAP's initialize). A connection that closes before saying
+      // anything (a port check) never reaches the rank: debugpy lets its rank run on when a
+      // client comes and goes.
+      pollfd first{conn.get(), POLLIN, 0};
+      char byte;
+      while (::poll(&first, 1, -1) < 0 && errno == EINTR) {
+      }
+      if (::recv(conn.get(), &byte, 1, MSG_PEEK) <= 0) return;
       auto tunnel = ApiClient(settings).tunnel(path, "cohort-tunnel");
       if (!tunnel) {
         std::fprintf(stderr, "cohort debug: %s: %s\n", name.c_str(),

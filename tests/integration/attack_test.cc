@@ -510,7 +510,7 @@ TEST_F(Attack, APausedRanksDebuggerIsReachedOnlyByItsAccountThroughTheServer) {
   EXPECT_TRUE(contains(upgrade(server_->url(), tunnel, ""), " 401 "));
   RunResult bob_attach = CohortProcess({"debug", id, "--attach", "0"}, as_bob).wait();
   EXPECT_NE(bob_attach.exit_code, 0) << bob_attach.out;
-  EXPECT_TRUE(contains(bob_attach.err, "no job")) << bob_attach.err;
+  EXPECT_TRUE(contains(bob_attach.err, "not found")) << bob_attach.err;
   // Bob, over the network: from the machine's loopback, and from a rank of his own job, at
   // the port and at every address a node of a job has.
   EXPECT_FALSE(loopbackAccepts(rank_port));
