@@ -635,6 +635,7 @@ namespace {
 // A server whose store is in S3 runs Volcano jobs whose inputs and outputs are store://: the pods
 // have no file system of the server's, so every node stages from S3 and writes to it itself,
 // with the store handed to them in the job's Secret; the ranks never see it.
+// (The admin's buckets are admin@NAME under the store's prefix.)
 TEST_F(Volcano, AServersStoreInS3IsWhereItsPodsStageFromAndCopyTo) {
   const std::string bin = COHORT_BIN;
   const std::string gw = Versitygw::find({bin.substr(0, bin.rfind('/'))});
@@ -680,9 +681,9 @@ TEST_F(Volcano, AServersStoreInS3IsWhereItsPodsStageFromAndCopyTo) {
   ASSERT_EQ(submitted.exit_code, 0) << submitted.err << server->log() << sim_->log();
   const std::string id = submitted.out.substr(0, submitted.out.find('\n'));
   for (const char* rank : {"0", "1"}) {
-    EXPECT_EQ(readText(served + "/srv/cohort/models/" + id + "/words-" + rank + ".txt"), "3\n")
+    EXPECT_EQ(readText(served + "/srv/cohort/admin@models/" + id + "/words-" + rank + ".txt"), "3\n")
         << "rank " << rank << " staged the input from S3 and its node copied the output there";
-    EXPECT_EQ(readText(served + "/srv/cohort/models/" + id + "/seen-" + rank + ".txt"), "0\n")
+    EXPECT_EQ(readText(served + "/srv/cohort/admin@models/" + id + "/seen-" + rank + ".txt"), "0\n")
         << "the store's settings reached rank " << rank;
   }
   EXPECT_FALSE(contains(server->log(), kS3Secret));
