@@ -625,14 +625,21 @@ TEST(CgroupWatchdog, RemovesTheMirrorsInCgroupV1HierarchiesToo) {
     ::waitpid(creator, nullptr, 0);
     FAIL() << "the creator could not start its process in its cgroups";
   }
-  // What the process became (setsid forks when it leads its process group), in every mirror.
+  // What the process became (setsid forks when it leads its process group): one sleep, the
+  // same in every mirror. Until it has exec'd, the mirrors may still hold setsid.
   std::vector<pid_t> held;
-  for (const std::string& mirror : mirrors) {
-    ASSERT_TRUE(waitUntil([&] { return members(mirror).size() == 1; }, std::chrono::seconds(10)))
-        << mirror;
-    if (held.empty()) held = members(mirror);
-    EXPECT_EQ(members(mirror), held) << mirror;
-  }
+  auto settled = [&] {
+    held = members(mirrors.front());
+    if (held.size() != 1) return false;
+    std::string comm;
+    std::ifstream(("/proc/" + std::to_string(held[0]) + "/comm").c_str()) >> comm;
+    if (comm != "sleep") return false;
+    for (const std::string& mirror : mirrors) {
+      if (members(mirror) != held) return false;
+    }
+    return true;
+  };
+  ASSERT_TRUE(waitUntil(settled, std::chrono::seconds(10))) << mirrors.front();
   ASSERT_EQ(::kill(creator, SIGKILL), 0);
   ::waitpid(creator, nullptr, 0);
   for (const std::string& mirror : mirrors) {
