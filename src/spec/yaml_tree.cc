@@ -159,7 +159,7 @@ class Builder {
     } else if (!parent.key) {
       parent.key = std::move(node);
     } else {
-      parent.node.entries.emplace_back(std::move(*parent.key), std::move(node));
+      parent.node.entries.push_back({std::move(*parent.key), std::move(node)});
       parent.key.reset();
     }
     return std::nullopt;

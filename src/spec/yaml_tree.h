@@ -16,6 +16,8 @@
 
 namespace cohort::spec {
 
+struct YamlEntry;
+
 struct YamlNode {
   enum class Kind { kNull, kScalar, kSequence, kMap };
   Kind kind = Kind::kNull;
@@ -24,15 +26,26 @@ struct YamlNode {
   bool quoted = false; // kScalar: written in quotes (or as a block), never a number
   std::string tag;     // an explicit tag ("tag:yaml.org,2002:int" for !!int), else ""
   std::vector<YamlNode> items;                          // kSequence
-  std::vector<std::pair<YamlNode, YamlNode>> entries;   // kMap: in order, repeats kept
+  std::vector<YamlEntry> entries;                       // kMap: in order, repeats kept
 
   bool isNull() const { return kind == Kind::kNull; }
   bool isScalar() const { return kind == Kind::kScalar; }
   bool isSequence() const { return kind == Kind::kSequence; }
   bool isMap() const { return kind == Kind::kMap; }
   // Entries of a mapping, items of a list, 0 otherwise.
-  size_t size() const { return isMap() ? entries.size() : isSequence() ? items.size() : 0; }
+  size_t size() const;
 };
+
+// A mapping's entry: its key and its value. A struct of its own rather than a std::pair, which
+// clang's library cannot instantiate while YamlNode is still incomplete.
+struct YamlEntry {
+  YamlNode first;   // the key
+  YamlNode second;  // the value
+};
+
+inline size_t YamlNode::size() const {
+  return isMap() ? entries.size() : isSequence() ? items.size() : 0;
+}
 
 struct YamlLimits {
   int max_depth = 16;          // mappings and lists inside one another
