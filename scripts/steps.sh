@@ -83,11 +83,11 @@ install_debian() {
 
 # ccache keeps compiled objects between builds and clones (in ~/.cache/ccache): a second clone,
 # or CI's next run on the same machine, compiles only what changed. Paths below this tree are
-# hashed relative to it.
+# hashed relative to it (CCACHE_BASEDIR, written into the build's launcher so that a later
+# `ninja -C build` does the same; CMakeLists.txt maps them in the debug information too).
 use_ccache() {
   cmake_launcher=()
   if command -v ccache >/dev/null; then
-    cmake_launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-    export CCACHE_BASEDIR="$PWD"
+    cmake_launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=env;CCACHE_BASEDIR=$PWD;ccache")
   fi
 }
