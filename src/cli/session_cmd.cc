@@ -1,5 +1,6 @@
 #include "cli/session_cmd.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -270,33 +271,125 @@ std::string configBlock(const Json& session, const std::string& self) {
          "  StrictHostKeyChecking yes\n";
 }
 
-Result<int> ssh(const Args& args, ApiClient& api) {
-  const std::string name = args.positional[1];
-  COHORT_ASSIGN(Json session, findSession(api, name));
-  const std::string id = textOf(session, "id");
-  if (args.has("--stdio")) return stdio(id, api);
+Result<void> haveKeys(const std::string& id) {
   if (::access((keysDir(id) + "/id_ed25519").c_str(), R_OK) != 0) {
     return fail(Code::kFailedPrecondition,
                 "the keys of session " + id + " are not on this machine (" + keysDir(id) +
                     "): cohort session start made them where it ran; log in from there");
   }
+  return {};
+}
+
+// ssh's command line that logs in to `session` through the server (`self`: this binary).
+std::vector<std::string> sshArgv(const Json& session, const std::string& self) {
+  const std::string id = textOf(session, "id");
+  const std::string dir = keysDir(id);
+  const std::string user = textOf(session.value("session", Json::object()), "user");
+  return {"ssh",
+          "-o", "ProxyCommand=" + self + " session ssh --stdio " + id,
+          "-o", "HostKeyAlias=" + hostAlias(id),
+          "-o", "UserKnownHostsFile=" + dir + "/known_hosts",
+          "-o", "StrictHostKeyChecking=yes",
+          "-o", "IdentitiesOnly=yes",
+          "-o", "BatchMode=yes",
+          "-i", dir + "/id_ed25519",
+          "-l", user,
+          hostAlias(id)};
+}
+
+// The output of `command` run in session `session` over ssh (as `cohort session ssh` logs in).
+Result<std::string> runInSession(const Json& session, const std::string& command) {
+  const std::string id = textOf(session, "id");
+  std::vector<std::string> argv = sshArgv(session, selfPath());
+  argv.push_back(command);
+  int out[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) return fail(Code::kIo, "pipe");
+  const pid_t pid = ::fork();
+  if (pid < 0) return fail(Code::kIo, "cannot start ssh");
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    std::vector<char*> raw;
+    for (std::string& a : argv) raw.push_back(a.data());
+    raw.push_back(nullptr);
+    ::execvp("ssh", raw.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > (1 << 20)) break;
+  }
+  ::close(out[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return fail(Code::kFailedPrecondition, "'" + command + "' failed in session " + id +
+                                               " (exit " + std::to_string(WEXITSTATUS(status)) + ")");
+  }
+  return text;
+}
+
+Result<int> save(const Args& args, ApiClient& api) {
+  const std::string name = args.positional[1];
+  COHORT_ASSIGN(Json session, findSession(api, name));
+  const std::string id = textOf(session, "id");
+  COHORT_TRY(haveKeys(id));
+  COHORT_ASSIGN(Json full, api.call("GET", "/v1/jobs/" + urlEncode(id)));
+  const std::string base = full.contains("spec") ? textOf(full["spec"], "environment") : "";
+  if (base.empty() || base == "system") {
+    return fail(Code::kFailedPrecondition,
+                "session " + name + " runs in the server's own Python (no --env), which has no "
+                "virtual environment to build on: save from a session started with --env "
+                "(pytorch, tensorflow, mindspore or one of yours)");
+  }
+  const std::string as = args.get("--as", textOf(session, "name"));
+  COHORT_ASSIGN(std::string frozen,
+                runInSession(session, "python3 -m pip list --path \"$PIP_TARGET\" --format=freeze"));
+  std::vector<std::string> requirements;
+  for (const std::string& line : split(frozen, '\n')) {
+    const std::string l(trim(line));
+    if (!l.empty() && l.find("==") != std::string::npos) requirements.push_back(l);
+  }
+  if (requirements.empty()) {
+    return fail(Code::kFailedPrecondition,
+                "nothing was pip-installed in session " + name + " (pip install PKG there first)");
+  }
+  Json body = {{"base", base}, {"requirements", requirements}, {"lock", join(requirements, "\n") + "\n"}};
+  COHORT_TRY(api.call("PUT", "/v1/environments/" + urlEncode(as), body));
+  std::fprintf(stderr, "cohort: saving %zu package(s) of session %s as environment %s on %s; the server builds it\n",
+               requirements.size(), name.c_str(), as.c_str(), base.c_str());
+  for (;;) {
+    COHORT_ASSIGN(Json e, api.call("GET", "/v1/environments/" + urlEncode(as)));
+    const std::string state = textOf(e, "state");
+    if (state == "built") {
+      std::printf("%s\n", as.c_str());
+      std::fprintf(stderr, "cohort: environment %s is built: cohort session start --env %s, or environment: %s in a job\n", as.c_str(), as.c_str(), as.c_str());
+      return 0;
+    }
+    if (state == "failed") {
+      return fail(Code::kFailedPrecondition, "environment " + as + " failed to build: " + textOf(e, "reason"));
+    }
+    std::this_thread::sleep_for(500ms);
+  }
+}
+
+Result<int> ssh(const Args& args, ApiClient& api) {
+  const std::string name = args.positional[1];
+  COHORT_ASSIGN(Json session, findSession(api, name));
+  const std::string id = textOf(session, "id");
+  if (args.has("--stdio")) return stdio(id, api);
+  COHORT_TRY(haveKeys(id));
   const std::string self = selfPath();
   if (args.has("--config")) {
     std::printf("%s", configBlock(session, self).c_str());
     return 0;
   }
-  const std::string dir = keysDir(id);
-  const std::string user = textOf(session.value("session", Json::object()), "user");
-  std::vector<std::string> argv = {
-      "ssh",
-      "-o", "ProxyCommand=" + self + " session ssh --stdio " + id,
-      "-o", "HostKeyAlias=" + hostAlias(id),
-      "-o", "UserKnownHostsFile=" + dir + "/known_hosts",
-      "-o", "StrictHostKeyChecking=yes",
-      "-o", "IdentitiesOnly=yes",
-      "-i", dir + "/id_ed25519",
-      "-l", user,
-      hostAlias(id)};
+  std::vector<std::string> argv = sshArgv(session, self);
   for (size_t i = 2; i < args.positional.size(); ++i) argv.push_back(args.positional[i]);
   std::vector<char*> raw;
   for (std::string& a : argv) raw.push_back(a.data());
@@ -313,9 +406,10 @@ Result<int> cmdSession(int argc, char** argv) {
   const std::string verb = args.positional.empty() ? "" : args.positional[0];
   const size_t want = verb == "start" || verb == "ls" ? 1 : 2;
   const bool any_more = verb == "ssh";  // a command to run in the session
-  if (verb != "start" && verb != "ls" && verb != "stop" && verb != "ssh") {
+  if (verb != "start" && verb != "ls" && verb != "stop" && verb != "ssh" && verb != "save") {
     return fail(Code::kInvalidArgument,
-                "session: expected start, ls, stop NAME or ssh NAME (see cohort session --help)");
+                "session: expected start, ls, stop NAME, ssh NAME or save NAME (see cohort "
+                "session --help)");
   }
   if (args.positional.size() < want || (!any_more && args.positional.size() > want)) {
     return fail(Code::kInvalidArgument,
@@ -327,6 +421,7 @@ Result<int> cmdSession(int argc, char** argv) {
   if (verb == "start") return start(args, api);
   if (verb == "ls") return list(args, api);
   if (verb == "stop") return stop(args.positional[1], api);
+  if (verb == "save") return save(args, api);
   return ssh(args, api);
 }
 
@@ -346,6 +441,7 @@ const std::vector<FlagSpec>& sessionFlags() {
       {"--stdio", "", "", "ssh: carry the SSH connection on stdin and stdout (ssh's ProxyCommand)"},
       {"--config", "", "", "ssh: print a Host block for ~/.ssh/config (VS Code, PyCharm)"},
       {"--all", "", "", "ls: ended sessions too"},
+      {"--as", "", "ENV", "save: the environment's name (default: the session's)"},
       {"--json", "", "", "start, ls: print the records as JSON"}};
   return kFlags;
 }
@@ -360,6 +456,7 @@ Usage: cohort session start [--env NAME] [--nodes N --nproc-per-node M] [--cpus 
        cohort session ssh NAME [-- COMMAND...]
        cohort session ssh NAME --config        a ~/.ssh/config Host block (VS Code, PyCharm)
        cohort session ssh --stdio NAME         for ssh's ProxyCommand
+       cohort session save NAME [--as ENV]
 
 A session is a job of your account that runs an SSH server instead of a command: scheduled,
 limited, sandboxed and counted against your quotas like any of your jobs, in the environment
@@ -367,6 +464,11 @@ you name, with your account's identity. Its port is reachable only through the s
 your token: `cohort session ssh NAME` logs in (or runs COMMAND), and the block that --config
 prints lets VS Code Remote-SSH and PyCharm's SSH interpreter connect to `cohort-NAME`.
 The keys are made here by `start` (in ~/.config/cohort/sessions/ID): log in from this machine.
+
+In a session, `pip install PKG` installs into the session's own package directory (on PYTHONPATH
+before the environment's); `save` makes what was installed there, pinned to the versions
+installed, a saved environment of your account on the session's environment: the server builds
+it with its lock file, and jobs and sessions then name it (--env ENV).
 
 A session ends when you stop it, once nothing has been connected to it through the server for
 its idle timeout, or at its max runtime; what ran in it ends with it.
@@ -377,6 +479,8 @@ Examples:
   cohort session start --env pytorch --cpus 4 --memory 8Gi --idle-timeout 2h --name dev
   cohort session ssh dev -- python3 -c 'import torch; print(torch.__version__)'
   cohort session ssh dev --config >> ~/.ssh/config     # then: ssh cohort-dev
+  cohort session ssh dev -- pip install einops
+  cohort session save dev --as dev-env                # then: cohort session start --env dev-env
   cohort session stop dev
 
 Exit codes: 0 success; 2 a bad request (flag, name, a session that is not yours or has ended);

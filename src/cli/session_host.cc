@@ -57,6 +57,7 @@ bool passedOn(const std::string& name) {
   return startsWith(name, "COHORT_") || name == "PATH" || name == "VIRTUAL_ENV" ||
          name == "PYTHONPATH" || name == "LD_LIBRARY_PATH" || name == "CUDA_VISIBLE_DEVICES" ||
          name == "TMPDIR" || startsWith(name, "NSS_WRAPPER_") || name == "LD_PRELOAD" ||
+         startsWith(name, "PIP_") ||
          startsWith(name, "MASTER_") || name == "WORLD_SIZE";
 }
 
@@ -115,6 +116,14 @@ int cmdSessionHost(int, char**) {
   ::setenv("NSS_WRAPPER_PASSWD", (dir + "/passwd").c_str(), 1);
   ::setenv("NSS_WRAPPER_GROUP", (dir + "/group").c_str(), 1);
   ::setenv("USER", user.c_str(), 1);
+  // What `pip install` installs in the session goes to a directory of its own, first on
+  // Python's path: `cohort session save` makes an environment of it.
+  const std::string packages = home + "/.session-packages";
+  ::mkdir(packages.c_str(), 0700);
+  const std::string path = env("PYTHONPATH");
+  ::setenv("PYTHONPATH", (packages + (path.empty() ? "" : ":" + path)).c_str(), 1);
+  ::setenv("PIP_TARGET", packages.c_str(), 1);
+  ::setenv("PIP_DISABLE_PIP_VERSION_CHECK", "1", 1);
   std::string set_env;
   for (char** e = environ; *e; ++e) {
     const std::string kv = *e;

@@ -555,13 +555,16 @@ TEST_F(Attack, APausedRanksDebuggerIsReachedOnlyByItsAccountThroughTheServer) {
   expectServerHealthy();
 }
 
-// Whether a process of user `uid` runs on this machine.
-bool processOfUser(uid_t uid) {
+// Whether a process of user `uid` whose command line names `word` runs on this machine (other
+// servers on the machine may give their accounts the same uids).
+bool processOfUser(uid_t uid, const std::string& word) {
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
     const std::string name = entry.path().filename();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
     struct stat st {};
-    if (::stat(entry.path().c_str(), &st) == 0 && st.st_uid == uid) return true;
+    if (::stat(entry.path().c_str(), &st) != 0 || st.st_uid != uid) continue;
+    std::string cmdline = readText(entry.path().string() + "/cmdline");
+    if (contains(cmdline, word)) return true;
   }
   return false;
 }
@@ -648,11 +651,12 @@ TEST_F(Attack, ASessionsSshServerIsReachedOnlyByItsAccountThroughTheServer) {
   EXPECT_TRUE(contains(probed, "refused 127.0.0.1")) << probed;
 
   // Stopped: the session ends, and nothing of it runs on.
+  EXPECT_TRUE(processOfUser(alice_uid, id));  // its sshd, as alice
   RunResult stopped = CohortProcess({"session", "stop", "dev"}, as_alice).wait();
   EXPECT_EQ(stopped.exit_code, 0) << stopped.err;
   Json record = waitFinal(alice_, id);
   EXPECT_EQ(record.value("state", ""), "stopped") << record.dump();
-  EXPECT_TRUE(waitFor([&] { return !processOfUser(alice_uid); }, 10s, 100ms));
+  EXPECT_TRUE(waitFor([&] { return !processOfUser(alice_uid, id); }, 10s, 100ms));
   EXPECT_TRUE(contains(upgrade(server_->url(), tunnel, alice_), " 409 "));
   expectServerHealthy();
 }
@@ -684,6 +688,57 @@ TEST_F(Attack, ASessionEndsAtItsIdleTimeoutAndKeepsItsHostKey) {
   ASSERT_EQ(ss, 201) << sj.dump();
   Json fake = waitFinal(alice_, sj.value("id", ""));
   EXPECT_FALSE(contains(logOf(alice_, sj.value("id", "")), "not-a-session"));
+}
+
+// What was pip-installed in a session (from a wheel on the machine: the session's network has
+// no way out) is saved as an environment of its account, which the server builds with its lock
+// file from the package index; another account can neither save nor see it.
+TEST_F(Attack, WhatWasPipInstalledInASessionIsSavedAsAnEnvironmentOfItsAccountAlone) {
+  if (!separate_users_ || !isolated_ || !ownNetwork()) {
+    GTEST_SKIP() << "needs root, the sandbox and networks of the jobs' own";
+  }
+  REQUIRE("test -x /usr/sbin/sshd && test -e /usr/share/python-wheels/setuptools-66.1.1-py3-none-any.whl "
+          "&& /usr/bin/python3 -m pip --version >/dev/null",
+          "OpenSSH's server, Debian's setuptools wheel or pip is not installed");
+  const std::string config = tempDir();
+  const std::vector<std::string> as_alice = {"COHORT_SERVER=" + server_->url(),
+                                             "COHORT_TOKEN=" + alice_, "XDG_CONFIG_HOME=" + config};
+  const std::vector<std::string> as_bob = {"COHORT_SERVER=" + server_->url(),
+                                           "COHORT_TOKEN=" + bob_, "XDG_CONFIG_HOME=" + config};
+  RunResult started =
+      CohortProcess({"session", "start", "--name", "work", "--env", "pytorch"}, as_alice).wait();
+  ASSERT_EQ(started.exit_code, 0) << started.err;
+  const std::string id(trim(started.out));
+  ASSERT_TRUE(waitFor(
+      [&] {
+        auto [status, job] = call("GET", "/v1/jobs/" + id, alice_);
+        return job.is_object() && job.value("state", "") == "running";
+      },
+      300s, 200ms))
+      << logOf(alice_, id);
+  RunResult installed = CohortProcess(
+      {"session", "ssh", "work", "--", "python3", "-m", "pip", "install", "-q", "--no-index",
+       "/usr/share/python-wheels/setuptools-66.1.1-py3-none-any.whl"},
+      as_alice).wait(300s);
+  ASSERT_EQ(installed.exit_code, 0) << installed.out << installed.err << logOf(alice_, id);
+  RunResult bob_save = CohortProcess({"session", "save", id, "--as", "stolen"}, as_bob).wait();
+  EXPECT_EQ(bob_save.exit_code, 2) << bob_save.err;
+  RunResult saved =
+      CohortProcess({"session", "save", "work", "--as", "work-env"}, as_alice).wait(600s);
+  if (saved.exit_code != 0 && contains(saved.err, "failed to build")) {
+    GTEST_SKIP() << "the server could not build the environment (no package index?): " << saved.err;
+  }
+  ASSERT_EQ(saved.exit_code, 0) << saved.err;
+  auto [status, env] = call("GET", "/v1/environments/work-env", alice_);
+  ASSERT_EQ(status, 200) << env.dump();
+  EXPECT_EQ(env.value("state", ""), "built") << env.dump();
+  EXPECT_EQ(env.value("base", ""), "pytorch") << env.dump();
+  EXPECT_EQ(env["requirements"], Json::array({"setuptools==66.1.1"})) << env.dump();
+  EXPECT_TRUE(env["lock"].is_string()) << env.dump();
+  auto [bob_status, bob_env] = call("GET", "/v1/environments/work-env", bob_);
+  EXPECT_EQ(bob_status, 404) << bob_env.dump();
+  CohortProcess({"session", "stop", "work"}, as_alice).wait();
+  waitFinal(alice_, id);
 }
 
 TEST_F(Attack, EachAccountsRanksRunAsTheirOwnUser) {
