@@ -661,8 +661,8 @@ TEST_F(Attack, ASessionsSshServerIsReachedOnlyByItsAccountThroughTheServer) {
   expectServerHealthy();
 }
 
-// A session nobody connects to ends at its idle timeout, saying so; its record never shows
-// the host key it was started with.
+// A session is kept while a connection into it is open, and ends once none has been for its
+// idle timeout, saying so; its record never shows the host key it was started with.
 TEST_F(Attack, ASessionEndsAtItsIdleTimeoutAndKeepsItsHostKey) {
   if (!separate_users_ || !isolated_ || !ownNetwork()) {
     GTEST_SKIP() << "needs root, the sandbox and networks of the jobs' own";
@@ -675,6 +675,11 @@ TEST_F(Attack, ASessionEndsAtItsIdleTimeoutAndKeepsItsHostKey) {
       CohortProcess({"session", "start", "--idle-timeout", "3s"}, as_alice).wait();
   ASSERT_EQ(started.exit_code, 0) << started.err;
   const std::string id(trim(started.out));
+  // A login longer than the idle timeout keeps it: an open connection is use.
+  RunResult login = CohortProcess({"session", "ssh", "session", "--", "sleep", "5"}, as_alice).wait();
+  EXPECT_EQ(login.exit_code, 0) << login.err;
+  auto [running_status, running] = call("GET", "/v1/jobs/" + id, alice_);
+  EXPECT_EQ(running.value("state", ""), "running") << running.dump();
   Json record = waitFinal(alice_, id);
   EXPECT_EQ(record.value("state", ""), "stopped") << record.dump();
   EXPECT_TRUE(contains(record.value("reason", ""), "idle for")) << record.dump();
