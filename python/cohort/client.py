@@ -353,6 +353,7 @@ class JobRecord(_Record):
     started: Optional[str] = None
     ended: Optional[str] = None
     root_cause: Optional[RootCause] = None
+    kind: str = "job"  # "session": an interactive session (docs/sessions.md)
     raw: Dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
 
     @classmethod
@@ -618,6 +619,14 @@ class Client:
             query["limit"] = int(limit)
         answer = self._call("GET", "/v1/jobs", query=query)
         return [Job(self, record) for record in answer["jobs"]]
+
+    def sessions(self, active: bool = True) -> List["Job"]:
+        """The account's interactive sessions (docs/sessions.md), newest first: those that have
+        not ended, or every one with ``active=False``. ``cohort session start`` starts one;
+        ``job.stop()`` ends it."""
+        return [job for job in self.jobs()
+                if job.record.get("kind") == "session"
+                and not (active and job.record.get("state") in FINAL_STATES)]
 
     # --- store and shares ---
 

@@ -36,6 +36,8 @@
 #include "cli/coordinate_cmd.h"
 #include "cli/cp_cmd.h"
 #include "cli/debug_cmd.h"
+#include "cli/session_cmd.h"
+#include "cli/session_host.h"
 #include "cli/env_cmd.h"
 #include "cli/job_options.h"
 #include "cli/job_run.h"
@@ -650,9 +652,19 @@ const std::vector<Command>& commands() {
         // Started by cohort itself, as an account (account/as_account.h).
         {"account-worker", "", "", G::kInternal, mainHelp,
          [](int, char**) { return account::accountWorkerMain(); }, /*reads_help=*/true},
+        // A session's ranks run it, started by the server (cli/session_host.h).
+        {"session-host", "", "", G::kInternal, mainHelp, cmdSessionHost, /*reads_help=*/true},
         // Run on a host over SSH by cohort itself (backends/ssh.h).
         {"snapshot", "", "", G::kInternal, mainHelp, cmdSnapshot, /*reads_help=*/true},
     };
+    c.push_back({"session", "session start | ls | stop NAME | ssh NAME",
+                 "interactive sessions on the server: SSH, VS Code, PyCharm", G::kServer,
+                 sessionHelp, [](int argc, char** argv) {
+                   auto done = cmdSession(argc, argv);
+                   if (done) return *done;
+                   std::fprintf(stderr, "cohort: %s\n", done.error().message.c_str());
+                   return exitCodeFor(done.error());
+                 }});
     for (Command& server_command : clientCommands()) {
       // A job of this machine runs again here; any other is the server's (cmdRerun above).
       if (server_command.name == "rerun") server_command.run = cmdRerun;

@@ -326,6 +326,12 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
       r.gid = ctx.gid;
       // A user of its own has no home of its own: its node's work directory is one it may write.
       if (ctx.uid >= 0 && !hasEnv(spec.env, "HOME")) setEnv(r.env, "HOME", node.work_dir);
+      // A session's keys, for its program (cli/session_host.cc) alone: not in the job's env:.
+      if (spec.session) {
+        setEnv(r.env, "COHORT_SESSION_USER", spec.session->user);
+        setEnv(r.env, "COHORT_SESSION_AUTHORIZED_KEY", spec.session->authorized_key);
+        setEnv(r.env, "COHORT_SESSION_HOST_KEY", spec.session->host_key);
+      }
     }
   }
   if (spec.launcher == spec::Launcher::kPreload) {

@@ -329,6 +329,10 @@ void Server::Impl::jobRoutes() {
           COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[0]));
           Json record = jobJson(job);
           Json spec = Json::parse(job.spec_json, nullptr, false);  // written by the server
+          // A session's host key stays in its job: its account has the copy it made.
+          if (spec.is_object() && spec.contains("session") && spec["session"].is_object()) {
+            spec["session"].erase("host_key");
+          }
           if (spec.is_object()) record["spec"] = std::move(spec);
           // Each node's startup phases of the last attempt, from the coordinator's result.
           auto result = job.job_dir.empty()
@@ -571,50 +575,71 @@ void Server::Impl::jobRoutes() {
           writeJson(res, 200, body);
           return Result<void>();
         });
-  // A tunnel to a paused rank's debugger: an HTTP Upgrade ("Upgrade: cohort-tunnel") whose
-  // connection then carries the debugger's bytes to the rank's port in its node's network,
-  // through the job's coordinator (agent/job_ports.h). Who may open which is decideTunnel's;
-  // each open one holds a tunnel slot of the caller's account, and ends with its token.
+  // A tunnel into a job's network: an HTTP Upgrade ("Upgrade: cohort-tunnel") whose connection
+  // then carries bytes to a port in a node's network of the job, through the job's coordinator
+  // (agent/job_ports.h): a paused rank's debugger, or a session's service. Who may open which
+  // is decideTunnel's; each open one holds a tunnel slot of the caller's account, and ends with
+  // its token. `rank` or `service` says which.
+  auto tunnel = [this](const Request& req, Response& res, const Caller& c, int rank,
+                       const std::string& service) -> Result<void> {
+    std::string upgrade = req.header("Upgrade");
+    for (char& ch : upgrade) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (upgrade != kTunnelProtocol) {
+      return fail(Code::kInvalidArgument,
+                  "a tunnel is an HTTP Upgrade: send 'Connection: Upgrade' and 'Upgrade: " +
+                      std::string(kTunnelProtocol) + "' (" +
+                      (service.empty() ? "cohort debug JOB --attach" : "cohort session ssh") +
+                      " does)");
+    }
+    COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[0]));
+    TunnelAsk ask;
+    ask.caller = c;
+    ask.job_id = job.id;
+    ask.job_account = job.account;
+    ask.job_final = store::isFinalState(job.state);
+    ask.job_started = !job.job_dir.empty();
+    ask.rank = rank;
+    ask.service = service;
+    ask.session = sessionOf(job).has_value();
+    if (service.empty()) {
+      COHORT_ASSIGN(std::vector<store::Event> stored, store->events(job.id));
+      std::vector<job::Event> events;
+      for (const store::Event& e : stored) {
+        if (auto decoded = job::decodeEvent(e.json)) events.push_back(std::move(*decoded));
+      }
+      ask.paused = job::debugTargets(events);
+    }
+    COHORT_ASSIGN(TunnelTo to, decideTunnel(ask));
+    // The slot before the connection: a debugpy that sees a client come and go lets its
+    // rank run on.
+    COHORT_ASSIGN(auto slot, takeTunnel(req, c));
+    COHORT_ASSIGN(UniqueFd sock, agent::connectJobPort(job.job_dir, to.node, to.port));
+    auto open = std::make_shared<UniqueFd>(std::move(sock));
+    slot->onRevoke([open] { ::shutdown(open->get(), SHUT_RDWR); });
+    // A session is in use while a connection into it is open (sessions.h).
+    std::shared_ptr<void> active = ask.session ? sessions.opened(job.id) : nullptr;
+    res.tunnel = open;
+    res.tunnel_ended = [slot, active] {};  // both are held until the tunnel ends
+    res.setHeader("Upgrade", kTunnelProtocol);
+    res.setHeader("Connection", "Upgrade");
+    return Result<void>();
+  };
   route({"GET", "/v1/jobs/{id}/debug/{rank}/tunnel", Who::kAccount, BodyKind::kNone},
-        [this](const Request& req, Response& res, const Caller& c) -> Result<void> {
-          std::string upgrade = req.header("Upgrade");
-          for (char& ch : upgrade) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-          if (upgrade != kTunnelProtocol) {
-            return fail(Code::kInvalidArgument,
-                        "a tunnel is an HTTP Upgrade: send 'Connection: Upgrade' and 'Upgrade: " +
-                            std::string(kTunnelProtocol) + "' (cohort debug JOB --attach does)");
-          }
-          COHORT_ASSIGN(store::Job job, visibleJob(c, req.matches[0]));
+        [tunnel](const Request& req, Response& res, const Caller& c) -> Result<void> {
           auto rank = parseInt(req.matches[1]);
           if (!rank || *rank < 0) {
             return fail(Code::kInvalidArgument, "rank: expected a rank number, got '" +
                                                     printable(req.matches[1]) + "'");
           }
-          COHORT_ASSIGN(std::vector<store::Event> stored, store->events(job.id));
-          TunnelAsk ask;
-          ask.caller = c;
-          ask.job_id = job.id;
-          ask.job_account = job.account;
-          ask.job_final = store::isFinalState(job.state);
-          ask.job_started = !job.job_dir.empty();
-          ask.rank = *rank;
-          std::vector<job::Event> events;
-          for (const store::Event& e : stored) {
-            if (auto decoded = job::decodeEvent(e.json)) events.push_back(std::move(*decoded));
+          return tunnel(req, res, c, static_cast<int>(*rank), "");
+        });
+  route({"GET", "/v1/jobs/{id}/session/{service}/tunnel", Who::kAccount, BodyKind::kNone},
+        [tunnel](const Request& req, Response& res, const Caller& c) -> Result<void> {
+          const std::string& service = req.matches[1];
+          if (service.empty() || service.size() > 32) {
+            return fail(Code::kInvalidArgument, "service: expected a session's service (ssh)");
           }
-          ask.paused = job::debugTargets(events);
-          COHORT_ASSIGN(TunnelTo to, decideTunnel(ask));
-          // The slot before the connection: a debugpy that sees a client come and go lets its
-          // rank run on.
-          COHORT_ASSIGN(auto slot, takeTunnel(req, c));
-          COHORT_ASSIGN(UniqueFd sock, agent::connectJobPort(job.job_dir, to.node, to.port));
-          auto tunnel = std::make_shared<UniqueFd>(std::move(sock));
-          slot->onRevoke([tunnel] { ::shutdown(tunnel->get(), SHUT_RDWR); });
-          res.tunnel = tunnel;
-          res.tunnel_ended = [slot] {};  // the slot is held until the tunnel ends
-          res.setHeader("Upgrade", kTunnelProtocol);
-          res.setHeader("Connection", "Upgrade");
-          return Result<void>();
+          return tunnel(req, res, c, -1, service);
         });
   route({"GET", "/v1/jobs/{id}/logs", Who::kAccount, BodyKind::kNone},
         [this](const Request& req, Response& res, const Caller& c) -> Result<void> {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -403,6 +404,36 @@ Result<std::pair<int, int>> accountIdentity(store::JobStore& store, const Identi
   return std::pair<int, int>{id, id};
 }
 
+// A session runs cohort's own program as its account (cli/session_host.cc), whatever the job
+// file said; its SSH server listens on its node's loopback, which only a network of the job's
+// own keeps from every other job and from the machine.
+Result<void> JobService::asSession(const Caller& caller, spec::JobSpec& spec) const {
+  if (!debuggerHasItsOwnNetwork()) {
+    return fail(Code::kFailedPrecondition,
+                "session: a session's services listen on its node's 127.0.0.1, and this "
+                "server's jobs have no network of their own (cohort server --job-network " +
+                    (options_.job_network.empty() ? std::string("host") : options_.job_network) +
+                    "): sessions need a server whose jobs run on its own machine, each in a "
+                    "network of its own (as root, --job-network isolated or nat; docs/sessions.md)");
+  }
+  spec.command = {options_.cohort_bin, "session-host"};
+  spec.hyperparameters.clear();
+  spec.framework = spec::Framework::kGeneric;
+  spec.launcher = spec::Launcher::kDirect;
+  spec.workdir = "/";
+  spec.debug = {};
+  spec.policy.max_restarts = 0;
+  // The login name inside the session: the account's, where it is one.
+  std::string user;
+  for (char c : caller.account) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    user += std::isalnum(u) ? static_cast<char>(std::tolower(u)) : (c == '-' ? '-' : '_');
+  }
+  if (user.empty() || std::isdigit(static_cast<unsigned char>(user[0]))) user = "u" + user;
+  spec.session->user = user.substr(0, 32);
+  return {};
+}
+
 bool JobService::debuggerHasItsOwnNetwork() const {
   return options_.nodes == spec::Backend::kLocal &&
          (options_.job_network == "isolated" || options_.job_network == "nat");
@@ -506,6 +537,7 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
   COHORT_ASSIGN(spec::JobSpec spec, spec::parseJobFile(job_file, "job"));
   spec.base_dir = "/";
   if (spec.name.empty()) spec.name = "job";
+  if (spec.session) COHORT_TRY(asSession(caller, spec));
   COHORT_TRY(spec::validate(spec));
   // A Volcano Job runs in its image: its workdir and command are the image's, not this machine's.
   const bool in_image = options_.nodes == spec::Backend::kVolcano;

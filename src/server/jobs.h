@@ -163,6 +163,8 @@ class JobService {
   // Whether a paused rank's debugger listens in a network of its job's own (the local backend,
   // with --job-network isolated or nat), where no other account's job reaches it.
   bool debuggerHasItsOwnNetwork() const;
+  // Makes `spec` (with session:) the session it asks for: cohort's program, the login name.
+  Result<void> asSession(const Caller& caller, spec::JobSpec& spec) const;
   Result<std::string> copyOfCode(const Caller& caller, const std::string& job_id);
   // The job's environment: one the caller may use now (its COHORT_ENVS: "" for none), not an
   // image. Errors name the field.

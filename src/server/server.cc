@@ -225,6 +225,7 @@ Result<store::Job> Server::Impl::visibleJob(const Caller& caller, const std::str
 }
 
 Json Server::Impl::jobJson(const store::Job& job) {
+  const std::optional<SessionSettings> session = sessionOf(job);
   Json waiting = nullptr;
   if (job.state == "queued") {
     if (auto w = jobs->waiting(job.id)) {
@@ -265,7 +266,12 @@ Json Server::Impl::jobJson(const store::Job& job) {
           {"reason", job.reason},
           {"waiting", waiting},
           {"attempts", job.attempts},
-          {"root_cause", root_cause}};
+          {"root_cause", root_cause},
+          {"kind", session ? "session" : "job"},
+          {"session", session ? Json{{"idle_timeout", formatDuration(session->idle_timeout)},
+                                     {"user", session->user},
+                                     {"connections", sessions.of(job.id).open}}
+                              : Json(nullptr)}};
 }
 
 Result<std::string> Server::Impl::logPath(const store::Job& job, const std::string& rank) {
@@ -369,6 +375,35 @@ void Server::Impl::watchQuotas() {
     enforceDiskQuotas();
     lock.lock();
     quota_cv.wait_for(lock, options.quota_interval, [&] { return quota_quit; });
+  }
+}
+
+void Server::Impl::watchSessions() {
+  std::unique_lock lock(quota_mu);
+  while (!quota_quit) {
+    lock.unlock();
+    store::JobFilter running;
+    running.states = {"running"};
+    running.limit = 100000;
+    if (auto list = store->jobs(running)) {
+      for (const store::Job& job : *list) {
+        const std::optional<SessionSettings> session = sessionOf(job);
+        if (!session) continue;
+        const SessionActivity::Seen seen = sessions.of(job.id);
+        SessionIdleAsk ask;
+        ask.now = nowUnixNanos();
+        ask.started = job.started > 0 ? std::max(job.started, started_at) : 0;
+        ask.last_closed = seen.last_closed;
+        ask.open = seen.open;
+        ask.idle_timeout = session->idle_timeout;
+        if (auto why = idleReason(ask)) {
+          (void)jobs->stop(job.id, *why);
+          sessions.forget(job.id);
+        }
+      }
+    }
+    lock.lock();
+    quota_cv.wait_for(lock, std::chrono::seconds(1), [&] { return quota_quit; });
   }
 }
 
@@ -505,6 +540,8 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   // quota_interval.
   impl->enforceDiskQuotas();
   impl->quota_thread = std::thread([self] { self->watchQuotas(); });
+  impl->started_at = nowUnixNanos();
+  impl->session_thread = std::thread([self] { self->watchSessions(); });
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }
 
@@ -528,6 +565,7 @@ void Server::stop() {
   }
   impl_->quota_cv.notify_all();
   if (impl_->quota_thread.joinable()) impl_->quota_thread.join();
+  if (impl_->session_thread.joinable()) impl_->session_thread.join();
 }
 
 }  // namespace cohort::server

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "server/api.h"
+#include "server/sessions.h"
 
 namespace cohort::server {
 
@@ -55,6 +56,9 @@ struct Server::Impl {
   std::condition_variable quota_cv;
   bool quota_quit = false;
   std::thread quota_thread;
+  std::thread session_thread;  // watchSessions, ended with quota_quit
+  int64_t started_at = 0;      // unix nanos: sessions' idle time counts from here at the latest
+  SessionActivity sessions;    // connections open into each session (before `http`)
   std::mutex auth_mu;
   std::unordered_map<std::string, Caller> auth_cache;  // by token hash
   uint64_t auth_generation = 0;                        // bumped when a token is revoked
@@ -123,6 +127,8 @@ struct Server::Impl {
   Json quotasJson(const store::Account& account);
   // Every quota_interval until stop(): enforceDiskQuotas.
   void watchQuotas();
+  // Every second until stop(): stops each running session idle for its idle_timeout.
+  void watchSessions();
 
   void routes();
   void jobRoutes();

@@ -1,5 +1,6 @@
 #include "server/tunnels.h"
 
+#include "job/session.h"
 #include "util/text.h"
 
 namespace cohort::server {
@@ -11,6 +12,21 @@ Result<TunnelTo> decideTunnel(const TunnelAsk& ask) {
   }
   if (ask.job_final) return fail(Code::kFailedPrecondition, job + " has ended");
   if (!ask.job_started) return fail(Code::kFailedPrecondition, job + " has not started yet");
+  if (!ask.service.empty()) {
+    if (!ask.session) {
+      return fail(Code::kNotFound, job + " is not a session (cohort session ls lists yours)");
+    }
+    const int port = job::sessionPort(ask.service);
+    if (port == 0) {
+      std::string known;
+      for (const job::SessionService& s : job::kSessionServices) {
+        known += (known.empty() ? "" : ", ") + std::string(s.name);
+      }
+      return fail(Code::kNotFound,
+                  "session '" + ask.job_id + "' has no service '" + ask.service + "' (" + known + ")");
+    }
+    return TunnelTo{0, port};
+  }
   const job::DebugTarget* target = nullptr;
   for (const job::DebugTarget& t : ask.paused) {
     if (t.rank == ask.rank) target = &t;

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "job/session.h"
+
 namespace cohort::server {
 namespace {
 
@@ -83,6 +85,50 @@ TEST(Tunnels, ARankThatDialsItsIdeOrListensElsewhereIsNotReached) {
     ASSERT_FALSE(to) << address;
     EXPECT_EQ(to.error().code, Code::kFailedPrecondition) << address;
   }
+}
+
+TunnelAsk aliceAsksHerSession(const std::string& service) {
+  TunnelAsk ask = aliceAsks(-1);
+  ask.paused.clear();
+  ask.session = true;
+  ask.service = service;
+  return ask;
+}
+
+TEST(Tunnels, ASessionsAccountReachesItsSshServerOnNodeZero) {
+  auto to = decideTunnel(aliceAsksHerSession("ssh"));
+  ASSERT_TRUE(to) << to.error().message;
+  EXPECT_EQ(to->node, 0);
+  EXPECT_EQ(to->port, job::sessionPort("ssh"));
+}
+
+TEST(Tunnels, AnotherAccountsSessionDoesNotExistForIt) {
+  TunnelAsk ask = aliceAsksHerSession("ssh");
+  ask.caller = {"bob", false};
+  auto to = decideTunnel(ask);
+  ASSERT_FALSE(to);
+  EXPECT_EQ(to.error().code, Code::kNotFound);
+  EXPECT_EQ(to.error().message, "no job 'j1'");
+}
+
+TEST(Tunnels, AnEndedSessionHasNoTunnel) {
+  TunnelAsk ask = aliceAsksHerSession("ssh");
+  ask.job_final = true;
+  auto to = decideTunnel(ask);
+  ASSERT_FALSE(to);
+  EXPECT_EQ(to.error().code, Code::kFailedPrecondition);
+}
+
+TEST(Tunnels, AServiceOfAJobThatIsNotASessionOrAnUnknownServiceIsNotReached) {
+  TunnelAsk job = aliceAsksHerSession("ssh");
+  job.session = false;
+  auto to = decideTunnel(job);
+  ASSERT_FALSE(to);
+  EXPECT_EQ(to.error().code, Code::kNotFound);
+  auto unknown = decideTunnel(aliceAsksHerSession("telnet"));
+  ASSERT_FALSE(unknown);
+  EXPECT_EQ(unknown.error().code, Code::kNotFound);
+  EXPECT_NE(unknown.error().message.find("ssh"), std::string::npos) << unknown.error().message;
 }
 
 }  // namespace

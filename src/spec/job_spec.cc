@@ -716,7 +716,8 @@ class Parser {
          "volcano",
          "preload",
          "environment",
-         "debug"},
+         "debug",
+         "session"},
         [&](const std::string& key, const YamlNode& value) -> Result<void> {
           if (key == "name") {
             COHORT_ASSIGN(spec.name, scalar(value, key));
@@ -802,6 +803,24 @@ class Parser {
             COHORT_TRY(environment(value, spec));
           } else if (key == "debug") {
             COHORT_ASSIGN(spec.debug, debug(value, key));
+          } else if (key == "session") {
+            Session session;
+            COHORT_TRY(forEachField(
+                value, key, {"idle_timeout", "user", "authorized_key", "host_key"},
+                [&](const std::string& field, const YamlNode& v) -> Result<void> {
+                  const std::string sub = key + "." + field;
+                  if (field == "idle_timeout") {
+                    COHORT_ASSIGN(session.idle_timeout, duration(v, sub));
+                  } else if (field == "user") {
+                    COHORT_ASSIGN(session.user, scalar(v, sub));
+                  } else if (field == "authorized_key") {
+                    COHORT_ASSIGN(session.authorized_key, scalar(v, sub));
+                  } else {
+                    COHORT_ASSIGN(session.host_key, scalar(v, sub));
+                  }
+                  return {};
+                }));
+            spec.session = session;
           } else {
             COHORT_ASSIGN(spec.policy, policy(value, key));
           }
@@ -1353,6 +1372,42 @@ Result<void> validateDebug(const JobSpec& spec) {
 // (about 2 KiB with their paths, and COHORT_HOSTS and the managed service's VC_*_HOSTS list every
 // node) and the job's. Bounded, so that a plan at the limits is made, printed and written as
 // plan.json in well under a second, and so that each rank's exec fits the kernel's limit.
+Result<void> validateSession(const JobSpec& spec) {
+  if (!spec.session) return {};
+  const Refusal bad(spec);
+  const Session& s = *spec.session;
+  if (s.idle_timeout.count() <= 0 || s.idle_timeout > kMaxRuntime) {
+    return bad("session.idle_timeout",
+               "must be longer than 0 and at most 365 days, got " + describe(s.idle_timeout));
+  }
+  const bool user_ok = !s.user.empty() && s.user.size() <= 32 &&
+                       (std::islower(static_cast<unsigned char>(s.user[0])) || s.user[0] == '_') &&
+                       std::all_of(s.user.begin(), s.user.end(), [](char c) {
+                         return std::islower(static_cast<unsigned char>(c)) ||
+                                std::isdigit(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+                       });
+  if (!user_ok) {
+    return bad("session.user", "'" + clip(s.user) +
+                                   "' is not a login name (lower-case letters, digits, '_' and "
+                                   "'-', at most 32, starting with a letter or '_')");
+  }
+  for (const auto& [field, value] : {std::pair<const char*, const std::string&>{
+                                         "session.authorized_key", s.authorized_key},
+                                     {"session.host_key", s.host_key}}) {
+    if (value.size() > kMaxSessionKeyBytes) {
+      return bad(field, tooLong(value.size(), kMaxSessionKeyBytes, "one SSH key"));
+    }
+    const bool one_line = std::all_of(value.begin(), value.end(), [](char c) {
+      return c >= 0x20 && c < 0x7f;
+    });
+    if (!one_line) return bad(field, "must be one line of printable ASCII (an SSH key)");
+  }
+  if (spec.framework != Framework::kGeneric || spec.launcher != Launcher::kDirect) {
+    return bad("session", "a session runs cohort's own program: framework generic, launcher direct");
+  }
+  return {};
+}
+
 Result<void> validatePlanSize(const JobSpec& spec) {
   const Refusal bad(spec);
   constexpr int64_t kCohortVariables = 48;
@@ -1459,6 +1514,7 @@ Result<void> validate(const JobSpec& spec) {
     }
   }
   COHORT_TRY(validateData(spec));
+  COHORT_TRY(validateSession(spec));
   COHORT_TRY(validateCluster(spec));
   COHORT_TRY(validateDebug(spec));
   COHORT_TRY(validatePlanSize(spec));
@@ -1571,6 +1627,13 @@ std::string toJobFile(const JobSpec& spec) {
     if (d.port != 0) debug["port"] = d.port;
     if (!d.connect.empty()) debug["connect"] = d.connect;
     job["debug"] = debug;
+  }
+  if (spec.session) {
+    const Session& ss = *spec.session;
+    job["session"] = {{"idle_timeout", std::to_string(ss.idle_timeout.count()) + "ms"},
+                      {"user", ss.user},
+                      {"authorized_key", ss.authorized_key},
+                      {"host_key", ss.host_key}};
   }
   if (!spec.environment.empty()) job["environment"] = spec.environment;
   if (!spec.image.empty()) job["environment"] = {{"image", spec.image}};

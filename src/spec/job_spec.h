@@ -164,7 +164,23 @@ struct Debug {
   std::string connect;  // "HOST:PORT"
   bool pdb = false;     // --pdb: the one rank of `ranks` runs pdb on cohort's terminal
 };
-inline constexpr int kMaxDebugRanks = 256;  // each rank of a debug job gets a port of its own
+inline constexpr int kMaxDebugRanks = 256;
+
+// session: the job is an interactive session of its account on a server (docs/sessions.md):
+// its ranks hold the allocation, and rank 0 serves an SSH server that its account reaches only
+// through the server. The server, not the job file, decides its command. It ends once nothing
+// has been connected to it through the server for `idle_timeout`, or at policy.max_runtime.
+// The SSH server's keys come with the job: `authorized_key`, the one public key that may log
+// in ("ssh-ed25519 AAAA... comment"), and `host_key`, the server's private key as base64 of its
+// OpenSSH file, which the client made, so that it knows the host key before the first login.
+// `user` is the login name (the server sets its account's).
+struct Session {
+  Millis idle_timeout{60 * 60 * 1000};
+  std::string user = "cohort";
+  std::string authorized_key;
+  std::string host_key;
+};
+inline constexpr size_t kMaxSessionKeyBytes = 16 << 10;  // each rank of a debug job gets a port of its own
 inline constexpr Millis kMaxDebugWait{7LL * 86400 * 1000};
 
 // Data staged on every node before any rank starts. `target` is relative to the node's work
@@ -236,6 +252,7 @@ struct JobSpec {
   SlurmOptions slurm;
   VolcanoOptions volcano;
   Debug debug;
+  std::optional<Session> session;  // session: was given
   Origin origin;                 // not part of toJobFile
 };
 

@@ -937,5 +937,32 @@ TEST(Refusals, AFieldSetByAFlagIsNamedByTheFlag) {
   EXPECT_EQ(valid.error().message.rfind("command: no command", 0), 0u) << valid.error().message;
 }
 
+TEST(ParseJobFile, ASessionRoundTripsAndItsFieldsAreChecked) {
+  auto spec = parseJobFile(
+      "name: dev\nframework: generic\ncommand: [x]\nworkdir: /\n"
+      "session: {idle_timeout: 90s, user: alice, authorized_key: 'ssh-ed25519 AAAA k'}\n",
+      "job.yaml");
+  ASSERT_TRUE(spec) << spec.error().message;
+  ASSERT_TRUE(spec->session);
+  EXPECT_EQ(spec->session->idle_timeout, Millis(90000));
+  EXPECT_TRUE(validate(*spec)) << validate(*spec).error().message;
+  auto again = parseJobFile(toJobFile(*spec), "job");
+  ASSERT_TRUE(again && again->session);
+  EXPECT_EQ(again->session->user, "alice");
+  EXPECT_EQ(again->session->authorized_key, "ssh-ed25519 AAAA k");
+  for (const auto& [field, value] : {std::pair<std::string, std::string>{"user", "Root;x"},
+                                     {"idle_timeout", "0s"},
+                                     {"authorized_key", "\"a\\nb\""}}) {
+    auto bad = parseJobFile("name: dev\nframework: generic\ncommand: [x]\nworkdir: /\nsession: {" +
+                                field + ": " + value + "}\n",
+                            "job.yaml");
+    ASSERT_TRUE(bad) << bad.error().message;
+    auto refused = validate(*bad);
+    ASSERT_FALSE(refused) << field;
+    EXPECT_NE(refused.error().message.find("session." + field), std::string::npos)
+        << refused.error().message;
+  }
+}
+
 }  // namespace
 }  // namespace cohort::spec

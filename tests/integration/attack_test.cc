@@ -25,6 +25,7 @@
 #include "harness.h"
 #include "tests/tar_entry.h"
 #include "tests/integration/httplib.h"
+#include "util/text.h"
 
 namespace cohort::testing {
 namespace {
@@ -552,6 +553,197 @@ TEST_F(Attack, APausedRanksDebuggerIsReachedOnlyByItsAccountThroughTheServer) {
   // Once the job has ended there is nothing to tunnel to.
   EXPECT_TRUE(contains(upgrade(server_->url(), tunnel, alice_), " 409 "));
   expectServerHealthy();
+}
+
+// Whether a process of user `uid` whose command line names `word` runs on this machine (other
+// servers on the machine may give their accounts the same uids).
+bool processOfUser(uid_t uid, const std::string& word) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    struct stat st {};
+    if (::stat(entry.path().c_str(), &st) != 0 || st.st_uid != uid) continue;
+    std::string cmdline = readText(entry.path().string() + "/cmdline");
+    if (contains(cmdline, word)) return true;
+  }
+  return false;
+}
+
+// A session runs a real OpenSSH sshd as its account, in its sandbox and its own network: its
+// account logs in with a real ssh through the server (cohort session ssh, and ssh with the
+// ProxyCommand block that --config prints), while another account reaches it neither through
+// the API (as itself) nor over the network (from the machine, or from a job of its own); once
+// stopped, nothing of it is left running.
+TEST_F(Attack, ASessionsSshServerIsReachedOnlyByItsAccountThroughTheServer) {
+  if (!separate_users_ || !isolated_ || !ownNetwork()) {
+    GTEST_SKIP() << "needs root, the sandbox and networks of the jobs' own";
+  }
+  REQUIRE("test -x /usr/sbin/sshd && command -v ssh >/dev/null && test -e /usr/lib/x86_64-linux-gnu/libnss_wrapper.so",
+          "OpenSSH's server and client and libnss-wrapper are not installed");
+  const std::string config = tempDir();
+  const std::vector<std::string> as_alice = {"COHORT_SERVER=" + server_->url(),
+                                             "COHORT_TOKEN=" + alice_, "XDG_CONFIG_HOME=" + config};
+  const std::vector<std::string> as_bob = {"COHORT_SERVER=" + server_->url(),
+                                           "COHORT_TOKEN=" + bob_, "XDG_CONFIG_HOME=" + config};
+  RunResult started = CohortProcess({"session", "start", "--name", "dev", "--cpus", "1",
+                                     "--memory", "1Gi"}, as_alice).wait();
+  ASSERT_EQ(started.exit_code, 0) << started.out << started.err << server_->log();
+  const std::string id(trim(started.out));
+  Json listed;
+  ASSERT_TRUE(waitFor(
+      [&] {
+        RunResult r = CohortProcess({"session", "ls", "--json"}, as_alice).wait();
+        listed = Json::parse(r.out, nullptr, false);
+        return listed.is_array() && listed.size() == 1 && listed[0]["state"] == "running";
+      },
+      kDeadline, 200ms))
+      << listed << server_->log();
+  EXPECT_EQ(listed[0]["id"], id);
+  EXPECT_EQ(listed[0]["kind"], "session");
+
+  // Alice: a real ssh, through the server, runs a command in the session as her identity.
+  RunResult ssh = CohortProcess({"session", "ssh", "dev", "--", "echo", "in-session", "$(id -u)",
+                                 "$COHORT_JOB_ID", "$(whoami)"}, as_alice).wait();
+  ASSERT_EQ(ssh.exit_code, 0) << ssh.out << ssh.err << logOf(alice_, id);
+  const std::vector<std::string> words = split(std::string(trim(ssh.out)), ' ');
+  ASSERT_EQ(words.size(), 4u) << ssh.out;
+  EXPECT_EQ(words[0], "in-session");
+  const uid_t alice_uid = static_cast<uid_t>(std::stoul(words[1]));
+  EXPECT_NE(alice_uid, 0u);
+  EXPECT_EQ(words[2], id);
+  EXPECT_EQ(words[3], "alice");
+  // The same with plain ssh and the Host block of --config, as VS Code and PyCharm use it.
+  RunResult block = CohortProcess({"session", "ssh", "dev", "--config"}, as_alice).wait();
+  ASSERT_EQ(block.exit_code, 0) << block.err;
+  EXPECT_TRUE(contains(block.out, "ProxyCommand ")) << block.out;
+  const std::string ssh_config = config + "/ssh_config";
+  std::ofstream(ssh_config) << block.out;
+  const std::string plain = shellOutput(
+      "env COHORT_SERVER=" + server_->url() + " COHORT_TOKEN=" + alice_ + " XDG_CONFIG_HOME=" +
+      config + " ssh -F " + ssh_config + " -o BatchMode=yes cohort-dev 'echo plain-$((6*7))' 2>&1");
+  EXPECT_TRUE(contains(plain, "plain-42")) << plain;
+
+  // Bob, through the API: the session does not exist for him, tunnel or list.
+  const std::string tunnel = "/v1/jobs/" + id + "/session/ssh/tunnel";
+  EXPECT_TRUE(contains(upgrade(server_->url(), tunnel, bob_), " 404 "));
+  EXPECT_TRUE(contains(upgrade(server_->url(), tunnel, ""), " 401 "));
+  RunResult bob_ssh = CohortProcess({"session", "ssh", "--stdio", id}, as_bob).wait();
+  EXPECT_EQ(bob_ssh.exit_code, 2) << bob_ssh.err;
+  RunResult bob_ls = CohortProcess({"session", "ls", "--json"}, as_bob).wait();
+  EXPECT_EQ(Json::parse(bob_ls.out, nullptr, false), Json::array()) << bob_ls.out;
+  RunResult bob_stop = CohortProcess({"session", "stop", id}, as_bob).wait();
+  EXPECT_EQ(bob_stop.exit_code, 2) << bob_stop.err;
+  // Bob, over the network: from the machine's loopback, and from a rank of his own job.
+  EXPECT_FALSE(loopbackAccepts(2222));
+  const std::string probe =
+      "import socket\n"
+      "for host in ['127.0.0.1', '10.88.0.1', '10.88.0.2', '10.88.0.3']:\n"
+      "    s = socket.socket(); s.settimeout(2)\n"
+      "    try:\n"
+      "        s.connect((host, 2222)); print('reached', host)\n"
+      "    except OSError as e:\n"
+      "        print('refused', host, e)\n";
+  auto [ps, pj] = submit(bob_, shellJob("probe", "", {{"command", {"/usr/bin/python3", "-c", probe}}}));
+  ASSERT_EQ(ps, 201) << pj.dump();
+  waitFinal(bob_, pj.value("id", ""));
+  const std::string probed = logOf(bob_, pj.value("id", ""));
+  EXPECT_FALSE(contains(probed, "reached")) << probed;
+  EXPECT_TRUE(contains(probed, "refused 127.0.0.1")) << probed;
+
+  // Stopped: the session ends, and nothing of it runs on.
+  EXPECT_TRUE(processOfUser(alice_uid, id));  // its sshd, as alice
+  RunResult stopped = CohortProcess({"session", "stop", "dev"}, as_alice).wait();
+  EXPECT_EQ(stopped.exit_code, 0) << stopped.err;
+  Json record = waitFinal(alice_, id);
+  EXPECT_EQ(record.value("state", ""), "stopped") << record.dump();
+  EXPECT_TRUE(waitFor([&] { return !processOfUser(alice_uid, id); }, 10s, 100ms));
+  EXPECT_TRUE(contains(upgrade(server_->url(), tunnel, alice_), " 409 "));
+  expectServerHealthy();
+}
+
+// A session is kept while a connection into it is open, and ends once none has been for its
+// idle timeout, saying so; its record never shows the host key it was started with.
+TEST_F(Attack, ASessionEndsAtItsIdleTimeoutAndKeepsItsHostKey) {
+  if (!separate_users_ || !isolated_ || !ownNetwork()) {
+    GTEST_SKIP() << "needs root, the sandbox and networks of the jobs' own";
+  }
+  REQUIRE("test -x /usr/sbin/sshd && command -v ssh-keygen >/dev/null", "OpenSSH is not installed");
+  const std::string config = tempDir();
+  const std::vector<std::string> as_alice = {"COHORT_SERVER=" + server_->url(),
+                                             "COHORT_TOKEN=" + alice_, "XDG_CONFIG_HOME=" + config};
+  RunResult started =
+      CohortProcess({"session", "start", "--idle-timeout", "3s"}, as_alice).wait();
+  ASSERT_EQ(started.exit_code, 0) << started.err;
+  const std::string id(trim(started.out));
+  // A login longer than the idle timeout keeps it: an open connection is use.
+  RunResult login = CohortProcess({"session", "ssh", "session", "--", "sleep", "5"}, as_alice).wait();
+  EXPECT_EQ(login.exit_code, 0) << login.err;
+  auto [running_status, running] = call("GET", "/v1/jobs/" + id, alice_);
+  EXPECT_EQ(running.value("state", ""), "running") << running.dump();
+  Json record = waitFinal(alice_, id);
+  EXPECT_EQ(record.value("state", ""), "stopped") << record.dump();
+  EXPECT_TRUE(contains(record.value("reason", ""), "idle for")) << record.dump();
+  auto [status, full] = call("GET", "/v1/jobs/" + id, alice_);
+  EXPECT_EQ(status, 200);
+  EXPECT_TRUE(full["spec"]["session"].is_object()) << full.dump();
+  EXPECT_FALSE(full["spec"]["session"].contains("host_key")) << full.dump();
+  // A job file's command is not a session's: the server runs its own program.
+  auto [ss, sj] = submit(alice_, shellJob("fake", "echo not-a-session",
+                                          {{"session", {{"idle_timeout", "2s"}}}}));
+  ASSERT_EQ(ss, 201) << sj.dump();
+  Json fake = waitFinal(alice_, sj.value("id", ""));
+  EXPECT_FALSE(contains(logOf(alice_, sj.value("id", "")), "not-a-session"));
+}
+
+// What was pip-installed in a session (from a wheel on the machine: the session's network has
+// no way out) is saved as an environment of its account, which the server builds with its lock
+// file from the package index; another account can neither save nor see it.
+TEST_F(Attack, WhatWasPipInstalledInASessionIsSavedAsAnEnvironmentOfItsAccountAlone) {
+  if (!separate_users_ || !isolated_ || !ownNetwork()) {
+    GTEST_SKIP() << "needs root, the sandbox and networks of the jobs' own";
+  }
+  REQUIRE("test -x /usr/sbin/sshd && test -e /usr/share/python-wheels/setuptools-66.1.1-py3-none-any.whl "
+          "&& /usr/bin/python3 -m pip --version >/dev/null",
+          "OpenSSH's server, Debian's setuptools wheel or pip is not installed");
+  const std::string config = tempDir();
+  const std::vector<std::string> as_alice = {"COHORT_SERVER=" + server_->url(),
+                                             "COHORT_TOKEN=" + alice_, "XDG_CONFIG_HOME=" + config};
+  const std::vector<std::string> as_bob = {"COHORT_SERVER=" + server_->url(),
+                                           "COHORT_TOKEN=" + bob_, "XDG_CONFIG_HOME=" + config};
+  RunResult started =
+      CohortProcess({"session", "start", "--name", "work", "--env", "pytorch"}, as_alice).wait();
+  ASSERT_EQ(started.exit_code, 0) << started.err;
+  const std::string id(trim(started.out));
+  ASSERT_TRUE(waitFor(
+      [&] {
+        auto [status, job] = call("GET", "/v1/jobs/" + id, alice_);
+        return job.is_object() && job.value("state", "") == "running";
+      },
+      300s, 200ms))
+      << logOf(alice_, id);
+  RunResult installed = CohortProcess(
+      {"session", "ssh", "work", "--", "python3", "-m", "pip", "install", "-q", "--no-index",
+       "/usr/share/python-wheels/setuptools-66.1.1-py3-none-any.whl"},
+      as_alice).wait(300s);
+  ASSERT_EQ(installed.exit_code, 0) << installed.out << installed.err << logOf(alice_, id);
+  RunResult bob_save = CohortProcess({"session", "save", id, "--as", "stolen"}, as_bob).wait();
+  EXPECT_EQ(bob_save.exit_code, 2) << bob_save.err;
+  RunResult saved =
+      CohortProcess({"session", "save", "work", "--as", "work-env"}, as_alice).wait(600s);
+  if (saved.exit_code != 0 && contains(saved.err, "failed to build")) {
+    GTEST_SKIP() << "the server could not build the environment (no package index?): " << saved.err;
+  }
+  ASSERT_EQ(saved.exit_code, 0) << saved.err;
+  auto [status, env] = call("GET", "/v1/environments/work-env", alice_);
+  ASSERT_EQ(status, 200) << env.dump();
+  EXPECT_EQ(env.value("state", ""), "built") << env.dump();
+  EXPECT_EQ(env.value("base", ""), "pytorch") << env.dump();
+  EXPECT_EQ(env["requirements"], Json::array({"setuptools==66.1.1"})) << env.dump();
+  EXPECT_TRUE(env["lock"].is_string()) << env.dump();
+  auto [bob_status, bob_env] = call("GET", "/v1/environments/work-env", bob_);
+  EXPECT_EQ(bob_status, 404) << bob_env.dump();
+  CohortProcess({"session", "stop", "work"}, as_alice).wait();
+  waitFinal(alice_, id);
 }
 
 TEST_F(Attack, EachAccountsRanksRunAsTheirOwnUser) {

@@ -18,6 +18,7 @@ export function jobView(view, id) {
   const rootCause = el("section", { id: "root-cause", "aria-label": "Root cause" });
   const stacks = el("section", { id: "stacks", "aria-label": "Stacks" });
   const debug = el("section", { id: "debug", "aria-label": "Debugger" });
+  const session = el("section", { id: "session", "aria-label": "Session" });
   const plots = el("section", { id: "metrics", "aria-label": "Metrics" });
   const startup = el("section", { id: "startup", "aria-label": "Startup" });
   const config = el("section", { id: "config", "aria-label": "Configuration" });
@@ -26,7 +27,7 @@ export function jobView(view, id) {
   const outputs = el("section", { id: "outputs", "aria-label": "Outputs" });
   const logs = el("section", { id: "logs", "aria-label": "Log" });
   document.getElementById("main").append(el("p", {}, el("a", { href: "#/jobs", text: "← Jobs" })),
-    title, actions, error, record, rootCause, debug, stacks,
+    title, actions, error, record, rootCause, session, debug, stacks,
     el("h2", { text: "Metrics" }), plots, startup,
     el("div", { class: "grid2" },
       el("div", {}, el("h2", { text: "Ranks" }), ranks),
@@ -90,6 +91,7 @@ export function jobView(view, id) {
     if (!plotted) { metricsPanel(view, plots, job, () => !job || FINAL.has(job.state)); plotted = true; }
     renderStacks(job);
     renderDebug(job);
+    renderSession(job);
     const final = FINAL.has(job.state);
     if (final) loadOutputs();
     else if (!outputs.firstChild) replace(outputs, el("p", { class: "empty panel", text: "Listed when the job has ended." }));
@@ -223,6 +225,17 @@ export function jobView(view, id) {
       el("p", {}, el("button", { type: "button", class: "link", text: "Download what the job left in output/",
         onclick: () => outputs.scrollIntoView({ behavior: "smooth" }) })),
       el("h3", { text: "Policy" }), table("Policy", ["Field", "Value"], policy)));
+  }
+
+  // An interactive session (docs/sessions.md): the commands that reach it, from the machine
+  // that started it (its keys are there).
+  function renderSession(j) {
+    if (j.kind !== "session" || FINAL.has(j.state)) return clear(session);
+    const name = j.name;
+    const steps = ["cohort session ssh " + name, "cohort session ssh " + name + " --config >> ~/.ssh/config   # VS Code, PyCharm: host cohort-" + name, "cohort session stop " + name].join("\n");
+    replace(session, el("h2", { text: "Session" }), el("div", { class: "panel" },
+      el("p", { text: "Idle timeout " + (j.session ? j.session.idle_timeout : "") + " · " + (j.session ? j.session.connections : 0) + " connection(s) open through the server" }),
+      el("pre", { class: "log steps", id: "session-steps", "aria-label": "How to connect", text: steps })));
   }
 
   // A job run with debug: its ranks that wait for a debugger or have one, and how to attach

@@ -89,7 +89,7 @@ export function jobsView(view, params) {
       const took = runTime(j);
       const cells = {
         id: el("td", { class: "mono" }, el("a", { href: "#/jobs/" + encodeURIComponent(j.id), text: j.id })),
-        name: el("td", { text: j.name }),
+        name: el("td", { text: j.kind === "session" ? j.name + " (session)" : j.name }),
         account: el("td", { text: j.account }),
         state: el("td", {}, badge(j.state)),
         ranks: el("td", { class: "num", text: j.ranks }),

@@ -1,0 +1,155 @@
+// `cohort session-host`: the program of a session's ranks (docs/sessions.md), which the server
+// starts in place of a job's command (server/jobs.cc). It runs as the session's ranks do: as
+// its account's identity, in the job's sandbox and network, in its environment. Rank 0 serves
+// OpenSSH's sshd on its node's loopback (job/session.h), which its account reaches only through
+// the server's tunnel; every other rank holds its share of the allocation until the session
+// stops.
+//
+// sshd runs without privileges: it may then log in only its own user, with public keys, which
+// is what a session wants. It needs a passwd entry for that user, which an account's identity
+// has not on the machine (a uid of a range of cohort's own): libnss_wrapper gives it one, from
+// files in the node's own /tmp, for sshd and for everything the user runs in the session.
+#include "cli/session_host.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "job/session.h"
+#include "util/fd.h"
+#include "util/text.h"
+
+extern char** environ;
+
+namespace cohort::cli {
+
+namespace {
+
+constexpr const char* kSshd = "/usr/sbin/sshd";
+constexpr const char* kNssWrapper = "/usr/lib/x86_64-linux-gnu/libnss_wrapper.so";
+
+int refuse(const std::string& message) {
+  std::fprintf(stderr, "cohort session: %s\n", message.c_str());
+  return 1;
+}
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+// The host key as its OpenSSH file: `body` is the file's base64 on one line (spec::Session).
+std::string privateKeyFile(const std::string& body) {
+  std::string out = "-----BEGIN OPENSSH PRIVATE KEY-----\n";
+  for (size_t at = 0; at < body.size(); at += 70) out += body.substr(at, 70) + "\n";
+  return out + "-----END OPENSSH PRIVATE KEY-----\n";
+}
+
+// A variable of the rank that the user's shells in the session get too (sshd gives a login a
+// fresh environment): the environment's PATH, the job's COHORT_* but its secrets.
+bool passedOn(const std::string& name) {
+  if (name == "COHORT_JOB_SECRET" || startsWith(name, "COHORT_SESSION_")) return false;
+  return startsWith(name, "COHORT_") || name == "PATH" || name == "VIRTUAL_ENV" ||
+         name == "PYTHONPATH" || name == "LD_LIBRARY_PATH" || name == "CUDA_VISIBLE_DEVICES" ||
+         name == "TMPDIR" || startsWith(name, "NSS_WRAPPER_") || name == "LD_PRELOAD" ||
+         startsWith(name, "PIP_") ||
+         startsWith(name, "MASTER_") || name == "WORLD_SIZE";
+}
+
+// Waits for the session's stop (the rank's stop signal).
+int holdUntilStopped() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&set, s);
+  sigprocmask(SIG_BLOCK, &set, nullptr);
+  int got = 0;
+  sigwait(&set, &got);
+  return 0;
+}
+
+}  // namespace
+
+int cmdSessionHost(int, char**) {
+  if (env("COHORT_RANK") != "0") return holdUntilStopped();
+  const std::string user = env("COHORT_SESSION_USER");
+  const std::string authorized = env("COHORT_SESSION_AUTHORIZED_KEY");
+  const std::string host_key = env("COHORT_SESSION_HOST_KEY");
+  if (user.empty() || authorized.empty() || host_key.empty()) {
+    return refuse("no keys: a session is started with cohort session start, which makes them");
+  }
+  for (const char* need : {kSshd, kNssWrapper}) {
+    if (::access(need, R_OK) != 0) {
+      return refuse(std::string("this server's machine has no ") + need +
+                    " (apt-get install openssh-server libnss-wrapper)");
+    }
+  }
+  const std::string home = env("HOME").empty() ? "/tmp" : env("HOME");
+  // The node's own /tmp (a tmpfs of the job's), which no other job sees.
+  const std::string dir = "/tmp/.cohort-session-" + env("COHORT_JOB_ID");
+  ::mkdir(dir.c_str(), 0700);
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::getuid()) {
+    return refuse(dir + " is not a directory of this session's own");
+  }
+  ::chmod(dir.c_str(), 0700);
+  const std::string uid = std::to_string(::getuid()), gid = std::to_string(::getgid());
+  std::string passwd = readFile("/etc/passwd").value_or("");
+  std::string group = readFile("/etc/group").value_or("");
+  if (!passwd.empty() && passwd.back() != '\n') passwd += '\n';
+  if (!group.empty() && group.back() != '\n') group += '\n';
+  passwd += user + ":x:" + uid + ":" + gid + ":cohort session:" + home + ":/bin/bash\n";
+  group += user + ":x:" + gid + ":\n";
+  const std::string config =
+      "ListenAddress 127.0.0.1:" + std::to_string(job::sessionPort("ssh")) + "\n" +
+      "HostKey " + dir + "/host_key\n" +
+      "AuthorizedKeysFile " + dir + "/authorized_keys\n" +
+      "PidFile none\nUsePAM no\nStrictModes no\nPasswordAuthentication no\n"
+      "KbdInteractiveAuthentication no\nPermitUserEnvironment no\nPrintMotd no\n"
+      "AllowUsers " + user + "\n"
+      "Subsystem sftp internal-sftp\n";
+  ::setenv("LD_PRELOAD", kNssWrapper, 1);
+  ::setenv("NSS_WRAPPER_PASSWD", (dir + "/passwd").c_str(), 1);
+  ::setenv("NSS_WRAPPER_GROUP", (dir + "/group").c_str(), 1);
+  ::setenv("USER", user.c_str(), 1);
+  // What `pip install` installs in the session goes to a directory of its own, first on
+  // Python's path: `cohort session save` makes an environment of it.
+  const std::string packages = home + "/.session-packages";
+  ::mkdir(packages.c_str(), 0700);
+  const std::string path = env("PYTHONPATH");
+  ::setenv("PYTHONPATH", (packages + (path.empty() ? "" : ":" + path)).c_str(), 1);
+  ::setenv("PIP_TARGET", packages.c_str(), 1);
+  ::setenv("PIP_DISABLE_PIP_VERSION_CHECK", "1", 1);
+  std::string set_env;
+  for (char** e = environ; *e; ++e) {
+    const std::string kv = *e;
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || !passedOn(kv.substr(0, eq))) continue;
+    if (kv.find_first_of("\"\\\n") != std::string::npos) continue;  // sshd_config cannot say it
+    set_env += " \"" + kv + "\"";
+  }
+  const std::pair<std::string, std::string> files[] = {
+      {"passwd", passwd},
+      {"group", group},
+      {"host_key", privateKeyFile(host_key)},
+      {"authorized_keys", authorized + "\n"},
+      {"sshd_config", config + (set_env.empty() ? "" : "SetEnv" + set_env + "\n")}};
+  for (const auto& [name, content] : files) {
+    if (auto w = writeFileAtomic(dir + "/" + name, content, false, 0600); !w) {
+      return refuse(w.error().message);
+    }
+  }
+  for (const char* secret : {"COHORT_SESSION_HOST_KEY", "COHORT_SESSION_AUTHORIZED_KEY"}) {
+    ::unsetenv(secret);
+  }
+  const std::string cfg = dir + "/sshd_config";
+  std::vector<const char*> argv = {kSshd, "-D", "-e", "-f", cfg.c_str(), nullptr};
+  ::execv(kSshd, const_cast<char* const*>(argv.data()));
+  return refuse(std::string("cannot start ") + kSshd);
+}
+
+}  // namespace cohort::cli
