@@ -1145,6 +1145,10 @@ Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
     job.host_python = remotePythonCheck(s, workdir, pythonNeeds(s));
   }
   plan::PlanContext& ctx = job.context;
+  if (on_hosts) {
+    COHORT_ASSIGN(auto hosts, hostsOf(o));
+    for (const backends::SshHost& h : hosts) ctx.machines.push_back(h.name);  // node i on the i-th
+  }
   ctx.as_root = ::geteuid() == 0;
   if (s.backend != spec::Backend::kLocal) {
     // Real hosts: each node has the GPUs Slurm gives it (--gres) or its pod was given, numbered

@@ -146,7 +146,7 @@ TEST(SshRun, RankFailingOnOneHostStopsTheOtherAndIsTheRootCause) {
   EXPECT_EQ(r.exit_code, 3) << r.err;
   EXPECT_LT(std::chrono::steady_clock::now() - start, 60s);
   EXPECT_TRUE(contains(r.err, "disk full on purpose")) << r.err;
-  EXPECT_TRUE(contains(r.err, "root cause: worker/1 on node 1 exited with code 3")) << r.err;
+  EXPECT_TRUE(contains(r.err, "root cause: worker/1 on node 1 (h2) exited with code 3")) << r.err;
   EXPECT_EQ(waitClean(c), "");
 }
 
