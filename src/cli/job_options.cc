@@ -322,8 +322,8 @@ Result<void> procsPerNode(JobOptions& o, const std::string& flag, const std::str
 
 // A server runs its jobs where its own backend puts them.
 constexpr const char* kHostsNotSubmitted =
-    "a server's jobs run where the server's backend puts them (cohort run --hosts runs them "
-    "from here)";
+    "a server's jobs run where the server's backend puts them (a server started with "
+    "--backend ssh --hosts places them on its hosts; cohort run --hosts runs them from here)";
 
 // cohort's own flags of run, plan and submit, in the order of their help.
 const std::vector<JobFlag>& ownJobFlags() {
