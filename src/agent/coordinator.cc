@@ -445,7 +445,10 @@ class Coordinator {
       const plan::RankPlan& rp = plan.ranks[r.index];
       RankStack s;
       s.rank = rp.rank;
-      s.label = rp.name + " on node " + std::to_string(node);
+      s.label = rp.name + " on node " + std::to_string(node) +
+                (static_cast<size_t>(node) < plan_.machines.size() && !plan_.machines[node].empty()
+                     ? " (" + plan_.machines[node] + ")"
+                     : "");
       s.state = r.state.size() == 1 ? r.state[0] : '?';
       s.frames = framesOfPySpy(r.stack.substr(0, 64 * 1024));
       s.error = r.error.substr(0, 512);

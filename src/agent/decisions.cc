@@ -29,6 +29,7 @@ double secondsBetween(TimePoint from, TimePoint to) {
 
 JobDecisions::JobDecisions(const plan::Plan& plan, Millis connect_timeout)
     : nodes_(plan.nodes.size()),
+      machines_(plan.machines),
       outputs_(plan.outputs),
       max_restarts_(plan.max_restarts),
       grace_ms_(plan.grace_period_ms),
@@ -235,7 +236,7 @@ void JobDecisions::nodeCopied(int node, const std::vector<OutputResult>& results
     total.files += r.files;
     total.bytes += r.bytes;
     if (!r.error.empty() && total.error.empty()) {
-      total.error = "node " + std::to_string(node) + ": " + r.error;
+      total.error = nodeLabel(node) + ": " + r.error;
     }
   }
   if (copying_ == 0 && !reaped_) out.push_back(ArmTimer{TimerKind::kExit, kExitDeadline});
@@ -445,6 +446,12 @@ void JobDecisions::on(const NodeStarted& e, Actions& out) {
   }
 }
 
+std::string JobDecisions::nodeLabel(int node) const {
+  const bool named = node >= 0 && static_cast<size_t>(node) < machines_.size() &&
+                     !machines_[node].empty();
+  return "node " + std::to_string(node) + (named ? " (" + machines_[node] + ")" : "");
+}
+
 void JobDecisions::on(const RankExited& e, Actions& out) {
   if (e.attempt != attempt_) return;
   if (e.rank < 0 || static_cast<size_t>(e.rank) >= ranks_.size() || !ranks_[e.rank]) return;
@@ -456,6 +463,7 @@ void JobDecisions::on(const RankExited& e, Actions& out) {
   x.role_rank = r.role_rank;
   x.rank = e.rank;
   x.node = e.node;
+  x.machine = e.node >= 0 && static_cast<size_t>(e.node) < machines_.size() ? machines_[e.node] : "";
   x.code = e.code;
   x.signal = e.signal;
   x.by_cohort = e.stopped_by != StoppedBy::kNobody;
@@ -578,7 +586,7 @@ void JobDecisions::on(const RankDebugged& e, Actions& out) {
   ev.where = e.where;
   ev.address = r.debug_address;
   out.push_back(WriteEvent{std::move(ev)});
-  const std::string who = r.name + " on node " + std::to_string(e.node);
+  const std::string who = r.name + " on " + nodeLabel(e.node);
   if (e.state == "running") {
     if (debugged_.erase(e.rank) == 0) return;
     say(out, who + " goes on without a debugger");
@@ -607,7 +615,7 @@ void JobDecisions::on(const LimitsNotEnforced& e, Actions& out) {
   ev.node = e.node;
   ev.error = e.why;
   out.push_back(WriteEvent{std::move(ev)});
-  say(out, "node " + std::to_string(e.node) +
+  say(out, nodeLabel(e.node) +
                ": resource requests (resources.cpus, .memory, .pids) are not enforced: " + e.why);
 }
 
@@ -637,7 +645,8 @@ void JobDecisions::on(const AgentLost& e, Actions& out) {
   }
   no_restart_ = true;  // a gang without one of its nodes cannot start again
   if (!lost_node_ && ending_ == Ending::kNone) {
-    LostNode lost{e.node, e.why, {}, {}};
+    LostNode lost{e.node, e.why, e.node < static_cast<int>(machines_.size()) ? machines_[e.node] : "",
+                  {}, {}};
     for (const std::optional<Rank>& r : ranks_) {
       if (r && r->node == e.node) {
         lost.ranks.push_back(r->name);
@@ -647,7 +656,7 @@ void JobDecisions::on(const AgentLost& e, Actions& out) {
     lost_node_ = std::move(lost);
   }
   beginStop(Ending::kLost,
-            "node " + std::to_string(e.node) + "'s agent was lost" +
+            nodeLabel(e.node) + "'s agent was lost" +
                 (e.why.empty() ? std::string() : " (" + e.why + ")"),
             out);
 }
@@ -680,7 +689,7 @@ void JobDecisions::on(const NodeSignalled& e, Actions& out) {
   if (!stop_signal_) stop_signal_ = e.signal;
   no_restart_ = true;
   beginStop(Ending::kStopped,
-            "node " + std::to_string(e.node) + "'s agent got " + signalName(e.signal) +
+            nodeLabel(e.node) + "'s agent got " + signalName(e.signal) +
                 " (its cluster preempts or cancels the job, or its machine shuts down)",
             out);
 }

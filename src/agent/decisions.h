@@ -292,9 +292,12 @@ class JobDecisions {
   std::string debuggedNames() const;
   void hold(Ending ending, const std::string& why, Actions& out);
   void debuggingOver(Actions& out);
+  // "node 1", or "node 1 (h2)" where the plan names the node's machine.
+  std::string nodeLabel(int node) const;
 
   // From the plan.
   std::vector<Node> nodes_;
+  std::vector<std::string> machines_;  // plan::Plan::machines
   std::vector<std::optional<Rank>> ranks_;  // by global rank
   std::vector<plan::OutputPlan> outputs_;
   int key_total_ = 0;

@@ -652,6 +652,29 @@ TEST(JobDecisions, AnAgentToldToGoThatVanishesWhileItsRanksRunIsStillLost) {
   EXPECT_EQ(job.outcome()->reason, "worker/1 on node 1 exited with code 3");
 }
 
+// Where the plan names each node's machine (hosts over SSH), the reason and a lost agent name it.
+TEST(JobDecisions, ANodeIsNamedWithItsMachine) {
+  plan::Plan plan = makePlan(2, 1);
+  plan.machines = {"h1", "h2"};
+  Job lost(plan);
+  lost.runAll();
+  bool named = false;
+  for (const JobAction& a : lost.feed(AgentLost{1, "no word from it"})) {
+    if (const auto* say = std::get_if<Say>(&a)) {
+      named |= say->line.find("node 1 (h2)'s agent was lost") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(named);
+  Job exited(plan);
+  exited.runAll();
+  exited.exit(1, 3);
+  exited.feed(AgentLost{0});
+  exited.feed(NodeIdle{1, 0});
+  exited.feed(AgentLost{1});
+  ASSERT_TRUE(exited.outcome());
+  EXPECT_EQ(exited.outcome()->reason, "worker/1 on node 1 (h2) exited with code 3");
+}
+
 // ---- stops -----------------------------------------------------------------------------------
 
 TEST(JobDecisions, StopDuringStagingEndsStoppedWithoutStarting) {

@@ -10,7 +10,7 @@
 namespace cohort::agent {
 
 std::string RankExit::label() const {
-  return name + " on node " + std::to_string(node);
+  return name + " on node " + std::to_string(node) + (machine.empty() ? "" : " (" + machine + ")");
 }
 
 std::string RankExit::describe() const {
@@ -172,7 +172,8 @@ std::string formatRootCause(const RankExit& root, const std::vector<RankExit>& e
 
 std::string formatLostNode(const LostNode& lost, const std::vector<std::vector<std::string>>& tails,
                            const std::vector<RankExit>& exits) {
-  std::string out = "root cause: node " + std::to_string(lost.node) + "'s agent was lost" +
+  std::string out = "root cause: node " + std::to_string(lost.node) +
+                    (lost.machine.empty() ? "" : " (" + lost.machine + ")") + "'s agent was lost" +
                     (lost.why.empty() ? std::string() : " (" + lost.why + ")") +
                     " (the first failure)\n";
   if (!lost.ranks.empty()) out += "  its rank(s): " + join(lost.ranks, ", ") + "\n";

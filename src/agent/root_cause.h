@@ -17,6 +17,7 @@ struct RankExit {
   int role_rank = 0;
   int rank = 0;
   int node = 0;
+  std::string machine;  // the node's host as a person names it ("h2"); "": simulated
   int code = 0;
   int signal = 0;
   bool by_cohort = false;  // cohort signalled it (stopping the job) before it exited
@@ -28,7 +29,7 @@ struct RankExit {
 
   bool failed() const { return code != 0 || signal != 0; }
   int shellCode() const { return signal ? 128 + signal : code; }
-  std::string label() const;     // "worker/3 on node 1"
+  std::string label() const;     // "worker/3 on node 1", "worker/3 on node 1 (h2)"
   // "exited with code 1" / "was killed by SIGKILL" / "was killed by the kernel for using more
   // than its memory limit of 512 MiB (memory.max)"
   std::string describe() const;
@@ -39,6 +40,7 @@ struct RankExit {
 struct LostNode {
   int node = 0;
   std::string why;                  // "n2 at 10.77.0.12: no word from it in 30s"
+  std::string machine;              // its host as a person names it ("h2"); "": simulated
   std::vector<std::string> ranks;   // "worker/2", the ranks it ran
   std::vector<std::string> logs;    // their log files, in the same order
 };

@@ -3,7 +3,9 @@
 // restart of the server) the backend tells whether the job still runs, stops it, and gives back
 // what it held (Mesos's launcher `recover`). The local backend runs each job's coordinator
 // (`cohort run --job-id`) as a process of this machine in a session of its own, so that jobs
-// outlive the server; the Slurm and Volcano backends plug in here. Not thread-safe: the job
+// outlive the server; the Slurm, Volcano and ssh backends plug in here. A backend whose nodes are
+// hosts the server schedules onto (ssh) names them (nodes()); the job service then places each
+// job's nodes on them with the gang scheduler and hands the backend the placement. Not thread-safe: the job
 // service calls it from its loop thread (holding its lock).
 #pragma once
 
@@ -11,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "sched/scheduler.h"
 #include "spec/job_spec.h"
 #include "util/result.h"
 
@@ -28,12 +31,14 @@ struct JobLaunch {
                              // the server's own
   std::vector<std::string> input_roots;  // local inputs only below these (--input-root)
   std::string job_network;  // its coordinator's --job-network (isolated, nat, host); "": its default
+  std::vector<int> nodes;   // with nodes(): node i of the job runs on nodes()[nodes[i]]
 };
 
 // What a backend finds behind a handle.
 struct Found {
   bool running = false;
   std::vector<int> gpus;  // what it holds, when running
+  std::vector<int> nodes;  // with nodes(): where its nodes run (JobLaunch::nodes), when running
 };
 
 class Backend {
@@ -62,12 +67,23 @@ class Backend {
     (void)handle;
     return "";
   }
+  // The nodes the server schedules jobs onto, with what each has now (one that cannot be used
+  // now has nothing); none: the server's own machine is the one node (its --cpus, --memory and
+  // --gpus), and jobs' nodes are simulated there or are the cluster's.
+  virtual std::vector<sched::Node> nodes() const { return {}; }
+  // Whether nodes() changed since the last call (then queued jobs are looked at again).
+  virtual bool nodesChanged() { return false; }
 };
 
+class SshHostPool;
+
 // `cohort_bin` is the binary coordinators run. Coordinators run on this machine; their nodes are
-// simulated here too (spec::Backend::kLocal) or are those of a Slurm batch job (kSlurm: Slurm
-// queues and gang-schedules, see slurm.h); the backend's name is the nodes'.
+// simulated here too (spec::Backend::kLocal), are those of a Slurm batch job (kSlurm: Slurm
+// queues and gang-schedules, see slurm.h), or are `hosts` reached over SSH (kSsh: the
+// coordinator runs as `cohort run --hosts` does, on the hosts of the job's placement); the
+// backend's name is the nodes'.
 std::unique_ptr<Backend> makeLocalBackend(std::string cohort_bin,
-                                          spec::Backend nodes = spec::Backend::kLocal);
+                                          spec::Backend nodes = spec::Backend::kLocal,
+                                          std::shared_ptr<SshHostPool> hosts = nullptr);
 
 }  // namespace cohort::backends

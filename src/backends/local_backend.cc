@@ -11,6 +11,7 @@
 #include <set>
 
 #include "backends/backend.h"
+#include "backends/ssh_pool.h"
 #include "job/layout.h"
 #include "proc/spawn.h"
 #include "spec/job_spec.h"
@@ -42,15 +43,19 @@ std::optional<ProcStat> procStat(int64_t pid) {
 }
 
 // The handle: the coordinator's pid and its start time (so that a reused pid is never taken for
-// it), and the GPUs it was given.
+// it), the GPUs it was given, and on hosts over SSH the hosts its nodes run on, by name (the
+// server's host list may change across a restart).
 struct Handle {
   int64_t pid = 0;
   int64_t start = 0;
   std::vector<int> gpus;
+  std::vector<std::string> hosts;
 };
 
 std::string encode(const Handle& h) {
-  return Json{{"pid", h.pid}, {"start", h.start}, {"gpus", h.gpus}}.dump();
+  Json j{{"pid", h.pid}, {"start", h.start}, {"gpus", h.gpus}};
+  if (!h.hosts.empty()) j["hosts"] = h.hosts;
+  return j.dump();
 }
 
 std::optional<Handle> decode(const std::string& text) {
@@ -69,6 +74,11 @@ std::optional<Handle> decode(const std::string& text) {
       if (g.is_number_integer()) h.gpus.push_back(g.get<int>());
     }
   }
+  if (auto hosts = j.find("hosts"); hosts != j.end() && hosts->is_array()) {
+    for (const Json& name : *hosts) {
+      if (name.is_string()) h.hosts.push_back(name.get<std::string>());
+    }
+  }
   if (h.pid <= 0) return std::nullopt;
   return h;
 }
@@ -80,8 +90,8 @@ bool alive(const Handle& h) {
 
 class LocalBackend : public Backend {
  public:
-  LocalBackend(std::string cohort_bin, spec::Backend nodes)
-      : cohort_bin_(std::move(cohort_bin)), nodes_(nodes) {}
+  LocalBackend(std::string cohort_bin, spec::Backend nodes, std::shared_ptr<SshHostPool> hosts)
+      : cohort_bin_(std::move(cohort_bin)), nodes_(nodes), hosts_(std::move(hosts)) {}
 
   const char* name() const override { return spec::backendName(nodes_); }
 
@@ -92,6 +102,18 @@ class LocalBackend : public Backend {
     if (nodes_ == spec::Backend::kSlurm) {
       args.push_back("--backend");
       args.push_back("slurm");
+    }
+    std::vector<std::string> on_hosts;  // the placement's hosts, node i on the i-th
+    if (nodes_ == spec::Backend::kSsh) {
+      if (!hosts_ || l.nodes.empty()) return fail(Code::kInternal, "no hosts placed");
+      for (int n : l.nodes) {
+        if (n < 0 || static_cast<size_t>(n) >= hosts_->hosts().size()) {
+          return fail(Code::kInternal, "a node past the hosts");
+        }
+        on_hosts.push_back(hosts_->hosts()[n].name);
+      }
+      // Names only: the job file says how many processes each node runs.
+      args.insert(args.end(), {"--hosts", join(on_hosts, ","), "--ssh", join(hosts_->ssh(), " ")});
     }
     if (l.isolate) args.push_back("--isolate");
     if (l.report) args.push_back("--report");
@@ -152,18 +174,25 @@ class LocalBackend : public Backend {
     if (err != 0) return failErrno("start the coordinator '" + args[0] + "'", err);
     children_.insert(pid);
     auto st = procStat(pid);
-    return encode(Handle{pid, st ? st->start : 0, l.gpus});
+    return encode(Handle{pid, st ? st->start : 0, l.gpus, on_hosts});
   }
 
   Found recover(const std::string& handle) override {
     auto h = decode(handle);
     if (!h || !alive(*h)) return {};
-    return {true, h->gpus};
+    Found found{true, h->gpus, {}};
+    for (const std::string& name : h->hosts) {
+      const int n = hosts_ ? hosts_->indexOf(name) : -1;
+      if (n >= 0) found.nodes.push_back(n);
+    }
+    return found;
   }
 
   bool running(const std::string& handle) override {
     auto h = decode(handle);
     if (h && alive(*h)) return true;
+    // A host of an ended job may be why it ended: asked again before it gets the next job.
+    if (h && hosts_ && !h->hosts.empty()) hosts_->recheck(h->hosts);
     if (h && children_.erase(static_cast<pid_t>(h->pid))) {
       int status = 0;
       if (::waitpid(static_cast<pid_t>(h->pid), &status, WNOHANG) > 0) {
@@ -194,20 +223,30 @@ class LocalBackend : public Backend {
 
   std::string describe(const std::string& handle) const override {
     auto h = decode(handle);
-    return h ? "coordinator pid " + std::to_string(h->pid) : "no coordinator";
+    if (!h) return "no coordinator";
+    return "coordinator pid " + std::to_string(h->pid) +
+           (h->hosts.empty() ? "" : " (hosts " + join(h->hosts, ", ") + ")");
   }
+
+  std::vector<sched::Node> nodes() const override {
+    return hosts_ ? hosts_->nodes() : std::vector<sched::Node>{};
+  }
+
+  bool nodesChanged() override { return hosts_ && hosts_->changed(); }
 
  private:
   std::string cohort_bin_;
   spec::Backend nodes_;
+  std::shared_ptr<SshHostPool> hosts_;
   std::set<pid_t> children_;  // spawned by this server: reaped by it
   std::map<std::string, std::string> ended_;  // handle -> how its coordinator ended (endWords)
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> makeLocalBackend(std::string cohort_bin, spec::Backend nodes) {
-  return std::make_unique<LocalBackend>(std::move(cohort_bin), nodes);
+std::unique_ptr<Backend> makeLocalBackend(std::string cohort_bin, spec::Backend nodes,
+                                          std::shared_ptr<SshHostPool> hosts) {
+  return std::make_unique<LocalBackend>(std::move(cohort_bin), nodes, std::move(hosts));
 }
 
 }  // namespace cohort::backends

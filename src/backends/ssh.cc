@@ -139,6 +139,33 @@ std::string thisMachine() {
 
 }  // namespace
 
+std::vector<Result<HostCapacity>> askCapacity(const std::vector<SshHost>& hosts,
+                                              const std::vector<std::string>& ssh) {
+  SshOptions o;
+  o.ssh = ssh;
+  std::vector<std::string> names;
+  for (const SshHost& h : hosts) names.push_back(h.name);
+  std::vector<Run> runs = runOnHosts(o, names, std::vector<std::string>(names.size(), capacityScript()),
+                                     {}, kProbeTimeout);
+  std::vector<Result<HostCapacity>> answers;
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    Run& r = runs[i];
+    if (!r.status) {
+      answers.push_back(fail(Code::kUnavailable, "host " + hosts[i].name + ": " +
+                                                     (r.failed.empty() ? "ssh failed" : r.failed)));
+    } else if (r.status->shellCode() != 0) {
+      answers.push_back(fail(Code::kUnavailable,
+                             describeHostExit(hosts[i].name, r.status->shellCode(),
+                                              std::string(trim(readAll(r.err.get()))))));
+    } else {
+      auto answer = parseCapacity(readAll(r.out.get()), hosts[i].slots);
+      if (!answer) answer = withContext(answer.error(), "host " + hosts[i].name);
+      answers.push_back(std::move(answer));
+    }
+  }
+  return answers;
+}
+
 Result<std::string> fileSha256(const std::string& path) {
   COHORT_ASSIGN(std::string bytes, readFile(path));
   const Sha256Digest digest = sha256(bytes);

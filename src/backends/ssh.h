@@ -76,6 +76,12 @@ class SshLauncher : public agent::AgentLauncher {
   bool reaped_ = false;
 };
 
+// What each of `hosts` has (ssh_hosts.h's capacityScript), asked over `ssh` (the command's
+// words) at once. An error per host that cannot be reached or does not answer: kUnavailable
+// "host NAME: ..." with ssh's or the host's own words.
+std::vector<Result<HostCapacity>> askCapacity(const std::vector<SshHost>& hosts,
+                                              const std::vector<std::string>& ssh);
+
 // The SHA-256 of the file at `path`, in hex. Errors: kIo.
 Result<std::string> fileSha256(const std::string& path);
 

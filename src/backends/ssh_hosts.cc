@@ -238,18 +238,38 @@ std::string probeScript(const std::string& hash, const std::string& python,
   return s;
 }
 
-Result<HostProbe> parseProbe(const std::string& out) {
-  HostProbe p;
-  bool begun = false, ended = false;
+namespace {
+
+// The `key value` lines a script printed between "NAME 1" and "NAME end" (a login banner before
+// them is skipped); nullopt when they are not there (the shell did not run it to its end).
+std::optional<std::vector<std::pair<std::string, std::string>>> answerLines(
+    const std::string& out, const std::string& name) {
+  std::vector<std::pair<std::string, std::string>> lines;
+  bool begun = false;
   for (const std::string& line : split(out, '\n')) {
-    if (line == "cohort-probe 1") {
+    if (line == name + " 1") {
       begun = true;
       continue;
     }
     if (!begun) continue;  // a login banner
+    if (line == name + " end") return lines;
     const auto space = line.find(' ');
-    const std::string key = line.substr(0, space);
-    const std::string value = space == std::string::npos ? "" : line.substr(space + 1);
+    lines.emplace_back(line.substr(0, space),
+                       space == std::string::npos ? "" : line.substr(space + 1));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Result<HostProbe> parseProbe(const std::string& out) {
+  auto lines = answerLines(out, "cohort-probe");
+  if (!lines) {
+    return fail(Code::kUnavailable,
+                "its shell did not run cohort's probe (a POSIX sh is needed there)");
+  }
+  HostProbe p;
+  for (const auto& [key, value] : *lines) {
     if (key == "from") {
       p.from = value;
     } else if (key == "machine") {
@@ -261,15 +281,40 @@ Result<HostProbe> parseProbe(const std::string& out) {
       p.python = value == "none" ? "" : value;
     } else if (key == "answer") {
       p.python_answer = value;
-    } else if (key == "cohort-probe") {
-      ended = value == "end";
     }
   }
-  if (!begun || !ended) {
-    return fail(Code::kUnavailable,
-                "its shell did not run cohort's probe (a POSIX sh is needed there)");
-  }
   return p;
+}
+
+std::string capacityScript() {
+  return "echo 'cohort-capacity 1'\n"
+         "echo \"cpus $(getconf _NPROCESSORS_ONLN 2>/dev/null || nproc 2>/dev/null)\"\n"
+         "echo \"memory_kib $(awk '/^MemTotal:/ {print $2}' /proc/meminfo 2>/dev/null)\"\n"
+         "echo \"gpus $(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')\"\n"
+         "echo 'cohort-capacity end'\n";
+}
+
+Result<HostCapacity> parseCapacity(const std::string& out, int slots) {
+  auto lines = answerLines(out, "cohort-capacity");
+  if (!lines) {
+    return fail(Code::kUnavailable,
+                "its shell did not run cohort's question (a POSIX sh is needed there)");
+  }
+  HostCapacity c;
+  for (const auto& [key, value] : *lines) {
+    auto n = parseInt64(std::string(trim(value)));
+    const int64_t number = n && *n > 0 ? *n : 0;
+    if (key == "cpus") {
+      c.cpus = number;
+    } else if (key == "memory_kib") {
+      c.memory_bytes = number * 1024;
+    } else if (key == "gpus") {
+      c.gpus = number;
+    }
+  }
+  if (slots > 0) c.cpus = slots;
+  if (c.cpus == 0) c.cpus = 1;
+  return c;
 }
 
 std::string uploadScript(const std::string& hash) {

@@ -82,6 +82,21 @@ struct AgentScript {
 };
 std::string agentScript(const AgentScript& a);
 
+// What a server (`cohort server --backend ssh`) hands out on a host: its slots as CPUs, else
+// the CPUs it has; its memory; its NVIDIA GPUs.
+struct HostCapacity {
+  int64_t cpus = 0;
+  int64_t memory_bytes = 0;
+  int64_t gpus = 0;
+};
+
+// The script that asks a host what it has: prints the lines parseCapacity reads.
+std::string capacityScript();
+
+// Reads capacityScript's output; `slots` (the hostfile's, 0: not said) replaces the CPUs found.
+// Errors: kUnavailable when it is not the script's (a login shell that is not a POSIX sh).
+Result<HostCapacity> parseCapacity(const std::string& out, int slots);
+
 // Exit codes of the scripts that are theirs, not the agent's (which exits with the job's).
 inline constexpr int kNoSecretExit = 201;    // stdin ended before the secret
 inline constexpr int kNoJobDirExit = 202;    // the job directory could not be made

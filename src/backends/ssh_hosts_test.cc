@@ -187,6 +187,23 @@ TEST(SshHosts, AgentScriptKeepsTheSecretOffTheCommandLine) {
   EXPECT_EQ(agentScript(a).find("snapshot unpack"), std::string::npos);
 }
 
+TEST(SshHosts, CapacityIsTheSlotsElseTheCpus) {
+  const std::string said = "Welcome!\ncohort-capacity 1\ncpus 16\nmemory_kib 2048\ngpus 2\n"
+                           "cohort-capacity end\n";
+  auto c = parseCapacity(said, 0);
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->cpus, 16);
+  EXPECT_EQ(c->memory_bytes, 2048 * 1024);
+  EXPECT_EQ(c->gpus, 2);
+  EXPECT_EQ(parseCapacity(said, 4)->cpus, 4);
+  auto none = parseCapacity("cohort-capacity 1\ncpus \nmemory_kib\ngpus 0\ncohort-capacity end\n", 0);
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->cpus, 1);
+  EXPECT_EQ(none->gpus, 0);
+  EXPECT_FALSE(parseCapacity("cohort-capacity 1\ncpus 4\n", 0));  // cut short
+  EXPECT_NE(capacityScript().find("cohort-capacity end"), std::string::npos);
+}
+
 TEST(SshHosts, HostExitsAreNamed) {
   EXPECT_EQ(describeHostExit("h2", 255, "ssh: connect to host h2 port 22: Connection refused\n"),
             "host h2: ssh could not reach it or log in: ssh: connect to host h2 port 22: "

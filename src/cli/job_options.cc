@@ -322,8 +322,8 @@ Result<void> procsPerNode(JobOptions& o, const std::string& flag, const std::str
 
 // A server runs its jobs where its own backend puts them.
 constexpr const char* kHostsNotSubmitted =
-    "a server's jobs run where the server's backend puts them (cohort run --hosts runs them "
-    "from here)";
+    "a server's jobs run where the server's backend puts them (a server started with "
+    "--backend ssh --hosts places them on its hosts; cohort run --hosts runs them from here)";
 
 // cohort's own flags of run, plan and submit, in the order of their help.
 const std::vector<JobFlag>& ownJobFlags() {
@@ -1145,6 +1145,10 @@ Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
     job.host_python = remotePythonCheck(s, workdir, pythonNeeds(s));
   }
   plan::PlanContext& ctx = job.context;
+  if (on_hosts) {
+    COHORT_ASSIGN(auto hosts, hostsOf(o));
+    for (const backends::SshHost& h : hosts) ctx.machines.push_back(h.name);  // node i on the i-th
+  }
   ctx.as_root = ::geteuid() == 0;
   if (s.backend != spec::Backend::kLocal) {
     // Real hosts: each node has the GPUs Slurm gives it (--gres) or its pod was given, numbered

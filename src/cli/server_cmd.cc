@@ -16,6 +16,7 @@
 
 #include "backends/local.h"
 #include "backends/slurm.h"
+#include "backends/ssh_pool.h"
 #include "backends/volcano_backend.h"
 #include "cli/args.h"
 #include "cli/job_options.h"
@@ -84,7 +85,17 @@ const std::vector<FlagSpec>& serviceFlags() {
        "batch job, its ranks on the cluster's nodes; the server queues by account and priority, "
        "Slurm allocates (docs/slurm.md) | volcano: each job is a Volcano Job in the Kubernetes "
        "cluster of the kubeconfig (or of the pod the server runs in); Volcano queues and "
-       "gang-schedules (docs/volcano.md)"},
+       "gang-schedules (docs/volcano.md) | ssh: each node of a job runs on one of --hosts, its "
+       "agent started over ssh as cohort run --hosts does; the server's gang scheduler places "
+       "jobs on the hosts (docs/multi-host.md)"},
+      {"--hosts", "", "HOST,HOST",
+       "with ssh: the hosts (HOST:N: N slots); each hands out its slots as CPUs, else its CPUs, "
+       "and its memory and GPUs, as asked over ssh at start"},
+      {"--hostfile", "", "FILE",
+       "with ssh: the hosts, one a line: `host slots=N` (mpirun's and DeepSpeed's format)"},
+      {"--ssh", "", "COMMAND",
+       "with ssh: how hosts are reached (default ssh; e.g. \"ssh -p 2222 -i KEY\"): this "
+       "server's user's config, keys and agent"},
       {"--namespace", "", "NS",
        "with volcano: the Jobs' namespace (default: the kubeconfig's)"},
       {"--cpus", "", "N",
@@ -243,6 +254,27 @@ std::vector<std::string> tlsNames(const std::string& listen_host) {
 
 }  // namespace
 
+// The hosts of --backend ssh (--hosts or --hostfile) and how to reach them (--ssh), not yet
+// asked. Errors: kInvalidArgument naming the flag.
+Result<std::shared_ptr<backends::SshHostPool>> sshHostPool(const Args& parsed) {
+  if (parsed.has("--hosts") && parsed.has("--hostfile")) {
+    return fail(Code::kInvalidArgument, "--hosts and --hostfile: give one of them");
+  }
+  Result<std::vector<backends::SshHost>> hosts = std::vector<backends::SshHost>();
+  if (parsed.has("--hosts")) {
+    hosts = backends::parseHostList(parsed.get("--hosts"));
+  } else if (auto text = readFile(parsed.get("--hostfile")); !text) {
+    hosts = withContext(text.error(), "--hostfile");
+  } else {
+    hosts = backends::parseHostfile(*text, parsed.get("--hostfile"));
+  }
+  if (!hosts) return tl::unexpected<Error>(hosts.error());
+  if (hosts->empty()) return fail(Code::kInvalidArgument, "--hosts: no host named");
+  auto ssh = backends::splitSshCommand(parsed.get("--ssh", "ssh"));
+  if (!ssh) return withContext(ssh.error(), "--ssh");
+  return std::make_shared<backends::SshHostPool>(std::move(*hosts), std::move(*ssh));
+}
+
 std::string serverHelp() {
   return kServerAbout + flagsHelp(serviceFlags()) + kQuotasAbout + flagsHelp(quotaFlags()) +
          kServerAfter;
@@ -276,7 +308,7 @@ int cmdServer(int argc, char** argv) {
     return kExitUsage;
   }
   std::string volcano_where;  // with --backend volcano: the cluster and namespace, for a person
-  const std::string isolate = parsed->has("--isolate")      ? "on"
+  std::string isolate = parsed->has("--isolate")      ? "on"
                               : parsed->has("--no-isolate") ? "off"
                                                             : "auto";
   for (const auto& [flag, values] : parsed->flags) {
@@ -338,11 +370,7 @@ int cmdServer(int argc, char** argv) {
       options.http_threads = *n;
     } else if (flag == "--backend") {
       auto b = spec::parseBackend(value);
-      if (!b || *b == spec::Backend::kSsh) {
-        return bad(b ? "ssh: a server does not yet run jobs on hosts over SSH; use cohort run "
-                       "--hosts (docs/multi-host.md)"
-                     : "expected local, slurm or volcano");
-      }
+      if (!b) return bad("expected local, slurm, volcano or ssh");
       options.nodes = *b;
     } else if (flag == "--max-followers") {
       auto n = parseInt64(value);
@@ -487,6 +515,46 @@ int cmdServer(int argc, char** argv) {
     if (!parsed->has("--memory")) options.capacity.memory_bytes = int64_t{1} << 60;
     if (!parsed->has("--gpus")) options.capacity.gpus = int64_t{1} << 30;
   }
+  std::vector<std::string> host_lines;  // what each host has, for the log
+  const bool on_hosts = options.nodes == spec::Backend::kSsh;
+  if (on_hosts != (parsed->has("--hosts") || parsed->has("--hostfile")) ||
+      (!on_hosts && parsed->has("--ssh"))) {
+    std::fprintf(stderr, "cohort: error: server: %s\n",
+                 on_hosts ? "--backend ssh: name the hosts (--hosts H1,H2 or --hostfile FILE)"
+                          : "--hosts, --hostfile and --ssh go with --backend ssh");
+    return kExitUsage;
+  }
+  if (on_hosts) {
+    auto made = sshHostPool(*parsed);
+    if (!made) {
+      std::fprintf(stderr, "cohort: error: server: %s\n", made.error().message.c_str());
+      return kExitUsage;
+    }
+    for (const char* flag :
+         {"--cpus", "--memory", "--gpus", "--job-network", "--rank-uids", "--isolate"}) {
+      if (!parsed->has(flag)) continue;
+      std::fprintf(stderr, "cohort: error: server: %s: not with --backend ssh: %s\n", flag,
+                   std::string(flag) == "--rank-uids" || std::string(flag) == "--job-network" ||
+                           std::string(flag) == "--isolate"
+                       ? "ranks run on the hosts as the user ssh logs in as, in the hosts' "
+                         "network, without this machine's sandbox"
+                       : "each host hands out its slots (or CPUs), memory and GPUs");
+      return kExitUsage;
+    }
+    if (::geteuid() == 0 && !parsed->has("--single-user")) {
+      std::fprintf(stderr,
+                   "cohort server: --backend ssh: every job's ranks run on the hosts as the user "
+                   "this server's ssh logs in as, so accounts cannot be kept apart there: start "
+                   "it with --single-user (accounts of one person or one team that trust each "
+                   "other)\n");
+      return kExitUsage;
+    }
+    host_lines = (*made)->start();
+    options.hosts = std::move(*made);
+    options.gpu_ids.clear();  // each host's are its own
+    options.capacity = {};
+    isolate = "off";  // the ranks run on the hosts, not under this machine's bubblewrap
+  }
   options.cohort_bin = backends::selfExecutable();
   // Jobs of different accounts share the machine and the server's user: unless told otherwise,
   // each job runs in a sandbox where the store and other jobs' directories do not exist.
@@ -579,6 +647,10 @@ int cmdServer(int argc, char** argv) {
                 "report to http://%s:%d\n",
                 options.data_root.c_str(), volcano_where.c_str(),
                 options.volcano.advertise.c_str(), (*server)->port());
+  } else if (on_hosts) {
+    std::printf("cohort server: data root %s; jobs run on hosts over ssh (%s):\n",
+                options.data_root.c_str(), join(options.hosts->ssh(), " ").c_str());
+    for (const std::string& line : host_lines) std::printf("cohort server:   %s\n", line.c_str());
   } else if (options.nodes == spec::Backend::kSlurm) {
     std::printf("cohort server: data root %s; jobs are Slurm batch jobs (SLURM_CONF %s)\n",
                 options.data_root.c_str(),
@@ -592,13 +664,15 @@ int cmdServer(int argc, char** argv) {
                 options.store->s3.endpoint.empty() ? "AWS" : options.store->s3.endpoint.c_str());
   }
   std::printf("cohort server: jobs run %s\n",
-              options.isolate    ? "isolated (bubblewrap: each sees only its own directory)"
+              on_hosts ? "on the hosts as the user ssh logs in as there (no sandbox)"
+              : options.isolate ? "isolated (bubblewrap: each sees only its own directory)"
               : isolate == "off" ? "without isolation (--no-isolate)"
                                  : "WITHOUT isolation: bubblewrap does not work here (apt-get "
                                    "install bubblewrap); every job can read the store and other "
                                    "jobs' files");
   std::printf("cohort server: %s\n",
-              options.job_network == "host"
+              on_hosts ? "jobs use the hosts' network (the network: setting picks addresses)"
+              : options.job_network == "host"
                   ? "jobs share this machine's network (no --job-network: any process here can "
                     "reach their ports)"
                   : options.job_network == "nat"

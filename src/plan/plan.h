@@ -165,6 +165,9 @@ struct Plan {
   int64_t startup_timeout_ms = 0;  // 0: none
   int stop_signal = SIGTERM;       // a graceful stop's signal to every rank, then SIGKILL
   std::vector<NodePlan> nodes;
+  // The machine each node runs on as a person names it (its host over SSH, "h2"), by node; empty
+  // where nodes are simulated or the cluster's. Messages name a node "node 1 (h2)".
+  std::vector<std::string> machines;
   std::vector<OutputPlan> outputs;
   std::vector<GeneratedFile> files;
 };
@@ -181,6 +184,7 @@ struct PlanContext {
   // caller, debug.port + rank when the job names one). Empty for a dry plan: shown as "auto".
   std::vector<int> debug_ports;
   std::vector<std::string> hosts;  // one per node; missing entries default to master_addr
+  std::vector<std::string> machines;  // Plan::machines
   // On real hosts: the interface of each node's address, for GLOO/NCCL_SOCKET_IFNAME. Empty for
   // simulated nodes.
   std::vector<std::string> interfaces;

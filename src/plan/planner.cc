@@ -208,6 +208,7 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
   plan.startup_timeout_ms = spec.policy.startup_timeout ? spec.policy.startup_timeout->count() : 0;
   plan.stop_signal = spec.policy.stop_signal;
 
+  plan.machines = ctx.machines;
   Builder b{spec, ctx, plan, {}};
   const int num_nodes = spec::totalNodes(spec);
   const std::vector<std::string> key_roles = spec::keyRoles(spec);

@@ -126,7 +126,8 @@ JobService::JobService(store::JobStore& store, JobServiceOptions options, const 
       options_(std::move(options)),
       backend_(options_.nodes == spec::Backend::kVolcano
                    ? backends::makeVolcanoBackend(options_.volcano)
-                   : backends::makeLocalBackend(options_.cohort_bin, options_.nodes)),
+                   : backends::makeLocalBackend(options_.cohort_bin, options_.nodes,
+                                                options_.hosts)),
       clock_(clock) {}
 
 Result<std::unique_ptr<JobService>> JobService::create(store::JobStore& store,
@@ -200,23 +201,48 @@ void JobService::takeIncoming() {
 
 namespace {
 
-sched::Job schedJob(const store::Job& job) {
+// What one node of `role` takes: its processes' resources.
+sched::Resources perNode(const spec::Role& role) {
+  const int64_t procs = role.procs_per_node;
+  return {static_cast<int64_t>(std::llround(role.resources.cpus * 1000)) * procs,
+          role.resources.memory_bytes * procs, static_cast<int64_t>(role.resources.gpus) * procs};
+}
+
+// `by_node`: the backend's nodes are hosts (Backend::nodes), and each role asks for its nodes,
+// each with what its processes take. Otherwise simulated nodes share the machine (or the
+// cluster allocates them): one request for the whole gang.
+sched::Job schedJob(const store::Job& job, bool by_node) {
   sched::Job s;
   s.id = job.id;
   s.account = job.account;
   s.priority = job.priority;
   s.submitted = sched::TimePoint(std::chrono::milliseconds(job.submitted / 1000000));
-  // Simulated nodes share the machine: one request for the whole gang.
-  s.roles.push_back({"job", 1, {job.cpu_millis, job.memory_bytes, job.gpus}});
+  if (auto spec = by_node ? spec::parseJobFile(job.spec_json, "job")
+                          : Result<spec::JobSpec>(fail(Code::kNotFound, ""));
+      spec) {
+    for (const spec::Role& role : spec->roles) s.roles.push_back({role.name, role.nodes, perNode(role)});
+  }
+  if (s.roles.empty()) s.roles.push_back({"job", 1, {job.cpu_millis, job.memory_bytes, job.gpus}});
   if (job.max_runtime_ms) s.max_runtime = Millis(*job.max_runtime_ms);
   return s;
 }
 
-sched::Running runningOf(const store::Job& job) {
+// `nodes`: where the backend found the job's nodes running (Found::nodes), node i on nodes[i].
+sched::Running runningOf(const store::Job& job, const std::vector<int>& nodes) {
   sched::Running r;
   r.job_id = job.id;
   r.account = job.account;
-  r.shares.push_back({0, {job.cpu_millis, job.memory_bytes, job.gpus}});
+  if (auto spec = nodes.empty() ? Result<spec::JobSpec>(fail(Code::kNotFound, ""))
+                                : spec::parseJobFile(job.spec_json, "job");
+      spec) {
+    size_t i = 0;
+    for (const spec::Role& role : spec->roles) {
+      for (int n = 0; n < role.nodes && i < nodes.size(); ++n) {
+        r.shares.push_back({nodes[i++], perNode(role)});
+      }
+    }
+  }
+  if (r.shares.empty()) r.shares.push_back({0, {job.cpu_millis, job.memory_bytes, job.gpus}});
   if (job.max_runtime_ms) {
     r.expected_end =
         sched::TimePoint(std::chrono::milliseconds(job.started / 1000000 + *job.max_runtime_ms));
@@ -232,7 +258,7 @@ Result<void> JobService::reconcile() {
       store_.jobsInStates(liveStates()));
   for (store::Job& job : jobs) {
     if (job.state == "queued") {
-      queue_[job.id] = schedJob(job);
+      queue_[job.id] = schedJob(job, onHosts());
       continue;
     }
     // A stop the server decided (a quota) names its cause in the record: it outlives a restart.
@@ -245,7 +271,7 @@ Result<void> JobService::reconcile() {
     s->job_dir = job.job_dir;
     const backends::Found found = backend_->recover(job.handle);
     const std::string where = backend_->describe(job.handle);
-    running_[job.id] = runningOf(job);
+    running_[job.id] = runningOf(job, found.nodes);
     auto record = [&](const std::string& found) {
       job::Event e;
       e.t = nowUnixNanos();
@@ -574,14 +600,28 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
                 "backend: this server runs its jobs on its own machine; a server started with "
                 "--backend slurm hands them to Slurm");
   }
+  if (spec.backend == spec::Backend::kSsh && !onHosts()) {
+    return fail(Code::kInvalidArgument,
+                "backend: ssh: this server does not run jobs on hosts over SSH; a server "
+                "started with --backend ssh --hosts H1,H2 places them on its hosts");
+  }
+  if (onHosts()) {
+    const size_t hosts = backend_->nodes().size();
+    if (static_cast<size_t>(spec::totalNodes(spec)) > hosts) {
+      return fail(Code::kInvalidArgument,
+                  "roles: the job has " + std::to_string(spec::totalNodes(spec)) +
+                      " nodes and this server has " + std::to_string(hosts) +
+                      " hosts, one node on each: ask for fewer nodes (--nodes N)");
+    }
+  }
   for (spec::Role& role : spec.roles) {
     if (role.procs_per_node != spec::kAutoProcs) continue;
-    if (options_.nodes == spec::Backend::kSlurm || in_image) {
+    if (options_.nodes == spec::Backend::kSlurm || in_image || onHosts()) {
       return fail(Code::kInvalidArgument,
                   "roles." + role.name +
                       ".procs_per_node: auto counts this machine's GPUs, not the cluster nodes': "
                       "give a number, the jobs of this server run on " +
-                      (in_image ? "Volcano" : "Slurm"));
+                      (in_image ? "Volcano" : onHosts() ? "hosts over SSH" : "Slurm"));
     }
     int64_t per_node = options_.capacity.gpus / spec::totalNodes(spec);
     role.procs_per_node = static_cast<int>(std::max<int64_t>(per_node, 1));
@@ -627,8 +667,9 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
   COHORT_TRY(checkData(caller, spec, job.id));
 
   // A job that can never start is refused now rather than queued forever.
+  // On hosts, the scheduler says how a job's nodes fit the hosts (they may come and go).
   const sched::Resources need{job.cpu_millis, job.memory_bytes, job.gpus};
-  if (!need.fitsIn(options_.capacity)) {
+  if (!onHosts() && !need.fitsIn(options_.capacity)) {
     // What to ask less of, per process, as the job file and cohort submit's flags say it.
     const sched::Resources& have = options_.capacity;
     std::vector<std::string> less;
@@ -693,7 +734,7 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
   }
   {
     std::lock_guard lock(incoming_mu_);
-    incoming_.push_back(schedJob(job));
+    incoming_.push_back(schedJob(job, onHosts()));
   }
   wake();
   return job;
@@ -785,6 +826,7 @@ void JobService::loop() {
         finish(s, "lost: its " + backend_->describe(s.handle) +
                       " ended without reporting a result" + (how.empty() ? "" : ": " + how));
       }
+      if (backend_->nodesChanged()) dirty_ = true;  // a host dropped off or came back
       next_poll = Clock::now() + options_.poll_interval;
     }
     if (Clock::now() >= next_pass && dirty_.exchange(false)) {
@@ -798,9 +840,12 @@ void JobService::loop() {
 
 void JobService::schedulePass() {
   sched::ClusterState state;
-  char host[256] = "this machine";
-  ::gethostname(host, sizeof host);
-  state.nodes.push_back({host, options_.capacity});
+  state.nodes = backend_->nodes();
+  if (state.nodes.empty()) {
+    char host[256] = "this machine";
+    ::gethostname(host, sizeof host);
+    state.nodes.push_back({host, options_.capacity});
+  }
   for (const auto& [id, job] : queue_) state.queue.push_back(job);
   for (const auto& [id, r] : running_) state.running.push_back(r);
   if (!queue_.empty()) {
@@ -929,6 +974,9 @@ Result<void> JobService::startJob(store::Job job, const sched::Placement& placem
   // A paused rank's debugger listens in its node's own network, reached through the job's
   // coordinator (agent/job_ports.h), never by widening the job's network.
   launch.job_network = options_.job_network;
+  for (const sched::RolePlacement& role : placement.roles) {
+    launch.nodes.insert(launch.nodes.end(), role.nodes.begin(), role.nodes.end());
+  }
   auto handle = backend_->submit(launch);
   if (!handle) return failed(handle.error());
   gpus_held_[job.id] = launch.gpus;

@@ -11,7 +11,9 @@
 // having handed over its result (lost, saying why).
 //
 // The machine is one scheduling node: simulated nodes share it, so a job asks for the sum of its
-// ranks' resources (each rank: its role's `resources`, default 1 CPU). Thread-safe: every public
+// ranks' resources (each rank: its role's `resources`, default 1 CPU). With the ssh backend each
+// host is a node and a job asks, per role, for its nodes on distinct hosts, each with what its
+// processes take. Thread-safe: every public
 // method may be called from any thread.
 #pragma once
 
@@ -28,6 +30,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/ssh_pool.h"
 #include "backends/volcano_backend.h"
 #include "job/events.h"
 #include "sched/scheduler.h"
@@ -63,6 +66,7 @@ struct JobServiceOptions {
   std::vector<int> gpu_ids;   // its GPUs (capacity.gpus of them)
   spec::Backend nodes = spec::Backend::kLocal;  // where jobs' nodes are: here, Slurm's, Volcano's
   backends::VolcanoSettings volcano;            // with nodes kVolcano
+  std::shared_ptr<backends::SshHostPool> hosts;  // with nodes kSsh: the hosts jobs go to
   bool isolate = false;       // run ranks under bubblewrap (cohort run --isolate)
   Identities identities;
   std::string report_url;     // where coordinators report: this server, "http://host:port"
@@ -165,6 +169,8 @@ class JobService {
   bool debuggerHasItsOwnNetwork() const;
   // Makes `spec` (with session:) the session it asks for: cohort's program, the login name.
   Result<void> asSession(const Caller& caller, spec::JobSpec& spec) const;
+  // Whether jobs' nodes go to hosts the server schedules onto (the ssh backend).
+  bool onHosts() const { return options_.nodes == spec::Backend::kSsh; }
   Result<std::string> copyOfCode(const Caller& caller, const std::string& job_id);
   // The job's environment: one the caller may use now (its COHORT_ENVS: "" for none), not an
   // image. Errors name the field.

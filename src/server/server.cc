@@ -454,6 +454,7 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
   jopts.gpu_ids = options.gpu_ids;
   jopts.nodes = options.nodes;
   jopts.volcano = options.volcano;
+  jopts.hosts = options.hosts;
   jopts.isolate = options.isolate;
   jopts.input_roots = options.input_roots;
   jopts.job_network = options.job_network;

@@ -34,6 +34,7 @@ struct ServerOptions {
   std::vector<int> gpu_ids;   // the GPUs' indices (capacity.gpus of them), handed out to jobs
   spec::Backend nodes = spec::Backend::kLocal;  // jobs' nodes: this machine's, Slurm's, Volcano's
   backends::VolcanoSettings volcano;            // with nodes kVolcano: namespace, advertise
+  std::shared_ptr<backends::SshHostPool> hosts;  // with nodes kSsh: the hosts, asked already
   bool isolate = false;       // run every job's ranks under bubblewrap
   std::vector<std::string> input_roots;  // --input-root: where local inputs may be
   std::string job_network;  // --job-network: isolated | nat | host (each job's network)
