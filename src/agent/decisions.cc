@@ -609,14 +609,20 @@ void JobDecisions::on(const RankDebugged& e, Actions& out) {
 }
 
 void JobDecisions::on(const LimitsNotEnforced& e, Actions& out) {
-  if (!limits_said_.insert(e.why).second) return;  // another node, the same reason
+  // Once per job: what the job goes without is the same on every node that says it.
+  if (limits_said_) return;
+  limits_said_ = true;
+  const std::string warning =
+      "resource requests (resources.cpus, .memory, .pids) are not enforced here: the job "
+      "runs, but a rank may use more CPU, memory and processes than it asked for, and one over "
+      "its memory is not stopped at its limit (" +
+      nodeLabel(e.node) + ": " + e.why + ")";
   job::Event ev;
   ev.kind = job::EventKind::kLimits;
   ev.node = e.node;
-  ev.error = e.why;
+  ev.warning = warning;
   out.push_back(WriteEvent{std::move(ev)});
-  say(out, nodeLabel(e.node) +
-               ": resource requests (resources.cpus, .memory, .pids) are not enforced: " + e.why);
+  say(out, "warning: " + warning);
 }
 
 void JobDecisions::on(const NodeIdle& e, Actions& out) {

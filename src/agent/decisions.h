@@ -338,7 +338,7 @@ class JobDecisions {
   std::vector<RankExit> exits_;
   std::optional<LostNode> lost_node_;  // the first node lost while its ranks ran
   std::vector<OutputResult> output_results_;
-  std::set<std::string> limits_said_;  // why limits are not enforced, each said once
+  bool limits_said_ = false;  // that limits are not enforced: said once per job
   std::set<RecordFile> unwritable_;  // record files that failed, each said once
   std::optional<JobOutcome> final_;
   // debug: of the current attempt.

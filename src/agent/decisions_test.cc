@@ -466,22 +466,24 @@ TEST(JobDecisions, ARankOverItsMemoryLimitIsTheCauseInWords) {
   EXPECT_EQ(job.outcome()->exit_code, 128 + SIGKILL);
 }
 
-TEST(JobDecisions, LimitsNotEnforcedAreSaidOncePerReasonWithAnEvent) {
+TEST(JobDecisions, LimitsNotEnforcedAreAWarningSaidOncePerJobWithAnEvent) {
   Job job(makePlan(2, 1));
   job.connectAll();
   auto first = job.feed(LimitsNotEnforced{0, "cgroup 'x' has no memory controller"});
-  EXPECT_TRUE(saidSomething(first,
-                            "node 0: resource requests (resources.cpus, .memory, "
-                            ".pids) are not enforced: cgroup 'x' has no "
-                            "memory controller"));
+  const std::string warning =
+      "resource requests (resources.cpus, .memory, .pids) are not enforced here: the job runs, "
+      "but a rank may use more CPU, memory and processes than it asked for, and one over its "
+      "memory is not stopped at its limit (node 0: cgroup 'x' has no memory controller)";
+  EXPECT_TRUE(saidSomething(first, "warning: " + warning));
   auto events = all<WriteEvent>(first);
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].event.kind, job::EventKind::kLimits);
   EXPECT_EQ(events[0].event.node, 0);
-  auto again = job.feed(LimitsNotEnforced{1, "cgroup 'x' has no memory controller"});
-  EXPECT_TRUE(again.empty());
-  auto other = job.feed(LimitsNotEnforced{1, "no cgroup for the ranks"});
-  EXPECT_EQ(all<WriteEvent>(other).size(), 1u);
+  EXPECT_EQ(events[0].event.warning, warning);
+  EXPECT_TRUE(events[0].event.error.empty()) << "a warning, not an error";
+  // Another node, for the same reason or another: the job was told already.
+  EXPECT_TRUE(job.feed(LimitsNotEnforced{1, "cgroup 'x' has no memory controller"}).empty());
+  EXPECT_TRUE(job.feed(LimitsNotEnforced{1, "no cgroup for the ranks"}).empty());
 }
 
 // What the coordinator does today for a rank of a role outside `policy.success`: its non-zero

@@ -32,7 +32,7 @@ struct SshOptions {
   // The workdir's snapshot (storage/archive.h), sent to every host whose job directory is its
   // own; empty with --shared-workdir (then the ranks run in the workdir's own path there).
   std::string snapshot;
-  // The job's Python, asked on every host for what the job imports (cli/python_check.h): the
+  // The job's Python, asked on every host for what the job imports (env/python_check.h): the
   // interpreter as the command names it and the arguments that make it answer; "" when the job
   // runs no Python. `explain` turns an answer that names missing modules into the error said
   // for that host; "" when nothing is missing.

@@ -700,9 +700,8 @@ std::string eventDetails(const Json& event) {
     parts.push_back(line);
     shown.insert({"name", "node", "state", "address", "where", "rank", "reason"});
   } else if (kind == "limits") {
-    parts.push_back("node " + str(event, "node") +
-                    ": resource requests are not enforced: " + str(event, "error"));
-    shown.insert({"node", "error"});
+    parts.push_back("warning: " + str(event, "warning"));
+    shown.insert({"node", "warning"});
   } else if (kind == "staged" && at(event, "files").is_number()) {
     std::string line = "node " + str(event, "node") + ": " + str(event, "files") + " file(s), " +
                        formatSize(static_cast<double>(integer(at(event, "bytes")).value_or(0)));

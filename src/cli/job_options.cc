@@ -17,10 +17,10 @@
 
 #include "agent/rank_env.h"
 #include "backends/local.h"
-#include "cli/python_check.h"
 #include "cli/torchrun_flags.h"
 #include "env/environments.h"
 #include "env/images.h"
+#include "env/python_check.h"
 #include "job/id.h"
 #include "job/layout.h"
 #include "storage/place.h"
@@ -142,28 +142,6 @@ std::string ranksPath(const spec::JobSpec& s, bool sandboxed) {
     }
   }
   return own ? own : "/usr/bin:/bin";
-}
-
-// What the ranks' Python must import besides the program's own imports: the debugger (or,
-// dialling an IDE, PyCharm's pydevd-pycharm), the preload launcher's modules, torchrun's torch.
-std::vector<PythonNeed> pythonNeeds(const spec::JobSpec& s) {
-  std::vector<PythonNeed> needs;
-  if (s.debug.enabled) {
-    const bool dials = !s.debug.connect.empty();
-    needs.push_back({dials ? std::vector<std::string>{"pydevd_pycharm", "debugpy"}
-                           : std::vector<std::string>{"debugpy"},
-                     "debug",
-                     std::string("it where the ranks run (apt-get install python3-debugpy, or pip "
-                                 "install debugpy into the job's environment") +
-                         (dials ? "; for PyCharm's debug server, pip install pydevd-pycharm)" : ")")});
-  }
-  if (s.launcher == spec::Launcher::kPreload) {
-    std::vector<std::string> modules = s.preload;
-    if (!s.preload_given && s.framework == spec::Framework::kPyTorch) modules = {"torch"};
-    for (const std::string& m : modules) needs.push_back({{m}, "preload", ""});
-  }
-  if (s.launcher == spec::Launcher::kTorchrun) needs.push_back({{"torch"}, "launcher", ""});
-  return needs;
 }
 
 // --debug, --post-mortem and --pdb over the job file's debug: field.
@@ -1134,15 +1112,15 @@ Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
   // The ranks' Python, asked now for what the job imports (as the user: never for a server's
   // job, which runs as its account).
   if (!dry && s.backend == spec::Backend::kLocal && !image && o.run_as.empty() &&
-      runsPython(s.command)) {
-    PythonRanks ranks{ranksPath(with_environment, o.isolate), {}, workdir};
+      env::runsPython(s.command)) {
+    env::PythonRanks ranks{ranksPath(with_environment, o.isolate), {}, workdir};
     for (char** e = environ; *e; ++e) ranks.env.emplace_back(*e);
     for (const auto& [k, v] : with_environment.env) ranks.env.push_back(k + "=" + v);
     ranks.env.push_back("PATH=" + ranks.path);
-    COHORT_TRY(checkPython(with_environment, ranks, pythonNeeds(s), {"cohort"}));
+    COHORT_TRY(env::checkPython(with_environment, ranks, env::pythonNeeds(s), {"cohort"}));
   }
-  if (on_hosts && runsPython(s.command)) {
-    job.host_python = remotePythonCheck(s, workdir, pythonNeeds(s));
+  if (on_hosts && env::runsPython(s.command)) {
+    job.host_python = env::remotePythonCheck(s, workdir, env::pythonNeeds(s));
   }
   plan::PlanContext& ctx = job.context;
   if (on_hosts) {

@@ -11,7 +11,7 @@
 
 #include "backends/ssh_hosts.h"
 #include "cli/args.h"
-#include "cli/python_check.h"
+#include "env/python_check.h"
 #include "plan/plan.h"
 #include "spec/job_spec.h"
 #include "util/result.h"
@@ -119,7 +119,7 @@ struct PreparedJob {
   std::string source_workdir;
   // On hosts over SSH: what asks each host's Python for the job's imports (none when the job
   // runs no Python).
-  RemotePythonCheck host_python;
+  env::RemotePythonCheck host_python;
 };
 
 // The hosts of --hosts or --hostfile (read now); none when neither is given. Errors:

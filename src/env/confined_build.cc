@@ -102,7 +102,7 @@ std::vector<std::string> sandboxArgv(const Confinement& how, const std::vector<s
   for (const std::string& store : stores) {
     argv.insert(argv.end(), {"--ro-bind-try", store, store});
   }
-  argv.insert(argv.end(), {"--bind", writable, writable});
+  if (!writable.empty()) argv.insert(argv.end(), {"--bind", writable, writable});
   argv.insert(argv.end(), {"--unshare-pid", "--unshare-ipc", "--die-with-parent"});
   if (how.uid < 0 && ::geteuid() == 0) argv.insert(argv.end(), {"--cap-drop", "ALL"});
   argv.emplace_back("--");

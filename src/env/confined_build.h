@@ -58,8 +58,9 @@ Result<void> buildConfined(const std::string& cohort_bin, const ConfinedBuild& b
 // the account. (An index credential in PIP_INDEX_URL reaches every account's builds.)
 bool buildMayKeep(std::string_view entry);
 
-// The argv that runs `command` under `how`'s sandbox, writable only in `writable` (what
-// buildConfined runs; exposed for its test).
+// The argv that runs `command` under `how`'s sandbox, writable only in `writable` ("": nowhere
+// but its own /tmp), with `stores` readable (what buildConfined runs; a server's check of a
+// job's Python, env/python_check.h, too).
 std::vector<std::string> sandboxArgv(const Confinement& how, const std::vector<std::string>& stores,
                                      const std::string& writable,
                                      const std::vector<std::string>& command);

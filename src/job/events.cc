@@ -71,9 +71,12 @@ std::string encodeEvent(const Event& e) {
       j["bytes"] = e.bytes;
       break;
     case EventKind::kStageFailed:
-    case EventKind::kLimits:
       j["node"] = e.node.value_or(0);
       j["error"] = e.error;
+      break;
+    case EventKind::kLimits:
+      j["node"] = e.node.value_or(0);
+      j["warning"] = e.warning;
       break;
     case EventKind::kRankExit:
       j["attempt"] = e.attempt.value_or(0);
@@ -163,9 +166,13 @@ Result<Event> decodeEvent(std::string_view line) {
       r.integer("bytes", e.bytes);
       break;
     case EventKind::kStageFailed:
-    case EventKind::kLimits:
       r.optionalInt("node", e.node);
       r.text("error", e.error);
+      break;
+    case EventKind::kLimits:
+      r.optionalInt("node", e.node);
+      r.text("warning", e.warning);
+      if (e.warning.empty()) r.text("error", e.warning);  // a record from before it was a warning
       break;
     case EventKind::kRankExit:
       r.optionalInt("attempt", e.attempt);

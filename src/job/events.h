@@ -46,7 +46,8 @@ struct Event {
   std::optional<int> exit_code;    // kState (final)
   std::string reason;              // kState; kRankExit: who stopped it on its own, and why
   std::optional<int> node;         // kStaged, kStageFailed, kRankExit, kLimits
-  std::string error;               // kStageFailed, kOutput, kLimits
+  std::string error;               // kStageFailed, kOutput
+  std::string warning;             // kLimits: what the job goes without, and why
   int64_t files = 0;               // kStaged, kOutput
   int64_t bytes = 0;               // kStaged, kOutput
   double seconds = 0;              // kStaged

@@ -66,12 +66,15 @@ TEST(Events, EveryKindRoundTrips) {
   limits.kind = EventKind::kLimits;
   limits.t = 10;
   limits.node = 2;
-  limits.error = "cgroup '/sys/fs/cgroup' has no memory controller";
+  limits.warning = "cgroup '/sys/fs/cgroup' has no memory controller";
   auto l = decodeEvent(encodeEvent(limits));
   ASSERT_TRUE(l) << l.error().message;
   EXPECT_EQ(l->kind, EventKind::kLimits);
   EXPECT_EQ(l->node, 2);
-  EXPECT_EQ(l->error, limits.error);
+  EXPECT_EQ(l->warning, limits.warning);
+  auto old = decodeEvent(R"({"t":10,"event":"limits","node":2,"error":"no cgroup"})");
+  ASSERT_TRUE(old) << old.error().message;
+  EXPECT_EQ(old->warning, "no cgroup") << "a record from before it was a warning";
 }
 
 TEST(Events, WrongTypesAreRefusedWithTheFieldNamed) {

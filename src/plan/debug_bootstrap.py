@@ -22,6 +22,7 @@ it off). The status file holds one JSON object, replaced whole (by rename):
 "pdb", "where": "train.py:42", "seq": N, "attaches": N}. Standard library and debugpy only.
 """
 
+import bdb
 import json
 import os
 import runpy
@@ -41,6 +42,9 @@ _ide_gone_said = False  # PyCharm went away, and the rank said so once
 _state = "running"
 _reason = ""
 _where = ""
+# The files whose frames are cohort's way into the program, not the program's: this one, and
+# runpy's and bdb's (pdb's), which run it.
+_OURS = {__file__, runpy.__file__, bdb.__file__}
 
 
 def _say(line):
@@ -294,7 +298,7 @@ def _show_exception(exc_info):
 
 def _user_traceback(tb):
     """The traceback without this file's frames: what python3 itself would have printed."""
-    while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__):
+    while tb is not None and tb.tb_frame.f_code.co_filename in _OURS:
         tb = tb.tb_next
     return tb
 
@@ -325,20 +329,49 @@ def _target(argv):
     return ("script", argv[0]), argv
 
 
-def _run_under_pdb(target):
+def _pdb():
+    """A pdb.Pdb that shows the program's frames only: `where`, `up` and `down` start at its
+    first frame, as `python3 -m pdb` would show it, without this file's, runpy's or bdb's."""
     import pdb
+
+    class Pdb(pdb.Pdb):
+        def get_stack(self, f, t):
+            stack, i = super().get_stack(f, t)
+            cut = 0
+            while cut < len(stack) - 1 and stack[cut][0].f_code.co_filename in _OURS:
+                cut += 1
+            return stack[cut:], max(i - cut, 0)
+
+    return Pdb()
+
+
+def _pdb_breakpoint(*args, **kwargs):
+    """sys.breakpointhook under pdb: stops in the caller's frame, with the program's stack."""
+    if _env.get("PYTHONBREAKPOINT") == "0":
+        return None
+    _pdb().set_trace(sys._getframe(1))
+    return None
+
+
+def _run_under_pdb(target):
+    """Runs the program under pdb, stopped before its first line, as `python3 -m pdb` does."""
     _write_status("attached", "pdb", "pdb on the terminal")
+    sys.breakpointhook = _pdb_breakpoint
     kind, what = target
+    debugger = _pdb()
     if kind == "script":
-        debugger = pdb.Pdb()
         with open(what, "rb") as f:
             code = compile(f.read(), what, "exec")
-        sys.path.insert(0, os.path.dirname(os.path.abspath(what)))
-        debugger.run(code, {"__name__": "__main__", "__file__": what,
-                            "__builtins__": __builtins__})
+        globals_ = {"__name__": "__main__", "__file__": what, "__builtins__": __builtins__}
+    elif kind == "-m":
+        name, spec, code = runpy._get_module_details(what)
+        globals_ = {"__name__": "__main__", "__file__": spec.origin, "__package__": spec.parent,
+                    "__spec__": spec, "__loader__": spec.loader, "__builtins__": __builtins__}
+        sys.argv[0] = spec.origin
     else:
-        pdb.set_trace()
-        _run(target)
+        code = compile(what, "<string>", "exec")
+        globals_ = {"__name__": "__main__", "__builtins__": __builtins__}
+    debugger.run(code, globals_)
 
 
 def main():
@@ -356,8 +389,9 @@ def main():
             exc = sys.exc_info()
             traceback.print_exception(exc[0], exc[1], _user_traceback(exc[2]))
             if _env.get("COHORT_DEBUG_POST_MORTEM") == "1":
-                import pdb
-                pdb.post_mortem(_user_traceback(exc[2]))
+                debugger = _pdb()
+                debugger.reset()
+                debugger.interaction(None, _user_traceback(exc[2]))
             sys.exit(1)
         return
     sys.breakpointhook = _breakpoint

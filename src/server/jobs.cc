@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -15,7 +16,11 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "agent/rank_env.h"
 #include "backends/local.h"
+#include "env/confined_build.h"
+#include "env/environments.h"
+#include "env/python_check.h"
 #include "job/events.h"
 #include "job/id.h"
 #include "job/layout.h"
@@ -558,6 +563,76 @@ Result<std::string> JobService::environmentOf(const Caller& caller, const spec::
   return path;
 }
 
+Result<void> JobService::checkRanksPython(const Caller& caller, const spec::JobSpec& spec) {
+  // Slurm's nodes and Volcano's pods run it elsewhere: their ranks say what they lack.
+  if (options_.nodes != spec::Backend::kLocal || !env::runsPython(spec.command)) return {};
+  COHORT_ASSIGN(auto id, identityOf(caller.account));
+  // An account's user outside the sandbox (a root server where bubblewrap does not work): what
+  // the interpreter started could outlive the check, in no job's cgroup. Its ranks say instead.
+  if (id.first >= 0 && !options_.isolate) return {};
+  // The ranks' environment, as agent/rank_env.h makes it: the coordinator's (the server's) when
+  // they inherit it, else cohort's base; the job's variables over it, its environment's last.
+  const bool inherits = !options_.isolate && id.first < 0;
+  std::vector<std::pair<std::string, std::string>> vars;
+  if (inherits) {
+    for (char** e = environ; *e; ++e) {
+      const std::string entry = *e;
+      const size_t eq = entry.find('=');
+      if (eq != std::string::npos) vars.emplace_back(entry.substr(0, eq), entry.substr(eq + 1));
+    }
+  } else {
+    for (const auto& [k, v] : agent::kBaseVariables) vars.emplace_back(k, v);
+  }
+  auto set = [&vars](const std::string& key, const std::string& value) {
+    std::erase_if(vars, [&](const auto& kv) { return kv.first == key; });
+    vars.emplace_back(key, value);
+  };
+  std::string path = std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin";
+  for (const auto& [k, v] : spec.env) {
+    set(k, v);
+    if (k == "PATH") path = v;
+  }
+  COHORT_ASSIGN(const std::string stores, environmentOf(caller, spec));
+  std::vector<std::string> readable = {spec.workdir};
+  if (!stores.empty()) {
+    env::Store store(split(stores, ':'));
+    auto found = store.get(spec.environment);
+    // One not built yet is built as the job starts: its ranks will say what it lacks.
+    if (!found || !found->built) return {};
+    for (const auto& [k, v] : env::rankVariables(*found, path)) set(k, v);
+    for (const std::string& dir : split(stores, ':')) readable.push_back(dir);
+  }
+  env::PythonRanks ranks;
+  ranks.workdir = spec.workdir;
+  for (const auto& [k, v] : vars) {
+    ranks.env.push_back(k + "=" + v);
+    if (k == "PATH") ranks.path = v;
+  }
+  ranks.uid = id.first;
+  ranks.gid = id.second;
+  ranks.refuse_unanswered = false;
+  if (options_.isolate) {
+    // As a rank's: bubblewrap by its path with cohort's environment, the ranks' own handed to
+    // it on a descriptor (never on its command line, nor to bubblewrap itself).
+    const env::Confinement how{id.first, id.second, true, {options_.data_root}};
+    ranks.confine = [how, readable](proc::SpawnRequest& req) -> Result<UniqueFd> {
+      UniqueFd args(::memfd_create("cohort-python-check-env", MFD_CLOEXEC));
+      if (!args.valid()) return failErrno("memfd_create");
+      COHORT_TRY(writeAll(args.get(), agent::sandboxArguments(req.env)));
+      if (::lseek(args.get(), 0, SEEK_SET) != 0) return failErrno("lseek");
+      req.argv = env::sandboxArgv(how, readable, "", req.argv);
+      // No network: finding modules needs none, and no port of this machine is the check's.
+      req.argv.insert(req.argv.begin() + 1,
+                      {"--unshare-net", "--args", std::to_string(plan::kSandboxArgsFd)});
+      req.env.assign(std::begin(plan::kSandboxLauncherEnvironment),
+                     std::end(plan::kSandboxLauncherEnvironment));
+      req.fd3 = args.get();
+      return args;
+    };
+  }
+  return env::checkPython(spec, ranks, env::pythonNeeds(spec), {"cohort"});
+}
+
 Result<store::Job> JobService::submit(const Caller& caller, const std::string& job_file,
                                       int priority, const std::string& code) {
   COHORT_ASSIGN(spec::JobSpec spec, spec::parseJobFile(job_file, "job"));
@@ -593,6 +668,7 @@ Result<store::Job> JobService::submit(const Caller& caller, const std::string& j
     // root may enter.
     COHORT_TRY(checkIdentity(caller, spec, !upload_dir.empty()));
     COHORT_TRY(backends::checkCommand(spec));
+    COHORT_TRY(checkRanksPython(caller, spec));
   }
   // The server's configuration decides where its jobs run.
   if (spec.backend == spec::Backend::kSlurm && options_.nodes != spec::Backend::kSlurm) {

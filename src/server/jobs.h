@@ -175,6 +175,10 @@ class JobService {
   // The job's environment: one the caller may use now (its COHORT_ENVS: "" for none), not an
   // image. Errors name the field.
   Result<std::string> environmentOf(const Caller& caller, const spec::JobSpec& spec);
+  // A Python job's interpreter, asked what the job imports as its ranks will run it here (their
+  // user, their sandbox, their environment): a module it lacks refuses the job, naming the
+  // field, the interpreter and what to do (env/python_check.h).
+  Result<void> checkRanksPython(const Caller& caller, const spec::JobSpec& spec);
   Result<void> reconcile();
   void loop();
   void schedulePass();

@@ -1237,6 +1237,26 @@ Result<void> validateData(const JobSpec& spec) {
 }
 
 // A long duration as a person reads it: "31 days", else "2h00m".
+// `d` as a job file writes it, exactly (parseDuration reads it back): its largest units, each
+// that is not 0 ("10m", "1h30m", "2d", "1m500ms", "0s"), so that what a job file said in
+// minutes reads in minutes again (the console's configuration view, cohort rerun).
+std::string jobFileDuration(Millis d) {
+  static const struct {
+    const char* unit;
+    int64_t ms;
+  } kUnits[] = {{"d", 86400000}, {"h", 3600000}, {"m", 60000}, {"s", 1000}, {"ms", 1}};
+  int64_t left = d.count();
+  if (left <= 0) return left == 0 ? "0s" : std::to_string(left) + "ms";
+  std::string out;
+  for (const auto& u : kUnits) {
+    if (left >= u.ms) {
+      out += std::to_string(left / u.ms) + u.unit;
+      left %= u.ms;
+    }
+  }
+  return out;
+}
+
 std::string describe(Millis d) {
   constexpr int64_t kDay = 86400000;
   if (d.count() >= kDay && d.count() % kDay == 0) return std::to_string(d.count() / kDay) + " days";
@@ -1589,18 +1609,18 @@ std::string toJobFile(const JobSpec& spec) {
   }
   Json policy = {{"success", spec.policy.success},
                  {"max_restarts", spec.policy.max_restarts},
-                 {"grace_period", std::to_string(spec.policy.grace_period.count()) + "ms"},
+                 {"grace_period", jobFileDuration(spec.policy.grace_period)},
                  {"heartbeat_timeout",
-                  std::to_string(spec.policy.heartbeat_timeout.count()) + "ms"},
+                  jobFileDuration(spec.policy.heartbeat_timeout)},
                  {"stop_signal", stopSignalName(spec.policy.stop_signal)}};
   if (spec.policy.max_runtime) {
-    policy["max_runtime"] = std::to_string(spec.policy.max_runtime->count()) + "ms";
+    policy["max_runtime"] = jobFileDuration(*spec.policy.max_runtime);
   }
   if (spec.policy.hang_timeout) {
-    policy["hang_timeout"] = std::to_string(spec.policy.hang_timeout->count()) + "ms";
+    policy["hang_timeout"] = jobFileDuration(*spec.policy.hang_timeout);
   }
   if (spec.policy.startup_timeout) {
-    policy["startup_timeout"] = std::to_string(spec.policy.startup_timeout->count()) + "ms";
+    policy["startup_timeout"] = jobFileDuration(*spec.policy.startup_timeout);
   }
   Json job = {{"name", spec.name},
               {"framework", frameworkName(spec.framework)},
@@ -1623,7 +1643,7 @@ std::string toJobFile(const JobSpec& spec) {
     const Debug& d = spec.debug;
     Json debug = {{"ranks", d.all ? Json("all") : Json(d.ranks)},
                   {"post_mortem", d.post_mortem},
-                  {"wait_limit", std::to_string(d.wait_limit.count()) + "ms"}};
+                  {"wait_limit", jobFileDuration(d.wait_limit)}};
     if (d.port != 0) debug["port"] = d.port;
     if (!d.connect.empty()) debug["connect"] = d.connect;
     job["debug"] = debug;

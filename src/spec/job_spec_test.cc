@@ -188,6 +188,29 @@ TEST(ParseJobFile, DebugRoundTripsThroughTheJobFile) {
   EXPECT_FALSE(plain->debug.enabled) << "a job without debug: stays without";
 }
 
+// The job file a server keeps (and its console shows) says durations in the units a person
+// writes them, exactly: `hang_timeout: 10m` reads 10m, never 600000ms.
+TEST(ParseJobFile, DurationsRoundTripInTheirOwnUnits) {
+  auto spec = parseJobFile(std::string(kDebugJob) +
+                               "debug: {wait_limit: 90s}\npolicy: {hang_timeout: 10m, max_runtime: "
+                               "1h30m, grace_period: 1500ms, heartbeat_timeout: 45s, "
+                               "startup_timeout: 61001ms}\n",
+                           "job.yaml");
+  ASSERT_TRUE(spec) << spec.error().message;
+  const std::string text = toJobFile(*spec);
+  for (const char* said : {"\"hang_timeout\":\"10m\"", "\"max_runtime\":\"1h30m\"",
+                           "\"grace_period\":\"1s500ms\"", "\"heartbeat_timeout\":\"45s\"",
+                           "\"startup_timeout\":\"1m1s1ms\"", "\"wait_limit\":\"1m30s\""}) {
+    EXPECT_NE(text.find(said), std::string::npos) << said << " in " << text;
+  }
+  auto again = parseJobFile(text, "job.json");
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_EQ(again->policy.hang_timeout, Millis(600000));
+  EXPECT_EQ(again->policy.max_runtime, Millis(5400000));
+  EXPECT_EQ(again->policy.grace_period, Millis(1500));
+  EXPECT_EQ(again->policy.startup_timeout, Millis(61001));
+}
+
 TEST(ValidateJobSpec, DebugRefusesWhatCannotBeDebugged) {
   auto refused = [](const std::string& tail) { return errorOf(std::string(kDebugJob) + tail); };
   EXPECT_NE(

@@ -318,6 +318,45 @@ TEST(DebugFlags, PdbRunsTheRankOnCohortsTerminal) {
   EXPECT_TRUE(contains(out, "done 42")) << out;
 }
 
+// pdb's stack is the program's, as `python3 -m pdb` shows it: `where` at a breakpoint() names
+// the program's frames and none of cohort's (its bootstrap, runpy, bdb); a post-mortem stops
+// once, where the exception was raised, and the rank then ends with it.
+TEST(DebugFlags, PdbShowsTheProgramsFramesOnlyAndAPostMortemStopsOnce) {
+  REQUIRE(kDebugpy, "Debian's python3-debugpy is not installed");
+  const std::string root = tempDir();
+  const std::string py = script(root, "x.py",
+                                "def inner():\n    x = 41\n    breakpoint()\n    return x + 1\n"
+                                "\nprint('got', inner())\n");
+  const std::string out = shellOutput("printf 'cont\\nwhere\\ncont\\n' | " +
+                                      std::string(COHORT_BIN) + " run -q --data-root " + root +
+                                      " --debug 0 --pdb -- /usr/bin/python3 " + py + " 2>&1");
+  EXPECT_TRUE(contains(out, py + "(6)<module>()\n-> print('got', inner())")) << out;
+  EXPECT_TRUE(contains(out, py + "(4)inner()")) << out;
+  EXPECT_FALSE(contains(out, "cohort_debug")) << out;
+  EXPECT_FALSE(contains(out, "bdb.py")) << out;
+  EXPECT_FALSE(contains(out, "runpy")) << out;
+  EXPECT_TRUE(contains(out, "got 42")) << out;
+
+  const std::string root2 = tempDir();
+  const std::string crash =
+      script(root2, "crash.py", "def f():\n    raise ValueError('boom')\n\nf()\n");
+  const std::string pm = shellOutput("printf 'cont\\nwhere\\ncont\\ncont\\ncont\\n' | " +
+                                     std::string(COHORT_BIN) + " run -q --data-root " + root2 +
+                                     " --debug 0 --pdb --post-mortem -- /usr/bin/python3 " +
+                                     crash + " 2>&1; echo exit=$?");
+  EXPECT_TRUE(contains(pm, "ValueError: boom")) << pm;
+  EXPECT_TRUE(contains(pm, crash + "(2)f()\n-> raise ValueError('boom')")) << pm;
+  EXPECT_FALSE(contains(pm, "bdb.py")) << pm;
+  EXPECT_FALSE(contains(pm, "cohort_debug")) << pm;
+  // Its first line, then the exception: two stops, and the rank ends with code 1.
+  size_t prompts = 0;
+  for (size_t at = pm.find("(Pdb)"); at != std::string::npos; at = pm.find("(Pdb)", at + 1)) {
+    ++prompts;
+  }
+  EXPECT_EQ(prompts, 3u) << "a stop, `where`'s prompt, the post-mortem's: " << pm;
+  EXPECT_TRUE(contains(pm, "exit=1")) << pm;
+}
+
 // With launcher: preload, the rank on the terminal is started directly and the others are
 // forked from their template.
 TEST(DebugFlags, PdbTakesTheTerminalWhileTheOtherPreloadedRanksRun) {

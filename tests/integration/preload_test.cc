@@ -197,7 +197,7 @@ TEST_F(Preload, ATemplateThatCannotForkSafelySaysWhy) {
                                    "'undefined_name' is not defined"))
       << broken.err;
   EXPECT_FALSE(contains(broken.err + broken.out, "from the template"));
-  // A module the interpreter cannot find is refused before anything starts (cli/python_check.h).
+  // A module the interpreter cannot find is refused before anything starts (env/python_check.h).
   auto missing = run(job("ok.py", "[no_such_module_here]"));
   EXPECT_EQ(missing.exit_code, 2) << missing.err;
   EXPECT_TRUE(contains(missing.err, "preload: the ranks' interpreter '/usr/bin/python3' "

@@ -3076,5 +3076,65 @@ TEST_F(ServerQuotas, BadQuotasAreRefusedNamingTheField) {
   EXPECT_EQ(call("PUT", "/v1/accounts/nobody/quotas", admin_, R"({"bytes": 1})").status, 404);
 }
 
+// ---------------------------------------------------------------------------------------------
+// The ranks' Python, asked at submission where they will run it
+
+class ServerPython : public ServerFixture {
+ protected:
+  // A file of the workdir, readable by every account's user.
+  void write(const std::string& name, const std::string& text) const {
+    const std::string path = work_ + "/" + name;
+    std::ofstream(path) << text;
+    ::chmod(path.c_str(), 0644);
+  }
+};
+
+// A module the ranks' interpreter lacks refuses the job when it is submitted, not when its
+// ranks die: the answer names the field, the interpreter as the ranks find it (their PATH,
+// their user, their sandbox) and the line that imports it; nothing is queued.
+TEST_F(ServerPython, AModuleTheRanksInterpreterLacksRefusesTheSubmission) {
+  const std::string alice = createAccount("alice");
+  write("train.py", "import json\nfrom no_such_module_anywhere import x\nprint('ran')\n");
+  Json job = {{"name", "missing"}, {"framework", "generic"}, {"workdir", work_},
+              {"command", {"/usr/bin/python3", "train.py"}}};
+  Answer a = post("/v1/jobs", alice, {{"job", job}});
+  EXPECT_EQ(a.status, 409) << a;
+  EXPECT_TRUE(contains(a.message(), "command: the ranks' interpreter '/usr/bin/python3' ("))
+      << a;
+  EXPECT_TRUE(contains(a.message(), "cannot import 'no_such_module_anywhere' (train.py line 2)"))
+      << a;
+  EXPECT_TRUE(contains(get("/v1/jobs", alice).body, "\"jobs\":[]")) << "nothing was queued";
+
+  // What the workdir holds is the job's own: importing it is no refusal, and the job runs.
+  write("helper_of_the_job.py", "WORD = 'found'\n");
+  write("train.py", "import json\nimport helper_of_the_job\nprint(helper_of_the_job.WORD)\n");
+  const std::string id = submit(alice, job);
+  ASSERT_FALSE(id.empty());
+  EXPECT_EQ(waitFinal(alice, id).value("state", ""), "succeeded");
+  EXPECT_TRUE(contains(get("/v1/jobs/" + id + "/logs?rank=0", alice).body, "found"));
+}
+
+// The interpreter is the one the ranks' PATH finds (the job's `env:` sets it): a virtual
+// environment without torch is named, with the machine's Python that has it.
+TEST_F(ServerPython, TheInterpreterIsTheOneTheRanksPathFindsAndAnotherThatHasItIsNamed) {
+  REQUIRE("/usr/bin/python3 -c 'import torch'", "Debian's python3-torch is not installed");
+  const std::string venv = work_ + "/bare";
+  ASSERT_EQ(std::system(("/usr/bin/python3 -m venv --without-pip " + venv).c_str()), 0);
+  ASSERT_EQ(std::system(("chmod -R a+rX " + work_).c_str()), 0);
+  write("train.py", "import os\nimport torch\n");
+  const std::string alice = createAccount("alice");
+  Json job = {{"name", "venv"},
+              {"framework", "generic"},
+              {"workdir", work_},
+              {"env", {{"PATH", venv + "/bin:/usr/bin:/bin"}}},
+              {"command", {"python3", "train.py"}}};
+  Answer a = post("/v1/jobs", alice, {{"job", job}});
+  EXPECT_EQ(a.status, 409) << a;
+  EXPECT_TRUE(contains(a.message(), "the ranks' interpreter 'python3' (" + venv + "/bin/python3"))
+      << a;
+  EXPECT_TRUE(contains(a.message(), "cannot import 'torch' (train.py line 2)")) << a;
+  EXPECT_TRUE(contains(a.message(), "/usr/bin/python3 has it")) << a;
+}
+
 }  // namespace
 }  // namespace cohort::testing

@@ -212,7 +212,7 @@ test("the configuration view shows what the job ran with", async () => {
   const roles = await config.locator('table[aria-label="Roles"] tbody tr').allTextContents();
   assert.equal(roles.length, 1);
   assert.match(roles[0], /^worker21/);  // worker, 2 nodes, 1 rank per node
-  assert.match(await config.locator('table[aria-label="Policy"]').textContent(), /max_runtime600000ms/);
+  assert.match(await config.locator('table[aria-label="Policy"]').textContent(), /max_runtime10m/);  // as the job file says it
   await shot(page, "job-config", config);
   await page.close();
 });

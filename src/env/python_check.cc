@@ -1,4 +1,4 @@
-#include "cli/python_check.h"
+#include "env/python_check.h"
 
 #include <climits>
 #include <cstdlib>
@@ -14,7 +14,7 @@
 
 extern char** environ;
 
-namespace cohort::cli {
+namespace cohort::env {
 
 namespace {
 
@@ -130,6 +130,13 @@ Result<Answer> ask(const std::string& python, const Json& request, const PythonR
   req.argv = {python, "-c", kProbe, request.dump()};
   req.env = ranks.env;
   req.cwd = ranks.workdir;
+  req.uid = ranks.uid;
+  req.gid = ranks.gid;
+  req.no_new_privs = ranks.uid >= 0 || static_cast<bool>(ranks.confine);
+  UniqueFd held;
+  if (ranks.confine) {
+    COHORT_ASSIGN(held, ranks.confine(req));
+  }
   auto ran = proc::runCaptured(req, Millis(30000));
   if (!ran) return fail(ran.error().code, ran.error().message);
   Json out = Json::parse(ran->out, nullptr, false);
@@ -161,7 +168,10 @@ std::string anotherWith(const std::vector<std::vector<std::string>>& modules,
   for (const std::string& dir : dirs) {
     if (dir.empty() || dir[0] != '/') continue;
     const std::string python = dir + "/python3";
-    if (::access(python.c_str(), X_OK) != 0 || !paths.insert(python).second) continue;
+    // Confined, the sandbox says whether it is there (this process may see what it does not).
+    if ((!ranks.confine && ::access(python.c_str(), X_OK) != 0) || !paths.insert(python).second) {
+      continue;
+    }
     auto answer = ask(python, Json{{"needs", modules}, {"provided", Json::array()}}, ranks);
     if (!answer || !prefixes.insert(answer->prefix).second) continue;
     if (answer->missing.empty()) return python;
@@ -237,6 +247,26 @@ RemotePythonCheck remotePythonCheck(const spec::JobSpec& s, const std::string& w
   return check;
 }
 
+std::vector<PythonNeed> pythonNeeds(const spec::JobSpec& s) {
+  std::vector<PythonNeed> needs;
+  if (s.debug.enabled) {
+    const bool dials = !s.debug.connect.empty();
+    needs.push_back({dials ? std::vector<std::string>{"pydevd_pycharm", "debugpy"}
+                           : std::vector<std::string>{"debugpy"},
+                     "debug",
+                     std::string("it where the ranks run (apt-get install python3-debugpy, or pip "
+                                 "install debugpy into the job's environment") +
+                         (dials ? "; for PyCharm's debug server, pip install pydevd-pycharm)" : ")")});
+  }
+  if (s.launcher == spec::Launcher::kPreload) {
+    std::vector<std::string> modules = s.preload;
+    if (!s.preload_given && s.framework == spec::Framework::kPyTorch) modules = {"torch"};
+    for (const std::string& m : modules) needs.push_back({{m}, "preload", ""});
+  }
+  if (s.launcher == spec::Launcher::kTorchrun) needs.push_back({{"torch"}, "launcher", ""});
+  return needs;
+}
+
 bool runsPython(const std::vector<std::string>& command) {
   if (command.empty()) return false;
   return startsWith(command[0].substr(command[0].rfind('/') + 1), "python");
@@ -245,7 +275,9 @@ bool runsPython(const std::vector<std::string>& command) {
 Result<void> checkPython(const spec::JobSpec& s, const PythonRanks& ranks,
                          const std::vector<PythonNeed>& needs,
                          const std::vector<std::string>& provided) {
-  auto python = proc::findProgram(s.command[0], ranks.path, ranks.workdir);
+  // Confined, the sandbox finds it on the ranks' PATH (bubblewrap's execvp, as for a rank).
+  auto python = ranks.confine ? Result<std::string>(s.command[0])
+                              : proc::findProgram(s.command[0], ranks.path, ranks.workdir);
   if (!python) return withContext(python.error(), spec::fieldLabel(s, "command") + "python");
   Json request = programOf(s.command, ranks.workdir);
   request["needs"] = Json::array();
@@ -253,6 +285,7 @@ Result<void> checkPython(const spec::JobSpec& s, const PythonRanks& ranks,
   request["provided"] = provided;
   const std::string which = "the ranks' interpreter '" + s.command[0] + "' (" + *python;
   auto answer = ask(*python, request, ranks);
+  if (!answer && !ranks.refuse_unanswered) return {};
   if (!answer) {
     return fail(Code::kFailedPrecondition, spec::fieldLabel(s, "command") + which +
                                                ") could not be asked what it imports: " +
@@ -278,7 +311,11 @@ Result<void> checkPython(const spec::JobSpec& s, const PythonRanks& ranks,
     lists.push_back(modules);
   }
   std::string runs = *python;
-  if (realPath(answer->executable) != realPath(*python)) runs += ", which runs " + answer->executable;
+  if (ranks.confine) {
+    runs = answer->executable;  // where the sandbox found it
+  } else if (realPath(answer->executable) != realPath(*python)) {
+    runs += ", which runs " + answer->executable;
+  }
   if (!answer->version.empty()) runs += ", Python " + answer->version;
   std::string msg = (need ? spec::fieldLabel(s, need->field) : spec::fieldLabel(s, "command")) +
                     "the ranks' interpreter '" + s.command[0] + "' (" + runs +
@@ -302,4 +339,4 @@ Result<void> checkPython(const spec::JobSpec& s, const PythonRanks& ranks,
   return fail(Code::kFailedPrecondition, msg);
 }
 
-}  // namespace cohort::cli
+}  // namespace cohort::env

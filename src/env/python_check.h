@@ -6,18 +6,21 @@
 // preload launcher's modules, torchrun's torch). A module it cannot find is named with the
 // interpreter it was missing from and another Python of this machine that has it.
 //
-// Runs processes (the interpreters); any thread. Only for ranks on this machine run as this
-// process's user: a privileged process never runs an interpreter a job chose.
+// Runs processes (the interpreters); any thread. A privileged process (a server as root) asks
+// only as the ranks' own identity, confined as they will be (PythonRanks::uid, confine): it
+// never runs an interpreter a job chose as itself.
 #pragma once
 
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "proc/spawn.h"
 #include "spec/job_spec.h"
+#include "util/fd.h"
 #include "util/result.h"
 
-namespace cohort::cli {
+namespace cohort::env {
 
 // A module the ranks' Python must import, one of `modules` being enough, and where it comes from.
 struct PythonNeed {
@@ -31,7 +34,22 @@ struct PythonRanks {
   std::string path;              // the PATH of their environment
   std::vector<std::string> env;  // their environment, "KEY=VALUE" each
   std::string workdir;           // where they start (absolute)
+  // Who they run as (-1: this process's user); the interpreters asked run so too, with no way
+  // to gain privilege.
+  int uid = -1;
+  int gid = -1;
+  // Makes a request to run an interpreter run where they run (a server's sandbox, env/
+  // confined_build.h), returning what must stay open until it has run; unset: here. Set, the
+  // interpreter is found on `path` there, as a sandboxed rank's is.
+  std::function<Result<UniqueFd>(proc::SpawnRequest&)> confine;
+  // Whether an interpreter that could not answer (it did not start, or its answer was not
+  // one) refuses the job; a server, which cannot see what the ranks will see, leaves it to them.
+  bool refuse_unanswered = true;
 };
+
+// What the ranks' Python must import besides the program's own imports: the debugger (or,
+// dialling an IDE, PyCharm's pydevd-pycharm), the preload launcher's modules, torchrun's torch.
+std::vector<PythonNeed> pythonNeeds(const spec::JobSpec& s);
 
 // True when the command's first word names a Python interpreter (python, python3, python3.11).
 bool runsPython(const std::vector<std::string>& command);
@@ -56,4 +74,4 @@ struct RemotePythonCheck {
 RemotePythonCheck remotePythonCheck(const spec::JobSpec& s, const std::string& workdir,
                                     const std::vector<PythonNeed>& needs);
 
-}  // namespace cohort::cli
+}  // namespace cohort::env
