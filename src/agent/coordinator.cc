@@ -604,11 +604,23 @@ class Coordinator {
                               {"attempt", rc.attempt}, {"tail", rc.tail},
                               {"hint", hintFor(rc)}};
       if (rc.memory_limit > 0) record["root_cause"]["memory_limit"] = rc.memory_limit;
+      // A launcher (torchrun, mpirun) that failed because a rank under it did: that rank.
+      if (auto launched = launchedFailure(rc)) {
+        record["root_cause"]["launched"] = {
+            {"rank", launched->rank}, {"name", launched->name}, {"what", launched->what}};
+      }
       if (!rc.while_debugged.empty()) record["root_cause"]["while_debugged"] = rc.while_debugged;
     }
     // Tails come from ranks: never let bad UTF-8 make dump() throw.
     return record.dump(2, ' ', false, Message::error_handler_t::replace) + "\n";
   }
+
+  // The ranks a launcher tees (plan::RankPlan::teed): its output split into theirs.
+  struct Teed {
+    std::vector<std::optional<LogFile>> logs;     // [its rank]
+    std::vector<std::optional<RankOutput>> echo;  // [its rank], to console_
+    std::optional<TeeSplitter> split;
+  };
 
   // Every rank's log file, made as its ranks start (also for a rank that never writes), and its
   // lines on the merged console stream, "[worker/3 node1] ...".
@@ -621,22 +633,62 @@ class Coordinator {
       for (size_t i = 0; i < logs_[n].size(); ++i) {
         const plan::RankPlan& rank = plan_.nodes[n].ranks[i];
         if (!echo_[n][i]) {
+          // A launcher's own lines are no rank's metrics; its ranks' lines are (openTeed).
+          std::function<void(std::string_view)> on_line;
+          if (rank.teed.empty()) {
+            on_line = [this, node = static_cast<int>(n), r = rank.rank](std::string_view line) {
+              onLine(node, r, line);
+            };
+          }
           echo_[n][i].emplace("[" + rank.name + " node" + std::to_string(rank.node) + "] ",
-                              rank.console ? &console_ : nullptr,
-                              [this, node = static_cast<int>(n),
-                               r = rank.rank](std::string_view line) { onLine(node, r, line); });
+                              rank.console ? &console_ : nullptr, std::move(on_line));
+        }
+        if (!rank.teed.empty() && !teedOf(static_cast<int>(n), i)) {
+          openTeed(static_cast<int>(n), i);
         }
         if (logs_[n][i]) continue;
-        auto log = LogFile::open(plan_.nodes[n].ranks[i].log_file);
-        if (log) {
-          logs_[n][i] = std::move(*log);
-        } else if (!said_log_error_) {
-          said_log_error_ = true;
-          std::fprintf(stderr, "cohort: %s; that rank's output is only on the console\n",
-                       log.error().message.c_str());
-        }
+        logs_[n][i] = openLog(rank.log_file);
       }
     }
+  }
+
+  std::optional<LogFile> openLog(const std::string& path) {
+    auto log = LogFile::open(path);
+    if (log) return std::move(*log);
+    if (!said_log_error_) {
+      said_log_error_ = true;
+      std::fprintf(stderr, "cohort: %s; that rank's output is only on the console\n",
+                   log.error().message.c_str());
+    }
+    return std::nullopt;
+  }
+
+  // A launcher that tees its ranks' lines (torchrun): each rank's lines go to its own log, its
+  // own console prefix and its metrics, as if cohort had started it; the launcher's own lines
+  // stay its. The launcher's log keeps everything it wrote.
+  void openTeed(int node, size_t index) {
+    teed_.resize(plan_.nodes.size());
+    teed_[node].resize(plan_.nodes[node].ranks.size());
+    const plan::RankPlan& launcher = plan_.nodes[node].ranks[index];
+    auto teed = std::make_unique<Teed>();
+    for (const plan::TeedRank& rank : launcher.teed) {
+      teed->logs.push_back(openLog(rank.log_file));
+      teed->echo.emplace_back(std::in_place, "[" + rank.name + " node" + std::to_string(node) + "] ",
+                              rank.console ? &console_ : nullptr,
+                              [this, node, r = rank.rank](std::string_view line) {
+                                onLine(node, r, line);
+                              });
+    }
+    Teed* t = teed.get();
+    RankOutput* own = &*echo_[node][index];
+    t->split.emplace(
+        launcher.tee_prefix, launcher.teed.size(),
+        [t](size_t i, std::string_view line) {
+          if (t->logs[i]) t->logs[i]->append(line);
+          t->echo[i]->consume(line.data(), line.size());
+        },
+        [own](std::string_view line) { own->consume(line.data(), line.size()); });
+    teed_[node][index] = std::move(teed);
   }
 
   // A chunk of a rank's output, as the agent read it from the rank.
@@ -645,7 +697,16 @@ class Coordinator {
     // A log that could not be opened was said once; the console still shows the rank.
     if (logs_[node][index]) logs_[node][index]->append(bytes);
     noteFirstOutput(node);
-    echo_[node][index]->consume(bytes.data(), bytes.size());
+    if (Teed* teed = teedOf(node, index)) {
+      teed->split->consume(bytes);
+    } else {
+      echo_[node][index]->consume(bytes.data(), bytes.size());
+    }
+  }
+
+  Teed* teedOf(int node, size_t index) {
+    if (static_cast<size_t>(node) >= teed_.size() || index >= teed_[node].size()) return nullptr;
+    return teed_[node][index].get();
   }
 
   // A line of a rank's output: a training metric (agent/metrics.h) goes to metrics.jsonl.
@@ -679,7 +740,12 @@ class Coordinator {
   void endOutput(int node, int rank) {
     if (static_cast<size_t>(node) >= echo_.size()) return;
     for (size_t i = 0; i < echo_[node].size(); ++i) {
-      if (plan_.nodes[node].ranks[i].rank == rank && echo_[node][i]) echo_[node][i]->finish();
+      if (plan_.nodes[node].ranks[i].rank != rank || !echo_[node][i]) continue;
+      if (Teed* teed = teedOf(node, i)) {
+        teed->split->finish();
+        for (auto& echo : teed->echo) echo->finish();
+      }
+      echo_[node][i]->finish();
     }
   }
 
@@ -1094,6 +1160,7 @@ class Coordinator {
   std::vector<std::vector<std::optional<LogFile>>> logs_;  // [node][index in the node's plan]
   Console console_{STDOUT_FILENO};  // the merged stream of every rank's lines
   std::vector<std::vector<std::optional<RankOutput>>> echo_;  // [node][index], to console_
+  std::vector<std::vector<std::unique_ptr<Teed>>> teed_;  // [node][index]; null: not a launcher
   std::string mark_;  // in layout_.markFile(), for agents to tell whether they share it
   std::vector<std::string> plan_lines_;  // [node]: its "plan" message, made while agents start
   bool all_connected_ = false;  // every agent has been there (once is enough)

@@ -157,6 +157,53 @@ void RankOutput::finish() {
   partial_.clear();
 }
 
+void TeeSplitter::consume(std::string_view bytes) {
+  while (!bytes.empty()) {
+    const size_t nl = bytes.find('\n');
+    const size_t take = nl == std::string_view::npos ? bytes.size() : nl + 1;
+    partial_.append(bytes.substr(0, take));
+    bytes.remove_prefix(take);
+    if (nl != std::string_view::npos) {
+      emit(true);
+    } else if (partial_.size() >= kMaxPiece) {
+      emit(false);
+    }
+  }
+}
+
+void TeeSplitter::finish() {
+  if (!partial_.empty()) emit(true);
+  continuing_ = false;
+}
+
+void TeeSplitter::emit(bool line_ends) {
+  std::string_view text = partial_;
+  if (!continuing_) {
+    // "[" name digits "]:", the index one of the ranks.
+    to_ = -1;
+    const size_t digits = 1 + name_.size();
+    if (text.size() > digits && text[0] == '[' && text.substr(1, name_.size()) == name_) {
+      size_t end = digits;
+      int64_t index = 0;
+      while (end < text.size() && end - digits < 6 && text[end] >= '0' && text[end] <= '9') {
+        index = index * 10 + (text[end] - '0');
+        ++end;
+      }
+      if (end > digits && text.substr(end, 2) == "]:" && index < static_cast<int64_t>(ranks_)) {
+        to_ = index;
+        text.remove_prefix(end + 2);
+      }
+    }
+  }
+  if (to_ >= 0) {
+    on_rank_(static_cast<size_t>(to_), text);
+  } else {
+    on_own_(text);
+  }
+  continuing_ = !line_ends;
+  partial_.clear();
+}
+
 std::vector<std::string> RankOutput::tail(size_t max_lines) const {
   std::vector<std::string> lines;
   size_t end = tail_.size();

@@ -9,9 +9,11 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -72,6 +74,39 @@ class RankOutput {
   std::function<void(std::string_view)> on_line_;
   std::string partial_;
   std::string tail_;
+};
+
+// The output of a launcher that tees its ranks' lines into its own, each prefixed
+// "[<name><i>]:" (torchrun's --tee, with its role's name): each whole line, "\n" included, goes
+// to `on_rank(i, line)` without the prefix when i is one of its `ranks`, else to `on_own(line)`.
+// A line longer than kMaxPiece goes in pieces, all of them where its first went.
+class TeeSplitter {
+ public:
+  static constexpr size_t kMaxPiece = 64 * 1024;
+
+  TeeSplitter(std::string name, size_t ranks,
+              std::function<void(size_t, std::string_view)> on_rank,
+              std::function<void(std::string_view)> on_own)
+      : name_(std::move(name)),
+        ranks_(ranks),
+        on_rank_(std::move(on_rank)),
+        on_own_(std::move(on_own)) {}
+
+  // Handles a chunk of the launcher's output.
+  void consume(std::string_view bytes);
+  // Hands on a last line without a newline (at end of output).
+  void finish();
+
+ private:
+  void emit(bool line_ends);
+
+  std::string name_;
+  size_t ranks_;
+  std::function<void(size_t, std::string_view)> on_rank_;
+  std::function<void(std::string_view)> on_own_;
+  std::string partial_;
+  bool continuing_ = false;  // partial_ continues a line whose first piece went to `to_`
+  int64_t to_ = -1;          // that piece's rank, or -1: the launcher's own
 };
 
 // A rank's log file, appended to. Never follows a link at its name. A write that fails is said

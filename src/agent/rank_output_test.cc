@@ -101,6 +101,39 @@ TEST(RankOutput, LongLinesAreCutIntoPrefixedPiecesThatFitOnePipeWrite) {
   EXPECT_EQ(pieces, 4u);  // three pieces of the long line, then "short"
 }
 
+// torchrun's tee: "[default1]:text" is local rank 1's line, anything else torchrun's own.
+TEST(TeeSplitter, HandsEachPrefixedLineToItsRankAndTheRestToTheLauncher) {
+  std::vector<std::string> rank_lines[2];
+  std::string own;
+  TeeSplitter split("default", 2,
+                    [&](size_t i, std::string_view line) { rank_lines[i].emplace_back(line); },
+                    [&](std::string_view line) { own += line; });
+  split.consume("[default1]:hel");
+  split.consume("lo\n[default0]:cohort.log step=1 loss=0.5\nINFO: torchrun's own\n[def");
+  split.consume("ault0]:Traceback (most recent call last):\n[default2]:not a rank of it\n");
+  split.consume("[default]:no index\n[defaultx]:no digits\n[default0] no colon\n[default0]:");
+  split.finish();
+  ASSERT_EQ(rank_lines[1], std::vector<std::string>{"hello\n"});
+  EXPECT_EQ(rank_lines[0], (std::vector<std::string>{"cohort.log step=1 loss=0.5\n",
+                                                      "Traceback (most recent call last):\n",
+                                                      ""}));
+  EXPECT_EQ(own,
+            "INFO: torchrun's own\n[default2]:not a rank of it\n[default]:no index\n"
+            "[defaultx]:no digits\n[default0] no colon\n");
+}
+
+TEST(TeeSplitter, ALongLineGoesWhollyWhereItsFirstPieceWent) {
+  std::string to_rank;
+  std::string own;
+  TeeSplitter split("default", 1, [&](size_t, std::string_view line) { to_rank += line; },
+                    [&](std::string_view line) { own += line; });
+  std::string long_line = "[default0]:" + std::string(3 * TeeSplitter::kMaxPiece, 'x') + "\n";
+  for (size_t at = 0; at < long_line.size(); at += 1000) split.consume(long_line.substr(at, 1000));
+  split.consume("after\n");
+  EXPECT_EQ(to_rank, long_line.substr(11));
+  EXPECT_EQ(own, "after\n");
+}
+
 TEST(LogFile, AppendsEveryByte) {
   TempDir dir("cohort-log");
   std::string path = dir.path() + "/rank.log";

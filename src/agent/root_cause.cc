@@ -27,11 +27,13 @@ std::string RankExit::describe() const {
 
 namespace {
 
-// mpirun's own report of the rank that failed first, from its last lines: "Process name:
-// [[966,1],2]" then "Exit code:    3", or "mpirun noticed that process rank 1 with PID 0 on node
-// vm exited on signal 9 (Killed)." (Open MPI 4). "" when there is none.
-std::string mpiRankFailure(const RankExit& exit) {
-  if (!startsWith(exit.name, "mpirun/")) return "";
+bool allDigits(std::string_view s) {
+  return !s.empty() && s.size() < 10 && s.find_first_not_of("0123456789") == std::string::npos;
+}
+
+// mpirun's own report (Open MPI 4): "Process name: [[966,1],2]" then "Exit code:    3", or
+// "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed).".
+std::optional<LaunchedFailure> mpiRankFailure(const RankExit& exit) {
   std::string rank, what;
   for (const std::string& line : exit.tail) {
     const size_t name = line.find("Process name: [[");
@@ -56,14 +58,54 @@ std::string mpiRankFailure(const RankExit& exit) {
       what = "was killed by signal " + signal;
     }
   }
-  if (rank.empty() || what.empty() ||
-      rank.find_first_not_of("0123456789") != std::string::npos) {
-    return "";
+  if (!allDigits(rank) || what.empty()) return std::nullopt;
+  return LaunchedFailure{std::stoi(rank), "MPI rank " + rank, what};
+}
+
+// torchrun's ChildFailedError report (torch 1.13 to 2.x): after "Root Cause (first observed
+// failure):", "  rank      : 2 (local_rank: 0)" and "  exitcode  : 3 (pid: 1234)" (-9: killed
+// by signal 9). Its rank is the global one.
+std::optional<LaunchedFailure> torchrunRankFailure(const RankExit& exit) {
+  std::string rank, code;
+  bool in_root = false;
+  auto field = [](const std::string& line, std::string_view key) -> std::string {
+    std::string_view text = trim(line);
+    if (text.substr(0, key.size()) != key) return "";
+    text = trim(text.substr(key.size()));
+    if (text.empty() || text[0] != ':') return "";
+    text = trim(text.substr(1));
+    return std::string(text.substr(0, text.find(' ')));
+  };
+  for (const std::string& line : exit.tail) {
+    if (line.find("Root Cause (first observed failure):") != std::string::npos) {
+      in_root = true;
+      rank.clear();
+      code.clear();
+    }
+    if (!in_root) continue;
+    if (std::string v = field(line, "rank"); !v.empty() && rank.empty()) rank = v;
+    if (std::string v = field(line, "exitcode"); !v.empty() && code.empty()) code = v;
   }
-  return "MPI rank " + rank + " " + what;
+  const bool signalled = !code.empty() && code[0] == '-';
+  if (!allDigits(rank) || !allDigits(signalled ? code.substr(1) : code)) return std::nullopt;
+  std::string what;
+  if (signalled) {
+    const int signal = std::stoi(code.substr(1));
+    const char* abbrev = sigabbrev_np(signal);
+    what = std::string("was killed by SIG") + (abbrev ? abbrev : code.substr(1).c_str());
+  } else {
+    what = "exited with code " + code;
+  }
+  return LaunchedFailure{std::stoi(rank), exit.role + "/" + rank, what};
 }
 
 }  // namespace
+
+std::optional<LaunchedFailure> launchedFailure(const RankExit& launcher) {
+  if (startsWith(launcher.name, "mpirun/")) return mpiRankFailure(launcher);
+  if (startsWith(launcher.name, "torchrun/")) return torchrunRankFailure(launcher);
+  return std::nullopt;
+}
 
 std::optional<RankExit> firstFailure(const std::vector<RankExit>& exits) {
   std::optional<RankExit> first;
@@ -139,12 +181,12 @@ std::string hintFor(const RankExit& exit) {
 }
 
 std::string formatRootCause(const RankExit& root, const std::vector<RankExit>& exits) {
-  // Under mpirun the failed rank is mpirun's child: its report names it.
-  const std::string mpi = mpiRankFailure(root);
+  // Under mpirun or torchrun the failed rank is the launcher's child: its report names it.
+  const std::optional<LaunchedFailure> launched = launchedFailure(root);
   std::string out = "root cause: " +
-                    (mpi.empty() ? root.label() + " " + root.describe()
-                                 : mpi + ", under " + root.label() + ", which then " +
-                                       root.describe()) +
+                    (!launched ? root.label() + " " + root.describe()
+                               : launched->name + " " + launched->what + ", under " +
+                                     root.label() + ", which then " + root.describe()) +
                     " (the first failure" +
                     (root.attempt ? ", attempt " + std::to_string(root.attempt + 1) : "") + ")\n";
   if (!root.tail.empty()) {

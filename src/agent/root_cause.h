@@ -54,6 +54,17 @@ std::string formatLostNode(const LostNode& lost, const std::vector<std::vector<s
 // The first failure in time that cohort did not cause, if any.
 std::optional<RankExit> firstFailure(const std::vector<RankExit>& exits);
 
+// What a launcher that starts ranks itself says, in its last lines, of the rank that failed
+// first under it: mpirun ("Process name: [[966,1],2]" then "Exit code:    3"), torchrun (its
+// "Root Cause (first observed failure):" with "rank      : 2 (local_rank: 0)" and
+// "exitcode  : 3 (pid: 1234)"). Empty for any other process, or when the report is not there.
+struct LaunchedFailure {
+  int rank = 0;
+  std::string name;  // "MPI rank 2", "worker/2"
+  std::string what;  // "exited with code 3", "was killed by signal 9 (Killed)"
+};
+std::optional<LaunchedFailure> launchedFailure(const RankExit& launcher);
+
 // A hint for a known failure, judged from the exit and its last log lines; empty when none.
 std::string hintFor(const RankExit& exit);
 

@@ -116,5 +116,37 @@ TEST(FormatRootCause, UnderMpirunNamesTheMpiRankFromMpirunsReport) {
       << report;
 }
 
+// torchrun starts the ranks: its ChildFailedError report names the global rank that failed
+// first, and its exit code (negative: the signal that killed it).
+TEST(FormatRootCause, UnderTorchrunNamesTheRankFromTorchrunsReport) {
+  RankExit root = exitOf(1, 1, 100);
+  root.name = "torchrun/node1";
+  root.node = 1;
+  root.tail = {"Failures:", "[1]:", "  time      : 2026-12-07_18:50:31", "  rank      : 3 (local_rank: 1)",
+               "  exitcode  : -15 (pid: 3329)", "------------------------------------------------------------",
+               "Root Cause (first observed failure):", "[0]:",
+               "  time      : 2026-12-07_18:50:30", "  host      : localhost",
+               "  rank      : 2 (local_rank: 0)", "  exitcode  : 3 (pid: 3328)",
+               "  error_file: <N/A>",
+               "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html",
+               "============================================================"};
+  std::string report = formatRootCause(root, {root});
+  EXPECT_NE(report.find("root cause: worker/2 exited with code 3, under torchrun/node1 on node 1, "
+                        "which then exited with code 1 (the first failure)"),
+            std::string::npos)
+      << report;
+  auto launched = launchedFailure(root);
+  ASSERT_TRUE(launched);
+  EXPECT_EQ(launched->rank, 2);
+  root.tail[11] = "  exitcode  : -9 (pid: 3328)";
+  EXPECT_EQ(launchedFailure(root)->what, "was killed by SIGKILL");
+  root.tail.erase(root.tail.begin() + 6);  // no "Root Cause" line: another failure's fields
+  EXPECT_FALSE(launchedFailure(root));
+  root.name = "worker/1";  // only torchrun's own report counts
+  root.tail = {"Root Cause (first observed failure):", "  rank      : 2 (local_rank: 0)",
+               "  exitcode  : 3 (pid: 3328)"};
+  EXPECT_FALSE(launchedFailure(root));
+}
+
 }  // namespace
 }  // namespace cohort::agent

@@ -48,7 +48,8 @@ nlohmann::ordered_json toJson(const env::Environment& e) {
           {"python_version", e.python_version},
           {"packages", e.packages},
           {"dir", e.dir},
-          {"bytes", e.built && !e.dir.empty() ? env::diskUsage(e.dir) : 0},
+          {"bytes", (e.built || e.incomplete) && !e.dir.empty() ? env::diskUsage(e.dir) : 0},
+          {"incomplete", e.incomplete},
           {"summary", e.summary}};
 }
 
@@ -59,7 +60,9 @@ void show(const env::Environment& e) {
     return;
   }
   std::printf("  built:     %s\n",
-              e.built ? "yes" : "no (built on first use, or cohort env build)");
+              e.built        ? "yes"
+              : e.incomplete ? "no: a build did not finish (cohort env rm removes what it left)"
+                             : "no (built on first use, or cohort env build)");
   if (!e.from.empty()) std::printf("  from:      %s\n", e.from.c_str());
   if (!e.requirements.empty()) {
     std::printf("  asked for: %s\n", join(e.requirements, " ").c_str());
@@ -394,13 +397,14 @@ int cmdEnv(int argc, char** argv) {
     }
     std::printf("%-16s %-7s %-8s %-10s %s\n", "NAME", "KIND", "BUILT", "SIZE", "WHAT");
     for (const env::Environment& e : all) {
-      const std::string size =
-          e.built && !e.dir.empty() ? formatSize(static_cast<double>(env::diskUsage(e.dir))) : "-";
+      const std::string size = (e.built || e.incomplete) && !e.dir.empty()
+                                   ? formatSize(static_cast<double>(env::diskUsage(e.dir)))
+                                   : "-";
       std::string what = e.summary;
       if (e.built && !e.packages.empty())
         what += ": python " + e.python_version + ", " + packagesText(e, 4);
       std::printf("%-16s %-7s %-8s %-10s %s\n", e.name.c_str(), e.preset ? "preset" : "saved",
-                  e.built ? "yes" : "no", size.c_str(), what.c_str());
+                  e.built ? "yes" : e.incomplete ? "broken" : "no", size.c_str(), what.c_str());
     }
     for (const env::ImageInfo& i : images) {
       std::printf("%-16s %-7s %-8s %-10s podman image %s, created %s\n", i.ref.c_str(), "image",

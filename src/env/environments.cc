@@ -111,9 +111,38 @@ class BuildLock {
     return lock;
   }
 
+  // The lock if nobody holds it, else kFailedPrecondition: `name` is being built now.
+  static Result<BuildLock> takeIfFree(const std::string& root, const std::string& name) {
+    const std::string path = root + "/." + name + ".lock";
+    BuildLock lock;
+    lock.fd_.reset(::open(path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
+    if (!lock.fd_.valid()) return failErrno("open '" + path + "'");
+    while (::flock(lock.fd_.get(), LOCK_EX | LOCK_NB) < 0) {
+      if (errno == EWOULDBLOCK) {
+        return fail(Code::kFailedPrecondition,
+                    "environment " + name + " is being built now: wait for that build to end");
+      }
+      if (errno != EINTR) return failErrno("lock '" + path + "'");
+    }
+    return lock;
+  }
+
  private:
   UniqueFd fd_;
 };
+
+// True when a build of `name` in store directory `root` holds its lock now.
+bool buildRunning(const std::string& root, const std::string& name) {
+  UniqueFd fd(::open((root + "/." + name + ".lock").c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) return false;
+  if (::flock(fd.get(), LOCK_SH | LOCK_NB) == 0) return false;
+  return errno == EWOULDBLOCK;
+}
+
+bool isDirectory(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
 
 // Removes what is in `dir` (links removed, never followed), keeping `dir` itself.
 Result<void> emptyDir(const std::string& dir) {
@@ -328,7 +357,17 @@ Result<Environment> Store::get(const std::string& name) const {
     }
     return e;
   }
-  if (e.preset) return e;
+  if (e.preset) {
+    e.incomplete = isDirectory(e.dir);
+    return e;
+  }
+  for (const Environment& left : unfinished()) {
+    if (left.name != name) continue;
+    return fail(Code::kFailedPrecondition,
+                "environment " + name + " was not built to the end (" + left.dir +
+                    " has no env.json: its build was killed, or is running now); cohort env rm " +
+                    name + " removes what it left, cohort env create makes it again");
+  }
   std::vector<std::string> names;
   for (const Preset& p : presets()) names.push_back(p.name);
   for (const std::string& saved : savedNames()) names.push_back(saved);
@@ -351,6 +390,35 @@ std::vector<std::string> Store::savedNames() const {
   return saved;
 }
 
+std::vector<Environment> Store::unfinished() const {
+  const std::vector<std::string> saved = savedNames();
+  std::vector<Environment> out;
+  for (const std::string& dir : dirs_) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (findPreset(name) || !validName(name) || !entry.is_directory(ec) || entry.is_symlink(ec))
+        continue;
+      if (std::binary_search(saved.begin(), saved.end(), name)) continue;
+      if (std::any_of(out.begin(), out.end(), [&](const Environment& e) { return e.name == name; }))
+        continue;
+      Environment e;
+      e.name = name;
+      e.store = dir;
+      e.dir = dir + "/" + name;
+      e.venv = e.dir + "/venv";
+      e.incomplete = true;
+      e.summary = buildRunning(dir, name)
+                      ? "being built now"
+                      : "an unfinished build (it was killed): cohort env rm " + name;
+      out.push_back(std::move(e));
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const Environment& a, const Environment& b) { return a.name < b.name; });
+  return out;
+}
+
 std::vector<Environment> Store::list() const {
   std::vector<Environment> out;
   for (const Preset& p : presets()) {
@@ -359,6 +427,7 @@ std::vector<Environment> Store::list() const {
   for (const std::string& name : savedNames()) {
     if (auto e = get(name)) out.push_back(*e);
   }
+  for (Environment& e : unfinished()) out.push_back(std::move(e));
   return out;
 }
 
@@ -562,6 +631,15 @@ Result<Environment> Store::rebuild(const std::string& name, const Progress& prog
 }
 
 Result<void> Store::remove(const std::string& name) {
+  for (const Environment& left : unfinished()) {
+    if (left.name != name) continue;
+    // What a killed build left: nothing is built on it, and a build running now keeps it.
+    COHORT_ASSIGN(BuildLock lock, BuildLock::takeIfFree(left.store, name));
+    std::error_code ec;
+    std::filesystem::remove_all(left.dir, ec);
+    if (ec) return fail(Code::kIo, "remove '" + left.dir + "': " + ec.message());
+    return {};
+  }
   COHORT_ASSIGN(Environment e, get(name));
   if (e.name == "system")
     return fail(Code::kInvalidArgument, "system is not built: nothing to remove");

@@ -76,6 +76,10 @@ struct Environment {
   std::map<std::string, std::string> packages;  // key packages and their versions, once built
   std::string hash;                             // its content hash (a saved one: once built)
   std::string summary;
+  // Its directory is there without env.json: a build was killed (kill -9, Ctrl-C, a machine
+  // that went down) or is running now. list() shows it, remove() takes it away, and a build of
+  // the name starts again from scratch.
+  bool incomplete = false;
 };
 
 // One line of a build's progress (pip's own lines among them), for the terminal or a job log.
@@ -101,7 +105,8 @@ class Store {
   // are; kInvalidArgument for a name that cannot be one.
   Result<Environment> get(const std::string& name) const;
   // Every preset, then every saved environment by name (one of a directory earlier in the list
-  // hides one of the same name in a later one).
+  // hides one of the same name in a later one), then the unfinished builds of saved names
+  // (`incomplete`) that have none.
   std::vector<Environment> list() const;
 
   // `name`, built now unless it is. Errors: as get(), or kUnavailable with pip's or Python's
@@ -114,8 +119,9 @@ class Store {
   // Builds a saved environment again from its lock file: the same versions. Errors: as
   // ensureBuilt; kNotFound for a preset or a name without a lock file.
   Result<Environment> rebuild(const std::string& name, const Progress& progress);
-  // Removes a saved environment, or a preset's build (it is built again on next use). Errors:
-  // kNotFound; kFailedPrecondition when a saved environment is layered on it.
+  // Removes a saved environment, or a preset's build (it is built again on next use), or what
+  // an unfinished build of either left. Errors: kNotFound; kFailedPrecondition when a saved
+  // environment is layered on it, or when a build of it is running now.
   Result<void> remove(const std::string& name);
 
   // What a node needs to find or build `name` where it is (a built one), bottom layer first:
@@ -128,6 +134,9 @@ class Store {
 
  private:
   std::vector<std::string> savedNames() const;  // with an env.json, in any directory, by name
+  // Saved names whose directory is there without env.json in any store directory: what
+  // unfinished builds left, by name.
+  std::vector<Environment> unfinished() const;
 
   std::vector<std::string> dirs_;
 };

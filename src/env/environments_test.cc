@@ -5,7 +5,9 @@
 #include "env/environments.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -126,6 +128,45 @@ TEST(Stores, LayersGoDownToThePresetWithEachLayersLockAndStore) {
   // A definition that names itself is not followed for ever.
   fakeSaved(own.path(), "loop", "loop", "h3");
   EXPECT_FALSE(Store({own.path()}).layers("loop"));
+}
+
+// `env create` killed mid-pip leaves its directory without env.json: list() shows it, get()
+// says what it is, remove() takes it away, and not while a build of it holds its lock.
+TEST(Stores, WhatAKilledBuildLeftIsListedAndRemoved) {
+  TempDir own;
+  ASSERT_TRUE(makeDirs(own.path() + "/half/venv/lib"));
+  ASSERT_TRUE(writeFileAtomic(own.path() + "/half/venv/lib/big", std::string(4096, 'x'), false));
+  ASSERT_TRUE(makeDirs(own.path() + "/pytorch/venv"));  // a preset's build, killed too
+  Store store({own.path()});
+  std::vector<Environment> all = store.list();
+  auto half = std::find_if(all.begin(), all.end(), [](const Environment& e) { return e.name == "half"; });
+  ASSERT_NE(half, all.end());
+  EXPECT_TRUE(half->incomplete);
+  EXPECT_FALSE(half->built);
+  EXPECT_EQ(half->dir, own.path() + "/half");
+  EXPECT_NE(half->summary.find("cohort env rm half"), std::string::npos) << half->summary;
+  auto preset = store.get("pytorch");
+  ASSERT_TRUE(preset);
+  EXPECT_TRUE(preset->incomplete);
+  EXPECT_FALSE(store.get("tensorflow")->incomplete);  // never built: nothing left
+  auto got = store.get("half");
+  ASSERT_FALSE(got);
+  EXPECT_EQ(got.error().code, Code::kFailedPrecondition);
+  EXPECT_NE(got.error().message.find("cohort env rm half"), std::string::npos);
+  {
+    // A build running now holds the lock: what it has made so far stays.
+    UniqueFd lock(::open((own.path() + "/.half.lock").c_str(), O_RDONLY | O_CREAT, 0644));
+    ASSERT_EQ(::flock(lock.get(), LOCK_EX), 0);
+    auto busy = store.remove("half");
+    ASSERT_FALSE(busy);
+    EXPECT_EQ(busy.error().code, Code::kFailedPrecondition) << busy.error().message;
+    EXPECT_TRUE(std::filesystem::exists(own.path() + "/half/venv/lib/big"));
+  }
+  ASSERT_TRUE(store.remove("half"));
+  EXPECT_FALSE(std::filesystem::exists(own.path() + "/half"));
+  ASSERT_TRUE(store.remove("pytorch"));
+  EXPECT_FALSE(std::filesystem::exists(own.path() + "/pytorch"));
+  for (const Environment& e : store.list()) EXPECT_FALSE(e.incomplete) << e.name;
 }
 
 TEST(Stores, WhatABuildWroteIsNotReadThroughALink) {

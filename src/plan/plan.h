@@ -18,6 +18,15 @@ namespace cohort::plan {
 
 using spec::KeyValues;
 
+// A rank that a launcher process starts (RankPlan::teed): its name ("worker/3"), global rank,
+// log file and whether its lines are echoed on the console.
+struct TeedRank {
+  std::string name;
+  int rank = 0;
+  std::string log_file;
+  bool console = true;
+};
+
 // One process cohort starts and supervises: a rank, or a launcher that starts ranks itself
 // (torchrun, mp.spawn, mpirun), or a helper process the framework needs (MindSpore's scheduler).
 struct RankPlan {
@@ -49,6 +58,11 @@ struct RankPlan {
   // It runs under bubblewrap (isolation.cc), which ends with 128 + N when what it runs was
   // killed by signal N: the agent reports that as the signal.
   bool sandboxed = false;
+  // A launcher that tees its ranks' output, each line prefixed "[<tee_prefix><i>]:" (torchrun's
+  // --tee): the ranks it starts, by that index, so that each line is its rank's (its own log,
+  // its console prefix, its metrics), as when cohort starts the ranks. Empty for anything else.
+  std::string tee_prefix;
+  std::vector<TeedRank> teed;
 };
 
 // How a sandboxed rank starts (isolation.cc): cohort's own programs by absolute path, with

@@ -66,6 +66,14 @@ Json nodeJson(const NodePlan& node, const std::unordered_set<std::string>* skip 
     if (r.terminal) rank["terminal"] = true;
     if (r.stdin_forwarded) rank["stdin"] = true;
     if (r.sandboxed) rank["sandboxed"] = true;
+    if (!r.teed.empty()) {
+      rank["tee_prefix"] = r.tee_prefix;
+      Json& teed = rank["teed"] = Json::array();
+      for (const TeedRank& t : r.teed) {
+        teed.push_back(Json{{"name", t.name}, {"rank", t.rank}, {"log_file", t.log_file},
+                            {"console", t.console}});
+      }
+    }
     if (r.cpus > 0 || r.memory_bytes > 0 || r.pids > 0) {
       rank["limits"] = Json{{"cpus", r.cpus}, {"memory_bytes", r.memory_bytes}};
       if (r.pids > 0) rank["limits"]["pids"] = r.pids;
@@ -207,6 +215,13 @@ Result<NodePlan> nodeFrom(const Json& j) {
       r.terminal = jr.value("terminal", false);
       r.stdin_forwarded = jr.value("stdin", false);
       r.sandboxed = jr.value("sandboxed", false);
+      if (jr.contains("teed")) {
+        r.tee_prefix = jr.at("tee_prefix").get<std::string>();
+        for (const auto& jt : jr.at("teed")) {
+          r.teed.push_back({jt.at("name").get<std::string>(), jt.at("rank").get<int>(),
+                            jt.at("log_file").get<std::string>(), jt.at("console").get<bool>()});
+        }
+      }
       if (jr.contains("limits")) {
         r.cpus = jr.at("limits").value("cpus", 0.0);
         r.memory_bytes = jr.at("limits").value("memory_bytes", int64_t{0});

@@ -15,6 +15,9 @@ void fixLocalWorld(Builder& b, RankPlan& r) {
   }
 }
 
+// A rank's stderr into its stdout, then its command: `sh -c 'exec 2>&1; exec "$@"' sh CMD...`.
+const char* const kJoinStderr[] = {"/bin/sh", "-c", "exec 2>&1; exec \"$@\"", "sh"};
+
 }  // namespace
 
 const char* const kTorchRankVars[] = {"RANK",            "LOCAL_RANK",       "WORLD_SIZE",
@@ -72,17 +75,30 @@ void wirePyTorch(Builder& b) {
             "--rdzv_id=" + b.plan.job_id,
             std::string("--max_restarts=0"),  // cohort restarts the whole gang itself
             std::string("--monitor_interval=0.1"),
-            // Explicit log flags: torch 1.13's defaults crash on Python 3.11.
+            // torchrun's own tee: each rank's output goes to its file under the log directory
+            // and, every line prefixed "[default<local rank>]:", to torchrun's output, which
+            // cohort splits back into the ranks' logs, console prefixes and metrics (`teed`).
+            // Stdout only: torch 1.13 on Python 3.11 cannot parse 0 or 3 (its default, and
+            // both streams), so each rank's stderr joins its stdout before torchrun's redirect.
             std::string("--redirects=1"), std::string("--tee=1"),
-            "--log_dir=" + node.work_dir + "/torchrun"}) {
+            "--log_dir=" + node.work_dir + "/torchrun", std::string("--no_python")}) {
         argv.push_back(flag);
       }
+      argv.insert(argv.end(), std::begin(kJoinStderr), std::end(kJoinStderr));
       if (isPython(cmd)) {
+        // What torchrun runs for a script or -m itself: the interpreter, unbuffered.
+        argv.insert(argv.end(), {cmd[0], "-u"});
         argv.insert(argv.end(), cmd.begin() + 1, cmd.end());
       } else {
-        argv.push_back("--no_python");
         argv.insert(argv.end(), cmd.begin(), cmd.end());
       }
+      r.tee_prefix = "default";  // torchrun's role name; cohort refuses --role
+      for (const RankPlan& rank : node.ranks) {
+        r.teed.push_back({rank.name, rank.rank, rank.log_file, rank.console});
+      }
+      // torchrun writes the teed lines to its stdout, a pipe: unbuffered, each line is one
+      // write and reaches cohort as it is written. The ranks run `python -u` anyway.
+      if (!hasEnv(b.spec.env, "PYTHONUNBUFFERED")) setEnv(r.env, "PYTHONUNBUFFERED", "1");
       r.argv = std::move(argv);
     });
   } else if (b.spec.launcher == spec::Launcher::kSpawn) {

@@ -296,22 +296,34 @@ Result<std::string> Server::Impl::logPath(const store::Job& job, const std::stri
     return true;
   };
   if (plan.is_object() && plan["nodes"].is_array()) {
+    // "worker/3" logs to worker-3.log, also when a launcher that tees its ranks' output
+    // (torchrun) started it; a launcher ("torchrun/node1") to torchrun-node1.log.
+    auto logOf = [&](const Json& rp, const std::string& role) -> std::optional<std::string> {
+      const std::string name = rp.value("name", "");
+      std::string index = rp.contains("role_rank") ? std::to_string(rp.value("role_rank", -1)) : "";
+      if (name.rfind(role + "/", 0) == 0 && plain(name.substr(role.size() + 1))) {
+        index = name.substr(role.size() + 1);
+      }
+      if (!plain(role) || !plain(index) || index[0] == '-') return std::nullopt;
+      return layout.logFile(role + "-" + index);
+    };
+    std::optional<std::string> launcher;
     for (const Json& node : plan["nodes"]) {
       if (!node.is_object() || !node.contains("ranks") || !node["ranks"].is_array()) continue;
       for (const Json& rp : node["ranks"]) {
-        if (!rp.is_object() || rp.value("rank", -1) != *r) continue;
+        if (!rp.is_object()) continue;
         const std::string role = rp.value("role", "");
-        const int role_rank = rp.value("role_rank", -1);
-        // "worker/3" logs to worker-3.log; a launcher ("torchrun/node1") to torchrun-node1.log.
-        const std::string name = rp.value("name", "");
-        std::string index = std::to_string(role_rank);
-        if (name.rfind(role + "/", 0) == 0 && plain(name.substr(role.size() + 1))) {
-          index = name.substr(role.size() + 1);
+        if (rp.contains("teed") && rp["teed"].is_array()) {
+          for (const Json& teed : rp["teed"]) {
+            if (teed.is_object() && teed.value("rank", -1) == *r) {
+              if (auto log = logOf(teed, role)) return *log;
+            }
+          }
         }
-        if (!plain(role) || role_rank < 0 || !plain(index)) break;
-        return layout.logFile(role + "-" + index);
+        if (rp.value("rank", -1) == *r && !launcher) launcher = logOf(rp, role);
       }
     }
+    if (launcher) return *launcher;
   }
   return fail(Code::kNotFound, "job '" + job.id + "' has no process with rank " + rank);
 }

@@ -2,11 +2,14 @@
 // saved environment on it with one small package, a job that imports both, a rebuild from the
 // lock file, removal, and bad input. One data root for the suite (the preset is built once).
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <sstream>
+#include <thread>
 
 #include "harness.h"
 
@@ -129,6 +132,55 @@ TEST_F(RealEnvironments, APackageThatDoesNotExistFailsInPipsWordsAndLeavesNothin
   RunResult none = cohort({"env", "show", "nope"});
   EXPECT_EQ(none.exit_code, 2) << none.err;
   EXPECT_TRUE(contains(none.err, "no environment 'nope'")) << none.err;
+}
+
+// The pip install running under `env create`, once it is there (a child of `parent`).
+bool pipInstallRunsUnder(pid_t parent) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid != parent) continue;
+    std::ifstream cmdline(entry.path() / "cmdline");
+    std::string argv((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
+    if (contains(argv, std::string("pip\0install", 11))) return true;
+  }
+  return false;
+}
+
+// `env create` killed (kill -9, as a lost terminal or an impatient user's Ctrl-C can) while pip
+// installs leaves a directory without env.json: `env ls` shows it as broken, `env show` and a
+// job say what it is, and `env rm` takes it away.
+TEST_F(RealEnvironments, AKilledBuildIsShownAsBrokenAndRemoved) {
+  ASSERT_EQ(cohort({"env", "build", "pytorch"}).exit_code, 0);
+  CohortProcess create({"env", "create", "--data-root", *root_, "killed", "--from", "pytorch",
+                        "--pip", "termcolor==3.3.0"},
+                       {"PIP_RETRIES=1", "PIP_TIMEOUT=20"});
+  const auto until = std::chrono::steady_clock::now() + 120s;
+  while (!pipInstallRunsUnder(create.pid()) && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_EQ(::kill(create.pid(), SIGKILL), 0);
+  RunResult killed = create.wait(30s);
+  ASSERT_TRUE(std::filesystem::exists(*root_ + "/envs/killed/venv")) << killed.err;
+  ASSERT_FALSE(std::filesystem::exists(*root_ + "/envs/killed/env.json")) << killed.err;
+  const std::string ls = cohort({"env", "ls"}).out;
+  EXPECT_TRUE(std::regex_search(ls, std::regex(R"(killed\s+saved\s+broken\s+[0-9.]+ [KMG]i?B)")))
+      << ls;
+  RunResult show = cohort({"env", "show", "killed"});
+  EXPECT_NE(show.exit_code, 0);
+  EXPECT_TRUE(contains(show.err, "cohort env rm killed")) << show.err;
+  RunResult rm = cohort({"env", "rm", "killed"});
+  EXPECT_EQ(rm.exit_code, 0) << rm.err;
+  EXPECT_FALSE(std::filesystem::exists(*root_ + "/envs/killed"));
+  EXPECT_FALSE(contains(cohort({"env", "ls"}).out, "killed"));
 }
 
 // A cluster's node that does not see a virtual environment the job names only through its

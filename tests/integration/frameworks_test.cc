@@ -37,26 +37,75 @@ TEST(RealPyTorch, TorchrunModeOneTorchrunPerNode) {
                       "--", "/usr/bin/python3", "ddp.py", "--epochs", "6"},
                      300s);
   expectDdpTrained(r);
-  EXPECT_NE(r.out.find("[torchrun/node1 node1]"), std::string::npos) << r.out;
-  // The ranks torchrun made are where cohort's record puts them: each node's torchrun started
-  // the ranks that the rank table gives that node (c10d's rendezvous, in the order the nodes
-  // joined, swapped them in about one run of two).
+  // Every rank's line is prefixed with the rank that wrote it, as when cohort starts the
+  // ranks: torchrun's tee ("[default1]:...") is split back into the ranks. And the ranks
+  // torchrun made are where cohort's record puts them: each node's torchrun started the ranks
+  // that the rank table gives that node (c10d's rendezvous, in the order the nodes joined,
+  // swapped them in about one run of two).
   std::smatch m;
   int seen = 0;
-  const std::regex ready(
-      R"(\[torchrun/node(\d) node\d\] .*rank (\d)/4 \(local (\d), node (\d)\) ready)");
+  const std::regex ready(R"(\[worker/(\d) node(\d)\] rank (\d)/4 \(local (\d), node (\d)\) ready)");
   for (auto it = r.out.cbegin(); std::regex_search(it, r.out.cend(), m, ready);
        it = m.suffix().first) {
-    const int node = std::stoi(m[1]);
-    EXPECT_EQ(std::stoi(m[4]), node) << m[0];
-    EXPECT_EQ(std::stoi(m[2]), node * 2 + std::stoi(m[3])) << m[0];
+    EXPECT_EQ(m[1], m[3]) << m[0];
+    EXPECT_EQ(m[2], m[5]) << m[0];
+    EXPECT_EQ(std::stoi(m[3]), std::stoi(m[5]) * 2 + std::stoi(m[4])) << m[0];
     ++seen;
   }
   EXPECT_EQ(seen, 4) << r.out;
-  const std::string table = readText(onlyJobDir(root) + "/files/rank_table.json");
+  EXPECT_FALSE(contains(r.out, "[default")) << r.out;
+  const std::string dir = onlyJobDir(root);
+  EXPECT_TRUE(contains(readText(dir + "/logs/worker-3.log"), "rank 3/4 (local 1, node 1) ready"));
+  // torchrun's own log keeps everything it wrote, its ranks' lines as it teed them.
+  EXPECT_TRUE(contains(readText(dir + "/logs/torchrun-node1.log"), "]:rank 3/4 (local 1, node 1)"));
+  const std::string table = readText(dir + "/files/rank_table.json");
   EXPECT_TRUE(std::regex_search(
       table, std::regex(R"("rank": 3,\s*"role": "worker",\s*"role_rank": 3,\s*"node": 1,)")))
       << table;
+  // Rank 0's cohort.log lines are its metrics, as in direct mode.
+  const std::string metrics = readText(dir + "/metrics.jsonl");
+  for (int step = 1; step <= 6; ++step) {
+    EXPECT_TRUE(contains(metrics, "\"rank\":0,\"step\":" + std::to_string(step) + ",\"loss\":"))
+        << metrics;
+  }
+  EXPECT_FALSE(contains(metrics, "\"rank\":1,")) << metrics;
+}
+
+// Under torchrun a rank that fails is torchrun's child: torchrun's own report names it, and so
+// do cohort's root cause and the job's record; its lines carry its own prefix. (A failed node's
+// torchrun waits in its exit barrier for the other nodes' torchruns before it exits, so the
+// ranks that do not fail end by themselves here, after a while.)
+TEST(RealPyTorch, TorchrunModeNamesTheRankThatFailed) {
+  REQUIRE(kTorch, "Debian's python3-torch and python3-sklearn are not installed");
+  const std::string work = tempDir();
+  {
+    std::ofstream script(work + "/fail.py");
+    script << "import sys, time\n"
+              "import torch.distributed as dist\n"
+              "dist.init_process_group('gloo')\n"
+              "rank = dist.get_rank()\n"
+              "print(f'rank {rank} up', flush=True)\n"
+              "if rank == 2:\n"
+              "    print('rank 2 fails on purpose', file=sys.stderr, flush=True)\n"
+              "    sys.exit(3)\n"
+              "time.sleep(15)\n";  // then exits 0: torchrun/node1 waits for node 0 first
+  }
+  std::string root = tempDir();
+  auto r = runCohort({"run", "--data-root", root, "--launcher", "torchrun", "--nodes", "2",
+                      "--nproc-per-node", "2", "--grace-period", "5s", "--workdir", work, "--",
+                      "/usr/bin/python3", "fail.py"},
+                     300s);
+  EXPECT_NE(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "[worker/2 node1] rank 2 fails on purpose")) << r.out;
+  EXPECT_TRUE(contains(r.out, "[worker/3 node1] rank 3 up")) << r.out;
+  EXPECT_TRUE(contains(r.err, "root cause: worker/2 exited with code 3, under torchrun/node1 on "
+                              "node 1, which then exited with code 1"))
+      << r.err;
+  const std::string dir = onlyJobDir(root);
+  EXPECT_TRUE(contains(readText(dir + "/logs/worker-2.log"), "rank 2 fails on purpose"));
+  const std::string result = readText(dir + "/result.json");
+  EXPECT_TRUE(std::regex_search(result, std::regex(R"("launched": \{\s*"name": "worker/2",\s*"rank": 2,)")))
+      << result;
 }
 
 TEST(RealPyTorch, PreloadForksTheRanksFromOneTemplatePerNode) {
