@@ -334,8 +334,8 @@ Result<void> checkPython(const spec::JobSpec& s, const PythonRanks& ranks,
   msg += need && !need->install.empty()
              ? need->install
              : "it for this interpreter (" + answer->executable + " -m pip install " +
-                   first.front() + "), or run in an environment that has it (--environment, "
-                   "cohort env ls)";
+                   first.front() + "), or run in an environment that has it (--environment, " +
+                   ranks.environments + ")";
   return fail(Code::kFailedPrecondition, msg);
 }
 

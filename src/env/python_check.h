@@ -45,6 +45,8 @@ struct PythonRanks {
   // Whether an interpreter that could not answer (it did not start, or its answer was not
   // one) refuses the job; a server, which cannot see what the ranks will see, leaves it to them.
   bool refuse_unanswered = true;
+  // Where the user sees the environments the ranks could run in (a server's: --on-server).
+  std::string environments = "cohort env ls";
 };
 
 // What the ranks' Python must import besides the program's own imports: the debugger (or,

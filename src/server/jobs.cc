@@ -564,7 +564,7 @@ Result<std::string> JobService::environmentOf(const Caller& caller, const spec::
 }
 
 Result<void> JobService::checkRanksPython(const Caller& caller, const spec::JobSpec& spec) {
-  // Slurm's nodes and Volcano's pods run it elsewhere: their ranks say what they lack.
+  // Slurm's nodes, Volcano's pods and ssh hosts run it elsewhere: their ranks say what they lack.
   if (options_.nodes != spec::Backend::kLocal || !env::runsPython(spec.command)) return {};
   COHORT_ASSIGN(auto id, identityOf(caller.account));
   // An account's user outside the sandbox (a root server where bubblewrap does not work): what
@@ -611,6 +611,7 @@ Result<void> JobService::checkRanksPython(const Caller& caller, const spec::JobS
   ranks.uid = id.first;
   ranks.gid = id.second;
   ranks.refuse_unanswered = false;
+  ranks.environments = "cohort env ls --on-server";
   if (options_.isolate) {
     // As a rank's: bubblewrap by its path with cohort's environment, the ranks' own handed to
     // it on a descriptor (never on its command line, nor to bubblewrap itself).
