@@ -189,50 +189,6 @@ std::vector<std::string> commandAsTorchrunRunsIt(const JobOptions& o) {
   return command;
 }
 
-// --cpus, --memory and --gpus: each process's resources, those of the job's one role.
-Result<void> applyResourceFlags(const JobOptions& o, spec::JobSpec& s) {
-  if (s.roles.size() != 1) {
-    return fail(Code::kInvalidArgument,
-                "--cpus/--memory/--gpus apply to single-role jobs; this job has " +
-                    std::to_string(s.roles.size()) +
-                    " roles: set each one's resources in the job file (roles: {NAME: {resources: "
-                    "{cpus: 2, memory: 4Gi, gpus: 1}}})");
-  }
-  spec::Resources& r = s.roles[0].resources;
-  const std::string role = "roles." + s.roles[0].name + ".resources.";
-  if (!o.cpus.empty()) {
-    auto cpus = parseCpus(o.cpus);
-    if (!cpus || *cpus <= 0) {
-      return fail(Code::kInvalidArgument,
-                  "--cpus: expected a positive number of CPUs per process (examples: 0.5, 2), "
-                  "got '" + o.cpus + "'");
-    }
-    r.cpus = *cpus;
-    r.cpus_given = true;
-    s.origin.setByFlag(role + "cpus", "--cpus");
-  }
-  if (!o.memory.empty()) {
-    auto bytes = parseBytes(o.memory);
-    if (!bytes || *bytes <= 0) {
-      return fail(Code::kInvalidArgument,
-                  "--memory: expected a size per process such as 512Mi or 4Gi, got '" +
-                      o.memory + "'");
-    }
-    r.memory_bytes = *bytes;
-    s.origin.setByFlag(role + "memory", "--memory");
-  }
-  if (!o.gpus.empty()) {
-    auto gpus = parseInt(o.gpus);
-    if (!gpus || *gpus < 0) {
-      return fail(Code::kInvalidArgument,
-                  "--gpus: expected a number of GPUs per process (0, 1, ...), got '" + o.gpus +
-                      "'");
-    }
-    r.gpus = *gpus;
-    s.origin.setByFlag(role + "gpus", "--gpus");
-  }
-  return {};
-}
 
 // Setting what a flag says: `flag` as the command line spelled it (for messages), `value` its
 // value ("" for a switch).
@@ -563,6 +519,50 @@ std::vector<FlagSpec> specsOf(const std::vector<JobFlag>& flags, Section section
 }
 
 }  // namespace
+
+Result<void> applyResourceFlags(const JobOptions& o, spec::JobSpec& s) {
+  if (s.roles.size() != 1) {
+    return fail(Code::kInvalidArgument,
+                "--cpus/--memory/--gpus apply to single-role jobs; this job has " +
+                    std::to_string(s.roles.size()) +
+                    " roles: set each one's resources in the job file (roles: {NAME: {resources: "
+                    "{cpus: 2, memory: 4Gi, gpus: 1}}})");
+  }
+  spec::Resources& r = s.roles[0].resources;
+  const std::string role = "roles." + s.roles[0].name + ".resources.";
+  if (!o.cpus.empty()) {
+    auto cpus = parseCpus(o.cpus);
+    if (!cpus || *cpus <= 0) {
+      return fail(Code::kInvalidArgument,
+                  "--cpus: expected a positive number of CPUs per process (examples: 0.5, 2), "
+                  "got '" + o.cpus + "'");
+    }
+    r.cpus = *cpus;
+    r.cpus_given = true;
+    s.origin.setByFlag(role + "cpus", "--cpus");
+  }
+  if (!o.memory.empty()) {
+    auto bytes = parseBytes(o.memory);
+    if (!bytes || *bytes <= 0) {
+      return fail(Code::kInvalidArgument,
+                  "--memory: expected a size per process such as 512Mi or 4Gi, got '" +
+                      o.memory + "'");
+    }
+    r.memory_bytes = *bytes;
+    s.origin.setByFlag(role + "memory", "--memory");
+  }
+  if (!o.gpus.empty()) {
+    auto gpus = parseInt(o.gpus);
+    if (!gpus || *gpus < 0) {
+      return fail(Code::kInvalidArgument,
+                  "--gpus: expected a number of GPUs per process (0, 1, ...), got '" + o.gpus +
+                      "'");
+    }
+    r.gpus = *gpus;
+    s.origin.setByFlag(role + "gpus", "--gpus");
+  }
+  return {};
+}
 
 std::vector<FlagSpec> jobFlagSpecs() {
   std::vector<FlagSpec> specs;

@@ -109,6 +109,9 @@ std::string nameFromCommand(const std::vector<std::string>& command);
 // The spec from the job file and the flags, validated; base_dir is the job file's directory (or
 // the current one). Reads the job file; no other file-system check.
 Result<spec::JobSpec> buildSpec(const JobOptions& options);
+// --cpus, --memory and --gpus (options.cpus, .memory, .gpus): each process's resources, those of
+// the job's one role; a value that is not one names its flag.
+Result<void> applyResourceFlags(const JobOptions& options, spec::JobSpec& s);
 
 struct PreparedJob {
   spec::JobSpec spec;

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cli/client.h"
+#include "cli/job_options.h"
 #include "job/state.h"
 #include "spec/job_spec.h"
 #include "util/fd.h"
@@ -135,17 +136,12 @@ Result<int> start(const Args& args, ApiClient& api) {
   if (args.has("--nproc-per-node")) {
     COHORT_ASSIGN(role.procs_per_node, parseInt(args.get("--nproc-per-node")));
   }
-  if (args.has("--cpus")) {
-    COHORT_ASSIGN(role.resources.cpus, parseCpus(args.get("--cpus")));
-    role.resources.cpus_given = true;
-  }
-  if (args.has("--memory")) {
-    COHORT_ASSIGN(role.resources.memory_bytes, parseBytes(args.get("--memory")));
-  }
-  if (args.has("--gpus")) {
-    COHORT_ASSIGN(role.resources.gpus, parseInt(args.get("--gpus")));
-  }
   spec.roles = {role};
+  JobOptions resources;
+  resources.cpus = args.get("--cpus");
+  resources.memory = args.get("--memory");
+  resources.gpus = args.get("--gpus");
+  COHORT_TRY(applyResourceFlags(resources, spec));
   spec::Session session;
   if (args.has("--idle-timeout")) {
     COHORT_ASSIGN(session.idle_timeout, parseDuration(args.get("--idle-timeout")));
