@@ -176,29 +176,53 @@ void TeeSplitter::finish() {
   continuing_ = false;
 }
 
+// "[" name digits "]:" at `at`, its index one of the ranks: that index and the marker's length.
+std::optional<std::pair<size_t, size_t>> TeeSplitter::markerAt(std::string_view text,
+                                                               size_t at) const {
+  const size_t digits = at + 1 + name_.size();
+  if (text.size() <= digits || text[at] != '[' || text.substr(at + 1, name_.size()) != name_) {
+    return std::nullopt;
+  }
+  size_t end = digits;
+  size_t index = 0;
+  while (end < text.size() && end - digits < 6 && text[end] >= '0' && text[end] <= '9') {
+    index = index * 10 + static_cast<size_t>(text[end] - '0');
+    ++end;
+  }
+  if (end == digits || text.substr(end, 2) != "]:" || index >= ranks_) return std::nullopt;
+  return std::make_pair(index, end + 2 - at);
+}
+
 void TeeSplitter::emit(bool line_ends) {
   std::string_view text = partial_;
   if (!continuing_) {
-    // "[" name digits "]:", the index one of the ranks.
     to_ = -1;
-    const size_t digits = 1 + name_.size();
-    if (text.size() > digits && text[0] == '[' && text.substr(1, name_.size()) == name_) {
-      size_t end = digits;
-      int64_t index = 0;
-      while (end < text.size() && end - digits < 6 && text[end] >= '0' && text[end] <= '9') {
-        index = index * 10 + (text[end] - '0');
-        ++end;
-      }
-      if (end > digits && text.substr(end, 2) == "]:" && index < static_cast<int64_t>(ranks_)) {
-        to_ = index;
-        text.remove_prefix(end + 2);
-      }
+    if (auto marker = markerAt(text, 0)) {
+      to_ = static_cast<int64_t>(marker->first);
+      text.remove_prefix(marker->second);
     }
   }
-  if (to_ >= 0) {
-    on_rank_(static_cast<size_t>(to_), text);
-  } else {
+  if (to_ < 0) {
     on_own_(text);
+  } else {
+    // torchrun's tee reads each rank's log a line at a time and writes what it read with the
+    // marker in front, also a line the rank has not ended yet (Python's print writes the text
+    // and its newline apart), so one line of torchrun's can hold a piece of one rank's line
+    // and then another marker with the rest of it, or another rank's line. Each piece goes to
+    // its rank, whose output joins the pieces into lines.
+    for (size_t from = 0, at = 0;; ++at) {
+      at = text.find('[', at);
+      std::optional<std::pair<size_t, size_t>> next;
+      if (at != std::string_view::npos) next = markerAt(text, at);
+      if (at == std::string_view::npos || next) {
+        const size_t end = at == std::string_view::npos ? text.size() : at;
+        if (end > from) on_rank_(static_cast<size_t>(to_), text.substr(from, end - from));
+        if (!next) break;
+        to_ = static_cast<int64_t>(next->first);
+        from = at + next->second;
+        at = from - 1;
+      }
+    }
   }
   continuing_ = !line_ends;
   partial_.clear();

@@ -12,9 +12,11 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "util/fd.h"
@@ -77,9 +79,11 @@ class RankOutput {
 };
 
 // The output of a launcher that tees its ranks' lines into its own, each prefixed
-// "[<name><i>]:" (torchrun's --tee, with its role's name): each whole line, "\n" included, goes
-// to `on_rank(i, line)` without the prefix when i is one of its `ranks`, else to `on_own(line)`.
-// A line longer than kMaxPiece goes in pieces, all of them where its first went.
+// "[<name><i>]:" (torchrun's --tee, with its role's name): each line, "\n" included, goes to
+// `on_rank(i, text)` without the prefix when i is one of its `ranks`, else to `on_own(line)`.
+// A marker inside a rank's line starts a piece of that marker's rank (torchrun writes a line a
+// rank has not ended yet, then the rest after another marker): on_rank gets pieces, not always
+// whole lines. A line longer than kMaxPiece goes in pieces, all of them where its first went.
 class TeeSplitter {
  public:
   static constexpr size_t kMaxPiece = 64 * 1024;
@@ -99,6 +103,7 @@ class TeeSplitter {
 
  private:
   void emit(bool line_ends);
+  std::optional<std::pair<size_t, size_t>> markerAt(std::string_view text, size_t at) const;
 
   std::string name_;
   size_t ranks_;

@@ -115,11 +115,26 @@ TEST(TeeSplitter, HandsEachPrefixedLineToItsRankAndTheRestToTheLauncher) {
   split.finish();
   ASSERT_EQ(rank_lines[1], std::vector<std::string>{"hello\n"});
   EXPECT_EQ(rank_lines[0], (std::vector<std::string>{"cohort.log step=1 loss=0.5\n",
-                                                      "Traceback (most recent call last):\n",
-                                                      ""}));
+                                                      "Traceback (most recent call last):\n"}));
   EXPECT_EQ(own,
             "INFO: torchrun's own\n[default2]:not a rank of it\n[default]:no index\n"
             "[defaultx]:no digits\n[default0] no colon\n");
+}
+
+// torchrun's tee writes what it read of a rank's log, also a line the rank has not ended yet,
+// and the rest later after the marker again, maybe after another rank's line.
+TEST(TeeSplitter, ALineTornByTorchrunsTeeIsJoinedBackForItsRank) {
+  std::string to_rank[2];
+  std::string own;
+  TeeSplitter split("default", 2, [&](size_t i, std::string_view text) { to_rank[i] += text; },
+                    [&](std::string_view line) { own += line; });
+  split.consume("[default0]:held-out accuracy: 0.922[default0]:\n");
+  split.consume("[default1]:epoch [default0]:saved model.pt\n[default1]:1 done\n");
+  split.consume("[default1]:a [default7]: is not a marker of a rank\n");
+  split.finish();
+  EXPECT_EQ(to_rank[0], "held-out accuracy: 0.922\nsaved model.pt\n");
+  EXPECT_EQ(to_rank[1], "epoch 1 done\na [default7]: is not a marker of a rank\n");
+  EXPECT_EQ(own, "");
 }
 
 TEST(TeeSplitter, ALongLineGoesWhollyWhereItsFirstPieceWent) {
