@@ -375,6 +375,15 @@ Result<spec::JobSpec> JobService::checkData(const Caller& caller, const spec::Jo
                         "].mode: link needs a store on disk; this server keeps its store in S3, "
                         "so its inputs are copied (mode: copy)");
       }
+      // The store is the server's alone (mode 0700): a rank that runs as its account's own
+      // identity could not read through the link.
+      if (options_.identities.first >= 0 && spec.inputs[i].mode == spec::Input::Mode::kLink) {
+        return fail(Code::kInvalidArgument,
+                    "inputs[" + std::to_string(i) +
+                        "].mode: link is not offered by this server: its ranks run as your "
+                        "account's own identity, which cannot read the server's store; leave "
+                        "mode out (copy, the default): each node gets its own copy");
+      }
       continue;
     }
     const std::string& path = where->path;

@@ -346,6 +346,16 @@ true
   EXPECT_EQ(raw("GET", "/v1/store/models/run1/model.txt", alice_).second, "alice-model");
   auto [listed, files] = call("GET", "/v1/store/models?list=1", alice_);
   EXPECT_EQ(files["files"].size(), 2u) << files.dump();
+  // A link into the store would be read through by the rank's own identity, which cannot read
+  // the server's store: refused at submission, naming the input, not a failure in the sandbox.
+  if (::geteuid() == 0) {
+    auto [linked, why] = submit(
+        bob_, shellJob("linked", "true",
+                       {{"inputs", {{{"source", "store://models"}, {"target", "in"},
+                                     {"mode", "link"}}}}}));
+    EXPECT_EQ(linked, 400) << why.dump();
+    EXPECT_TRUE(contains(why.dump(), "inputs[0].mode")) << why.dump();
+  }
   expectServerHealthy();
 }
 
