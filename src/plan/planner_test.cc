@@ -224,8 +224,11 @@ TEST(Planner, TorchrunIsOnePerNodeWithC10dRendezvous) {
   const RankPlan& node1 = onlyRank(*plan, "torchrun/node1");
   EXPECT_EQ(plan->nodes[1].ranks.size(), 1u);
   const std::vector<std::string>& a = node1.argv;
-  EXPECT_EQ(std::vector<std::string>(a.begin(), a.begin() + 3),
-            (std::vector<std::string>{"python3", "-m", "torch.distributed.run"}));
+  EXPECT_EQ(std::vector<std::string>(a.begin(), a.begin() + 2),
+            (std::vector<std::string>{"python3", "-c"}));
+  // torchrun itself, without its exit barrier after a failure (its 300 s wait has no flag).
+  EXPECT_NE(a[2].find("runpy.run_module('torch.distributed.run'"), std::string::npos) << a[2];
+  EXPECT_NE(a[2].find("!= api.WorkerState.FAILED: barrier(agent)"), std::string::npos) << a[2];
   for (const char* flag : {"--nnodes=2", "--node_rank=1", "--nproc_per_node=3",
                            "--rdzv_backend=static", "--rdzv_endpoint=127.0.0.1:41234"}) {
     EXPECT_NE(std::find(a.begin(), a.end(), flag), a.end()) << flag;

@@ -71,30 +71,39 @@ TEST(RealPyTorch, TorchrunModeOneTorchrunPerNode) {
   EXPECT_FALSE(contains(metrics, "\"rank\":1,")) << metrics;
 }
 
+// A directory with fail.py: a gloo job whose rank 2 exits 3 once every rank is up, while the
+// others sleep for 10 minutes without talking to it again.
+std::string failingTorchScript() {
+  const std::string work = tempDir();
+  std::ofstream script(work + "/fail.py");
+  script << "import sys, time\n"
+            "import torch.distributed as dist\n"
+            "dist.init_process_group('gloo')\n"
+            "rank = dist.get_rank()\n"
+            "print(f'rank {rank} up', flush=True)\n"
+            "if rank == 2:\n"
+            "    print('rank 2 fails on purpose', file=sys.stderr, flush=True)\n"
+            "    sys.exit(3)\n"
+            "time.sleep(600)\n";
+  return work;
+}
+
 // Under torchrun a rank that fails is torchrun's child: torchrun's own report names it, and so
-// do cohort's root cause and the job's record; its lines carry its own prefix. (A failed node's
-// torchrun waits in its exit barrier for the other nodes' torchruns before it exits, so the
-// ranks that do not fail end by themselves here, after a while.)
+// do cohort's root cause and the job's record; its lines carry its own prefix. And the job
+// fails then, not when the other ranks end: stock torchrun waits in its exit barrier for the
+// other nodes' torchruns (up to 300 s) before it reports, and the ranks here that do not fail
+// never talk to the failed one again and would sleep for 10 minutes. The bound is only "no
+// hang": the job's startup alone takes seconds to tens of seconds on a busy machine.
 TEST(RealPyTorch, TorchrunModeNamesTheRankThatFailed) {
   REQUIRE(kTorch, "Debian's python3-torch and python3-sklearn are not installed");
-  const std::string work = tempDir();
-  {
-    std::ofstream script(work + "/fail.py");
-    script << "import sys, time\n"
-              "import torch.distributed as dist\n"
-              "dist.init_process_group('gloo')\n"
-              "rank = dist.get_rank()\n"
-              "print(f'rank {rank} up', flush=True)\n"
-              "if rank == 2:\n"
-              "    print('rank 2 fails on purpose', file=sys.stderr, flush=True)\n"
-              "    sys.exit(3)\n"
-              "time.sleep(15)\n";  // then exits 0: torchrun/node1 waits for node 0 first
-  }
+  const std::string work = failingTorchScript();
   std::string root = tempDir();
+  const auto start = std::chrono::steady_clock::now();
   auto r = runCohort({"run", "--data-root", root, "--launcher", "torchrun", "--nodes", "2",
                       "--nproc-per-node", "2", "--grace-period", "5s", "--workdir", work, "--",
                       "/usr/bin/python3", "fail.py"},
-                     300s);
+                     400s);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 150s) << "fail-fast: " << r.out << r.err;
   EXPECT_NE(r.exit_code, 0) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "[worker/2 node1] rank 2 fails on purpose")) << r.out;
   EXPECT_TRUE(contains(r.out, "[worker/3 node1] rank 3 up")) << r.out;
@@ -106,6 +115,41 @@ TEST(RealPyTorch, TorchrunModeNamesTheRankThatFailed) {
   const std::string result = readText(dir + "/result.json");
   EXPECT_TRUE(std::regex_search(result, std::regex(R"("launched": \{\s*"name": "worker/2",\s*"rank": 2,)")))
       << result;
+}
+
+// Through the server too: the job's record (the API's root_cause.launched, `cohort status`)
+// names the rank under torchrun that failed, and the job fails without waiting for the others.
+TEST(RealPyTorch, TorchrunModeFailureThroughTheServerNamesTheRank) {
+  REQUIRE(kTorch, "Debian's python3-torch and python3-sklearn are not installed");
+  const std::string work = failingTorchScript();
+  std::string why;
+  auto server = startServer(&why, {"--cpus", "2"});
+  ASSERT_TRUE(server) << why;
+  const std::vector<std::string> env = {"COHORT_SERVER=" + server->url(),
+                                        "COHORT_TOKEN=" + server->adminToken()};
+  const auto start = std::chrono::steady_clock::now();
+  CohortProcess submit({"submit", "--launcher", "torchrun", "--nodes", "2", "--nproc-per-node",
+                        "2", "--cpus", "0.5", "--grace-period", "5s", "--workdir", work, "--wait",
+                        "--", "/usr/bin/python3", "fail.py"},
+                       env);
+  RunResult s = submit.wait(400s);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 150s) << "fail-fast: " << s.out << s.err;
+  ASSERT_NE(s.exit_code, 0) << s.out << s.err;
+  const std::string id = s.out.substr(0, s.out.find('\n'));
+  CohortProcess status({"status", id, "--json"}, env);
+  RunResult j = status.wait(60s);
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  const nlohmann::json record = nlohmann::json::parse(j.out, nullptr, false);
+  ASSERT_TRUE(record.is_object()) << j.out;
+  const nlohmann::json& rc = record["job"]["root_cause"];
+  EXPECT_EQ(rc.value("name", ""), "torchrun/node1") << rc.dump(2);
+  EXPECT_EQ(rc["launched"], nlohmann::json({{"rank", 2}, {"name", "worker/2"},
+                                            {"what", "exited with code 3"}}))
+      << rc.dump(2);
+  CohortProcess text({"status", id}, env);
+  RunResult t = text.wait(60s);
+  EXPECT_TRUE(contains(t.out, "Root cause: worker/2 exited with code 3, under torchrun/node1"))
+      << t.out;
 }
 
 TEST(RealPyTorch, PreloadForksTheRanksFromOneTemplatePerNode) {
