@@ -1,5 +1,5 @@
 // Each framework's wiring against the real framework: PyTorch's launch modes (direct, torchrun,
-// spawn), a start script written for the managed training service, MPI through mpirun,
+// spawn), a start script written for the managed training service, MPI through mpirun, Horovod,
 // MindSpore's dynamic cluster and TensorFlow's strategies. A test whose framework is not
 // installed is skipped with the reason.
 #include <gtest/gtest.h>
@@ -383,6 +383,49 @@ TEST(RealMpi, Mpi4pyTestSuitePassesUnderCohortAsUnderMpirun) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(counts(r.out + r.err).size(), 4u) << r.out << r.err;
   EXPECT_EQ(counts(r.out + r.err), counts(plain)) << r.out << r.err << plain;
+}
+
+// Horovod (built with MPI over Debian's torch and Open MPI by tests/horovod/build, which
+// scripts/test runs, into the build folder's horovod/): its example under horovodrun and under
+// cohort's mpirun, back to back. Horovod takes its ranks from MPI, so both are one world of 4
+// ranks, and training ends with the same weights, bit for bit.
+std::string horovodPython() {
+  const std::string bin = COHORT_BIN;
+  return bin.substr(0, bin.rfind('/')) + "/horovod/bin/python3";
+}
+
+// The last line of examples/horovod/train.py: every rank's weights, compared, exactly.
+std::string horovodWeights(const std::string& out) {
+  std::smatch m;
+  const std::regex weights(R"(weights \w+ on \d+ ranks:( -?0x[0-9a-f.]+p[-+]\d+)+)");
+  if (!std::regex_search(out, m, weights)) return "";
+  return m[0];
+}
+
+TEST(RealHorovod, TrainsUnderCohortAsUnderHorovodrun) {
+  const std::string python = horovodPython();
+  REQUIRE("mpirun --version && " + python +
+              " -c 'import horovod.torch as h; assert h.mpi_built()'",
+          "Horovod is not built here: tests/horovod/build builds it (scripts/test runs it; about "
+          "14 minutes the first time, then cached)");
+  const std::string dir = sourceDir() + "/examples/horovod";
+  const std::string bin = python.substr(0, python.rfind('/'));
+  const std::string plain = shellOutput("cd " + dir + " && " + bin + "/horovodrun -np 4 -H " +
+                                        "localhost:4 " + python + " train.py 2>&1; echo exit=$?");
+  ASSERT_TRUE(contains(plain, "exit=0")) << plain;
+  const std::string expected = horovodWeights(plain);
+  ASSERT_TRUE(contains(expected, "weights identical on 4 ranks: ")) << plain;
+
+  std::string root = tempDir();
+  auto r = runCohort({"run", "--data-root", root, "--framework", "mpi", "--nodes", "2",
+                      "--nproc-per-node", "2", "--workdir", dir, "--", python, "train.py"},
+                     300s);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_TRUE(contains(r.out, "rank " + std::to_string(rank) + "/4 (local")) << r.out;
+  }
+  EXPECT_TRUE(contains(r.out, "[mpirun/0 node0] allreduce: sum of 1..4 is 10")) << r.out;
+  EXPECT_EQ(horovodWeights(r.out), expected) << r.out << plain;
 }
 
 // MindSpore and TensorFlow come from PyPI: the examples name their preset environments.
