@@ -410,6 +410,24 @@ TEST(Planner, AJobsOwnMpirunRunsOnceWithTheJobsHostfile) {
   }
 }
 
+// Horovod's horovodrun runs mpirun with a host list of its own: it runs once, as the job's
+// mpirun, told the job's hostfile and world size before its own flags (which win).
+TEST(Planner, AJobsOwnHorovodrunRunsOnceWithTheJobsHostfile) {
+  PlanContext ctx = context();
+  ctx.as_root = true;
+  auto plan = makePlan(parse("name: h\nframework: mpi\n"
+                             "command: [/venv/bin/horovodrun, --verbose, python3, x.py]\n"
+                             "roles: {worker: {nodes: 2, procs_per_node: 2}}\n"),
+                       ctx);
+  ASSERT_TRUE(plan);
+  EXPECT_TRUE(plan->nodes[1].ranks.empty());
+  const RankPlan& run = onlyRank(*plan, "mpirun/0");
+  EXPECT_EQ(run.argv, (std::vector<std::string>{"/venv/bin/horovodrun", "--hostfile",
+                                                "/data/jobs/digits-ddp-1/files/hostfile", "-np",
+                                                "4", "--verbose", "python3", "x.py"}));
+  EXPECT_EQ(envOf(run, "OMPI_ALLOW_RUN_AS_ROOT"), "1");
+}
+
 TEST(Planner, MpirunOnSlurmTakesTheNodesFromTheAllocation) {
   auto spec = parse("name: m\nframework: mpi\ncommand: [./hello]\n"
                     "roles: {worker: {nodes: 2, procs_per_node: 3}}\n");

@@ -386,9 +386,10 @@ TEST(RealMpi, Mpi4pyTestSuitePassesUnderCohortAsUnderMpirun) {
 }
 
 // Horovod (built with MPI over Debian's torch and Open MPI by tests/horovod/build, which
-// scripts/test runs, into the build folder's horovod/): its example under horovodrun and under
-// cohort's mpirun, back to back. Horovod takes its ranks from MPI, so both are one world of 4
-// ranks, and training ends with the same weights, bit for bit.
+// scripts/test runs, into the build folder's horovod/): its example under horovodrun, under
+// cohort's mpirun, and under horovodrun as a cohort job's command, back to back. Horovod takes
+// its ranks from MPI, so each is one world of 4 ranks, and training ends with the same weights,
+// bit for bit.
 std::string horovodPython() {
   const std::string bin = COHORT_BIN;
   return bin.substr(0, bin.rfind('/')) + "/horovod/bin/python3";
@@ -425,6 +426,17 @@ TEST(RealHorovod, TrainsUnderCohortAsUnderHorovodrun) {
     EXPECT_TRUE(contains(r.out, "rank " + std::to_string(rank) + "/4 (local")) << r.out;
   }
   EXPECT_TRUE(contains(r.out, "[mpirun/0 node0] allreduce: sum of 1..4 is 10")) << r.out;
+  EXPECT_EQ(horovodWeights(r.out), expected) << r.out << plain;
+
+  // horovodrun as the job's command: run once, as the job's mpirun, over the job's hostfile.
+  root = tempDir();
+  r = runCohort({"run", "--data-root", root, "--framework", "mpi", "--nodes", "2",
+                 "--nproc-per-node", "2", "--workdir", dir, "--", bin + "/horovodrun", python,
+                 "train.py"},
+                300s);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "[mpirun/0 node0] [1,3]<stdout>:rank 3/4 (local")) << r.out;
+  EXPECT_FALSE(contains(r.out, "rank 0/1")) << "one world, not one per rank: " << r.out;
   EXPECT_EQ(horovodWeights(r.out), expected) << r.out << plain;
 }
 
