@@ -407,7 +407,7 @@ TEST(RealHorovod, TrainsUnderCohortAsUnderHorovodrun) {
   const std::string python = horovodPython();
   REQUIRE("mpirun --version && " + python +
               " -c 'import horovod.torch as h; assert h.mpi_built()'",
-          "Horovod is not built here: tests/horovod/build builds it (scripts/test runs it; about "
+          "Horovod is not built here: tests/horovod/build builds it (scripts/test runs it; 10 to "
           "14 minutes the first time, then cached)");
   const std::string dir = sourceDir() + "/examples/horovod";
   const std::string bin = python.substr(0, python.rfind('/'));
