@@ -440,6 +440,31 @@ TEST(RealHorovod, TrainsUnderCohortAsUnderHorovodrun) {
   EXPECT_EQ(horovodWeights(r.out), expected) << r.out << plain;
 }
 
+// horovodrun as a job's command is supervised as the job's mpirun: a rank that fails stops the
+// others (which would sleep 2 minutes) and its exit code is the job's (horovodrun becomes
+// mpirun); the root cause names the MPI rank when mpirun's report does (in about half the runs).
+TEST(RealHorovod, AFailedRankUnderHorovodrunEndsTheJobWithItsCode) {
+  const std::string python = horovodPython();
+  REQUIRE("mpirun --version && " + python + " -c 'import horovod.torch'",
+          "Horovod is not built here: tests/horovod/build builds it");
+  const std::string bin = python.substr(0, python.rfind('/'));
+  std::string root = tempDir();
+  const auto start = std::chrono::steady_clock::now();
+  auto r = runCohort({"run", "--data-root", root, "--framework", "mpi", "--nodes", "2",
+                      "--nproc-per-node", "2", "--workdir", root, "--", bin + "/horovodrun",
+                      python, "-c",
+                      "import sys, time\nimport horovod.torch as hvd\nhvd.init()\n"
+                      "if hvd.rank() == 2:\n    print('bad', flush=True)\n    sys.exit(3)\n"
+                      "time.sleep(120)\n"},
+                     300s);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 100s) << "fail-fast: " << r.out << r.err;
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  const bool named =
+      contains(r.err, "root cause: MPI rank 2 exited with code 3, under mpirun/0 on node 0");
+  const bool unnamed = contains(r.err, "root cause: mpirun/0 on node 0 exited with code 3");
+  EXPECT_TRUE(named || unnamed) << r.err;
+}
+
 // MindSpore and TensorFlow come from PyPI: the examples name their preset environments.
 #define REQUIRE_PRESET(name)                                               \
   do {                                                                     \
