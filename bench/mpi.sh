@@ -10,9 +10,12 @@
 # tests/mpi4py/sources; the OSU suite itself is not in Debian): osu_latency and osu_bw on 2 ranks,
 # osu_bcast and osu_allgather on 4 ranks (oversubscribed on 2 cores), at a small and a large
 # message; and mpi4py's own test suite (point-to-point and collective modules) on 4 ranks, wall
-# seconds. Prints each row's median per launcher and cohort / mpirun (lower is better for every
-# row but bandwidth). Rounds take turns in a shuffled order, so the machine's drift weighs on all.
-# Run: bench/mpi.sh   (env: RUNS=5 COHORT=build/cohort BASELINE= SUITE="-i test_p2p_obj ...")
+# seconds; and Horovod's allreduce on 4 ranks (bench/mpi_horovod.py), where tests/horovod/build
+# has built Horovod into build/horovod. Prints each row's median per launcher and cohort / mpirun
+# (lower is better for every row but bandwidth). Rounds take turns in a shuffled order, so the
+# machine's drift weighs on all.
+# Run: bench/mpi.sh   (env: RUNS=5 COHORT=build/cohort BASELINE= SUITE="-i test_p2p_obj ..."
+#                     ROWS=REGEX: only the rows whose name matches, e.g. ROWS=horovod)
 # Needs openmpi-bin and python3-mpi4py (Debian), and PyPI once for mpi4py's sources.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,15 +27,22 @@ SRC=$(tests/mpi4py/sources)
 TMP=$(mktemp -d /tmp/cohort-bench-mpi.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 
-COHORT=$COHORT BASELINE=$BASELINE SUITE=$SUITE python3 - "$TMP" "$RUNS" "$SRC" "$PWD/bench/mpi_osu.py" <<'PY'
+HOROVOD=$PWD/build/horovod/bin/python3
+[ -x "$HOROVOD" ] || HOROVOD=
+COHORT=$COHORT BASELINE=$BASELINE SUITE=$SUITE HOROVOD=$HOROVOD ROWS=${ROWS:-} \
+  python3 - "$TMP" "$RUNS" "$SRC" "$PWD/bench" <<'PY'
 import os, random, re, statistics, subprocess, sys, time
-tmp, runs, src, osu = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+tmp, runs, src, bench = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+osu = f"{bench}/mpi_osu.py"
 cohort, baseline, suite = os.environ["COHORT"], os.environ.get("BASELINE", ""), os.environ["SUITE"].split()
+horovod = os.environ["HOROVOD"]
 root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
 
 def program(row):
     if row["what"] == "suite":
         return ["/usr/bin/python3", f"{src}/test/runtests.py", "-q", "--no-builddir"] + suite
+    if row["what"] == "horovod":
+        return [horovod, f"{bench}/mpi_horovod.py"] + [str(size) for size in row["sizes"]]
     return ["/usr/bin/python3", osu, f"{src}/demo", row["what"], str(row["max"])]
 
 def launchers(row):
@@ -52,6 +62,11 @@ rows = [
     {"name": "osu_allgather 4 ranks", "what": "allgather", "np": 4, "max": 65536, "sizes": [8, 65536], "unit": "us"},
     {"name": "mpi4py suite 4 ranks", "what": "suite", "np": 4, "unit": "s"},
 ]
+if horovod:
+    rows.append({"name": "horovod allreduce 4 ranks", "what": "horovod", "np": 4, "sizes": [8, 1 << 20], "unit": "us"})
+else:
+    print("no Horovod in build/horovod (tests/horovod/build): its row is left out", file=sys.stderr)
+rows = [row for row in rows if re.search(os.environ["ROWS"], row["name"])]
 line = re.compile(r"(?:^|\] )(\d+)\s+([0-9.]+)\s*$")
 results = {}  # (row name, size or None, launcher) -> [values]
 

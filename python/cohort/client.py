@@ -303,7 +303,9 @@ def _fields(cls, d: Dict[str, Any]) -> Dict[str, Any]:
 @dataclasses.dataclass(eq=False)
 class RootCause(_Record):
     """The first failure in time: which rank, where, how it ended, its last log lines and a
-    hint for known failures."""
+    hint for known failures. When that process is a launcher (torchrun/node1, mpirun/0),
+    `launched` is the rank under it that the launcher's report names: {"rank": 2, "name":
+    "worker/2", "what": "exited with code 3"}."""
 
     name: str = ""
     role: str = ""
@@ -314,6 +316,7 @@ class RootCause(_Record):
     attempt: int = 0
     tail: List[str] = dataclasses.field(default_factory=list)
     hint: str = ""
+    launched: Optional[Dict[str, Any]] = None
     raw: Dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
 
     @classmethod
@@ -329,6 +332,9 @@ class RootCause(_Record):
         how = ("was killed by signal %d" % self.signal if self.signal
                else "exited with code %s" % self.exit_code)
         lines = ["%s on node %s %s" % (self.name, self.node, how)]
+        if isinstance(self.launched, dict) and self.launched.get("name"):
+            lines = ["%s %s, under %s on node %s, which then %s" % (
+                self.launched["name"], self.launched.get("what", ""), self.name, self.node, how)]
         lines += ["  | " + line for line in self.tail[-10:]]
         if self.hint:
             lines.append("  hint: " + self.hint)

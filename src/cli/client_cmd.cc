@@ -255,8 +255,15 @@ std::string rootCauseText(const Json& rc, const std::string& first, const std::s
   if (auto node = integer(at(rc, "node"))) {
     where += (where.empty() ? "" : ", ") + std::string("node ") + std::to_string(*node);
   }
-  std::string out = first + str(rc, "name") + (where.empty() ? "" : " (" + where + ")") + " " +
-                    howItExited(at(rc, "exit_code"), at(rc, "signal")) + "\n";
+  const std::string who = str(rc, "name") + (where.empty() ? "" : " (" + where + ")");
+  std::string how = who + " " + howItExited(at(rc, "exit_code"), at(rc, "signal"));
+  // A launcher (torchrun, mpirun) that failed because a rank under it did: that rank first.
+  const Json& launched = at(rc, "launched");
+  if (launched.is_object() && !str(launched, "name").empty()) {
+    how = str(launched, "name") + " " + str(launched, "what") + ", under " + who +
+          ", which then " + howItExited(at(rc, "exit_code"), at(rc, "signal"));
+  }
+  std::string out = first + how + "\n";
   if (std::string hint = str(rc, "hint"); !hint.empty()) out += indent + "  hint: " + hint + "\n";
   const Json& tail = listAt(rc, "tail");
   if (!tail.empty()) {

@@ -1,9 +1,10 @@
 // MPI and Horovod: a hostfile ("host slots=N") that describes the whole job, and one
 // MPI world for it: with launcher mpirun a single mpirun on the first node starts every rank;
-// a command that is itself an MPI launcher (mpirun, mpiexec) is run once, as that mpirun, with
-// the job's hostfile as its default. On Slurm that mpirun takes the allocation from Slurm and
-// reaches the other nodes with srun (a step that overlaps the agents'), as mpirun does in any
-// Slurm job: the hostfile's addresses are not Slurm's node names.
+// a command that is itself an MPI launcher (mpirun, mpiexec, or Horovod's horovodrun, which runs
+// mpirun) is run once, as that mpirun, with the job's hostfile as its default. On Slurm that
+// mpirun takes the allocation from Slurm and reaches the other nodes with srun (a step that
+// overlaps the agents'), as mpirun does in any Slurm job: the hostfile's addresses are not
+// Slurm's node names.
 //
 // Open MPI reads a hostfile's slots as the processors a host has, and busy-polls in every rank
 // unless it finds more processes than slots: then it yields the CPU while a rank waits. Where
@@ -13,6 +14,8 @@
 // ranks (cohort's, or the job's own). On real hosts slots are the job's processes there (what
 // Horovod's host list means too). DeepSpeed has a framework of its own (deepspeed.cc).
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "plan/wiring.h"
 
@@ -29,6 +32,23 @@ bool isMpiLauncher(const std::vector<std::string>& argv) {
     if (base == name) return true;
   }
   return false;
+}
+
+// True when argv[0] is Horovod's launcher. horovodrun gives mpirun a host list of its own
+// (localhost:NP unless told hosts), so the job's hostfile is passed to it as a flag.
+bool isHorovodrun(const std::vector<std::string>& argv) {
+  return !argv.empty() && argv[0].substr(argv[0].rfind('/') + 1) == "horovodrun";
+}
+
+// `horovodrun ARGS` as the launcher of the whole job: `horovodrun --hostfile <job's hostfile>
+// -np <world size> ARGS`. A flag in ARGS wins (argparse keeps the last), and so do hosts named
+// with -H (horovodrun reads its hostfile only when it has no -H).
+std::vector<std::string> horovodrunArgv(const std::vector<std::string>& argv,
+                                        const std::string& hostfile, int world_size) {
+  std::vector<std::string> out = {argv.front(), "--hostfile", hostfile, "-np",
+                                  std::to_string(world_size)};
+  out.insert(out.end(), argv.begin() + 1, argv.end());
+  return out;
 }
 
 }  // namespace
@@ -53,7 +73,8 @@ void wireMpi(Builder& b) {
   b.plan.files.push_back({path, hostfile});
 
   const bool slurm = b.spec.backend == spec::Backend::kSlurm;
-  const bool own_mpirun = isMpiLauncher(b.spec.command);
+  const bool horovodrun = isHorovodrun(b.spec.command);
+  const bool own_mpirun = isMpiLauncher(b.spec.command) || horovodrun;
   KeyValues mpi_env = {{"COHORT_HOSTFILE", path}};
   if (one_machine) {
     // As cohort's own mpirun is told (--oversubscribe): -np above the CPUs starts every rank.
@@ -109,6 +130,8 @@ void wireMpi(Builder& b) {
     }
     argv.insert(argv.end(), mpirun.argv.begin(), mpirun.argv.end());
     mpirun.argv = std::move(argv);
+  } else if (horovodrun) {
+    mpirun.argv = horovodrunArgv(mpirun.argv, path, b.plan.world_size);
   }
   for (NodePlan& node : b.plan.nodes) node.ranks.clear();
   b.plan.nodes.front().ranks.push_back(std::move(mpirun));

@@ -224,8 +224,11 @@ TEST(Planner, TorchrunIsOnePerNodeWithC10dRendezvous) {
   const RankPlan& node1 = onlyRank(*plan, "torchrun/node1");
   EXPECT_EQ(plan->nodes[1].ranks.size(), 1u);
   const std::vector<std::string>& a = node1.argv;
-  EXPECT_EQ(std::vector<std::string>(a.begin(), a.begin() + 3),
-            (std::vector<std::string>{"python3", "-m", "torch.distributed.run"}));
+  EXPECT_EQ(std::vector<std::string>(a.begin(), a.begin() + 2),
+            (std::vector<std::string>{"python3", "-c"}));
+  // torchrun itself, without its exit barrier after a failure (its 300 s wait has no flag).
+  EXPECT_NE(a[2].find("runpy.run_module('torch.distributed.run'"), std::string::npos) << a[2];
+  EXPECT_NE(a[2].find("!= api.WorkerState.FAILED: barrier(agent)"), std::string::npos) << a[2];
   for (const char* flag : {"--nnodes=2", "--node_rank=1", "--nproc_per_node=3",
                            "--rdzv_backend=static", "--rdzv_endpoint=127.0.0.1:41234"}) {
     EXPECT_NE(std::find(a.begin(), a.end(), flag), a.end()) << flag;
@@ -405,6 +408,24 @@ TEST(Planner, AJobsOwnMpirunRunsOnceWithTheJobsHostfile) {
     EXPECT_EQ(envOf(mpirun, "OMPI_ALLOW_RUN_AS_ROOT"), "1");
     EXPECT_EQ(envOf(mpirun, "OMPI_MCA_mpi_yield_when_idle"), "1");
   }
+}
+
+// Horovod's horovodrun runs mpirun with a host list of its own: it runs once, as the job's
+// mpirun, told the job's hostfile and world size before its own flags (which win).
+TEST(Planner, AJobsOwnHorovodrunRunsOnceWithTheJobsHostfile) {
+  PlanContext ctx = context();
+  ctx.as_root = true;
+  auto plan = makePlan(parse("name: h\nframework: mpi\n"
+                             "command: [/venv/bin/horovodrun, --verbose, python3, x.py]\n"
+                             "roles: {worker: {nodes: 2, procs_per_node: 2}}\n"),
+                       ctx);
+  ASSERT_TRUE(plan);
+  EXPECT_TRUE(plan->nodes[1].ranks.empty());
+  const RankPlan& run = onlyRank(*plan, "mpirun/0");
+  EXPECT_EQ(run.argv, (std::vector<std::string>{"/venv/bin/horovodrun", "--hostfile",
+                                                "/data/jobs/digits-ddp-1/files/hostfile", "-np",
+                                                "4", "--verbose", "python3", "x.py"}));
+  EXPECT_EQ(envOf(run, "OMPI_ALLOW_RUN_AS_ROOT"), "1");
 }
 
 TEST(Planner, MpirunOnSlurmTakesTheNodesFromTheAllocation) {

@@ -18,6 +18,26 @@ void fixLocalWorld(Builder& b, RankPlan& r) {
 // A rank's stderr into its stdout, then its command: `sh -c 'exec 2>&1; exec "$@"' sh CMD...`.
 const char* const kJoinStderr[] = {"/bin/sh", "-c", "exec 2>&1; exec \"$@\"", "sh"};
 
+// torchrun (`python3 -m torch.distributed.run`), except that a node whose ranks failed does not
+// wait in torchrun's exit barrier. torchrun waits there for every other node's torchrun to end
+// too, up to 300 s that no flag or variable changes (torch 1.13 to 2.x), so a failed node's
+// torchrun, and with it the failure, reached cohort only when the other nodes' ranks had ended
+// by themselves. Skipped, it exits with its report at once and cohort stops the other nodes,
+// as in direct mode. On success the barrier stays: node 0's torchrun serves the store the other
+// nodes' ranks meet at (static rendezvous) and must outlive them. A torch without these names
+// runs unchanged.
+const char* const kTorchrunFailFast =
+    "import runpy\n"
+    "try:\n"
+    "    from torch.distributed.elastic.agent.server import api\n"
+    "    barrier = api.SimpleElasticAgent._exit_barrier\n"
+    "    def _exit_barrier(agent):\n"
+    "        if agent._worker_group.state != api.WorkerState.FAILED: barrier(agent)\n"
+    "    api.SimpleElasticAgent._exit_barrier = _exit_barrier\n"
+    "except (ImportError, AttributeError):\n"
+    "    pass\n"
+    "runpy.run_module('torch.distributed.run', run_name='__main__', alter_sys=True)\n";
+
 }  // namespace
 
 const char* const kTorchRankVars[] = {"RANK",            "LOCAL_RANK",       "WORLD_SIZE",
@@ -61,8 +81,8 @@ void wirePyTorch(Builder& b) {
     b.onePerNode("torchrun", [&](NodePlan& node, RankPlan& r) {
       for (const char* key : kTorchRankVars) unsetEnv(r.env, key);
       const std::vector<std::string>& cmd = r.argv;
-      std::vector<std::string> argv = {isPython(cmd) ? cmd[0] : "python3", "-m",
-                                       "torch.distributed.run"};
+      std::vector<std::string> argv = {isPython(cmd) ? cmd[0] : "python3", "-c",
+                                       kTorchrunFailFast};
       // Underscored flags: the spelling every torchrun release accepts.
       for (const std::string& flag :
            {"--nnodes=" + std::to_string(b.numNodes()),

@@ -224,6 +224,26 @@ Result<store::Job> Server::Impl::visibleJob(const Caller& caller, const std::str
   return job;
 }
 
+namespace {
+
+// The rank under a launcher (torchrun, mpirun) that its report names as the one that failed
+// (result.json's root_cause.launched), or null.
+Json launchedJson(const Json& root_cause) {
+  auto it = root_cause.find("launched");
+  if (it == root_cause.end() || !it->is_object()) return nullptr;
+  const Json& l = *it;
+  auto rank = l.find("rank");
+  auto name = l.find("name");
+  auto what = l.find("what");
+  if (rank == l.end() || !rank->is_number_integer() || name == l.end() || !name->is_string() ||
+      what == l.end() || !what->is_string()) {
+    return nullptr;
+  }
+  return {{"rank", *rank}, {"name", *name}, {"what", *what}};
+}
+
+}  // namespace
+
 Json Server::Impl::jobJson(const store::Job& job) {
   const std::optional<SessionSettings> session = sessionOf(job);
   Json waiting = nullptr;
@@ -245,7 +265,8 @@ Json Server::Impl::jobJson(const store::Job& job) {
                     {"exit_code", rc.value("code", 0)},
                     {"signal", rc.value("signal", 0)},
                     {"tail", rc.value("tail", Json::array())},
-                    {"hint", rc.value("hint", "")}};
+                    {"hint", rc.value("hint", "")},
+                    {"launched", launchedJson(rc)}};
     }
   }
   return {{"id", job.id},

@@ -133,8 +133,11 @@ export function jobView(view, id) {
     const rc = j.root_cause;
     if (rc) {
       replace(rootCause, el("h2", { text: "Root cause" }), el("div", { class: "panel rootcause" },
-        el("div", {}, el("strong", { text: rc.name }), " on node " + rc.node + " ",
-          howItExited(rc.exit_code, rc.signal)),
+        rc.launched
+          ? el("div", {}, el("strong", { text: rc.launched.name }), " " + rc.launched.what + ", under " +
+            rc.name + " on node " + rc.node + ", which then ", howItExited(rc.exit_code, rc.signal))
+          : el("div", {}, el("strong", { text: rc.name }), " on node " + rc.node + " ",
+            howItExited(rc.exit_code, rc.signal)),
         rc.hint && el("p", { class: "note", text: "Hint: " + rc.hint }),
         rc.tail && rc.tail.length ? el("pre", { "aria-label": "Last lines of " + rc.name, text: rc.tail.join("\n") }) : null));
     } else if (j.state === "failed" && j.reason) {
