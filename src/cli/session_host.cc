@@ -21,6 +21,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -114,7 +115,20 @@ std::vector<std::string> jupyterArgv(const std::string& home) {
           "--port=" + std::to_string(job::sessionPort("jupyter")), "--port-retries=0",
           "--ServerApp.base_url=" + job::jupyterBaseUrl(env("COHORT_JOB_ID")),
           "--ServerApp.root_dir=" + home, "--LabApp.news_url=None",
-          "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"};
+          "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+          "--LabApp.extension_manager=readonly"};
+}
+
+// The lab asks in its first minute whether to fetch Jupyter's news from the internet, which a
+// session's network may not reach: its user settings say no, unless the user said otherwise.
+void quietLab(const std::string& home) {
+  const std::string dir = home + "/.jupyter/lab/user-settings/@jupyterlab/apputils-extension";
+  const std::string file = dir + "/notification.jupyterlab-settings";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (!ec && ::access(file.c_str(), F_OK) != 0) {
+    (void)writeFileAtomic(file, "{\"fetchNews\": \"false\"}\n", false, 0600);
+  }
 }
 
 // sshd and JupyterLab side by side until the session's stop, which ends both; either one's
@@ -237,6 +251,7 @@ int cmdSessionHost(int, char**) {
   const std::string cfg = dir + "/sshd_config";
   if (!lab_token.empty()) {
     ::setenv("JUPYTER_TOKEN", lab_token.c_str(), 1);
+    quietLab(home);
     return superviseBoth({kSshd, "-D", "-e", "-f", cfg}, jupyterArgv(home));
   }
   std::vector<const char*> argv = {kSshd, "-D", "-e", "-f", cfg.c_str(), nullptr};
