@@ -802,6 +802,11 @@ TEST_F(JupyterSession, ALabIsReachedOnlyByItsAccountThroughTheServersProxy) {
       << opened.out;
   RunResult listed = CohortProcess({"session", "ls"}, as_alice).wait();
   EXPECT_TRUE(contains(listed.out, "JupyterLab (cohort session open lab)")) << listed.out;
+  // The SDK's URL is a ticket's too.
+  const std::string sdk = shellOutput(
+      "PYTHONPATH=" + sourceDir() + "/python /usr/bin/python3 -c \"import cohort; print(cohort."
+      "Client('" + server_->url() + "', '" + alice_ + "').session_url('lab'))\" 2>&1");
+  EXPECT_TRUE(startsWith(sdk, server_->url() + "/v1/jobs/" + id + "/session/jupyter/ticket/")) << sdk;
   auto [record_status, record] = call("GET", "/v1/jobs/" + id, alice_);
   EXPECT_EQ(record["session"]["jupyter"], "/v1/jobs/" + id + "/session/jupyter/lab") << record.dump();
   EXPECT_FALSE(record["spec"]["session"].contains("jupyter_token")) << record.dump();
