@@ -16,7 +16,8 @@ namespace cohort::server {
 namespace {
 
 constexpr size_t kMaxLabAnswer = 64 << 20;          // a plain answer, read whole
-constexpr auto kLabAnswerTime = std::chrono::seconds(120);  // a plain request's whole exchange
+constexpr auto kLabAnswerTime = std::chrono::seconds(60);  // a plain request's whole exchange
+
 constexpr auto kLabHandshakeTime = std::chrono::seconds(30);  // a WebSocket's answer head
 
 std::string lower(std::string text) {
@@ -198,6 +199,10 @@ void Server::Impl::labRoutes() {
     std::shared_ptr<AccountLimits::Slot> slot;
     if (upgrade) {
       COHORT_ASSIGN(slot, takeTunnel(req, c));
+    } else {
+      COHORT_ASSIGN(slot, limits.take(AccountLimits::Kind::kLabRequest, c.account,
+                                      admitted ? admitted->token_hash : std::string(),
+                                      kLabRequestsAtOnce));
     }
     std::shared_ptr<void> active = sessions.opened(l.job.id);
     auto sock = agent::connectJobPort(l.job.job_dir, to.node, to.port);

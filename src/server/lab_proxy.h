@@ -106,6 +106,12 @@ class LabPasses {
   uint64_t next_ = 0;
 };
 
+// A plain request holds one of the server's workers until the lab's answer is in: an account
+// holds at most this many at once (AccountLimits::Kind::kLabRequest; a browser opens 6
+// connections to a server), so that a lab that answers slowly, whatever runs in it, cannot
+// keep the other accounts' requests waiting for a worker.
+inline constexpr int64_t kLabRequestsAtOnce = 8;
+
 // The lab cookie's name, and its attributes for job `job_id` (Path is the job's proxy path).
 inline constexpr const char* kLabCookie = "cohort_lab";
 std::string labCookie(const std::string& value, const std::string& job_id, bool tls);

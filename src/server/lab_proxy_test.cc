@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "job/session.h"
+#include "server/account_limits.h"
 #include "util/text.h"
 
 namespace cohort::server {
@@ -161,6 +162,24 @@ TEST(LabPasses, AnAccountHoldsABoundedNumberOfTickets) {
   EXPECT_FALSE(passes.redeem(tickets.front(), "j1", 2000));  // the oldest went
   EXPECT_TRUE(passes.redeem(tickets.back(), "j1", 2000));
   EXPECT_TRUE(passes.redeem(*bob, "j2", 2000));  // another account's are its own
+}
+
+TEST(LabRequests, AnAccountWaitsOnAtMostItsShareOfTheServersWorkers) {
+  AccountLimits limits;
+  std::vector<std::shared_ptr<AccountLimits::Slot>> held;
+  for (int64_t i = 0; i < kLabRequestsAtOnce; ++i) {
+    auto slot = limits.take(AccountLimits::Kind::kLabRequest, "alice", "h", kLabRequestsAtOnce);
+    ASSERT_TRUE(slot);
+    held.push_back(*slot);
+  }
+  auto more = limits.take(AccountLimits::Kind::kLabRequest, "alice", "h", kLabRequestsAtOnce);
+  ASSERT_FALSE(more);
+  EXPECT_EQ(more.error().code, Code::kResourceExhausted);
+  EXPECT_TRUE(contains(more.error().message, "JupyterLab")) << more.error().message;
+  EXPECT_TRUE(limits.take(AccountLimits::Kind::kLabRequest, "bob", "h2", kLabRequestsAtOnce));
+  EXPECT_TRUE(limits.take(AccountLimits::Kind::kTunnel, "alice", "h", 8));  // a count of its own
+  held.pop_back();
+  EXPECT_TRUE(limits.take(AccountLimits::Kind::kLabRequest, "alice", "h", kLabRequestsAtOnce));
 }
 
 TEST(LabCookie, IsHttpOnlyStrictAndScopedToItsSessionsPath) {
