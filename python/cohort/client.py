@@ -634,6 +634,20 @@ class Client:
                 if job.record.get("kind") == "session"
                 and not (active and job.record.get("state") in FINAL_STATES)]
 
+    def session_url(self, session: str) -> str:
+        """A URL that opens the JupyterLab of ``session`` (its id or name; a session started
+        with ``cohort session start --jupyter``) in a browser: it signs the browser in to that
+        lab alone, and works once, within a minute (docs/sessions.md)."""
+        found = [job for job in self.sessions()
+                 if session in (job.record.get("id"), job.record.get("name"))]
+        if len(found) != 1:
+            raise NotFound("not_found",
+                           "no active session '%s' (or more than one: give its id)" % session)
+        job_id = found[0].record["id"]
+        ticket = self._call("POST", "/v1/jobs/%s/session/jupyter/ticket"
+                            % urllib.parse.quote(job_id, safe=""), body={})
+        return self.server + ticket["url"]
+
     # --- store and shares ---
 
     def upload(self, local_file: str, uri: str) -> StoreFile:

@@ -340,7 +340,7 @@ const std::vector<JobFlag>& ownJobFlags() {
       {{"--workdir", "", "DIR", "where ranks run (default: the job file's directory, or here)"},
        text(&O::workdir)},
       {{"--environment", "", "NAME",
-        "run every rank in this environment: a preset (system, pytorch, deepspeed, tensorflow, "
+        "run every rank in this environment: a preset (system, pytorch, deepspeed, jupyter, tensorflow, "
         "mindspore; built on first use) or one saved with cohort env create; its python3 comes "
         "first on PATH (cohort env ls)"},
        text(&O::environment)},

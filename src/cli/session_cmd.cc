@@ -170,6 +170,7 @@ Result<int> start(const Args& args, ApiClient& api) {
   }
   session.authorized_key = std::string(trim(*login_pub));
   session.host_key = keyBody(*host);
+  session.jupyter = args.has("--jupyter");
   spec.session = session;
   auto job = Json::parse(spec::toJobFile(spec), nullptr, false);
   auto created = api.call("POST", "/v1/jobs", Json{{"job", job}});
@@ -187,10 +188,11 @@ Result<int> start(const Args& args, ApiClient& api) {
     std::printf("%s\n", id.c_str());
   }
   std::fprintf(stderr,
-               "cohort: session %s (%s) is %s; cohort session ssh %s logs in once it runs, "
+               "cohort: session %s (%s) is %s; cohort session %s %s %s once it runs, "
                "cohort session stop %s ends it\n",
-               spec.name.c_str(), id.c_str(), textOf(*created, "state").c_str(), spec.name.c_str(),
-               spec.name.c_str());
+               spec.name.c_str(), id.c_str(), textOf(*created, "state").c_str(),
+               session.jupyter ? "open" : "ssh", spec.name.c_str(),
+               session.jupyter ? "opens its JupyterLab" : "logs in", spec.name.c_str());
   return 0;
 }
 
@@ -212,10 +214,16 @@ Result<int> list(const Args& args, ApiClient& api) {
               "IDLE-TIMEOUT", "CONNS", "INFO");
   for (const Json& s : shown) {
     const Json session = s.value("session", Json::object());
+    std::string info = textOf(s, "reason");
+    if (info.empty() && !textOf(session, "jupyter").empty()) {
+      info = "ssh, JupyterLab (cohort session open " + textOf(s, "name") + ")";
+    } else if (info.empty()) {
+      info = "ssh";
+    }
     std::printf("%-28s %-16s %-10s %-6s %-12s %-6s %s\n", textOf(s, "id").c_str(),
                 textOf(s, "name").c_str(), textOf(s, "state").c_str(), textOf(s, "ranks").c_str(),
                 textOf(session, "idle_timeout").c_str(), textOf(session, "connections").c_str(),
-                textOf(s, "reason").c_str());
+                info.c_str());
   }
   return 0;
 }
@@ -374,6 +382,57 @@ Result<int> save(const Args& args, ApiClient& api) {
   }
 }
 
+// The session's JupyterLab: a URL that signs a browser in to it, once, within a minute
+// (server/lab_proxy.h); with --browser, opened in one. Waits (up to 60 s) for the session to
+// run and its lab to answer.
+Result<int> openLab(const Args& args, ApiClient& api) {
+  COHORT_ASSIGN(Json session, findSession(api, args.positional[1]));
+  const std::string id = textOf(session, "id");
+  if (textOf(session.value("session", Json::object()), "jupyter").empty()) {
+    return fail(Code::kInvalidArgument,
+                "session '" + textOf(session, "name") + "' (" + id +
+                    ") has no JupyterLab: start one with cohort session start --jupyter --env jupyter");
+  }
+  const std::string base = "/v1/jobs/" + urlEncode(id) + "/session/jupyter/";
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  for (;;) {
+    auto status = api.call("GET", base + "api/status");
+    if (status) break;
+    COHORT_ASSIGN(Json job, api.call("GET", "/v1/jobs/" + urlEncode(id)));
+    const std::string state = textOf(job, "state");
+    if (job::isFinalState(state)) {
+      return fail(Code::kFailedPrecondition, "session '" + id + "' is " + state + ": " +
+                                                 textOf(job, "reason") + " (cohort logs " + id +
+                                                 " says more)");
+    }
+    if (std::chrono::steady_clock::now() > until) return tl::unexpected<Error>(status.error());
+    std::this_thread::sleep_for(500ms);
+  }
+  COHORT_ASSIGN(Json ticket, api.call("POST", base + "ticket", Json::object()));
+  const std::string url = api.server() + textOf(ticket, "url");
+  std::printf("%s\n", url.c_str());
+  std::fprintf(stderr, "cohort: open it within %s; it works once (cohort session open %s makes "
+               "another); the lab is then at %s%slab\n",
+               textOf(ticket, "expires_in").c_str(), args.positional[1].c_str(),
+               api.server().c_str(), base.c_str());
+  if (!args.has("--browser")) return 0;
+  std::fflush(stdout);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const char* argv[] = {"xdg-open", url.c_str(), nullptr};
+    ::execvp("xdg-open", const_cast<char* const*>(argv));
+    ::_exit(127);
+  }
+  int st = 0;
+  while (pid > 0 && ::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  if (pid < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    return fail(Code::kFailedPrecondition,
+                "could not open a browser (xdg-open): open the URL above in yours");
+  }
+  return 0;
+}
+
 Result<int> ssh(const Args& args, ApiClient& api) {
   const std::string name = args.positional[1];
   COHORT_ASSIGN(Json session, findSession(api, name));
@@ -402,10 +461,11 @@ Result<int> cmdSession(int argc, char** argv) {
   const std::string verb = args.positional.empty() ? "" : args.positional[0];
   const size_t want = verb == "start" || verb == "ls" ? 1 : 2;
   const bool any_more = verb == "ssh";  // a command to run in the session
-  if (verb != "start" && verb != "ls" && verb != "stop" && verb != "ssh" && verb != "save") {
+  if (verb != "start" && verb != "ls" && verb != "stop" && verb != "ssh" && verb != "save" &&
+      verb != "open") {
     return fail(Code::kInvalidArgument,
-                "session: expected start, ls, stop NAME, ssh NAME or save NAME (see cohort "
-                "session --help)");
+                "session: expected start, ls, stop NAME, ssh NAME, open NAME or save NAME (see "
+                "cohort session --help)");
   }
   if (args.positional.size() < want || (!any_more && args.positional.size() > want)) {
     return fail(Code::kInvalidArgument,
@@ -418,6 +478,7 @@ Result<int> cmdSession(int argc, char** argv) {
   if (verb == "ls") return list(args, api);
   if (verb == "stop") return stop(args.positional[1], api);
   if (verb == "save") return save(args, api);
+  if (verb == "open") return openLab(args, api);
   return ssh(args, api);
 }
 
@@ -434,6 +495,10 @@ const std::vector<FlagSpec>& sessionFlags() {
        "(default 1h)"},
       {"--max-runtime", "", "DUR", "start: end it after DUR whatever happens"},
       {"--name", "", "NAME", "start: its name (default: session)"},
+      {"--jupyter", "", "",
+       "start: serve JupyterLab too, through the server (its environment needs jupyterlab: "
+       "--env jupyter)"},
+      {"--browser", "", "", "open: open the URL in a browser (xdg-open)"},
       {"--stdio", "", "", "ssh: carry the SSH connection on stdin and stdout (ssh's ProxyCommand)"},
       {"--config", "", "", "ssh: print a Host block for ~/.ssh/config (VS Code, PyCharm)"},
       {"--all", "", "", "ls: ended sessions too"},
@@ -447,7 +512,9 @@ std::string sessionHelp() {
 
 Usage: cohort session start [--env NAME] [--nodes N --nproc-per-node M] [--cpus N] [--memory SIZE]
                             [--gpus N] [--idle-timeout DUR] [--max-runtime DUR] [--name NAME]
+                            [--jupyter]
        cohort session ls [--all] [--json]
+       cohort session open NAME [--browser]    a URL that opens its JupyterLab (--jupyter)
        cohort session stop NAME
        cohort session ssh NAME [-- COMMAND...]
        cohort session ssh NAME --config        a ~/.ssh/config Host block (VS Code, PyCharm)
@@ -460,6 +527,10 @@ you name, with your account's identity. Its port is reachable only through the s
 your token: `cohort session ssh NAME` logs in (or runs COMMAND), and the block that --config
 prints lets VS Code Remote-SSH and PyCharm's SSH interpreter connect to `cohort-NAME`.
 The keys are made here by `start` (in ~/.config/cohort/sessions/ID): log in from this machine.
+
+With --jupyter, the session serves JupyterLab too, through the server alone: `cohort session
+open NAME` prints a URL that signs your browser in to it (once, within a minute); the console's
+session page has the same as a button. Its environment needs jupyterlab (the `jupyter` preset).
 
 In a session, `pip install PKG` installs into the session's own package directory (on PYTHONPATH
 before the environment's); `save` makes what was installed there, pinned to the versions
@@ -475,6 +546,7 @@ Examples:
   cohort session start --env pytorch --cpus 4 --memory 8Gi --idle-timeout 2h --name dev
   cohort session ssh dev -- python3 -c 'import torch; print(torch.__version__)'
   cohort session ssh dev --config >> ~/.ssh/config     # then: ssh cohort-dev
+  cohort session start --jupyter --env jupyter --name lab && cohort session open lab --browser
   cohort session ssh dev -- pip install einops
   cohort session save dev --as dev-env                # then: cohort session start --env dev-env
   cohort session stop dev

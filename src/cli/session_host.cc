@@ -2,8 +2,9 @@
 // starts in place of a job's command (server/jobs.cc). It runs as the session's ranks do: as
 // its account's identity, in the job's sandbox and network, in its environment. Rank 0 serves
 // OpenSSH's sshd on its node's loopback (job/session.h), which its account reaches only through
-// the server's tunnel; every other rank holds its share of the allocation until the session
-// stops.
+// the server's tunnel, and JupyterLab beside it when the session asked for it (reached only
+// through the server's proxy, server/jupyter_proxy.h, which adds the lab's token); every other
+// rank holds its share of the allocation until the session stops.
 //
 // sshd runs without privileges: it may then log in only its own user, with public keys, which
 // is what a session wants. It needs a passwd entry for that user, which an account's identity
@@ -11,12 +12,16 @@
 // files in the node's own /tmp, for sshd and for everything the user runs in the session.
 #include "cli/session_host.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -72,6 +77,94 @@ int holdUntilStopped() {
   return 0;
 }
 
+// `argv` as a child (PATH searched), with the signals the parent blocks unblocked (and its
+// stderr gone when `quiet`); -1 when it cannot be started.
+pid_t spawn(const std::vector<std::string>& argv, const sigset_t& unblock, bool quiet = false) {
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  sigprocmask(SIG_UNBLOCK, &unblock, nullptr);
+  if (quiet) {
+    const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (null >= 0) ::dup2(null, 2);
+  }
+  std::vector<char*> raw;
+  for (const std::string& a : argv) raw.push_back(const_cast<char*>(a.c_str()));
+  raw.push_back(nullptr);
+  ::execvp(raw[0], raw.data());
+  std::fprintf(stderr, "cohort session: cannot start %s\n", raw[0]);
+  ::_exit(127);
+}
+
+// Whether the environment's python3 (first on PATH) imports jupyterlab.
+bool hasJupyterLab() {
+  sigset_t none;
+  sigemptyset(&none);
+  const pid_t pid = spawn({"python3", "-c", "import jupyterlab"}, none, true);
+  if (pid < 0) return false;
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// JupyterLab on the node's loopback, at the proxy's base URL, with the token only the server
+// and the session know (in its environment, not on its command line). No browser, nothing
+// fetched from outside (the session's network may have no way out).
+std::vector<std::string> jupyterArgv(const std::string& home) {
+  return {"python3", "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1",
+          "--port=" + std::to_string(job::sessionPort("jupyter")), "--port-retries=0",
+          "--ServerApp.base_url=" + job::jupyterBaseUrl(env("COHORT_JOB_ID")),
+          "--ServerApp.root_dir=" + home, "--LabApp.news_url=None",
+          "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+          "--LabApp.extension_manager=readonly"};
+}
+
+// The lab asks in its first minute whether to fetch Jupyter's news from the internet, which a
+// session's network may not reach: its user settings say no, unless the user said otherwise.
+void quietLab(const std::string& home) {
+  const std::string dir = home + "/.jupyter/lab/user-settings/@jupyterlab/apputils-extension";
+  const std::string file = dir + "/notification.jupyterlab-settings";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (!ec && ::access(file.c_str(), F_OK) != 0) {
+    (void)writeFileAtomic(file, "{\"fetchNews\": \"false\"}\n", false, 0600);
+  }
+}
+
+// sshd and JupyterLab side by side until the session's stop, which ends both; either one's
+// end ends the session, saying which.
+int superviseBoth(const std::vector<std::string>& sshd, const std::vector<std::string>& lab) {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : {SIGTERM, SIGINT, SIGHUP, SIGCHLD}) sigaddset(&set, s);
+  sigprocmask(SIG_BLOCK, &set, nullptr);
+  const pid_t children[2] = {spawn(sshd, set), spawn(lab, set)};
+  const char* names[2] = {"sshd", "jupyter lab"};
+  if (children[0] < 0 || children[1] < 0) return refuse("cannot start sshd and jupyter lab");
+  int code = 0;
+  for (bool stopping = false; !stopping;) {
+    int got = 0;
+    sigwait(&set, &got);
+    if (got != SIGCHLD) break;
+    int status = 0;
+    for (int i = 0; i < 2; ++i) {
+      if (::waitpid(children[i], &status, WNOHANG) == children[i]) {
+        std::fprintf(stderr, "cohort session: %s ended (%s %d): the session ends\n", names[i],
+                     WIFEXITED(status) ? "exit" : "signal",
+                     WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+        code = 1;
+        stopping = true;
+      }
+    }
+  }
+  for (pid_t pid : children) ::kill(pid, SIGTERM);
+  for (pid_t pid : children) {
+    while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  }
+  return code;
+}
+
 }  // namespace
 
 int cmdSessionHost(int, char**) {
@@ -89,6 +182,14 @@ int cmdSessionHost(int, char**) {
     }
   }
   const std::string home = env("HOME").empty() ? "/tmp" : env("HOME");
+  const std::string lab_token = env("COHORT_SESSION_JUPYTER_TOKEN");
+  if (!lab_token.empty() && !hasJupyterLab()) {
+    const std::string named = env("COHORT_SESSION_ENVIRONMENT");
+    return refuse("JupyterLab: the session's environment" +
+                  (named.empty() ? std::string(" (the server's PATH)") : " '" + named + "'") +
+                  " has no jupyterlab: start it with --env jupyter (a preset with JupyterLab 4), "
+                  "or pip install jupyterlab in a session and cohort session save it");
+  }
   // The node's own /tmp (a tmpfs of the job's), which no other job sees.
   const std::string dir = "/tmp/.cohort-session-" + env("COHORT_JOB_ID");
   ::mkdir(dir.c_str(), 0700);
@@ -143,10 +244,16 @@ int cmdSessionHost(int, char**) {
       return refuse(w.error().message);
     }
   }
-  for (const char* secret : {"COHORT_SESSION_HOST_KEY", "COHORT_SESSION_AUTHORIZED_KEY"}) {
+  for (const char* secret : {"COHORT_SESSION_HOST_KEY", "COHORT_SESSION_AUTHORIZED_KEY",
+                             "COHORT_SESSION_JUPYTER_TOKEN"}) {
     ::unsetenv(secret);
   }
   const std::string cfg = dir + "/sshd_config";
+  if (!lab_token.empty()) {
+    ::setenv("JUPYTER_TOKEN", lab_token.c_str(), 1);
+    quietLab(home);
+    return superviseBoth({kSshd, "-D", "-e", "-f", cfg}, jupyterArgv(home));
+  }
   std::vector<const char*> argv = {kSshd, "-D", "-e", "-f", cfg.c_str(), nullptr};
   ::execv(kSshd, const_cast<char* const*>(argv.data()));
   return refuse(std::string("cannot start ") + kSshd);

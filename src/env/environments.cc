@@ -273,6 +273,31 @@ const std::vector<Preset>& presets() {
         "ninja==1.13.2", "py-cpuinfo==9.0.0", "pydantic==2.14.4", "pydantic_core==2.50.5",
         "tqdm==4.70.1", "typing-inspection==0.4.5", "typing_extensions==4.16.0"},
        {"deepspeed", "torch"}},
+      // JupyterLab 4 for a session's lab (docs/sessions.md) over Debian's torch; its kernel is
+      // Debian's python3-ipykernel (with jupyter_client, pyzmq, tornado and IPython), the rest
+      // is what jupyterlab 4.6.6 resolves to from PyPI beside it.
+      {"jupyter",
+       "JupyterLab 4 from PyPI on Debian's python3-torch and python3-ipykernel",
+       "/usr/bin/python3",
+       true,
+       {"jupyterlab==4.6.6"},
+       {"anyio==4.16.0", "argon2-cffi==25.1.0", "argon2-cffi-bindings==26.2.0", "arrow==1.4.0",
+        "async-lru==2.4.0", "babel==2.19.0", "beautifulsoup4==4.15.0", "bleach==6.4.0",
+        "certifi==2026.10.19.post1", "cffi==2.1.1", "defusedxml==0.7.1", "fqdn==1.6.0",
+        "h11==0.16.0", "httpcore==1.0.9", "httpx==0.29.0", "isoduration==20.11.0",
+        "Jinja2==3.1.6", "json5==0.17.3", "jsonpointer==3.12", "jsonschema==4.26.0",
+        "jsonschema-specifications==2025.9.1", "jupyter-events==0.12.1", "jupyter-lsp==2.3.1",
+        "jupyter_builder==1.3.1", "jupyter_server==2.21.1", "jupyter_server_terminals==0.5.4",
+        "jupyterlab_pygments==0.3.0", "jupyterlab_server==2.28.1", "lark==1.3.1",
+        "MarkupSafe==3.0.4", "mistune==3.4.0", "nbconvert==7.17.2", "nbformat==5.11.1",
+        "notebook_shim==0.2.4", "overrides==7.7.0", "packaging==26.4", "pandocfilters==1.5.1",
+        "prometheus_client==0.26.0", "pycparser==3.12", "python-json-logger==4.2.0",
+        "referencing==0.37.0", "requests==2.34.2", "rfc3339-validator==0.1.4",
+        "rfc3986-validator==0.1.1", "rfc3987-syntax==1.1.0", "rpds-py==2026.9.1",
+        "Send2Trash==2.2.0", "soupsieve==2.10", "terminado==0.18.1", "tinycss2==1.5.1",
+        "traitlets==5.16.1", "typing_extensions==4.16.0", "tzdata==2026.6", "uri-template==1.3.0",
+        "webcolors==25.10.0", "webencodings==0.6.1", "websocket-client==1.9.2"},
+       {"jupyterlab", "jupyter_server", "ipykernel", "torch"}},
       {"tensorflow",
        "CPU TensorFlow from PyPI",
        "python3",
@@ -512,7 +537,7 @@ Result<Environment> Store::create(const CreateRequest& request, const Progress& 
   if (base.venv.empty()) {
     return fail(Code::kInvalidArgument,
                 "--from system: build on a preset with a virtual "
-                "environment (pytorch, deepspeed, tensorflow, mindspore) or a saved one");
+                "environment (pytorch, deepspeed, jupyter, tensorflow, mindspore) or a saved one");
   }
   COHORT_ASSIGN(BuildLock lock, BuildLock::take(root(), name));
   if (::access((root() + "/" + name + "/env.json").c_str(), F_OK) == 0) {

@@ -3,8 +3,9 @@
 // VIRTUAL_ENV set, so `command: [python3, train.py]` runs in it.
 //
 // Presets ship with cohort (presets()): `system` (the interpreter as it is), `pytorch` (a
-// virtual environment over Debian's python3-torch), `tensorflow` and `mindspore` (from PyPI,
-// pinned). They are built on first use, then kept. A saved environment is made from one with
+// virtual environment over Debian's python3-torch; `deepspeed` and `jupyter` add pinned PyPI
+// packages on it), `tensorflow` and `mindspore` (from PyPI, pinned). They are built on first
+// use, then kept. A saved environment is made from one with
 // `cohort env create NAME --from pytorch --pip PKG==VER`: a virtual environment layered on its
 // base (the base's packages stay visible through a .pth file; nothing is copied) with the
 // requirements installed, every package it installed pinned in its lock file.
@@ -54,7 +55,7 @@ struct Preset {
   std::vector<std::string> modules;  // imported after the build; their versions recorded
 };
 
-// system, pytorch, deepspeed, tensorflow, mindspore.
+// system, pytorch, deepspeed, jupyter, tensorflow, mindspore.
 const std::vector<Preset>& presets();
 const Preset* findPreset(const std::string& name);
 

@@ -99,8 +99,8 @@ TEST(Stores, ANameIsFoundInTheFirstStoreThatHasItAndPresetsInTheLast) {
   EXPECT_EQ(preset->dir, team.path() + "/pytorch");
   std::vector<std::string> names;
   for (const Environment& e : store.list()) names.push_back(e.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"system", "pytorch", "deepspeed", "tensorflow",
-                                             "mindspore", "both", "shared"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"system", "pytorch", "deepspeed", "jupyter",
+                                             "tensorflow", "mindspore", "both", "shared"}));
   auto missing = store.get("nope");
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.error().code, Code::kNotFound);

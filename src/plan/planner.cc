@@ -332,6 +332,10 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
         setEnv(r.env, "COHORT_SESSION_USER", spec.session->user);
         setEnv(r.env, "COHORT_SESSION_AUTHORIZED_KEY", spec.session->authorized_key);
         setEnv(r.env, "COHORT_SESSION_HOST_KEY", spec.session->host_key);
+        if (spec.session->jupyter) {
+          setEnv(r.env, "COHORT_SESSION_JUPYTER_TOKEN", spec.session->jupyter_token);
+          setEnv(r.env, "COHORT_SESSION_ENVIRONMENT", spec.environment);
+        }
       }
     }
   }

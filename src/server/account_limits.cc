@@ -34,12 +34,21 @@ Result<std::shared_ptr<AccountLimits::Slot>> AccountLimits::take(
   const size_t elsewhere = held_elsewhere ? held_elsewhere() : 0;
   if (limit && static_cast<int64_t>(count + elsewhere) >= *limit) {
     const int64_t used = static_cast<int64_t>(count + elsewhere);
+    if (kind == Kind::kTunnel || kind == Kind::kLabRequest) {
+      // Limits of the server's, not quotas an admin sets per account.
+      return fail(Code::kResourceExhausted,
+                  kind == Kind::kTunnel
+                      ? "account '" + account + "' holds " + std::to_string(used) +
+                            " tunnels, the most this server lets an account hold at once "
+                            "(cohort server --max-tunnels): close some first (each debugger "
+                            "attached through cohort debug --attach holds one, each cohort "
+                            "session ssh, and each WebSocket of a session's JupyterLab)"
+                      : "account '" + account + "' has " + std::to_string(used) +
+                            " requests to its sessions' JupyterLab waiting for their answers, "
+                            "the most at once: let some finish");
+    }
     return tl::unexpected(
         kind == Kind::kFollower ? overQuota(account, "followers", used, 1, *limit, "end some first")
-        : kind == Kind::kTunnel
-            ? overQuota(account, "tunnels", used, 1, *limit,
-                        "close some first (each debugger attached through cohort debug --attach "
-                        "holds one)")
             : overQuota(account, "uploads", used, 1, *limit,
                         "let them finish (a code upload waits until a job names it, or an "
                         "hour)"));

@@ -24,7 +24,8 @@ namespace cohort::server {
 
 class AccountLimits {
  public:
-  enum class Kind { kFollower, kUpload, kTunnel };
+  // kLabRequest: a request to a session's JupyterLab waiting for its answer (it holds a worker).
+  enum class Kind { kFollower, kUpload, kTunnel, kLabRequest };
 
   // A held slot. `revoked()` turns true when the token it was taken with is revoked, and then
   // `on_revoke` (set by the stream holding it) is called once, from the revoking thread.

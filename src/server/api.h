@@ -63,6 +63,7 @@ inline constexpr size_t kMaxUpload = size_t{1} << 30;
 // clients see the connection close.
 inline constexpr size_t kMaxJsonRead = 8 << 20;
 inline constexpr size_t kMaxTokenLabel = 256;
+inline constexpr size_t kMaxLabBody = 32 << 20;  // a request to a session's lab (lab_proxy.h)
 inline constexpr size_t kMaxStoreName = 255;   // bytes of one name in a store:// path
 inline constexpr size_t kMaxStorePath = 1024;  // bytes of a whole store:// path
 inline constexpr auto kMaxWait = std::chrono::minutes(5);

@@ -332,6 +332,7 @@ void Server::Impl::jobRoutes() {
           // A session's host key stays in its job: its account has the copy it made.
           if (spec.is_object() && spec.contains("session") && spec["session"].is_object()) {
             spec["session"].erase("host_key");
+            spec["session"].erase("jupyter_token");
           }
           if (spec.is_object()) record["spec"] = std::move(spec);
           // Each node's startup phases of the last attempt, from the coordinator's result.

@@ -96,6 +96,7 @@ void Server::Impl::routes() {
         return Result<void>();
       });
   jobRoutes();
+  labRoutes();
   storeRoutes();
   accountRoutes();
   environmentRoutes();

@@ -179,6 +179,7 @@ struct Exchange {
   // called here when it never does (the client went before the 101 left).
   std::shared_ptr<UniqueFd> tunnel;
   std::function<void()> tunnel_ended;
+  std::string tunnel_early;
   ~Exchange() {
     if (tunnel_ended) tunnel_ended();
   }
@@ -304,12 +305,13 @@ ssize_t readStream(void* cls, uint64_t, char* buf, size_t max) {
 }
 
 // A tunnel's bytes both ways between `a` (the client's side) and `b` (the socket a handler
-// connected), `early` (what the client sent before the 101) first, until both directions have
+// connected), `early` (what the client sent before the 101) and `early_b` (what `b` sent
+// before) first, until both directions have
 // ended (an end of one is passed on as a half-close) or either side fails, or `stop` is
 // readable. At most kTunnelBuffer bytes wait in each direction: a side that does not read
 // holds up only the other.
 constexpr size_t kTunnelBuffer = 256 << 10;
-void relayTunnel(int a, int b, std::string early, int stop) {
+void relayTunnel(int a, int b, std::string early, std::string early_b, int stop) {
   for (int fd : {a, b}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   struct Way {
     int from, to;
@@ -318,7 +320,7 @@ void relayTunnel(int a, int b, std::string early, int stop) {
     bool eof = false;   // `from` said it sends no more
     bool done = false;  // ...and all of it reached `to`, which was told
   };
-  Way ways[2] = {{a, b, std::move(early)}, {b, a, {}}};
+  Way ways[2] = {{a, b, std::move(early)}, {b, a, std::move(early_b)}};
   char chunk[64 << 10];
   for (;;) {
     pollfd p[3] = {{a, 0, 0}, {b, 0, 0}, {stop, POLLIN, 0}};
@@ -479,14 +481,18 @@ void HttpServer::Impl::onUpgraded(void* cls, MHD_Connection* c, void* ctx, const
   }
   std::shared_ptr<UniqueFd> tunnel = x ? std::move(x->tunnel) : nullptr;
   std::function<void()> ended = x ? std::move(x->tunnel_ended) : nullptr;
+  std::string early_b = x ? std::move(x->tunnel_early) : std::string();
   if (x) x->tunnel_ended = nullptr;
   std::string early(extra_in ? extra_in : "", extra_in ? extra_in_size : 0);
   {
     std::lock_guard lock(s->tunnels_mu);
     ++s->tunnels;
   }
-  std::thread([s, sock, urh, tunnel, ended = std::move(ended), early = std::move(early)]() mutable {
-    if (tunnel && tunnel->valid()) relayTunnel(sock, tunnel->get(), std::move(early), s->event.get());
+  std::thread([s, sock, urh, tunnel, ended = std::move(ended), early = std::move(early),
+               early_b = std::move(early_b)]() mutable {
+    if (tunnel && tunnel->valid()) {
+      relayTunnel(sock, tunnel->get(), std::move(early), std::move(early_b), s->event.get());
+    }
     s->mhd->upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
     if (tunnel) tunnel->reset();
     if (ended) ended();
@@ -677,6 +683,7 @@ MHD_Result HttpServer::Impl::queue(Exchange& x) {
   if (r.tunnel) {
     x.tunnel = std::move(r.tunnel);
     x.tunnel_ended = std::move(r.tunnel_ended);
+    x.tunnel_early = std::move(r.tunnel_early);
     answer = mhd->create_response_for_upgrade(&Impl::onUpgraded, this);
     r.status = 101;
     r.content_type.clear();

@@ -113,9 +113,11 @@ struct Response {
   bool close = false;  // close the connection after this answer
   // Set: the answer is 101 with these headers, and the connection then carries bytes to and
   // from this socket (see the top of this file); `tunnel_ended` is called once it is over (on
-  // the tunnel's thread), or when the 101 could not be sent.
+  // the tunnel's thread), or when the 101 could not be sent. `tunnel_early`: bytes the socket
+  // already sent (read with its own answer's head), which reach the client first.
   std::shared_ptr<UniqueFd> tunnel;
   std::function<void()> tunnel_ended;
+  std::string tunnel_early;
 
   void setContent(std::string content, std::string type) {
     body = std::move(content);

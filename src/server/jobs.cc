@@ -471,6 +471,11 @@ Result<void> JobService::asSession(const Caller& caller, spec::JobSpec& spec) co
   }
   if (user.empty() || std::isdigit(static_cast<unsigned char>(user[0]))) user = "u" + user;
   spec.session->user = user.substr(0, 32);
+  // The lab's token: the server's and the session's alone (the proxy adds it to each request).
+  spec.session->jupyter_token.clear();
+  if (spec.session->jupyter) {
+    COHORT_ASSIGN(spec.session->jupyter_token, randomHex(32));
+  }
   return {};
 }
 

@@ -27,6 +27,8 @@ enum class Who {
   kAccount,  // an account's token
   kAdmin,    // an admin account's token
   kJob,      // the job's own report token (its coordinator)
+  kLab,      // an account's token, or the lab cookie of the session the path names
+             // (server/lab_proxy.h)
 };
 
 // What a route reads after its headers.
@@ -35,6 +37,7 @@ enum class BodyKind {
   kJson,        // a JSON document, read into memory (at most 4 MiB)
   kStoreFile,   // a store file: streamed to a file of the server's, never whole in memory
   kCodeUpload,  // a code upload's archive: streamed the same way
+  kProxied,     // any bytes, read into memory (at most 32 MiB), for a session's lab
 };
 
 struct RoutePattern {

@@ -1,6 +1,7 @@
 // Server: admission, authentication and routing (server_impl.h), and the server's start.
 #include "server/server.h"
 
+#include "job/session.h"
 #include "server/server_impl.h"
 
 namespace cohort::server {
@@ -37,6 +38,8 @@ http::Admission Server::Impl::admit(Request& req) {
     }
   } else if (spec.who == Who::kJob) {
     if (auto ok = checkReportToken(req); !ok) return refuse(ok.error());
+  } else if (spec.who == Who::kLab) {
+    if (auto ok = authenticateLab(req, *admitted); !ok) return refuse(ok.error());
   }
   const size_t length = static_cast<size_t>(
       std::strtoull(req.header("Content-Length").c_str(), nullptr, 10));
@@ -48,6 +51,14 @@ http::Admission Server::Impl::admit(Request& req) {
       a.body_limit = kMaxJsonRead;
       if (length > kMaxJsonRead) {
         return refuse(Error{Code::kTooLarge, "the request body is over 4 MiB"});
+      }
+      break;
+    case BodyKind::kProxied:
+      a.body_limit = kMaxLabBody;
+      if (length > kMaxLabBody) {
+        return refuse(Error{Code::kTooLarge,
+                            "the request body is over 32 MiB, the lab proxy's limit: copy large "
+                            "files with cohort session ssh (scp, rsync)"});
       }
       break;
     case BodyKind::kStoreFile:
@@ -181,6 +192,10 @@ Result<Caller> Server::Impl::authenticate(const Request& req, std::string* token
   }
   std::string hash = sha256Hex(header.substr(7));
   if (token_hash) *token_hash = hash;
+  return callerOfTokenHash(hash);
+}
+
+Result<Caller> Server::Impl::callerOfTokenHash(const std::string& hash) {
   uint64_t generation;
   {
     std::lock_guard lock(auth_mu);
@@ -291,7 +306,9 @@ Json Server::Impl::jobJson(const store::Job& job) {
           {"kind", session ? "session" : "job"},
           {"session", session ? Json{{"idle_timeout", formatDuration(session->idle_timeout)},
                                      {"user", session->user},
-                                     {"connections", sessions.of(job.id).open}}
+                                     {"connections", sessions.of(job.id).open},
+                                     {"jupyter", session->jupyter ? Json(job::jupyterBaseUrl(job.id) + "lab")
+                                                                  : Json(nullptr)}}
                               : Json(nullptr)}};
 }
 

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "server/api.h"
+#include "server/lab_proxy.h"
 #include "server/sessions.h"
 
 namespace cohort::server {
@@ -59,6 +60,7 @@ struct Server::Impl {
   std::thread session_thread;  // watchSessions, ended with quota_quit
   int64_t started_at = 0;      // unix nanos: sessions' idle time counts from here at the latest
   SessionActivity sessions;    // connections open into each session (before `http`)
+  LabPasses lab_passes;        // sessions' lab tickets and cookies
   std::mutex auth_mu;
   std::unordered_map<std::string, Caller> auth_cache;  // by token hash
   uint64_t auth_generation = 0;                        // bumped when a token is revoked
@@ -74,6 +76,8 @@ struct Server::Impl {
     Caller caller;
     std::string token_hash;  // the caller's token's
     std::shared_ptr<AccountLimits::Slot> upload;  // an upload's slot, held while it is received
+    bool lab_cookie = false;  // Who::kLab: the caller came with the lab cookie...
+    std::string cookie_job;   // ...set for this job
   };
 
   // Before any of a request's body is read (on a worker thread): its route, then its caller as
@@ -97,6 +101,10 @@ struct Server::Impl {
 
   // The account of the request's bearer token; its hash in `token_hash`.
   Result<Caller> authenticate(const Request& req, std::string* token_hash = nullptr);
+  // The account of the token whose hash is `hash`. Errors: kUnauthenticated (revoked).
+  Result<Caller> callerOfTokenHash(const std::string& hash);
+  // Who::kLab: the bearer token, else the lab cookie a ticket set (lab_proxy.h), into `admitted`.
+  Result<void> authenticateLab(const Request& req, Admitted& admitted);
 
   void forgetTokens();
 
@@ -132,6 +140,7 @@ struct Server::Impl {
 
   void routes();
   void jobRoutes();
+  void labRoutes();  // api_lab.cc
   void storeRoutes();
   void accountRoutes();
   void environmentRoutes();

@@ -12,7 +12,8 @@ std::optional<SessionSettings> sessionOf(const store::Job& job) {
   if (job.spec_json.find("\"session\"") == std::string::npos) return std::nullopt;
   auto spec = spec::parseJobFile(job.spec_json, "job");
   if (!spec || !spec->session) return std::nullopt;
-  return SessionSettings{spec->session->idle_timeout, spec->session->user};
+  return SessionSettings{spec->session->idle_timeout, spec->session->user, spec->session->jupyter,
+                         spec->session->jupyter_token};
 }
 
 std::optional<std::string> idleReason(const SessionIdleAsk& ask) {

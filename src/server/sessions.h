@@ -24,6 +24,8 @@ namespace cohort::server {
 struct SessionSettings {
   Millis idle_timeout{0};
   std::string user;  // the login name inside it
+  bool jupyter = false;       // it serves JupyterLab (job/session.h)
+  std::string jupyter_token;  // the lab's token, which the proxy adds (never shown)
 };
 
 // The session settings of `job`, or nullopt when it is not a session.

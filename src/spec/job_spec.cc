@@ -806,7 +806,8 @@ class Parser {
           } else if (key == "session") {
             Session session;
             COHORT_TRY(forEachField(
-                value, key, {"idle_timeout", "user", "authorized_key", "host_key"},
+                value, key,
+                {"idle_timeout", "user", "authorized_key", "host_key", "jupyter", "jupyter_token"},
                 [&](const std::string& field, const YamlNode& v) -> Result<void> {
                   const std::string sub = key + "." + field;
                   if (field == "idle_timeout") {
@@ -815,6 +816,10 @@ class Parser {
                     COHORT_ASSIGN(session.user, scalar(v, sub));
                   } else if (field == "authorized_key") {
                     COHORT_ASSIGN(session.authorized_key, scalar(v, sub));
+                  } else if (field == "jupyter") {
+                    COHORT_ASSIGN(session.jupyter, boolean(v, sub));
+                  } else if (field == "jupyter_token") {
+                    COHORT_ASSIGN(session.jupyter_token, scalar(v, sub));
                   } else {
                     COHORT_ASSIGN(session.host_key, scalar(v, sub));
                   }
@@ -1422,6 +1427,11 @@ Result<void> validateSession(const JobSpec& spec) {
     });
     if (!one_line) return bad(field, "must be one line of printable ASCII (an SSH key)");
   }
+  const bool token_ok = s.jupyter_token.size() <= 128 &&
+                        std::all_of(s.jupyter_token.begin(), s.jupyter_token.end(), [](char c) {
+                          return std::isxdigit(static_cast<unsigned char>(c)) != 0;
+                        });
+  if (!token_ok) return bad("session.jupyter_token", "must be at most 128 hex digits");
   if (spec.framework != Framework::kGeneric || spec.launcher != Launcher::kDirect) {
     return bad("session", "a session runs cohort's own program: framework generic, launcher direct");
   }
@@ -1654,6 +1664,8 @@ std::string toJobFile(const JobSpec& spec) {
                       {"user", ss.user},
                       {"authorized_key", ss.authorized_key},
                       {"host_key", ss.host_key}};
+    if (ss.jupyter) job["session"]["jupyter"] = true;
+    if (!ss.jupyter_token.empty()) job["session"]["jupyter_token"] = ss.jupyter_token;
   }
   if (!spec.environment.empty()) job["environment"] = spec.environment;
   if (!spec.image.empty()) job["environment"] = {{"image", spec.image}};

@@ -179,6 +179,8 @@ struct Session {
   std::string user = "cohort";
   std::string authorized_key;
   std::string host_key;
+  bool jupyter = false;       // rank 0 serves JupyterLab too (job/session.h)
+  std::string jupyter_token;  // the lab's token: the server makes it, its records never show it
 };
 inline constexpr size_t kMaxSessionKeyBytes = 16 << 10;  // each rank of a debug job gets a port of its own
 inline constexpr Millis kMaxDebugWait{7LL * 86400 * 1000};

@@ -963,7 +963,8 @@ TEST(Refusals, AFieldSetByAFlagIsNamedByTheFlag) {
 TEST(ParseJobFile, ASessionRoundTripsAndItsFieldsAreChecked) {
   auto spec = parseJobFile(
       "name: dev\nframework: generic\ncommand: [x]\nworkdir: /\n"
-      "session: {idle_timeout: 90s, user: alice, authorized_key: 'ssh-ed25519 AAAA k'}\n",
+      "session: {idle_timeout: 90s, user: alice, authorized_key: 'ssh-ed25519 AAAA k',\n"
+      "          jupyter: true, jupyter_token: 0a1b}\n",
       "job.yaml");
   ASSERT_TRUE(spec) << spec.error().message;
   ASSERT_TRUE(spec->session);
@@ -973,9 +974,12 @@ TEST(ParseJobFile, ASessionRoundTripsAndItsFieldsAreChecked) {
   ASSERT_TRUE(again && again->session);
   EXPECT_EQ(again->session->user, "alice");
   EXPECT_EQ(again->session->authorized_key, "ssh-ed25519 AAAA k");
+  EXPECT_TRUE(again->session->jupyter);
+  EXPECT_EQ(again->session->jupyter_token, "0a1b");
   for (const auto& [field, value] : {std::pair<std::string, std::string>{"user", "Root;x"},
                                      {"idle_timeout", "0s"},
-                                     {"authorized_key", "\"a\\nb\""}}) {
+                                     {"authorized_key", "\"a\\nb\""},
+                                     {"jupyter_token", "'x y'"}}) {
     auto bad = parseJobFile("name: dev\nframework: generic\ncommand: [x]\nworkdir: /\nsession: {" +
                                 field + ": " + value + "}\n",
                             "job.yaml");

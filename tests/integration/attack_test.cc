@@ -114,6 +114,11 @@ class Attack : public ::testing::Test {
     EXPECT_EQ(::kill(server_->pid(), 0), 0) << server_->log();
   }
 
+  // The environment of a cohort command of the account of `token`, its config in `config`.
+  std::vector<std::string> cliAs(const std::string& token, const std::string& config) const {
+    return {"COHORT_SERVER=" + server_->url(), "COHORT_TOKEN=" + token, "XDG_CONFIG_HOME=" + config};
+  }
+
   // The job's own network: where the server says its jobs have one.
   bool ownNetwork() const { return contains(server_->log(), "each job has a network of its own"); }
 
@@ -591,10 +596,8 @@ TEST_F(Attack, ASessionsSshServerIsReachedOnlyByItsAccountThroughTheServer) {
   REQUIRE("test -x /usr/sbin/sshd && command -v ssh >/dev/null && test -e /usr/lib/x86_64-linux-gnu/libnss_wrapper.so",
           "OpenSSH's server and client and libnss-wrapper are not installed");
   const std::string config = tempDir();
-  const std::vector<std::string> as_alice = {"COHORT_SERVER=" + server_->url(),
-                                             "COHORT_TOKEN=" + alice_, "XDG_CONFIG_HOME=" + config};
-  const std::vector<std::string> as_bob = {"COHORT_SERVER=" + server_->url(),
-                                           "COHORT_TOKEN=" + bob_, "XDG_CONFIG_HOME=" + config};
+  const std::vector<std::string> as_alice = cliAs(alice_, config);
+  const std::vector<std::string> as_bob = cliAs(bob_, config);
   RunResult started = CohortProcess({"session", "start", "--name", "dev", "--cpus", "1",
                                      "--memory", "1Gi"}, as_alice).wait();
   ASSERT_EQ(started.exit_code, 0) << started.out << started.err << server_->log();
@@ -679,8 +682,7 @@ TEST_F(Attack, ASessionEndsAtItsIdleTimeoutAndKeepsItsHostKey) {
   }
   REQUIRE("test -x /usr/sbin/sshd && command -v ssh-keygen >/dev/null", "OpenSSH is not installed");
   const std::string config = tempDir();
-  const std::vector<std::string> as_alice = {"COHORT_SERVER=" + server_->url(),
-                                             "COHORT_TOKEN=" + alice_, "XDG_CONFIG_HOME=" + config};
+  const std::vector<std::string> as_alice = cliAs(alice_, config);
   RunResult started =
       CohortProcess({"session", "start", "--idle-timeout", "3s"}, as_alice).wait();
   ASSERT_EQ(started.exit_code, 0) << started.err;
@@ -716,10 +718,8 @@ TEST_F(Attack, WhatWasPipInstalledInASessionIsSavedAsAnEnvironmentOfItsAccountAl
           "&& /usr/bin/python3 -m pip --version >/dev/null",
           "OpenSSH's server, Debian's setuptools wheel or pip is not installed");
   const std::string config = tempDir();
-  const std::vector<std::string> as_alice = {"COHORT_SERVER=" + server_->url(),
-                                             "COHORT_TOKEN=" + alice_, "XDG_CONFIG_HOME=" + config};
-  const std::vector<std::string> as_bob = {"COHORT_SERVER=" + server_->url(),
-                                           "COHORT_TOKEN=" + bob_, "XDG_CONFIG_HOME=" + config};
+  const std::vector<std::string> as_alice = cliAs(alice_, config);
+  const std::vector<std::string> as_bob = cliAs(bob_, config);
   RunResult started =
       CohortProcess({"session", "start", "--name", "work", "--env", "pytorch"}, as_alice).wait();
   ASSERT_EQ(started.exit_code, 0) << started.err;
@@ -754,6 +754,159 @@ TEST_F(Attack, WhatWasPipInstalledInASessionIsSavedAsAnEnvironmentOfItsAccountAl
   EXPECT_EQ(bob_status, 404) << bob_env.dump();
   CohortProcess({"session", "stop", "work"}, as_alice).wait();
   waitFinal(alice_, id);
+}
+
+// A session's JupyterLab, for the server whose environments include the `jupyter` preset
+// that scripts/test builds into build/envs.
+class JupyterSession : public Attack {
+ protected:
+  void SetUp() override {
+    lab_env_ = usePresetEnvironment("jupyter", "jupyterlab");
+    Attack::SetUp();
+  }
+  bool lab_env_ = false;
+};
+
+// A real JupyterLab 4 (the `jupyter` preset, from PyPI) in a session on a multi-account server,
+// driven through the server's proxy by a real client (lab_client.py): its REST API and a
+// kernel's WebSocket channel, which runs code in the session (torch, from Debian, included),
+// by the account's token and by the cookie a ticket sets; while no credentials, another
+// account's token, a cookie on another job's path, forged and replayed tickets, cross-origin
+// and origin-less WebSockets and unsafe requests with the cookie, and a revoked token's cookie
+// are all refused. The lab's port is reachable from nowhere else, a session whose environment
+// has no jupyterlab fails at once saying what to do, and once stopped nothing of it is left.
+TEST_F(JupyterSession, ALabIsReachedOnlyByItsAccountThroughTheServersProxy) {
+  if (!separate_users_ || !isolated_ || !ownNetwork()) {
+    GTEST_SKIP() << "needs root, the sandbox and networks of the jobs' own";
+  }
+  if (!lab_env_) {
+    GTEST_SKIP() << "the jupyter preset is not built in build/envs (scripts/test --setup-only "
+                    "builds it)";
+  }
+  REQUIRE("test -x /usr/sbin/sshd && test -e /usr/lib/x86_64-linux-gnu/libnss_wrapper.so && "
+          "command -v ssh-keygen >/dev/null",
+          "OpenSSH's server and client and libnss-wrapper are not installed");
+  const std::string config = tempDir();
+  const std::vector<std::string> as_alice = cliAs(alice_, config);
+  const std::vector<std::string> as_bob = cliAs(bob_, config);
+  // Without jupyterlab in its environment, the session ends at once, saying what to do.
+  RunResult bare = CohortProcess({"session", "start", "--jupyter", "--name", "bare"}, as_alice).wait();
+  ASSERT_EQ(bare.exit_code, 0) << bare.err;
+  const std::string bare_id(trim(bare.out));
+  Json bare_record = waitFinal(alice_, bare_id);
+  EXPECT_EQ(bare_record.value("state", ""), "failed") << bare_record.dump();
+  const std::string bare_log = logOf(alice_, bare_id);
+  EXPECT_TRUE(contains(bare_log, "has no jupyterlab: start it with --env jupyter")) << bare_log;
+  RunResult bare_open = CohortProcess({"session", "open", bare_id}, as_alice).wait();
+  EXPECT_NE(bare_open.exit_code, 0);
+
+  RunResult started = CohortProcess({"session", "start", "--jupyter", "--env", "jupyter",
+                                     "--name", "lab", "--memory", "2Gi"}, as_alice).wait();
+  ASSERT_EQ(started.exit_code, 0) << started.out << started.err << server_->log();
+  const std::string id(trim(started.out));
+  // `open` waits for the lab, then prints a URL that signs a browser in.
+  RunResult opened = CohortProcess({"session", "open", "lab"}, as_alice).wait(180s);
+  ASSERT_EQ(opened.exit_code, 0) << opened.err << logOf(alice_, id);
+  EXPECT_TRUE(startsWith(std::string(trim(opened.out)),
+                         server_->url() + "/v1/jobs/" + id + "/session/jupyter/ticket/"))
+      << opened.out;
+  RunResult listed = CohortProcess({"session", "ls"}, as_alice).wait();
+  EXPECT_TRUE(contains(listed.out, "JupyterLab (cohort session open lab)")) << listed.out;
+  // The SDK's URL is a ticket's too.
+  const std::string sdk = shellOutput(
+      "PYTHONPATH=" + sourceDir() + "/python /usr/bin/python3 -c \"import cohort; print(cohort."
+      "Client('" + server_->url() + "', '" + alice_ + "').session_url('lab'))\" 2>&1");
+  EXPECT_TRUE(startsWith(sdk, server_->url() + "/v1/jobs/" + id + "/session/jupyter/ticket/")) << sdk;
+  auto [record_status, record] = call("GET", "/v1/jobs/" + id, alice_);
+  EXPECT_EQ(record["session"]["jupyter"], "/v1/jobs/" + id + "/session/jupyter/lab") << record.dump();
+  EXPECT_FALSE(record["spec"]["session"].contains("jupyter_token")) << record.dump();
+
+  // A plain session of Bob's: the job another cookie and another ticket are tried on.
+  RunResult bob_started = CohortProcess({"session", "start", "--name", "other"}, as_bob).wait();
+  ASSERT_EQ(bob_started.exit_code, 0) << bob_started.err;
+  const std::string bob_id(trim(bob_started.out));
+
+  const std::string client = sourceDir() + "/tests/integration/lab_client.py";
+  const std::string answer = shellOutput("/usr/bin/python3 " + client + " " + server_->url() +
+                                         " " + id + " " + alice_ + " " + bob_ + " " + bob_id +
+                                         " 2>&1");
+  Json got = Json::parse(answer, nullptr, false);
+  ASSERT_TRUE(got.is_object()) << answer << logOf(alice_, id);
+  // The account's token: REST and a kernel that computes in the session.
+  EXPECT_EQ(got["status_by_token"], 200) << got.dump(1);
+  EXPECT_EQ(got["kernel_started"], 201) << got.dump(1);
+  EXPECT_EQ(got["run_by_token"], "RESULT 42 " + id) << got.dump(1) << logOf(alice_, id);
+  // A browser's ticket: once, then the cookie, scoped and strict, with which the lab works.
+  EXPECT_EQ(got["ticket"], 201);
+  EXPECT_EQ(got["ticket_opened"], 303);
+  EXPECT_EQ(got["ticket_location"], "/v1/jobs/" + id + "/session/jupyter/lab");
+  const std::string attributes = got.value("cookie_attributes", "");
+  EXPECT_TRUE(contains(attributes, "; Path=/v1/jobs/" + id + "/session/jupyter/; HttpOnly; SameSite=Strict"))
+      << attributes;
+  EXPECT_EQ(got["lab_page_by_cookie"], 200);
+  EXPECT_EQ(got["status_by_cookie"], 200);
+  EXPECT_EQ(got["run_by_cookie"], "RESULT 42") << got.dump(1);
+  // Refused.
+  EXPECT_EQ(got["no_credentials"], 401);
+  EXPECT_EQ(got["no_credentials_ws"], 401);
+  EXPECT_EQ(got["bob_token"], 404);
+  EXPECT_EQ(got["bob_token_ws"], 404);
+  EXPECT_EQ(got["bob_ticket"], 404);
+  EXPECT_EQ(got["replayed_ticket"], 401);
+  EXPECT_EQ(got["forged_ticket"], 401);
+  EXPECT_EQ(got["ticket_on_another_path"], 401);
+  EXPECT_EQ(got["cookie_on_another_job"], 404);
+  EXPECT_EQ(got["cookie_cross_origin_ws"], 403);
+  EXPECT_EQ(got["cookie_ws_without_origin"], 403);
+  EXPECT_EQ(got["cookie_post_without_origin"], 403);
+  EXPECT_EQ(got["cookie_cross_site"], 403);
+  EXPECT_EQ(got["token_cross_origin_post"], 403);
+  EXPECT_EQ(got["forged_cookie"], 401);
+  EXPECT_EQ(got["cookie_before_revoke"], 200);
+  EXPECT_EQ(got["cookie_after_revoke"], 401);
+  EXPECT_EQ(got["kernel_deleted"], 204);
+  // A real browser: headless Chromium opens a fresh ticket, is signed in and runs the lab's
+  // own page (its shell is drawn by the lab's scripts, all of them through the proxy).
+  if (have("command -v chromium")) {
+    RunResult again = CohortProcess({"session", "open", "lab"}, as_alice).wait(60s);
+    ASSERT_EQ(again.exit_code, 0) << again.err;
+    const std::string profile = tempDir();
+    const std::string dom = shellOutput(
+        "timeout -k 5 150 chromium --headless=new --no-sandbox --disable-gpu "
+        "--disable-dev-shm-usage --no-first-run --user-data-dir=" + profile +
+        " --virtual-time-budget=30000 --dump-dom '" + std::string(trim(again.out)) +
+        "' 2>/dev/null");
+    // The shell, and its launcher with the kernel the lab's API listed.
+    EXPECT_TRUE(contains(dom, "class=\"lm-Widget jp-LabShell")) << dom.substr(0, 4000);
+    EXPECT_TRUE(contains(dom, "jp-Launcher-body")) << dom.substr(0, 4000);
+    EXPECT_TRUE(contains(dom, "Python 3 (ipykernel)")) << dom.substr(0, 4000);
+  } else {
+    std::cerr << "chromium is not installed: the lab's page was not loaded in a browser\n";
+  }
+
+  // Bob through the CLI, and anyone on the machine's loopback.
+  RunResult bob_open = CohortProcess({"session", "open", id}, as_bob).wait();
+  EXPECT_EQ(bob_open.exit_code, 2) << bob_open.err;
+  EXPECT_FALSE(loopbackAccepts(8888));
+
+  // Stopped: the lab ends with it, and its cookie with it.
+  RunResult ssh_uid = CohortProcess({"session", "ssh", "lab", "--", "id", "-u"}, as_alice).wait();
+  ASSERT_EQ(ssh_uid.exit_code, 0) << ssh_uid.err;
+  const uid_t alice_uid = static_cast<uid_t>(std::stoul(std::string(trim(ssh_uid.out))));
+  EXPECT_TRUE(processOfUser(alice_uid, "jupyterlab"));
+  CohortProcess({"session", "stop", "lab"}, as_alice).wait();
+  CohortProcess({"session", "stop", "other"}, as_bob).wait();
+  Json record_after = waitFinal(alice_, id);
+  EXPECT_EQ(record_after.value("state", ""), "stopped") << record_after.dump();
+  EXPECT_TRUE(waitFor([&] { return !processOfUser(alice_uid, id); }, 10s, 100ms));
+  const std::string url = server_->url();
+  httplib::Client after("127.0.0.1", std::atoi(url.c_str() + url.rfind(':') + 1));
+  auto gone = after.Get("/v1/jobs/" + id + "/session/jupyter/api/status",
+                        {{"Authorization", "Bearer " + alice_}});
+  ASSERT_TRUE(gone);
+  EXPECT_EQ(gone->status, 409) << gone->body;
+  waitFinal(bob_, bob_id);
+  expectServerHealthy();
 }
 
 TEST_F(Attack, EachAccountsRanksRunAsTheirOwnUser) {

@@ -98,7 +98,7 @@ TEST_F(RealEnvironments, ASavedEnvironmentRunsAJobIsRebuiltTheSameAndRemoved) {
   EXPECT_EQ(gone.exit_code, 2);
   EXPECT_TRUE(contains(gone.err,
                        "environment: no environment 'extra' (there are: system, "
-                       "pytorch, deepspeed, tensorflow, mindspore;"))
+                       "pytorch, deepspeed, jupyter, tensorflow, mindspore;"))
       << gone.err;
 }
 

@@ -2255,7 +2255,8 @@ TEST_F(ServerEnvironments, NamesThatCannotBeOnesAreRefusedWith400NamingTheName) 
   Answer list = get("/v1/environments", alice);
   ASSERT_EQ(list.status, 200) << list;
   EXPECT_EQ(names(list),
-            (std::vector<std::string>{"system", "pytorch", "deepspeed", "tensorflow", "mindspore"}));
+            (std::vector<std::string>{"system", "pytorch", "deepspeed", "jupyter", "tensorflow",
+                                      "mindspore"}));
   EXPECT_FALSE(std::filesystem::exists(data_root_ + "/x"));
   EXPECT_FALSE(std::filesystem::exists(data_root_ + "/account-envs/x"));
 }

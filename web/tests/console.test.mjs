@@ -6,7 +6,7 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -19,6 +19,10 @@ const shots = process.env.COHORT_SCREENSHOTS || resolve(here, "../test-results")
 const binary = process.env.COHORT_BIN;
 const browserPath = process.env.COHORT_CHROMIUM || "/usr/bin/chromium";
 const JOB_DEADLINE = 180_000;
+// The preset environments scripts/test builds beside the binary: a session's JupyterLab runs in
+// the `jupyter` one.
+const envs = binary ? join(dirname(resolve(binary)), "envs") : "";
+const labEnv = envs !== "" && existsSync(join(envs, "jupyter", "env.json"));
 
 let server, url, token, tmp, browser;
 const problems = [];  // what the browser said went wrong: CSP violations, script errors
@@ -27,7 +31,7 @@ function startServer() {
   tmp = mkdtempSync(join(tmpdir(), "cohort-console-"));
   chmodSync(tmp, 0o755);  // a server run as root runs ranks as users of their own
   const child = spawn(binary, ["server", "--listen", "127.0.0.1:0", "--data-root", join(tmp, "data")],
-    { stdio: ["ignore", "pipe", "pipe"] });
+    { stdio: ["ignore", "pipe", "pipe"], env: labEnv ? { ...process.env, COHORT_ENVS: envs } : process.env });
   let err = "";
   child.stderr.on("data", (d) => { err = (err + d).slice(-8000); });
   return new Promise((ok, fail) => {
@@ -327,6 +331,68 @@ test("events read in words, and a rank's log can be downloaded", async () => {
   await shot(page, "job");
   await page.close();
 });
+
+test("Open JupyterLab signs a new tab in to the session's lab, whose notebook runs in the session",
+  { skip: !labEnv && "the jupyter preset is not built beside the binary (scripts/test builds it)" },
+  async () => {
+    // A session as cohort session start --jupyter makes one: its SSH keys made here.
+    const keys = mkdtempSync(join(tmp, "keys-"));
+    for (const name of ["login", "host"]) {
+      const made = spawnSync("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", join(keys, name)]);
+      assert.equal(made.status, 0, "ssh-keygen: " + made.stderr);
+    }
+    const hostKey = readFileSync(join(keys, "host"), "utf8").split("\n")
+      .filter((line) => line && !line.startsWith("-----")).join("");
+    const created = await api("POST", "/v1/jobs", { job: {
+      name: "lab", framework: "generic", command: ["cohort", "session-host"], workdir: "/",
+      environment: "jupyter", roles: { worker: { resources: { memory: "2Gi" } } },
+      session: { jupyter: true, authorized_key: readFileSync(join(keys, "login.pub"), "utf8").trim(),
+        host_key: hostKey } } });
+    try {
+      await waitForJob(created.id, ["running", "failed", "stopped"]);
+      const base = "/v1/jobs/" + created.id + "/session/jupyter/";
+      for (let until = Date.now() + 60_000; ; await new Promise((r) => setTimeout(r, 500))) {
+        const res = await fetch(url + base + "api/status", { headers: { Authorization: "Bearer " + token } });
+        if (res.ok) break;
+        if (Date.now() > until) throw new Error("the lab did not answer: " + res.status + " " + await res.text());
+      }
+      const page = await open("/jobs/" + created.id);
+      const button = page.locator("#open-lab");
+      await button.waitFor();
+      const [lab] = await Promise.all([page.waitForEvent("popup"), button.click()]);
+      const said = [];
+      lab.on("console", (m) => said.push(m.type() + ": " + m.text()));
+      lab.on("websocket", (ws) => said.push("websocket " + ws.url()));
+      await lab.locator(".jp-LabShell").waitFor({ timeout: 120_000 });
+      assert.match(lab.url(), new RegExp(base + "lab"));
+      // A notebook from the launcher: its kernel (over the proxy's WebSocket) runs a cell.
+      await lab.locator('.jp-LauncherCard[data-category="Notebook"]').first().click({ timeout: 60_000 });
+      await lab.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]').waitFor({ timeout: 120_000 });
+      const cell = lab.locator(".jp-Notebook .jp-Cell .cm-content").first();
+      const code = "import os; print(6 * 7, os.environ['COHORT_JOB_ID'])";
+      await cell.click({ timeout: 60_000 });
+      await lab.keyboard.type(code);
+      assert.equal(await cell.textContent(), code);
+      // A cell run before the page has attached its kernel is not run at all (its prompt stays
+      // empty): it is run again then, up to three times.
+      const output = lab.locator(".jp-OutputArea-output").first();
+      for (let attempt = 1; ; attempt++) {
+        await cell.click();
+        await lab.keyboard.press("Shift+Enter");
+        const shown = await output.waitFor({ timeout: 40_000 }).then(() => true, () => false);
+        if (shown) break;
+        if (attempt === 3) {
+          await shot(lab, "jupyterlab-failed");
+          throw new Error("the cell printed nothing\nthe lab said:\n" + said.join("\n") + "\n" + server.log());
+        }
+      }
+      assert.equal((await output.textContent()).trim(), "42 " + created.id);
+      await shot(lab, "jupyterlab");
+    } finally {
+      await api("POST", "/v1/jobs/" + created.id + "/stop", {});
+      await waitForJob(created.id);
+    }
+  });
 
 test("no page broke the Content-Security-Policy or threw", () => {
   assert.deepEqual(problems.filter((p) => !/Failed to load resource: the server responded with a status of 4\d\d/.test(p)), []);

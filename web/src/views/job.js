@@ -236,9 +236,29 @@ export function jobView(view, id) {
     if (j.kind !== "session" || FINAL.has(j.state)) return clear(session);
     const name = j.name;
     const steps = ["cohort session ssh " + name, "cohort session ssh " + name + " --config >> ~/.ssh/config   # VS Code, PyCharm: host cohort-" + name, "cohort session stop " + name].join("\n");
+    const lab = j.session && j.session.jupyter && j.state === "running" &&
+      el("div", { class: "toolbar" },
+        el("button", { type: "button", id: "open-lab", text: "Open JupyterLab", onclick: openLab }),
+        el("span", { class: "note", id: "lab-status", text: "in a new tab, signed in for this session alone" }));
     replace(session, el("h2", { text: "Session" }), el("div", { class: "panel" },
+      lab || null,
       el("p", { text: "Idle timeout " + (j.session ? j.session.idle_timeout : "") + " · " + (j.session ? j.session.connections : 0) + " connection(s) open through the server" }),
       el("pre", { class: "log steps", id: "session-steps", "aria-label": "How to connect", text: steps })));
+  }
+
+  // The session's JupyterLab in a new tab: a ticket (a URL good once, for a minute) signs that
+  // tab in with a cookie of this session's alone (docs/sessions.md). The tab is opened first,
+  // while the click still counts, and shares nothing with this page.
+  async function openLab() {
+    const tab = window.open("", "_blank");
+    try {
+      if (tab) tab.opener = null;
+      const ticket = await api("POST", jobPath(id) + "/session/jupyter/ticket", { body: {} });
+      if (tab) tab.location.replace(ticket.url); else location.assign(ticket.url);
+    } catch (e) {
+      if (tab) tab.close();
+      showError(error, e);
+    }
   }
 
   // A job run with debug: its ranks that wait for a debugger or have one, and how to attach
