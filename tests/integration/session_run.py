@@ -2,7 +2,8 @@
 with ssh through the server), with no setup of its own: `import cohort` and `cohort` as the
 session gives them.
 
-    session_run.py sdk        cohort.run(fn, nproc_per_node=2): a 2-rank gloo all-reduce
+    session_run.py sdk        cohort.run(fn, nproc_per_node=2): a 2-rank gloo all-reduce, and
+                              what the function returned on each rank
     session_run.py notebook   a notebook whose %%cohort cell runs the same, executed with
                               nbclient against an ipykernel of this Python
     session_run.py escape DATA_ROOT JOB PORT
@@ -20,9 +21,9 @@ import json
 import os
 import sys
 
+
 def allreduce(tag):
-    """Every rank's body for cohort.run: the all-reduce, then its result for the caller."""
-    import json
+    """Every rank's body for cohort.run: the all-reduce; returns its result for the caller."""
     import os
     import torch
     import torch.distributed as dist
@@ -35,10 +36,9 @@ def allreduce(tag):
     print("%s rank %d sum %d %s %s uid %d cgroup %s" % (
         tag, dist.get_rank(), value.item(), os.readlink("/proc/self/ns/pid"),
         os.readlink("/proc/self/ns/net"), os.getuid(), cgroup), flush=True)
-    out = os.environ["COHORT_OUTPUT_DIR"]
-    with open(os.path.join(out, "rank-%d.json" % dist.get_rank()), "w") as f:
-        json.dump({"rank": dist.get_rank(), "sum": value.item()}, f)
+    rank = dist.get_rank()
     dist.destroy_process_group()
+    return {"rank": rank, "sum": value.item()}
 
 
 def sdk():
@@ -47,9 +47,8 @@ def sdk():
     result = cohort.run(allreduce, "sdk", nproc_per_node=2)
     print("state", result.state, result.exit_code)
     print("job_dir", result.job_dir)
-    for rank in range(2):
-        with open(os.path.join(result.output_dir, "rank-%d.json" % rank)) as f:
-            print("result", json.dumps(json.load(f), sort_keys=True))
+    for value in result.returns:
+        print("result", json.dumps(value, sort_keys=True))
     return 0 if result.ok else 1
 
 
