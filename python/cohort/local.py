@@ -9,6 +9,7 @@ state, exit code and root cause as Python objects.
     result = cohort.run("examples/pytorch/ddp.yaml")                  # a job file
     result = cohort.run(train, nodes=2)                               # a function
     result.ok, result.exit_code, result.root_cause
+    result.returns                                  # what the function returned, by rank
 
 ``result.job`` is the job file it ran, as a dict: ``Client().submit(result.job)`` submits the
 same job to a server. In IPython, ``%load_ext cohort`` adds the ``%%cohort`` cell magic, which
@@ -19,6 +20,7 @@ import dataclasses
 import inspect
 import json
 import os
+import pickle
 import re
 import selectors
 import shlex
@@ -35,6 +37,7 @@ from cohort.client import (CohortError, InvalidArgument, RootCause, _Record, mak
 __all__ = ["run", "RunResult", "JobFailed", "script_job", "load_ipython_extension"]
 
 _SCRIPTS_DIR = ".cohort-cells"  # in the workdir, so that a submitted job carries them
+_RETURNS_DIR = ".cohort-returns"  # in the job's output directory: a function's values, by rank
 _JOB_DIR_LINE = re.compile(r"^cohort: job directory (.+)$")
 _ERROR_PREFIX = "cohort: error: "
 
@@ -85,6 +88,25 @@ class RunResult(_Record):
     def logs_dir(self) -> str:
         return os.path.join(self.job_dir, "logs")
 
+    @property
+    def returns(self) -> List[Any]:
+        """What the function that ``cohort.run`` ran returned on each rank, by global rank
+        (None where it returned None or did not return); empty for a script or a job file.
+        Each rank pickled its value into the job's output directory (.cohort-returns/)."""
+        directory = os.path.join(self.output_dir, _RETURNS_DIR)
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            return []
+        found = {}
+        for entry in names:
+            matched = re.match(r"^rank-(\d+)\.pickle$", entry)
+            if matched:
+                with open(os.path.join(directory, entry), "rb") as f:
+                    found[int(matched.group(1))] = pickle.load(f)
+        ranks = _world_size(self.job) or (max(found) + 1 if found else 0)
+        return [found.get(rank) for rank in range(ranks)]
+
     def log(self, role: str = "worker", index: int = 0) -> str:
         """One process's whole log (logs/<role>-<index>.log)."""
         with open(os.path.join(self.logs_dir, "%s-%d.log" % (role, index)),
@@ -131,9 +153,31 @@ def _function_source(fn: Callable, args: Sequence[Any]) -> str:
         raise InvalidArgument("invalid_argument", "cohort.run: the source of %r cannot be read "
                               "(%s): define it in a file or a notebook cell" % (fn, e)) from None
     call_args = ", ".join(repr(a) for a in args)
-    return ("# Written by cohort.run from the function %s: each rank runs it.\n%s\n\n"
-            "if __name__ == \"__main__\":\n    %s(%s)\n" % (fn.__name__, source, fn.__name__,
-                                                         call_args))
+    return ("# Written by cohort.run from the function %s: each rank runs it, and keeps what\n"
+            "# it returns for RunResult.returns.\n%s\n\n"
+            "if __name__ == \"__main__\":\n"
+            "    _value = %s(%s)\n"
+            "    if _value is not None:\n"
+            "        import os as _os, pickle as _pickle\n"
+            "        _dir = _os.environ.get(\"COHORT_OUTPUT_DIR\") or \"output\"\n"
+            "        _dir = _os.path.join(_dir, %r)\n"
+            "        _os.makedirs(_dir, exist_ok=True)\n"
+            "        with open(_os.path.join(_dir, \"rank-%%s.pickle\" %% "
+            "_os.environ.get(\"COHORT_RANK\", \"0\")), \"wb\") as _f:\n"
+            "            _pickle.dump(_value, _f)\n" % (fn.__name__, source, fn.__name__,
+                                                      call_args, _RETURNS_DIR))
+
+
+def _world_size(job) -> int:
+    """The number of ranks of a job file given as a dict (0 when it cannot say)."""
+    if not isinstance(job, dict):
+        return 0
+    roles = job.get("roles") or {}
+    try:
+        return sum(int((r or {}).get("nodes", 1)) * int((r or {}).get("procs_per_node", 1))
+                   for r in roles.values())
+    except (TypeError, ValueError, AttributeError):
+        return 0
 
 
 def _stream(process: subprocess.Popen, out, err) -> List[str]:

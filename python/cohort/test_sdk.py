@@ -327,11 +327,15 @@ class Run(unittest.TestCase):
         def hello(greeting):
             import os
             print(greeting, os.environ["RANK"], flush=True)
+            if os.environ["RANK"] == "1":
+                return {"greeting": greeting, "rank": 1}
 
         result, out, _ = self.run_job(hello, "hi", nodes=1, nproc_per_node=2,
                                       workdir=self.tmp, python=sys.executable)
         self.assertTrue(result.ok, out)
         self.assertIn("[worker/1 node0] hi 1", out)
+        # What each rank returned, by rank; rank 0 returned None.
+        self.assertEqual(result.returns, [None, {"greeting": "hi", "rank": 1}])
         self.assertTrue(os.path.isfile(os.path.join(self.tmp, ".cohort-cells", "hello.py")))
         self.assertEqual(result.job["command"][1], os.path.join(".cohort-cells", "hello.py"))
 

@@ -1,12 +1,14 @@
 #include "backends/local.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -79,6 +81,22 @@ std::vector<int> localGpus() {
   }
   if (::pclose(smi) != 0) gpus.clear();  // no driver, or no nvidia-smi
   return gpus;
+}
+
+int localCpus() {
+  int cores = 0;
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (::sched_getaffinity(0, sizeof(cpus), &cpus) == 0) cores = CPU_COUNT(&cpus);
+  if (const char* given = std::getenv("COHORT_CPUS")) {
+    char* end = nullptr;
+    const double share = std::strtod(given, &end);
+    if (end != given && *end == '\0' && share > 0 && share < 1e6) {
+      const int whole = static_cast<int>(std::ceil(share));
+      if (cores == 0 || whole < cores) cores = whole;
+    }
+  }
+  return cores;
 }
 
 std::vector<std::string> sharedDevices() {

@@ -61,6 +61,11 @@ std::string selfExecutable();
 // `nvidia-smi` lists; empty without GPUs.
 std::vector<int> localGpus();
 
+// The CPUs ranks may use on this machine: this process's CPU set, and at most the CPUs that
+// COHORT_CPUS says it was given (a session's share: a quota, not a set; rounded up); 0 if
+// unknown.
+int localCpus();
+
 // The device files of this machine that every sandboxed job gets, since cohort does not hand
 // them out per job: Ascend NPUs (/dev/davinci*, their manager files), RDMA (/dev/infiniband),
 // AMD GPUs (/dev/kfd, /dev/dri). NVIDIA GPUs are not among them: each job gets its own.

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -17,6 +18,22 @@
 
 namespace cohort::backends {
 namespace {
+
+// In a session the CPUs are a quota, which the CPU set does not show: COHORT_CPUS says it.
+TEST(LocalCpus, AreTheCpuSetAtMostTheShareCohortCpusSays) {
+  ::unsetenv("COHORT_CPUS");
+  const int machine = localCpus();
+  ASSERT_GT(machine, 0);
+  ::setenv("COHORT_CPUS", "0.5", 1);
+  EXPECT_EQ(localCpus(), 1);  // a share of one CPU is one CPU's worth of ranks
+  ::setenv("COHORT_CPUS", "100000", 1);
+  EXPECT_EQ(localCpus(), machine);
+  for (const char* bad : {"", "two", "-1", "1x"}) {
+    ::setenv("COHORT_CPUS", bad, 1);
+    EXPECT_EQ(localCpus(), machine) << bad;
+  }
+  ::unsetenv("COHORT_CPUS");
+}
 
 TEST(LocalLauncher, ACoordinatorWithAnotherThreadStartsCohortExec) {
   const std::string dir =

@@ -471,6 +471,15 @@ int cmdRun(int argc, char** argv) {
                                 .c_str()
                           : "");
     std::fprintf(stderr, "cohort: job directory %s\n", plan->job_dir.c_str());
+    // In a session, more ranks than its CPUs run, as they do on a laptop: they share its quota.
+    const int cores = job->context.cores;
+    if (job->spec.backend == spec::Backend::kLocal && std::getenv("COHORT_CPUS") && cores > 0 &&
+        plan->world_size > cores) {
+      std::fprintf(stderr,
+                   "cohort: %d rank(s) share the %d CPU(s) this session was given (COHORT_CPUS): "
+                   "each runs slower (cohort session start --cpus N gives a session more)\n",
+                   plan->world_size, cores);
+    }
   }
   std::fflush(stdout);
   if (options->report) {

@@ -1,7 +1,6 @@
 #include "cli/job_options.h"
 
 #include <fcntl.h>
-#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1147,10 +1146,9 @@ Result<PreparedJob> prepareJob(const JobOptions& o, bool dry) {
   } else {
     ctx.gpus = backends::localGpus();
     ctx.device_ips = backends::localAscendAddresses();
-    // The CPUs the simulated nodes share: what MPI's hostfile says (plan/mpi.cc).
-    cpu_set_t cpus;
-    CPU_ZERO(&cpus);
-    if (::sched_getaffinity(0, sizeof(cpus), &cpus) == 0) ctx.cores = CPU_COUNT(&cpus);
+    // The CPUs the simulated nodes share (in a session, its share): what MPI's hostfile says
+    // (plan/mpi.cc).
+    ctx.cores = backends::localCpus();
     if (o.isolate) ctx.shared_devices = backends::sharedDevices();
   }
   for (spec::Role& role : s.roles) {

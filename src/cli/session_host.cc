@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/local.h"
 #include "job/session.h"
 #include "util/fd.h"
 #include "util/text.h"
@@ -56,14 +57,37 @@ std::string privateKeyFile(const std::string& body) {
 }
 
 // A variable of the rank that the user's shells in the session get too (sshd gives a login a
-// fresh environment): the environment's PATH, the job's COHORT_* but its secrets.
+// fresh environment): the environment's PATH, the job's COHORT_* but its secrets. Not the
+// session's own wiring (MASTER_ADDR, WORLD_SIZE): it runs no training, and a run started in it
+// would inherit them.
 bool passedOn(const std::string& name) {
   if (name == "COHORT_JOB_SECRET" || startsWith(name, "COHORT_SESSION_")) return false;
   return startsWith(name, "COHORT_") || name == "PATH" || name == "VIRTUAL_ENV" ||
          name == "PYTHONPATH" || name == "LD_LIBRARY_PATH" || name == "CUDA_VISIBLE_DEVICES" ||
          name == "TMPDIR" || startsWith(name, "NSS_WRAPPER_") || name == "LD_PRELOAD" ||
-         startsWith(name, "PIP_") ||
-         startsWith(name, "MASTER_") || name == "WORLD_SIZE";
+         startsWith(name, "PIP_") || name == "OMP_NUM_THREADS";
+}
+
+// What a distributed run started in the session needs (cohort run, cohort.run, %%cohort): the
+// program this one is, first on PATH as `cohort` (a link in the session's own directory `dir`),
+// and a data root in its home, removed with it; the ranks of such a run are then the user's
+// children, in the session's sandbox, cgroup and network. Its Python threads default to the
+// CPUs the session was given (COHORT_CPUS), not to the machine's.
+void forRunsInSession(const std::string& dir, const std::string& home) {
+  const std::string self = backends::selfExecutable();
+  const std::string bin = dir + "/bin";
+  ::mkdir(bin.c_str(), 0700);
+  ::unlink((bin + "/cohort").c_str());
+  if (!self.empty() && ::symlink(self.c_str(), (bin + "/cohort").c_str()) == 0) {
+    const std::string path = env("PATH");
+    ::setenv("PATH", (bin + (path.empty() ? "" : ":" + path)).c_str(), 1);
+    ::setenv("COHORT_BIN", self.c_str(), 1);
+  }
+  ::setenv("COHORT_DATA_ROOT", (home + "/.cohort").c_str(), 1);
+  const double cpus = std::atof(env("COHORT_CPUS").c_str());
+  if (cpus >= 1 && env("OMP_NUM_THREADS").empty()) {
+    ::setenv("OMP_NUM_THREADS", std::to_string(static_cast<int>(cpus)).c_str(), 1);
+  }
 }
 
 // Waits for the session's stop (the rank's stop signal).
@@ -225,6 +249,7 @@ int cmdSessionHost(int, char**) {
   ::setenv("PYTHONPATH", (packages + (path.empty() ? "" : ":" + path)).c_str(), 1);
   ::setenv("PIP_TARGET", packages.c_str(), 1);
   ::setenv("PIP_DISABLE_PIP_VERSION_CHECK", "1", 1);
+  forRunsInSession(dir, home);
   std::string set_env;
   for (char** e = environ; *e; ++e) {
     const std::string kv = *e;

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cstdio>
 
 #include <nlohmann/json.hpp>
 
@@ -336,6 +337,20 @@ Result<Plan> makePlan(const spec::JobSpec& spec, const PlanContext& ctx) {
           setEnv(r.env, "COHORT_SESSION_JUPYTER_TOKEN", spec.session->jupyter_token);
           setEnv(r.env, "COHORT_SESSION_ENVIRONMENT", spec.environment);
         }
+        // Its allocation, which a run started in it fits (cohort run, cohort.run; sessions.md):
+        // the CPUs the scheduler holds for the rank, its memory limit, the devices it was given.
+        for (const spec::Role& role : spec.roles) {
+          if (role.name != r.role) continue;
+          char cpus[32];
+          std::snprintf(cpus, sizeof cpus, "%g", role.resources.cpus);
+          setEnv(r.env, "COHORT_CPUS", cpus);
+          if (r.memory_bytes > 0) setEnv(r.env, "COHORT_MEMORY", std::to_string(r.memory_bytes));
+        }
+        int gpus = 0;
+        for (const auto& [k, v] : r.env) {
+          if (k == "CUDA_VISIBLE_DEVICES") gpus = static_cast<int>(split(v, ',').size());
+        }
+        setEnv(r.env, "COHORT_GPUS", std::to_string(gpus));
       }
     }
   }

@@ -132,6 +132,37 @@ roles:
   EXPECT_TRUE(again->roles[0].resources.cpus_given);
 }
 
+// A session's ranks are told what they were given, so that a run started in one fits it; a
+// job's ranks are not (they are the run).
+TEST(Planner, ASessionsRanksAreToldTheirAllocation) {
+  spec::JobSpec spec = parse(R"(
+name: dev
+framework: generic
+command: [cohort, session-host]
+roles:
+  worker: {nodes: 1, procs_per_node: 1, resources: {cpus: 2.5, memory: 4Gi}}
+)");
+  PlanContext ctx = context();
+  ctx.gpus = {3, 5};
+  auto job = makePlan(spec, ctx);
+  ASSERT_TRUE(job) << job.error().message;
+  EXPECT_EQ(envOf(job->nodes[0].ranks[0], "COHORT_CPUS"), "<unset>");
+  spec.session = spec::Session{};
+  auto session = makePlan(spec, ctx);
+  ASSERT_TRUE(session) << session.error().message;
+  const RankPlan& r = session->nodes[0].ranks[0];
+  EXPECT_EQ(envOf(r, "COHORT_CPUS"), "2.5");
+  EXPECT_EQ(envOf(r, "COHORT_MEMORY"), std::to_string(int64_t{4} << 30));
+  EXPECT_EQ(envOf(r, "CUDA_VISIBLE_DEVICES"), "3");
+  EXPECT_EQ(envOf(r, "COHORT_GPUS"), "1");
+  spec.roles[0].resources.memory_bytes = 0;
+  ctx.gpus.clear();
+  session = makePlan(spec, ctx);
+  ASSERT_TRUE(session) << session.error().message;
+  EXPECT_EQ(envOf(session->nodes[0].ranks[0], "COHORT_MEMORY"), "<unset>");
+  EXPECT_EQ(envOf(session->nodes[0].ranks[0], "COHORT_GPUS"), "0");
+}
+
 TEST(Planner, GenericTwoRolesMatchesGolden) {
   auto plan = makePlan(parse(R"(
 name: ps-job

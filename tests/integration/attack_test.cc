@@ -570,19 +570,21 @@ TEST_F(Attack, APausedRanksDebuggerIsReachedOnlyByItsAccountThroughTheServer) {
   expectServerHealthy();
 }
 
-// Whether a process of user `uid` whose command line names `word` runs on this machine (other
-// servers on the machine may give their accounts the same uids).
-bool processOfUser(uid_t uid, const std::string& word) {
+// The first process of user `uid` whose command line names `word` on this machine, 0 when none
+// runs (other servers on the machine may give their accounts the same uids: name something of
+// this test's own).
+pid_t processOf(uid_t uid, const std::string& word) {
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
     const std::string name = entry.path().filename();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
     struct stat st {};
     if (::stat(entry.path().c_str(), &st) != 0 || st.st_uid != uid) continue;
-    std::string cmdline = readText(entry.path().string() + "/cmdline");
-    if (contains(cmdline, word)) return true;
+    if (contains(readText(entry.path().string() + "/cmdline"), word)) return std::stoi(name);
   }
-  return false;
+  return 0;
 }
+
+bool processOfUser(uid_t uid, const std::string& word) { return processOf(uid, word) != 0; }
 
 // A session runs a real OpenSSH sshd as its account, in its sandbox and its own network: its
 // account logs in with a real ssh through the server (cohort session ssh, and ssh with the
@@ -671,6 +673,142 @@ TEST_F(Attack, ASessionsSshServerIsReachedOnlyByItsAccountThroughTheServer) {
   EXPECT_EQ(record.value("state", ""), "stopped") << record.dump();
   EXPECT_TRUE(waitFor([&] { return !processOfUser(alice_uid, id); }, 10s, 100ms));
   EXPECT_TRUE(contains(upgrade(server_->url(), tunnel, alice_), " 409 "));
+  expectServerHealthy();
+}
+
+// Where process `pid` is, as tests/integration/session_run.py reports it for a rank: its PID
+// and network namespaces, its uid and its cpu and memory cgroups.
+std::string whereIs(pid_t pid, uid_t uid) {
+  const std::string proc = "/proc/" + std::to_string(pid);
+  std::string cgroups;
+  for (const std::string& line : split(readText(proc + "/cgroup"), '\n')) {
+    if (!contains(line, ":cpu,") && !contains(line, ":memory:") && !startsWith(line, "0::")) {
+      continue;
+    }
+    cgroups += (cgroups.empty() ? "" : ";") + line;
+  }
+  std::error_code ec;
+  return std::filesystem::read_symlink(proc + "/ns/pid", ec).string() + " " +
+         std::filesystem::read_symlink(proc + "/ns/net", ec).string() + " uid " +
+         std::to_string(uid) + " cgroup " + cgroups;
+}
+
+// A distributed run started inside a session — `cohort run` in its shell, cohort.run from
+// Python, a notebook's %%cohort cell — runs there with no setup: its ranks are the session
+// user's processes in the session's PID namespace, cgroup and network, as the machine (not the
+// session) says, and its state is in the session's home, removed with it. What its ranks try
+// against the server — its data root, the session's record, its binary, its API — fails.
+TEST_F(Attack, ADistributedRunInASessionRunsInsideTheSessionAndNowhereElse) {
+  if (!separate_users_ || !isolated_ || !ownNetwork()) {
+    GTEST_SKIP() << "needs root, the sandbox and networks of the jobs' own";
+  }
+  REQUIRE("test -x /usr/sbin/sshd && command -v ssh >/dev/null && test -e /usr/lib/x86_64-linux-gnu/libnss_wrapper.so",
+          "OpenSSH's server and client and libnss-wrapper are not installed");
+  REQUIRE("/usr/bin/python3 -c 'import torch.distributed'",
+          "Debian's python3-torch is not installed");
+  const std::string config = tempDir();
+  const std::vector<std::string> as_alice = {"COHORT_SERVER=" + server_->url(),
+                                             "COHORT_TOKEN=" + alice_, "XDG_CONFIG_HOME=" + config};
+  RunResult started = CohortProcess({"session", "start", "--name", "dev", "--cpus", "2",
+                                     "--memory", "6Gi"}, as_alice).wait();
+  ASSERT_EQ(started.exit_code, 0) << started.out << started.err << server_->log();
+  const std::string id(trim(started.out));
+  auto inSession = [&](const std::string& command) {
+    return CohortProcess({"session", "ssh", "dev", "--", command}, as_alice).wait(300s);
+  };
+  // What a login is given: cohort on PATH, the session's allocation, a data root of its own.
+  RunResult login = inSession(
+      "id -u; command -v cohort; echo $COHORT_CPUS $COHORT_GPUS $COHORT_MEMORY; "
+      "echo $COHORT_DATA_ROOT; echo $HOME; echo ${MASTER_ADDR:-none} $OMP_NUM_THREADS");
+  ASSERT_EQ(login.exit_code, 0) << login.out << login.err << logOf(alice_, id);
+  const std::vector<std::string> given = split(std::string(trim(login.out)), '\n');
+  ASSERT_EQ(given.size(), 6u) << login.out;
+  const uid_t alice_uid = static_cast<uid_t>(std::stoul(given[0]));
+  EXPECT_EQ(given[1], "/tmp/.cohort-session-" + id + "/bin/cohort") << login.out;
+  EXPECT_EQ(given[2], "2 0 " + std::to_string(6LL << 30)) << login.out;
+  const std::string home = given[4];
+  EXPECT_EQ(given[3], home + "/.cohort") << login.out;
+  EXPECT_TRUE(startsWith(home, server_->dataRoot() + "/")) << login.out;
+  EXPECT_EQ(given[5], "none 2") << login.out;
+  // The session as the machine sees it: its sshd (rank 0), run as alice.
+  const pid_t sshd = processOf(alice_uid, id + "/sshd_config");
+  ASSERT_GT(sshd, 0) << "no sshd of the session";
+  const std::string inside = whereIs(sshd, alice_uid);
+  ASSERT_FALSE(contains(inside, std::filesystem::read_symlink("/proc/self/ns/net").string()))
+      << "the session shares the machine's network: " << inside;
+  // Each rank says where it is: "<tag> rank R sum 30 <where>".
+  auto expectInside = [&](const std::string& out, const std::string& tag) {
+    for (int rank = 0; rank < 2; ++rank) {
+      const std::string head = tag + " rank " + std::to_string(rank) + " sum 30 ";
+      const size_t at = out.find(head);
+      ASSERT_NE(at, std::string::npos) << out;
+      const size_t end = out.find_first_of("\r\n", at);
+      EXPECT_EQ(out.substr(at + head.size(), end - at - head.size()), inside) << tag;
+    }
+  };
+  const std::string script = sourceDir() + "/tests/integration/session_run.py";
+
+  // (a) cohort run, the CLI, in the session's shell.
+  RunResult cli = inSession(
+      "cd && cohort run --nproc-per-node 2 -- /usr/bin/python3 -c 'import sys; "
+      "sys.path.insert(0, \"" + sourceDir() + "/tests/integration\"); "
+      "import session_run; session_run.allreduce(\"cli\")'");
+  EXPECT_EQ(cli.exit_code, 0) << cli.out << cli.err;
+  expectInside(cli.out, "cli");
+  EXPECT_TRUE(contains(cli.err, "cohort: job directory " + home + "/.cohort/jobs/")) << cli.err;
+
+  // (b) cohort.run from Python, with each rank's result back.
+  RunResult sdk = inSession("cd && /usr/bin/python3 " + script + " sdk");
+  EXPECT_EQ(sdk.exit_code, 0) << sdk.out << sdk.err;
+  expectInside(sdk.out, "sdk");
+  EXPECT_TRUE(contains(sdk.out, "state succeeded 0")) << sdk.out;
+  EXPECT_TRUE(contains(sdk.out, "result {\"rank\": 0, \"sum\": 30.0}")) << sdk.out;
+  EXPECT_TRUE(contains(sdk.out, "result {\"rank\": 1, \"sum\": 30.0}")) << sdk.out;
+  EXPECT_TRUE(contains(sdk.out, "job_dir " + home + "/.cohort/jobs/")) << sdk.out;
+
+  // (c) a notebook's %%cohort cell, executed with nbclient against an ipykernel in the session.
+  if (have("/usr/bin/python3 -c 'import nbclient, nbformat, ipykernel'")) {
+    RunResult book = inSession("cd && /usr/bin/python3 " + script + " notebook");
+    EXPECT_EQ(book.exit_code, 0) << book.out << book.err;
+    expectInside(book.out, "notebook");
+    EXPECT_TRUE(contains(book.out, "cell state succeeded")) << book.out;
+  } else {
+    std::fprintf(stderr, "not checked: a notebook (python3-nbclient, python3-ipykernel)\n");
+  }
+
+  // More ranks than the session's CPUs run, sharing them, and cohort says so.
+  RunResult many = inSession("cd && cohort run --nproc-per-node 3 -- /bin/true");
+  EXPECT_EQ(many.exit_code, 0) << many.err;
+  EXPECT_TRUE(contains(many.err, "3 rank(s) share the 2 CPU(s) this session was given"))
+      << many.err;
+
+  // A rank of a run in the session against the server: every attempt fails.
+  const std::string url = server_->url();
+  RunResult escape = inSession(
+      "cd && cohort run -- /usr/bin/python3 " + script + " escape " + server_->dataRoot() + " " +
+      id + " " + url.substr(url.rfind(':') + 1));
+  EXPECT_EQ(escape.exit_code, 0) << escape.out << escape.err;
+  for (const char* name : {"data-root", "jobs", "record", "binary", "api"}) {
+    EXPECT_TRUE(contains(escape.out, std::string("ATTEMPT ") + name + " blocked")) << escape.out;
+  }
+  EXPECT_FALSE(std::filesystem::exists(server_->dataRoot() + "/planted"));
+  EXPECT_FALSE(std::filesystem::exists(server_->dataRoot() + "/jobs/planted"));
+  // Nor may the session's user point a run of its own at the server's data root.
+  RunResult rooted =
+      inSession("cd && cohort run --data-root " + server_->dataRoot() + " -- /bin/true");
+  EXPECT_NE(rooted.exit_code, 0) << rooted.err;
+  EXPECT_FALSE(std::filesystem::exists(server_->dataRoot() + "/jobs/planted"));
+
+  // Stopped: nothing of the runs runs on; their job directories go with the session's record.
+  RunResult stopped = CohortProcess({"session", "stop", "dev"}, as_alice).wait();
+  EXPECT_EQ(stopped.exit_code, 0) << stopped.err;
+  Json record = waitFinal(alice_, id);
+  EXPECT_EQ(record.value("state", ""), "stopped") << record.dump();
+  EXPECT_TRUE(waitFor([&] { return processOf(alice_uid, id) == 0; }, 10s, 100ms));
+  EXPECT_EQ(processOf(alice_uid, "session_run"), 0);
+  RunResult deleted = CohortProcess({"delete", id}, as_alice).wait();
+  EXPECT_EQ(deleted.exit_code, 0) << deleted.err;
+  EXPECT_FALSE(std::filesystem::exists(home + "/.cohort")) << home;
   expectServerHealthy();
 }
 
