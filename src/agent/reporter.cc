@@ -23,7 +23,7 @@ constexpr size_t kMaxBatchEvents = 512;
 constexpr size_t kMaxBatchBytes = 1u << 20;  // well under the server's 4 MiB for a body
 constexpr Millis kFirstBackoff{50};
 constexpr Millis kMaxBackoff{2000};
-constexpr Millis kProgressEvery{1000};  // at most one report for progress alone per second
+constexpr Millis kProgressReportEvery{1000};  // at most one report for progress alone per second
 
 }  // namespace
 
@@ -136,8 +136,8 @@ void Reporter::loop() {
       cv_.wait(lock);
       continue;
     }
-    if (!events && !result && Clock::now() - last_progress < kProgressEvery) {
-      cv_.wait_until(lock, last_progress + kProgressEvery);
+    if (!events && !result && Clock::now() - last_progress < kProgressReportEvery) {
+      cv_.wait_until(lock, last_progress + kProgressReportEvery);
       continue;
     }
     if (progress) last_progress = Clock::now();

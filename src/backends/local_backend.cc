@@ -16,6 +16,7 @@
 #include "proc/spawn.h"
 #include "spec/job_spec.h"
 #include "util/fd.h"
+#include "util/json_reader.h"
 #include "util/text.h"
 
 extern char** environ;
@@ -74,11 +75,7 @@ std::optional<Handle> decode(const std::string& text) {
       if (g.is_number_integer()) h.gpus.push_back(g.get<int>());
     }
   }
-  if (auto hosts = j.find("hosts"); hosts != j.end() && hosts->is_array()) {
-    for (const Json& name : *hosts) {
-      if (name.is_string()) h.hosts.push_back(name.get<std::string>());
-    }
-  }
+  h.hosts = stringItems(j.value("hosts", Json::array()));
   if (h.pid <= 0) return std::nullopt;
   return h;
 }

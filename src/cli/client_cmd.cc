@@ -563,7 +563,7 @@ Result<int> cmdSubmit(int argc, char** argv) {
 
 // `cohort rerun JOB` for a job of the server: the job file it ran (the record's `spec`, every
 // field written out) submitted again, as a new job.
-Result<int> cmdRerun(int argc, char** argv) {
+Result<int> cmdRerunOnServer(int argc, char** argv) {
   COHORT_ASSIGN(Args args, parseClientArgs("rerun", argc, argv));
   COHORT_TRY(expectPositional("rerun", args, {"JOB"}));
   const std::string id = args.positional[0];
@@ -1391,7 +1391,7 @@ as a new job; a job that ran uploaded code runs a copy of that same code, with t
         {"--wait", "", "", "wait until it ends, then exit with its exit code"},
         {"--json", "", "", "print its record instead of its id"},
         {"--quiet", "-q", "", "no lines from cohort on stderr, except a failure's"}},
-       cmdRerun, R"(
+       cmdRerunOnServer, R"(
 Exit codes: as cohort run (here) or cohort submit (a server's job).
 )"},
       {"ps", "ps [--state S]", "list jobs",

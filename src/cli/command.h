@@ -34,6 +34,10 @@ struct Command {
   bool reads_help = false;
 };
 
+// Prints "cohort COMMAND: MESSAGE" on stderr and returns `code`: how a command ends with an
+// error it has already worded.
+int failWith(const char* command, int code, const std::string& message);
+
 // The lines of `commands` in `group` for cohort --help: "  cohort USAGE   SUMMARY", the
 // summaries in one column (wrapped beneath it when long).
 std::string commandLines(const std::vector<Command>& commands, Command::Group group);

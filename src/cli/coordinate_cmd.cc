@@ -57,7 +57,7 @@ int usage(const std::string& why) {
   return kExitUsage;
 }
 
-const char* env(const char* name) {
+const char* envValue(const char* name) {
   const char* value = std::getenv(name);
   return value && *value ? value : nullptr;
 }
@@ -84,9 +84,9 @@ int cmdCoordinate(int argc, char** argv) {
   if (colon == std::string::npos || !port || *port <= 0 || *port > 65535) {
     return usage("--listen: expected ADDR:PORT, got '" + listen + "'");
   }
-  const char* job_text = env("COHORT_JOB");
-  const char* job_id = env("COHORT_JOB_ID");
-  const char* secret = env("COHORT_JOB_SECRET");
+  const char* job_text = envValue("COHORT_JOB");
+  const char* job_id = envValue("COHORT_JOB_ID");
+  const char* secret = envValue("COHORT_JOB_SECRET");
   if (!job_text || !job_id || !secret) {
     return usage(
         "needs COHORT_JOB, COHORT_JOB_ID and COHORT_JOB_SECRET: it is the command of a Volcano "
@@ -122,9 +122,9 @@ int cmdCoordinate(int argc, char** argv) {
   copts.place = placeOnHosts(*job);
   copts.write_plan = [&plan] { return writePlan(*plan); };
   copts.connect_timeout = kAgentsWithin;
-  const char* report_url = env("COHORT_REPORT_URL");
-  const char* report_token = env("COHORT_REPORT_TOKEN");
-  const char* report_pin = env("COHORT_REPORT_PIN");
+  const char* report_url = envValue("COHORT_REPORT_URL");
+  const char* report_token = envValue("COHORT_REPORT_TOKEN");
+  const char* report_pin = envValue("COHORT_REPORT_PIN");
   if (report_url && report_token) {
     // Where the reporter reads them (job::Layout), the token for the coordinator alone; an
     // https:// server's pin on a line of its own, as the server writes it for its local jobs.

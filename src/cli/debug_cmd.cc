@@ -17,6 +17,7 @@
 #include "agent/channel.h"
 #include "cli/args.h"
 #include "cli/client.h"
+#include "cli/command.h"
 #include "job/debug.h"
 #include "job/layout.h"
 #include "job/state.h"
@@ -33,11 +34,6 @@ using Ordered = nlohmann::ordered_json;
 
 constexpr size_t kMaxRecordBytes = 64u << 20;  // events.jsonl, plan.json read for this
 const std::string kPrefix = "cohort: ";
-
-int failWith(int code, const std::string& message) {
-  std::fprintf(stderr, "cohort debug: %s\n", message.c_str());
-  return code;
-}
 
 // What the server answers for a job of this machine: its debug targets from its events, and its
 // workdir from its plan. Both files are written by cohort's own processes.
@@ -131,7 +127,7 @@ int attachThroughServer(const ServerSettings& settings, const std::string& id, c
     UniqueFd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
     if (!conn.valid()) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      return failWith(kExitFailed, std::string("accept: ") + std::strerror(errno));
+      return failWith("debug", kExitFailed, std::string("accept: ") + std::strerror(errno));
     }
     std::thread([settings, path, name, conn = std::move(conn)]() mutable {
       // A debugger speaks first (DAP's initialize). A connection that closes before saying
@@ -280,37 +276,38 @@ connection to it through the server, as your account (docs/debugging.md).
 
 int cmdDebug(int argc, char** argv) {
   auto args = parseArgs("debug", argc, argv, debugFlags());
-  if (!args) return failWith(kExitUsage, args.error().message);
+  if (!args) return failWith("debug", kExitUsage, args.error().message);
   const bool attach = args->has("--attach");
   if (args->positional.size() > (attach ? 2u : 1u)) {
-    return failWith(kExitUsage, attach ? "give a job id and at most one rank (see cohort debug --help)"
-                                       : "give one job id (see cohort debug --help)");
+    return failWith("debug", kExitUsage,
+                    attach ? "give a job id and at most one rank (see cohort debug --help)"
+                           : "give one job id (see cohort debug --help)");
   }
   if (args->has("--port") && !attach) {
-    return failWith(kExitUsage, "--port is the local port of --attach: give both");
+    return failWith("debug", kExitUsage, "--port is the local port of --attach: give both");
   }
   if (attach && args->positional.empty()) {
-    return failWith(kExitUsage, "--attach: give the job id (cohort ps lists your jobs)");
+    return failWith("debug", kExitUsage, "--attach: give the job id (cohort ps lists your jobs)");
   }
   if (args->has("--write") && !args->has("--vscode")) {
-    return failWith(kExitUsage, "--write writes the --vscode configurations: give both");
+    return failWith("debug", kExitUsage, "--write writes the --vscode configurations: give both");
   }
   std::string id;
   if (args->positional.empty()) {
     auto paused = pausedLocalJob(dataRoot(args->get("--data-root")));
-    if (!paused) return failWith(kExitUsage, paused.error().message);
+    if (!paused) return failWith("debug", kExitUsage, paused.error().message);
     id = *paused;
   } else {
     id = args->positional[0];
   }
   auto where = locateJob(id, dataRoot(args->get("--data-root")), *args);
-  if (!where) return failWith(kExitUsage, where.error().message);
+  if (!where) return failWith("debug", kExitUsage, where.error().message);
   const bool remote = where->dir.empty();
   const std::string server = where->settings.server;
   Result<Json> found =
       remote ? ApiClient(where->settings).call("GET", "/v1/jobs/" + urlEncode(id) + "/debug")
              : localTargets(job::Layout(where->dir));
-  if (!found) return failWith(exitCodeFor(found.error()), found.error().message);
+  if (!found) return failWith("debug", exitCodeFor(found.error()), found.error().message);
   const Json ranks =
       found->contains("ranks") && (*found)["ranks"].is_array() ? (*found)["ranks"] : Json::array();
   const std::string workdir = field(*found, "workdir");
@@ -320,9 +317,9 @@ int cmdDebug(int argc, char** argv) {
   Json target;
   if (attach) {
     if (!remote) {
-      return failWith(kExitUsage, "job " + id + " runs on this machine: attach to the address " +
-                                      "cohort debug " + id + " lists (--attach is for a job of "
-                                      "the server)");
+      return failWith("debug", kExitUsage,
+                      "job " + id + " runs on this machine: attach to the address " +
+                          "cohort debug " + id + " lists (--attach is for a job of the server)");
     }
     const std::string wanted = args->positional.size() > 1 ? args->positional[1] : "";
     for (const Json& r : ranks) {
@@ -332,17 +329,19 @@ int cmdDebug(int argc, char** argv) {
       std::vector<std::string> listed;
       for (const Json& r : ranks) listed.push_back(field(r, "rank") + " (" + field(r, "name") + ")");
       if (ranks.empty()) {
-        return failWith(kExitFailed, "no rank of job " + id + " waits for a debugger now");
+        return failWith("debug", kExitFailed, "no rank of job " + id + " waits for a debugger now");
       }
-      return failWith(kExitUsage,
+      return failWith("debug", kExitUsage,
                       (wanted.empty() ? "several ranks wait for a debugger: give one of "
                                       : "rank " + wanted + " does not wait for a debugger: give one of ") +
                           join(listed, ", "));
     }
     auto port = parseInt(args->get("--port", "0"));
-    if (!port || *port < 0 || *port > 65535) return failWith(kExitUsage, "--port: expected a port number");
+    if (!port || *port < 0 || *port > 65535) {
+      return failWith("debug", kExitUsage, "--port: expected a port number");
+    }
     auto listened = agent::listenTcp("127.0.0.1", *port);
-    if (!listened) return failWith(kExitFailed, "--port: " + listened.error().message);
+    if (!listened) return failWith("debug", kExitFailed, "--port: " + listened.error().message);
     listener = std::move(listened->first);
     ::fcntl(listener.get(), F_SETFL, ::fcntl(listener.get(), F_GETFL) & ~O_NONBLOCK);  // accept waits
     local_port = listened->second;
@@ -377,14 +376,16 @@ int cmdDebug(int argc, char** argv) {
     if (auto existing = readFile(path)) {
       auto combined = mergeLaunch(*existing, launch, id, still_runs);
       if (!combined) {
-        return failWith(kExitFailed, "'" + path + "': " + combined.error().message +
+        return failWith("debug", kExitFailed, "'" + path + "': " + combined.error().message +
                                          "; left as it is (cohort debug --vscode prints ours)");
       }
       merged = std::move(*combined);
     }
-    if (auto made = makeDirs(".vscode"); !made) return failWith(kExitFailed, made.error().message);
+    if (auto made = makeDirs(".vscode"); !made) {
+      return failWith("debug", kExitFailed, made.error().message);
+    }
     if (auto written = writeFileAtomic(path, merged.dump(2) + "\n", false); !written) {
-      return failWith(kExitFailed, written.error().message);
+      return failWith("debug", kExitFailed, written.error().message);
     }
     std::fprintf(stderr, "cohort debug: %zu configuration(s) for job %s in %s\n", shown.size(),
                  id.c_str(), path.c_str());

@@ -9,19 +9,16 @@
 
 #include "cli/args.h"
 #include "cli/client.h"
+#include "cli/command.h"
 #include "env/environments.h"
 #include "env/image_exec.h"
 #include "env/images.h"
+#include "util/json_reader.h"
 #include "util/text.h"
 
 namespace cohort::cli {
 
 namespace {
-
-int failWith(int code, const std::string& message) {
-  std::fprintf(stderr, "cohort env: %s\n", message.c_str());
-  return code;
-}
 
 void progress(const std::string& line) { std::fprintf(stderr, "  %s\n", line.c_str()); }
 
@@ -119,7 +116,7 @@ int execInImage(int argc, char** argv) {
 
 using Json = nlohmann::json;
 
-std::string str(const Json& j, const char* key) {
+std::string stringAt(const Json& j, const char* key) {
   auto it = j.find(key);
   return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
@@ -142,23 +139,22 @@ std::string environmentPath(const std::string& name) {
 
 void showRemote(const Json& e) {
   const std::string owner = e["owner"].is_string() ? e["owner"].get<std::string>() : "";
-  std::printf("%s (%s%s): %s\n", str(e, "name").c_str(), str(e, "kind").c_str(),
+  std::printf("%s (%s%s): %s\n", stringAt(e, "name").c_str(), stringAt(e, "kind").c_str(),
               e.value("shared", false) ? (owner.empty() ? "" : ", an admin's: every account's")
                                        : (", " + owner + "'s").c_str(),
-              str(e, "summary").c_str());
-  std::printf("  state:     %s\n", str(e, "state").c_str());
-  if (!str(e, "base").empty()) std::printf("  base:      %s\n", str(e, "base").c_str());
-  std::vector<std::string> asked;
-  for (const Json& r : e.value("requirements", Json::array())) {
-    if (r.is_string()) asked.push_back(r.get<std::string>());
-  }
+              stringAt(e, "summary").c_str());
+  std::printf("  state:     %s\n", stringAt(e, "state").c_str());
+  if (!stringAt(e, "base").empty()) std::printf("  base:      %s\n", stringAt(e, "base").c_str());
+  std::vector<std::string> asked = stringItems(e.value("requirements", Json::array()));
   if (!asked.empty()) std::printf("  asked for: %s\n", join(asked, " ").c_str());
-  if (!str(e, "python_version").empty()) {
-    std::printf("  python:    %s\n", str(e, "python_version").c_str());
+  if (!stringAt(e, "python_version").empty()) {
+    std::printf("  python:    %s\n", stringAt(e, "python_version").c_str());
     std::printf("  packages:  %s\n", packagesOf(e).c_str());
   }
-  if (!str(e, "hash").empty()) std::printf("  content:   %s\n", str(e, "hash").c_str());
-  if (!str(e, "reason").empty()) std::printf("  why:       %s\n", str(e, "reason").c_str());
+  if (!stringAt(e, "hash").empty()) std::printf("  content:   %s\n", stringAt(e, "hash").c_str());
+  if (!stringAt(e, "reason").empty()) {
+    std::printf("  why:       %s\n", stringAt(e, "reason").c_str());
+  }
   const Json log = e.value("log", Json::array());
   if (!log.empty()) {
     std::printf("  build log (last lines):\n");
@@ -187,7 +183,7 @@ Result<Json> followBuild(ApiClient& api, const std::string& name) {
         },
         true);
     COHORT_ASSIGN(Json e, api.call("GET", environmentPath(name)));
-    if (str(e, "state") != "building") return e;
+    if (stringAt(e, "state") != "building") return e;
     // The stream broke (the server restarted, the network): take it up where it was.
     if (!status && tries >= 100) return tl::unexpected<Error>(status.error());
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -214,9 +210,9 @@ Result<int> push(const Args& args, env::Store& store) {
   std::fprintf(stderr, "cohort env: %s sent to %s (on %s, %s); the server builds it:\n", as.c_str(),
                api.server().c_str(), e.from.c_str(), packagesText(e, 6).c_str());
   COHORT_ASSIGN(Json done, followBuild(api, as));
-  if (str(done, "state") != "built") {
+  if (stringAt(done, "state") != "built") {
     std::fprintf(stderr, "cohort env: %s failed to build on the server: %s\n", as.c_str(),
-                 str(done, "reason").c_str());
+                 stringAt(done, "reason").c_str());
     return kExitFailed;
   }
   std::fprintf(stderr,
@@ -243,10 +239,11 @@ Result<int> onServer(const std::string& verb, const Args& args, env::Store& stor
     for (const Json& e : list) {
       std::string owner = e["owner"].is_string() ? e["owner"].get<std::string>() : "-";
       if (e.value("shared", false) && owner != "-") owner += " (all)";
-      std::string what = str(e, "summary");
-      if (!str(e, "python_version").empty()) what += ": " + packagesOf(e);
-      std::printf("%-16s %-7s %-10s %-10s %s\n", str(e, "name").c_str(), str(e, "kind").c_str(),
-                  str(e, "state").c_str(), owner.c_str(), what.c_str());
+      std::string what = stringAt(e, "summary");
+      if (!stringAt(e, "python_version").empty()) what += ": " + packagesOf(e);
+      std::printf("%-16s %-7s %-10s %-10s %s\n", stringAt(e, "name").c_str(),
+                  stringAt(e, "kind").c_str(), stringAt(e, "state").c_str(), owner.c_str(),
+                  what.c_str());
     }
     return 0;
   }
@@ -360,22 +357,22 @@ int cmdEnv(int argc, char** argv) {
   // The verb's own arguments: argv[1] becomes "env VERB" for the messages.
   auto args = parseArgs("env " + verb, argc - 1, argv + 1,
                         envFlags());
-  if (!args) return failWith(kExitUsage, args.error().message);
+  if (!args) return failWith("env", kExitUsage, args.error().message);
   env::Store store(env::storeDirs(dataRoot(args->get("--data-root"))));
   if (verb == "push" || args->has("--on-server") || args->has("--server") || args->has("--token") ||
       args->has("--ca")) {
     if (verb == "push" && args->positional.size() != 1) {
-      return failWith(kExitUsage, "push takes one name: cohort env push NAME [--as NAME]");
+      return failWith("env", kExitUsage, "push takes one name: cohort env push NAME [--as NAME]");
     }
     auto code = onServer(verb, *args, store);
-    if (!code) return failWith(exitCodeFor(code.error()), code.error().message);
+    if (!code) return failWith("env", exitCodeFor(code.error()), code.error().message);
     return *code;
   }
-  if (args->has("--as")) return failWith(kExitUsage, "--as: only with push");
+  if (args->has("--as")) return failWith("env", kExitUsage, "--as: only with push");
   const bool json = args->has("--json");
   auto need = [&](size_t n) { return args->positional.size() == n; };
   auto outcome = [&](const Result<env::Environment>& e, const char* done) {
-    if (!e) return failWith(exitCodeFor(e.error()), e.error().message);
+    if (!e) return failWith("env", exitCodeFor(e.error()), e.error().message);
     std::fprintf(stderr, "cohort env: %s %s (%s)\n", e->name.c_str(), done,
                  packagesText(*e, 6).c_str());
     return 0;
@@ -416,7 +413,7 @@ int cmdEnv(int argc, char** argv) {
   if (verb == "show" && need(1)) {
     if (image(args->positional[0])) {
       auto info = env::inspectImage(args->positional[0]);
-      if (!info) return failWith(exitCodeFor(info.error()), info.error().message);
+      if (!info) return failWith("env", exitCodeFor(info.error()), info.error().message);
       if (json) {
         std::printf("%s\n", imageJson(*info).dump(2).c_str());
       } else {
@@ -425,7 +422,7 @@ int cmdEnv(int argc, char** argv) {
       return 0;
     }
     auto e = store.get(args->positional[0]);
-    if (!e) return failWith(exitCodeFor(e.error()), e.error().message);
+    if (!e) return failWith("env", exitCodeFor(e.error()), e.error().message);
     if (json) {
       std::printf("%s\n", toJson(*e).dump(2).c_str());
     } else {
@@ -437,7 +434,7 @@ int cmdEnv(int argc, char** argv) {
     for (const std::string& name : args->positional) {
       if (image(name)) {
         auto pulled = env::findOrPullImage(name, progress);
-        if (!pulled) return failWith(exitCodeFor(pulled.error()), pulled.error().message);
+        if (!pulled) return failWith("env", exitCodeFor(pulled.error()), pulled.error().message);
         std::fprintf(stderr, "cohort env: image %s is here (%s)\n", name.c_str(),
                      pulled->id.substr(0, 12).c_str());
         continue;
@@ -458,13 +455,14 @@ int cmdEnv(int argc, char** argv) {
   if (verb == "rm" && need(1)) {
     const std::string& name = args->positional[0];
     if (auto r = image(name) ? env::removeImage(name) : store.remove(name); !r) {
-      return failWith(exitCodeFor(r.error()), r.error().message);
+      return failWith("env", exitCodeFor(r.error()), r.error().message);
     }
     std::fprintf(stderr, "cohort env: removed %s\n", args->positional[0].c_str());
     return 0;
   }
-  return failWith(kExitUsage, "'" + verb + "' with " + std::to_string(args->positional.size()) +
-                                  " name(s): see cohort env --help");
+  return failWith("env", kExitUsage,
+                  "'" + verb + "' with " + std::to_string(args->positional.size()) +
+                      " name(s): see cohort env --help");
 }
 
 }  // namespace cohort::cli

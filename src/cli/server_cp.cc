@@ -84,7 +84,7 @@ Result<void> listLocal(const std::string& root, const std::string& rel,
   return {};
 }
 
-void say(bool progress, const std::string& line) {
+void showProgress(bool progress, const std::string& line) {
   if (progress) std::fprintf(stderr, "\rcohort: cp: %s\x1b[K", line.c_str());
 }
 
@@ -111,8 +111,8 @@ Result<ServerCopyStats> upload(ApiClient& api, const std::string& src, const std
     if (!fd.valid()) return failErrno("open '" + path + "'");
     struct stat fst {};
     if (::fstat(fd.get(), &fst) != 0) return failErrno("stat '" + path + "'");
-    say(progress, std::to_string(i + 1) + "/" + std::to_string(files.size()) + " files, " +
-                      formatSize(static_cast<double>(stats.bytes)));
+    showProgress(progress, std::to_string(i + 1) + "/" + std::to_string(files.size()) + " files, " +
+                               formatSize(static_cast<double>(stats.bytes)));
     auto sent = api.sendFile("PUT", apiPath(to, rel), fd.get(), static_cast<uint64_t>(fst.st_size),
                              "application/octet-stream", {});
     if (!sent) return withContext(sent.error(), "copy '" + path + "'");
@@ -191,7 +191,7 @@ Result<ServerCopyStats> download(ApiClient& api, const std::string& src, const s
                                               "', which would land outside '" + dst +
                                               "'; nothing more was written");
     }
-    say(progress, std::to_string(++i) + "/" + std::to_string(files.size()) + " files");
+    showProgress(progress, std::to_string(++i) + "/" + std::to_string(files.size()) + " files");
     auto one = download1(api, apiPath(from, rel), dst + "/" + rel);
     if (!one) return withContext(one.error(), "copy '" + rel + "'");
     ++stats.files;

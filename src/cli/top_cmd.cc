@@ -23,7 +23,7 @@ namespace cohort::cli {
 
 namespace {
 
-using Json = nlohmann::ordered_json;  // metrics keep the order they were logged in
+using Ordered = nlohmann::ordered_json;  // metrics keep the order they were logged in
 
 constexpr size_t kMetricColumns = 4;
 
@@ -33,7 +33,7 @@ std::string mib(int64_t bytes) {
   return buf;
 }
 
-std::string number(const Json& v) {
+std::string number(const Ordered& v) {
   if (v.is_null()) return "nan";
   if (!v.is_number()) return "-";
   char buf[32];
@@ -48,14 +48,14 @@ struct RankRow {
   int64_t rss = -1;
   double gpu_util = -1;  // -1: no GPU sample (no GPU, or the rank uses none)
   int64_t gpu_memory = -1;
-  Json metric;  // its latest metrics.jsonl record
+  Ordered metric;  // its latest metrics.jsonl record
 };
 
 // What the table is made of, from the job directory or from the server.
 struct Sources {
   std::map<int, RankRow> rows;  // by global rank: name and node
-  std::vector<Json> resources;  // resources.jsonl records, oldest first
-  std::vector<Json> metrics;    // metrics.jsonl records, oldest first
+  std::vector<Ordered> resources;  // resources.jsonl records, oldest first
+  std::vector<Ordered> metrics;    // metrics.jsonl records, oldest first
   std::string state;            // "running", or the final state
   bool ended = false;
 };
@@ -63,11 +63,11 @@ struct Sources {
 Sources localSources(const job::Layout& layout) {
   Sources src;
   auto plan_text = readFile(layout.planFile());
-  Json plan = plan_text ? Json::parse(*plan_text, nullptr, false) : Json();
+  Ordered plan = plan_text ? Ordered::parse(*plan_text, nullptr, false) : Ordered();
   if (plan.is_object() && plan["nodes"].is_array()) {
-    for (const Json& node : plan["nodes"]) {
+    for (const Ordered& node : plan["nodes"]) {
       if (!node.is_object() || !node["ranks"].is_array()) continue;
-      for (const Json& r : node["ranks"]) {
+      for (const Ordered& r : node["ranks"]) {
         if (!r.is_object() || !r["rank"].is_number_integer() || r["rank"].get<int>() < 0) continue;
         src.rows[r["rank"].get<int>()] = {r.value("name", "?"), r.value("node", 0)};
       }
@@ -76,7 +76,7 @@ Sources localSources(const job::Layout& layout) {
   src.resources = job::tailJsonLines(layout.resourcesFile());
   src.metrics = job::tailJsonLines(layout.metricsFile());
   auto result_text = readFile(layout.resultFile());
-  Json result = result_text ? Json::parse(*result_text, nullptr, false) : Json();
+  Ordered result = result_text ? Ordered::parse(*result_text, nullptr, false) : Ordered();
   src.ended = result.is_object();
   src.state = src.ended ? result.value("state", std::string("ended")) : "running";
   return src;
@@ -98,10 +98,10 @@ Result<Sources> serverSources(ApiClient& api, const std::string& id) {
   COHORT_ASSIGN(nlohmann::json stored, api.call("GET", job + "/metrics", nullptr,
                                                {{"limit", "10000"}}));
   for (const auto& m : stored.value("metrics", nlohmann::json::array())) {
-    src.metrics.push_back(Json::parse(m.dump()));
+    src.metrics.push_back(Ordered::parse(m.dump()));
   }
   for (const auto& r : stored.value("resources", nlohmann::json::array())) {
-    src.resources.push_back(Json::parse(r.dump()));
+    src.resources.push_back(Ordered::parse(r.dump()));
   }
   return src;
 }
@@ -111,10 +111,10 @@ std::string render(Sources src, const std::string& id) {
   std::map<int, RankRow>& rows = src.rows;
   // CPU from each rank's last two samples.
   std::map<int, std::vector<std::pair<int64_t, double>>> cpu;
-  for (const Json& line : src.resources) {
+  for (const Ordered& line : src.resources) {
     const int64_t t = line.value("t", int64_t{0});
     if (!line.contains("ranks") || !line["ranks"].is_array()) continue;
-    for (const Json& r : line["ranks"]) {
+    for (const Ordered& r : line["ranks"]) {
       if (!r.is_object()) continue;
       const int rank = r.value("rank", -1);
       if (!rows.count(rank)) continue;
@@ -134,7 +134,7 @@ std::string render(Sources src, const std::string& id) {
     }
   }
   std::vector<std::string> columns;  // metric names, by first appearance in the latest records
-  for (const Json& line : src.metrics) {
+  for (const Ordered& line : src.metrics) {
     const int rank = line.value("rank", -1);
     if (rows.count(rank)) rows[rank].metric = line;
   }

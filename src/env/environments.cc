@@ -17,6 +17,7 @@
 #include "env/tools.h"
 #include "proc/spawn.h"
 #include "util/fd.h"
+#include "util/json_reader.h"
 
 namespace cohort::env {
 
@@ -74,16 +75,6 @@ Result<Json> readDefinition(const std::string& dir) {
     return fail(Code::kFailedPrecondition, dir + "/env.json is not an environment's definition");
   }
   return j;
-}
-
-std::vector<std::string> strings(const Json& j) {
-  std::vector<std::string> out;
-  if (j.is_array()) {
-    for (const Json& s : j) {
-      if (s.is_string()) out.push_back(s.get<std::string>());
-    }
-  }
-  return out;
 }
 
 std::string text(const Json& j, const char* key) {
@@ -369,7 +360,7 @@ Result<Environment> Store::get(const std::string& name) const {
   if (def) {
     e.built = true;
     e.from = text(*def, "from");
-    if (!e.preset) e.requirements = strings(def->value("requirements", Json::array()));
+    if (!e.preset) e.requirements = stringItems(def->value("requirements", Json::array()));
     e.python = e.venv + "/bin/python";
     e.python_version = text(*def, "python_version");
     const Json packages = def->value("packages", Json::object());
@@ -569,7 +560,7 @@ Result<Environment> Store::create(const CreateRequest& request, const Progress& 
                   ask(python, "import sysconfig; print(sysconfig.get_paths()['purelib'])"));
     // The base's packages, visible behind this one's own (a .pth line joins sys.path).
     std::vector<std::string> all_layers = {text(base_def, "site_packages")};
-    for (const std::string& below : strings(base_def.value("layers", Json::array()))) {
+    for (const std::string& below : stringItems(base_def.value("layers", Json::array()))) {
       all_layers.push_back(below);
     }
     COHORT_TRY(writeFileAtomic(site + "/_cohort_base.pth", join(all_layers, "\n") + "\n", false));

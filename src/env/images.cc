@@ -8,6 +8,7 @@
 
 #include "env/tools.h"
 #include "proc/spawn.h"
+#include "util/json_reader.h"
 #include "util/text.h"
 
 namespace cohort::env {
@@ -23,26 +24,17 @@ std::string wordsOf(const proc::Captured& out) {
   return std::string(trim(out.err.empty() ? out.out : out.err));
 }
 
-std::vector<std::string> strings(const Json& j) {
-  std::vector<std::string> out;
-  if (!j.is_array()) return out;
-  for (const Json& s : j) {
-    if (s.is_string()) out.push_back(s.get<std::string>());
-  }
-  return out;
-}
-
 Result<ImageInfo> infoFrom(const Json& j, const std::string& ref) {
   ImageInfo info;
   info.ref = ref;
   info.id = j.value("Id", "");
-  info.names = strings(j.value("RepoTags", Json::array()));
-  info.digests = strings(j.value("RepoDigests", Json::array()));
+  info.names = stringItems(j.value("RepoTags", Json::array()));
+  info.digests = stringItems(j.value("RepoDigests", Json::array()));
   info.created = j.value("Created", "");
   if (j.contains("Size") && j["Size"].is_number_integer()) info.size = j["Size"].get<int64_t>();
   const Json config = j.value("Config", Json::object());
   for (const std::string& kv :
-       strings(config.is_object() ? config.value("Env", Json::array()) : Json::array())) {
+       stringItems(config.is_object() ? config.value("Env", Json::array()) : Json::array())) {
     const size_t eq = kv.find('=');
     if (eq != std::string::npos && eq > 0)
       info.env.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
@@ -135,8 +127,8 @@ std::vector<ImageInfo> localImages() {
     if (!j.is_object()) continue;
     ImageInfo info;
     info.id = j.value("Id", "");
-    info.names = strings(j.value("Names", Json::array()));
-    info.digests = strings(j.value("RepoDigests", Json::array()));
+    info.names = stringItems(j.value("Names", Json::array()));
+    info.digests = stringItems(j.value("RepoDigests", Json::array()));
     if (j.contains("Size") && j["Size"].is_number_integer()) info.size = j["Size"].get<int64_t>();
     if (j.contains("CreatedAt") && j["CreatedAt"].is_string()) info.created = j["CreatedAt"];
     info.ref = info.names.empty() ? info.id.substr(0, 12) : info.names.front();

@@ -10,6 +10,7 @@
 
 #include "proc/spawn.h"
 #include "util/fd.h"
+#include "util/json_reader.h"
 #include "util/text.h"
 
 extern char** environ;
@@ -109,13 +110,7 @@ Answer answerOf(const Json& out, const std::string& python) {
   a.version = text(out, "version", "");
   for (const Json& m : out.at("missing")) {
     if (!m.is_object()) continue;
-    std::vector<std::string> modules;
-    auto names = m.find("modules");
-    if (names != m.end() && names->is_array()) {
-      for (const Json& name : *names) {
-        if (name.is_string()) modules.push_back(name.get<std::string>());
-      }
-    }
+    std::vector<std::string> modules = stringItems(m.value("modules", Json::array()));
     auto line = m.find("line");
     const int at = line != m.end() && line->is_number_integer() ? line->get<int>() : 0;
     if (!modules.empty()) a.missing.emplace_back(std::move(modules), at);

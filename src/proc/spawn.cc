@@ -28,6 +28,21 @@
 
 namespace cohort::proc {
 
+// What a child needs between fork and exec, all of it made before the fork. Outside the
+// anonymous namespace: PendingExec, a class the header names, holds one.
+struct ChildSetup {
+  const SpawnRequest* req = nullptr;
+  const char* program = nullptr;
+  char** argv = nullptr;
+  char** envp = nullptr;
+  int cgroup_procs = -1;  // the cgroup to join by writing to it, when the fork did not place us
+  const int* v1_procs = nullptr;  // the cgroup v1 ones' cgroup.procs, to join the same way
+  size_t v1_count = 0;
+  int err_fd = -1;        // where a failure before exec is told: {stage, errno}
+  int stdin_fd = -1;
+  pid_t parent = -1;
+};
+
 namespace {
 
 // Where a child failed before exec; it sends the stage and errno through a pipe.
@@ -74,20 +89,6 @@ long sys(long n, long a = 0, long b = 0, long c = 0, long d = 0, long e = 0) {
   return ret < 0 ? -errno : ret;
 #endif
 }
-
-// What a child needs between fork and exec, all of it made before the fork.
-struct ChildSetup {
-  const SpawnRequest* req = nullptr;
-  const char* program = nullptr;
-  char** argv = nullptr;
-  char** envp = nullptr;
-  int cgroup_procs = -1;  // the cgroup to join by writing to it, when the fork did not place us
-  const int* v1_procs = nullptr;  // the cgroup v1 ones' cgroup.procs, to join the same way
-  size_t v1_count = 0;
-  int err_fd = -1;        // where a failure before exec is told: {stage, errno}
-  int stdin_fd = -1;
-  pid_t parent = -1;
-};
 
 // The child's side, from fork to exec. It shares the parent's memory (vfork, or clone3 with
 // CLONE_VM), maybe while the parent runs on: raw system calls only, on data prepared before,

@@ -14,6 +14,7 @@
 
 #include "env/confined_build.h"
 #include "env/environments.h"
+#include "server/api.h"
 #include "util/fd.h"
 #include "util/json_limits.h"
 
@@ -28,8 +29,6 @@ constexpr const char* kAccountScope = "account/";
 constexpr size_t kMaxLockBytes = 1 << 20;
 constexpr int64_t kMaxLogBytes = int64_t{8} << 20;
 constexpr size_t kShownLogLines = 40;
-
-Json isoOrNull(int64_t nanos) { return nanos ? Json(isoTime(nanos)) : Json(nullptr); }
 
 std::string printableName(const std::string& name) {
   std::string out;

@@ -48,7 +48,8 @@ constexpr size_t kLateHeadersPerCheck = 128;  // ~2,500 a second
 }  // namespace
 
 
-namespace {
+// The types below are outside the anonymous namespace: HttpServer::Impl, a class the header
+// names, holds them.
 
 // A fixed pool of threads running tasks in order.
 class WorkerPool {
@@ -105,8 +106,6 @@ struct ConnectionState {
 struct Exchange;
 class StreamDriver;
 
-}  // namespace
-
 struct HttpServer::Impl {
   const MhdLib* mhd = nullptr;
   Options options;
@@ -159,8 +158,6 @@ struct HttpServer::Impl {
   void unwatchHangUp(uint64_t id, int fd);
   void endStreams();
 };
-
-namespace {
 
 // One request, from its header block to its answer (libmicrohttpd's per-request context).
 // While the connection is suspended a worker owns it; libmicrohttpd again once it is resumed.
@@ -299,6 +296,8 @@ class StreamDriver : public StreamWaker::Target,
   bool suspended_ = false;
   bool gone_ = false;
 };
+
+namespace {
 
 ssize_t readStream(void* cls, uint64_t, char* buf, size_t max) {
   return (*static_cast<std::shared_ptr<StreamDriver>*>(cls))->read(buf, max);

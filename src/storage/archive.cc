@@ -15,6 +15,7 @@
 #include <optional>
 #include <system_error>
 
+#include "storage/local_files.h"
 #include "util/fd.h"
 #include "util/text.h"
 
@@ -26,7 +27,6 @@ constexpr size_t kBlock = 512;
 constexpr size_t kNameField = 100;
 constexpr size_t kPrefixField = 155;
 constexpr size_t kMaxPath = 4096;
-constexpr size_t kMaxDepth = 128;
 constexpr size_t kMaxComponent = 255;
 
 // --- patterns ---

@@ -24,6 +24,7 @@
 
 #include <xxhash.h>
 
+#include "storage/local_files.h"
 #include "util/fd.h"
 #include "util/text.h"
 
@@ -35,8 +36,7 @@ namespace {
 // it from there; 4 MiB measured 30-50% more CPU time for large files.
 constexpr size_t kBufferSize = size_t{1} << 20;
 constexpr int64_t kLargeFile = int64_t{8} << 20;  // copied first, read with readahead
-constexpr std::string_view kTmpPrefix = ".cohort-tmp-";
-constexpr int kMaxWorkers = 256;
+constexpr int kMaxCopyWorkers = 256;
 constexpr auto kProgressInterval = std::chrono::milliseconds(100);
 
 using Clock = std::chrono::steady_clock;
@@ -48,17 +48,6 @@ double secondsSince(Clock::time_point start) {
 std::string joinPath(const std::string& dir, const std::string& name) {
   if (name.empty()) return dir;
   return dir == "/" ? "/" + name : dir + "/" + name;
-}
-
-std::string dirName(const std::string& path) {
-  size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
-std::string baseName(const std::string& path) {
-  size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
 // "data/" -> "data", "/" stays.
@@ -103,7 +92,7 @@ struct Tree {
 };
 
 // Why an untrusted source's entry is refused, or "" when it may be copied.
-std::string refusal(const struct stat& st) {
+std::string sourceRefusal(const struct stat& st) {
   if (S_ISLNK(st.st_mode)) {
     return "a symbolic link: only regular files and directories are copied from what a job "
            "or an account named, never what a link points to (copy the file itself there)";
@@ -158,7 +147,7 @@ Result<void> walkDir(size_t dir_index, std::vector<std::pair<dev_t, ino_t>>& anc
         if (errno == ENOENT) continue;
         return failCopy(path, "stat", errno);
       }
-      if (std::string why = refusal(st); !why.empty()) {
+      if (std::string why = sourceRefusal(st); !why.empty()) {
         return fail(Code::kInvalidArgument, "copy '" + path + "': " + why);
       }
     } else if (::fstatat(::dirfd(listing), name.c_str(), &st, 0) < 0) {
@@ -750,9 +739,9 @@ FileWriter& directWriter() {
 Result<CopyStats> copyTree(const std::string& src_arg, const std::string& dst_arg,
                            const CopyOptions& options) {
   const auto start = Clock::now();
-  if (options.workers < 1 || options.workers > kMaxWorkers) {
+  if (options.workers < 1 || options.workers > kMaxCopyWorkers) {
     return fail(Code::kInvalidArgument, "copy: workers must be 1 to " +
-                                            std::to_string(kMaxWorkers) + ", got " +
+                                            std::to_string(kMaxCopyWorkers) + ", got " +
                                             std::to_string(options.workers));
   }
   if (src_arg.empty() || dst_arg.empty()) {
@@ -763,7 +752,7 @@ Result<CopyStats> copyTree(const std::string& src_arg, const std::string& dst_ar
   if (::stat(src.c_str(), &src_st) < 0) return failErrno("copy: source '" + src + "'");
   if (options.refuse_links) {
     if (::lstat(src.c_str(), &src_st) < 0) return failErrno("copy: source '" + src + "'");
-    if (std::string why = refusal(src_st); !why.empty()) {
+    if (std::string why = sourceRefusal(src_st); !why.empty()) {
       return fail(Code::kInvalidArgument, "copy '" + src + "': " + why);
     }
   }

@@ -20,8 +20,6 @@ namespace cohort::storage {
 namespace {
 
 constexpr const char* kTagAttribute = "user.cohort.etag";
-constexpr int kMaxDepth = 128;
-constexpr int64_t kMaxListed = 10'000'000;
 constexpr size_t kChunk = size_t{1} << 20;
 
 // Copies `size` bytes of `from` (from offset 0) to `to`, in the kernel where it can. The holes

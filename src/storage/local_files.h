@@ -1,5 +1,6 @@
-// Local-file helpers shared by the transfer engine (storage/transfer.h) and the directory store
-// (storage/dir_store.h): what they write lands below a given directory and nowhere else, under a
+// Local-file helpers shared by the transfer engine (storage/transfer.h), the directory store
+// (storage/dir_store.h), the local copy (storage/copy.h) and the code archive
+// (storage/archive.h): what they write lands below a given directory and nowhere else, under a
 // temporary name until it is whole. Internal to the storage module; thread-safe.
 #pragma once
 
@@ -13,6 +14,9 @@ namespace cohort::storage {
 
 // The prefix of cohort's temporary files: never copied, never an object's name.
 constexpr std::string_view kTmpPrefix = ".cohort-tmp-";
+
+// The deepest a directory tree that cohort walks may nest.
+constexpr int kMaxDepth = 128;
 
 // Whether `path` is relative, of non-empty parts none of which is "." or ".." or starts with
 // kTmpPrefix, with no NUL byte: a name that stays below the directory it is taken in.

@@ -40,6 +40,9 @@ struct Fetched {
 // part's thread), so that a transfer can show a large file moving. May be empty.
 using PartDone = std::function<void(int64_t)>;
 
+// The most objects one list() returns.
+constexpr int64_t kMaxListed = 10'000'000;
+
 class ObjectStore {
  public:
   virtual ~ObjectStore() = default;
@@ -48,7 +51,8 @@ class ObjectStore {
   virtual std::string uri(const std::string& key) const = 0;
 
   // Every object whose key starts with `prefix` (a plain string prefix), in key order.
-  // Errors: kNotFound (no such bucket), kUnauthenticated / kPermissionDenied, kUnavailable.
+  // Errors: kNotFound (no such bucket), kUnauthenticated / kPermissionDenied, kUnavailable,
+  // kTooLarge past kMaxListed objects.
   virtual Result<std::vector<ObjectInfo>> list(const std::string& prefix) = 0;
 
   // The object under `key`. Errors: kNotFound when there is none, and those of list.

@@ -33,7 +33,6 @@ constexpr std::string_view kScheme = "s3://";
 constexpr int kRetries = 3;
 constexpr int kPartThreads = 4;              // parts of one object in flight at once
 constexpr size_t kMaxReplyBytes = 64 << 20;  // an XML answer larger than this is refused
-constexpr int64_t kMaxListed = 10'000'000;
 constexpr int64_t kMaxObjectBytes = int64_t{5} << 40;  // S3's limit on one object
 // Asks a HEAD or GET for the object's checksums: its CRC-64/NVME, which services that keep one
 // (AWS since 2025, versitygw) give as x-amz-checksum-crc64nvme, for any object however uploaded.

@@ -27,8 +27,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kMaxWorkers = 256;
-constexpr int kMaxDepth = 128;
+constexpr int kMaxTransferWorkers = 256;
 constexpr int kRangeThreads = 4;  // ranges of one large object fetched at once
 
 // One file or object to move, and what is at the other side already.
@@ -44,7 +43,7 @@ struct Item {
 };
 
 // Why a file of an untrusted tree is not copied ("" when it may be).
-std::string refusal(const struct stat& st) {
+std::string outputRefusal(const struct stat& st) {
   if (S_ISLNK(st.st_mode)) return "a symbolic link (outputs may not hold links)";
   if (S_ISREG(st.st_mode) && st.st_nlink > 1) {
     return "a file with more than one hard link (outputs may not hold hard links)";
@@ -134,7 +133,7 @@ Result<CopyStats> runAll(std::vector<Item>& items, const TransferOptions& option
 // ---- upload ----------------------------------------------------------------------------------
 
 // The files below `root`/`rel`, in name order. Links are followed (a loop is an error) unless
-// `refuse_links`, which refuses them and everything refusal() names.
+// `refuse_links`, which refuses them and everything outputRefusal() names.
 Result<void> walk(const std::string& root, const std::string& rel, bool refuse_links,
                   std::vector<std::pair<dev_t, ino_t>>& ancestors, std::vector<Item>& out) {
   if (ancestors.size() > kMaxDepth) {
@@ -173,7 +172,7 @@ Result<void> walk(const std::string& root, const std::string& rel, bool refuse_l
       return failErrno("stat '" + path + "'");
     }
     if (refuse_links) {
-      if (std::string why = refusal(st); !why.empty()) {
+      if (std::string why = outputRefusal(st); !why.empty()) {
         return fail(Code::kInvalidArgument, "copy '" + path + "': " + why);
       }
     }
@@ -213,7 +212,7 @@ Result<bool> uploadOne(ObjectStore& store, Item& item, Progress& progress,
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return failErrno("copy '" + item.local + "': stat");
   if (options.refuse_links &&
-      (st.st_dev != item.dev || st.st_ino != item.ino || !refusal(st).empty())) {
+      (st.st_dev != item.dev || st.st_ino != item.ino || !outputRefusal(st).empty())) {
     return fail(Code::kInvalidArgument, "copy '" + item.local + "': changed while it was copied");
   }
   const int64_t size = st.st_size;
@@ -465,7 +464,7 @@ Result<void> checkSource(ObjectStore& store, const std::string& key) {
 
 Result<CopyStats> upload(const std::string& local, ObjectStore& store, const std::string& key,
                          const TransferOptions& options) {
-  if (options.workers < 1 || options.workers > kMaxWorkers) {
+  if (options.workers < 1 || options.workers > kMaxTransferWorkers) {
     return fail(Code::kInvalidArgument, "workers must be 1 to 256");
   }
   struct stat st {};
@@ -478,7 +477,7 @@ Result<CopyStats> upload(const std::string& local, ObjectStore& store, const std
   if (options.refuse_links) {
     struct stat own {};
     if (::lstat(local.c_str(), &own) != 0) return failErrno("stat '" + local + "'");
-    if (std::string why = refusal(own); !why.empty()) {
+    if (std::string why = outputRefusal(own); !why.empty()) {
       return fail(Code::kInvalidArgument, "copy '" + local + "': " + why);
     }
   }
@@ -507,7 +506,7 @@ Result<CopyStats> upload(const std::string& local, ObjectStore& store, const std
 
 Result<CopyStats> download(ObjectStore& store, const std::string& key, const std::string& local,
                            const TransferOptions& options) {
-  if (options.workers < 1 || options.workers > kMaxWorkers) {
+  if (options.workers < 1 || options.workers > kMaxTransferWorkers) {
     return fail(Code::kInvalidArgument, "workers must be 1 to 256");
   }
   COHORT_ASSIGN(Found found, find(store, key));
@@ -553,7 +552,7 @@ Result<CopyStats> download(ObjectStore& store, const std::string& key, const std
 
 Result<CopyStats> copyObjects(ObjectStore& from, const std::string& from_key, ObjectStore& to,
                               const std::string& to_key, const TransferOptions& options) {
-  if (options.workers < 1 || options.workers > kMaxWorkers) {
+  if (options.workers < 1 || options.workers > kMaxTransferWorkers) {
     return fail(Code::kInvalidArgument, "workers must be 1 to 256");
   }
   COHORT_ASSIGN(Found found, find(from, from_key));

@@ -171,7 +171,10 @@ Code codeFor(int rc) {
   }
 }
 
+}  // namespace
+
 // One open SQLite connection and its prepared statements. Used by one thread at a time.
+// Outside the anonymous namespace: JobStore::Impl, a class the header names, holds them.
 class Conn {
  public:
   Conn(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
@@ -213,6 +216,8 @@ class Conn {
   sqlite3* db_;
   std::map<std::string, sqlite3_stmt*, std::less<>> statements_;
 };
+
+namespace {
 
 // A cached statement in use: binds parameters, steps, reads columns, and resets the statement
 // (ending its read snapshot) when it goes out of scope.

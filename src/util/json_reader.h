@@ -2,7 +2,8 @@
 // event, a control-channel message) without ever throwing: each read checks the field's type,
 // range and size, and the first field that is wrong is kept as the error ("'code' must be an
 // integer"). A missing field leaves its output as it was, unless it is required. Works over
-// nlohmann::json and nlohmann::ordered_json alike. Not thread-safe; pure.
+// nlohmann::json and nlohmann::ordered_json alike. Not thread-safe; pure. stringItems() reads a
+// list of strings from data that needs no error: a file cohort wrote or a tool's report.
 #pragma once
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace cohort {
 
@@ -116,5 +118,17 @@ class JsonReader {
   size_t max_string_;
   std::string error_;
 };
+
+// The strings of the JSON array `j`, in order: items of another type are passed over, and a `j`
+// that is not an array gives none.
+template <class Json>
+std::vector<std::string> stringItems(const Json& j) {
+  std::vector<std::string> out;
+  if (!j.is_array()) return out;
+  for (const Json& item : j) {
+    if (item.is_string()) out.push_back(item.template get<std::string>());
+  }
+  return out;
+}
 
 }  // namespace cohort
