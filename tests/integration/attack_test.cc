@@ -702,6 +702,11 @@ TEST_F(Attack, ADistributedRunInASessionRunsInsideTheSessionAndNowhereElse) {
   if (!separate_users_ || !isolated_ || !ownNetwork()) {
     GTEST_SKIP() << "needs root, the sandbox and networks of the jobs' own";
   }
+#if defined(__SANITIZE_ADDRESS__)
+  // A login preloads libnss_wrapper (its passwd entry), which opens libc with RTLD_DEEPBIND:
+  // a cohort built with ASan cannot start there. The normal build runs this test.
+  GTEST_SKIP() << "cohort built with ASan cannot run under libnss_wrapper (RTLD_DEEPBIND)";
+#endif
   REQUIRE("test -x /usr/sbin/sshd && command -v ssh >/dev/null && test -e /usr/lib/x86_64-linux-gnu/libnss_wrapper.so",
           "OpenSSH's server and client and libnss-wrapper are not installed");
   REQUIRE("/usr/bin/python3 -c 'import torch.distributed'",
