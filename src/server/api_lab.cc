@@ -239,6 +239,9 @@ void Server::Impl::labRoutes() {
     if (!upgrade && !read) {
       return fail(Code::kUnavailable, "the lab's answer did not end in time or is over 64 MiB");
     }
+    if (!upgrade && h.status == 101) {
+      return fail(Code::kUnavailable, "the lab switched protocols on a plain request");
+    }
     res.status = h.status;
     for (const auto& [name, value] : h.headers) {
       if (passedBack(name, false)) res.setHeader(name, value);

@@ -221,7 +221,16 @@ std::optional<Result<LabAnswerHead>> parseLabAnswerHead(std::string_view bytes) 
     if (!std::isdigit(static_cast<unsigned char>(status_line[i]))) return bad();
     status = status * 10 + (status_line[i] - '0');
   }
-  if (status < 100 || (status_line.size() > 12 && status_line[12] != ' ')) return bad();
+  // A final status, or 101 for a WebSocket: an interim one (100, 103) would be passed back as
+  // the answer itself.
+  if (status < 200 && status != 101) return bad();
+  if (status > 599 || (status_line.size() > 12 && status_line[12] != ' ')) return bad();
+  // A lone CR or LF, or a NUL, inside a line would end a header where the client reads it.
+  if (rest.find_first_of(std::string_view("\0", 1)) != std::string_view::npos) return bad();
+  for (size_t at = rest.find_first_of("\r\n"); at != std::string_view::npos;
+       at = rest.find_first_of("\r\n", at + 2)) {
+    if (rest.substr(at, 2) != "\r\n") return bad();
+  }
   head.status = status;
   while (eol != std::string_view::npos) {
     rest = rest.substr(eol + 2);

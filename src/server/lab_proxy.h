@@ -136,8 +136,9 @@ struct LabAnswerHead {
   std::vector<std::pair<std::string, std::string>> headers;  // names in lower case
   size_t size = 0;  // bytes of the head, blank line included
 };
-// nullopt while the head is incomplete; an error when it is not an HTTP/1.x status line and
-// headers within kMaxLabHead bytes. Linear, no recursion.
+// nullopt while the head is incomplete; an error when it is not an HTTP/1.x status line with a
+// final status (200-599) or 101, and headers, within kMaxLabHead bytes, each line ended by CRLF
+// with no other CR, LF or NUL in it. Linear, no recursion.
 inline constexpr size_t kMaxLabHead = 64 << 10;
 std::optional<Result<LabAnswerHead>> parseLabAnswerHead(std::string_view bytes);
 

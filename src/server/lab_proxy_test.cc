@@ -252,11 +252,17 @@ TEST(LabAnswerHead, ReadsStatusAndHeadersOnceTheHeadIsIn) {
 TEST(LabAnswerHead, RefusesWhatIsNotHttpAndAnEndlessHead) {
   for (const char* bad : {"SSH-2.0-OpenSSH\r\n\r\n", "HTTP/1.1 2x0 OK\r\n\r\n",
                           "HTTP/1.1 200 OK\r\nno colon\r\n\r\n", "HTTP/1.1 200 OK\r\n: v\r\n\r\n",
-                          "HTTP/1.1 099 x\r\n\r\n"}) {
+                          "HTTP/1.1 099 x\r\n\r\n", "HTTP/1.1 100 Continue\r\n\r\n",
+                          "HTTP/1.1 103 Early Hints\r\n\r\n", "HTTP/1.1 600 x\r\n\r\n",
+                          "HTTP/1.1 200 OK\r\nA: b\nSet-Cookie: x=y\r\n\r\n",
+                          "HTTP/1.1 200 OK\r\nA: b\rSet-Cookie: x=y\r\n\r\n"}) {
     auto head = parseLabAnswerHead(bad);
     ASSERT_TRUE(head) << bad;
     EXPECT_FALSE(*head) << bad;
   }
+  auto nul = parseLabAnswerHead(std::string("HTTP/1.1 200 OK\r\nA: b\0c\r\n\r\n", 27));
+  ASSERT_TRUE(nul);
+  EXPECT_FALSE(*nul);
   auto endless = parseLabAnswerHead(std::string(kMaxLabHead + 1, 'a'));
   ASSERT_TRUE(endless);
   EXPECT_FALSE(*endless);
